@@ -1,0 +1,161 @@
+"""The command line: ``ape run|validate|report|retry|demo|serve|server``.
+
+Errors print one line naming the file and key (``--debug`` adds the
+traceback) and exit non-zero: 2 for bad input, 1 for a run whose items
+failed, 0 on success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from schemas.errors import ApeError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+COMMANDS = ("run", "validate", "report", "retry", "demo", "serve", "server")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ape",
+        description="APE: evaluate language models on your own benchmarks, orchestrated by Prefect. "
+        "`python -m ape config.toml` is the same as `ape run config.toml`.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a benchmark from a TOML config")
+    run.add_argument("config", type=Path, help="path to the config .toml")
+    _run_options(run)
+
+    val = sub.add_parser("validate", help="check a config, its plugins, data and template; calls no model")
+    val.add_argument("config", type=Path)
+
+    rep = sub.add_parser("report", help="rebuild leaderboard, calibration, Parquet, JSON and chart "
+                         "from saved results of one or more runs (no model calls)")
+    rep.add_argument("outputs", type=Path, nargs="+", help="output folders of earlier runs")
+    rep.add_argument("--out", type=Path, default=None,
+                     help="where to write the report (default: the first output folder)")
+
+    ret = sub.add_parser("retry", help="re-run only the items that ended ERROR (or other outcomes) "
+                         "in an output folder, then rebuild the report")
+    ret.add_argument("output", type=Path, help="output folder of an earlier run")
+    ret.add_argument("--outcomes", default="ERROR",
+                     help="comma-separated outcomes to redo: ERROR, PARSING_FAILED, GAVE_UP, SOLVED "
+                     "(default: ERROR)")
+    ret.add_argument("--config", type=Path, default=None,
+                     help="config to use (default: the one recorded in metadata.json)")
+    _run_options(ret)
+
+    demo = sub.add_parser("demo", help="run the mock adapters over the ten-task fixture (seed 3 demo)")
+    demo.add_argument("--out", type=Path, default=Path("output/demo"), help="output folder")
+    demo.add_argument("--sequential", action="store_true", help="run tasks in a fixed order")
+
+    serve = sub.add_parser("serve", help="serve the benchmark as a scheduled Prefect deployment")
+    serve.add_argument("config", type=Path)
+    serve.add_argument("--cron", default=None, help='schedule, e.g. "0 3 * * *" (none: manual runs)')
+    serve.add_argument("--name", default=None, help="deployment name (default: the benchmark name)")
+
+    srv = sub.add_parser("server", help="manage the local Prefect server (UI) that runs use by default")
+    srv.add_argument("action", choices=("start", "stop", "status"))
+    srv.add_argument("--port", type=int, default=None, help="port (default 4200)")
+    return parser
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--output", type=Path, default=None, help="output folder (overrides [run] output)")
+    p.add_argument("--workers", type=int, default=None, help="solver workers (overrides [run] solver_workers)")
+    p.add_argument("--no-load-save", action="store_true",
+                   help="start afresh instead of resuming from the saved results")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--no-server", action="store_true",
+                   help="do not start a local Prefect server; use PREFECT_API_URL or Prefect's "
+                   "temporary server (which keeps no history)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    # `python -m ape config.toml` is shorthand for `ape run config.toml`
+    first = next((a for a in args_list if not a.startswith("-")), None)
+    if first is not None and first not in COMMANDS:
+        args_list.insert(args_list.index(first), "run")
+    parser = _parser()
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    _setup_logging(args.debug)
+    try:
+        return _dispatch(args)
+    except ApeError as exc:
+        if args.debug:
+            logging.getLogger("ape").exception("error")
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted: finished items are saved; run the same command again to resume",
+              file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _setup_logging(debug: bool) -> None:
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # Prefect's own INFO chatter (one line per task run) would drown the progress bar and
+    # costs CPU per task run; users can lower it again with PREFECT_LOGGING_LEVEL.
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "DEBUG" if debug else "WARNING")
+    logger = logging.getLogger("ape")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if debug else logging.INFO)
+    logger.propagate = False
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    out = {}
+    if getattr(args, "output", None) is not None:
+        out["run.output"] = str(args.output.resolve())
+    if getattr(args, "workers", None) is not None:
+        out["run.solver_workers"] = args.workers
+    if getattr(args, "no_load_save", False):
+        out["run.load_save"] = False
+    if getattr(args, "no_progress", False):
+        out["cli.progress"] = False
+    return out
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from ape import commands
+
+    if args.command == "run":
+        return commands.run(args.config, _overrides(args), use_server=not args.no_server)
+    if args.command == "validate":
+        return commands.validate(args.config)
+    if args.command == "report":
+        return commands.report(args.outputs, args.out)
+    if args.command == "retry":
+        return commands.retry(args.output, args.outcomes, args.config, _overrides(args),
+                              use_server=not args.no_server)
+    if args.command == "demo":
+        return commands.demo(args.out, parallel=not args.sequential)
+    if args.command == "serve":
+        return commands.serve(args.config, args.cron, args.name)
+    if args.command == "server":
+        return commands.server(args.action, args.port)
+    raise AssertionError(args.command)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

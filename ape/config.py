@@ -1,0 +1,183 @@
+"""Read one TOML file into :class:`schemas.config.ApeConfig`.
+
+Errors name the file, the TOML key (with its line when it can be found) and
+what was expected, with a "did you mean" for misspelt keys. Relative paths are
+resolved against the config file's folder so a config runs the same from any
+working directory.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from schemas.config import ApeConfig, ModelConfig
+from schemas.errors import ApeError, did_you_mean
+
+# Config keys that hold paths, resolved against the config file's folder.
+_PATH_KEYS = (("data", "file"), ("prompt", "template_file"), ("prompt", "system_file"), ("run", "output"))
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ApeConfig:
+    """Parse and validate ``path``; ``overrides`` are dotted keys set after reading (CLI flags)."""
+    path = Path(path)
+    if not path.exists():
+        raise ApeError("config file not found", where=str(path), hint="check the path")
+    if path.is_dir():
+        raise ApeError("is a folder, expected a .toml config file", where=str(path))
+    text = _read_text(path)
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ApeError(f"invalid TOML: {exc}", where=str(path)) from None
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value)
+    base = path.resolve().parent
+    for section, key in _PATH_KEYS:
+        table = raw.get(section)
+        if isinstance(table, dict) and isinstance(table.get(key), str):
+            table[key] = str((base / table[key]).resolve())
+    raw.setdefault("name", path.stem)
+    raw["base_dir"] = str(base)
+    raw["config_file"] = str(path.resolve())
+    try:
+        config = ApeConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise _config_error(exc, path, text) from None
+    if not config.run.output.is_absolute():  # the default, when [run] output is not set
+        config.run.output = (base / config.run.output).resolve()
+    _check_files(config, path, text)
+    return config
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApeError(f"not UTF-8 text (byte {exc.start})", where=str(path)) from None
+
+
+def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+def _check_files(config: ApeConfig, path: Path, text: str) -> None:
+    checks = [("data.file", config.data.file), ("prompt.template_file", config.prompt.template_file),
+              ("prompt.system_file", config.prompt.system_file)]
+    for key, file in checks:
+        if file is not None and not file.is_file():
+            raise ApeError(
+                f"file not found: {file}",
+                where=_where(path, text, key.split(".")),
+                hint="paths are relative to the config file's folder",
+            )
+
+
+def _line_of(text: str, loc: list[str]) -> int | None:
+    """Best-effort line number of a key: the key's line inside its [section]."""
+    if not loc:
+        return None
+    section, key = (loc[0], loc[-1]) if len(loc) > 1 else (None, loc[0])
+    current: str | None = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        header = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", stripped)
+        if header:
+            current = header.group(1).split(".")[0].strip('"')
+            if section is None and current == key:
+                return number
+            if section is not None and current == section and key == section:
+                return number
+            continue
+        if re.match(rf"^\"?{re.escape(str(key))}\"?\s*=", stripped):
+            if section is None and current is None:
+                return number
+            if section is not None and current == section:
+                return number
+    return None
+
+
+def _where(path: Path, text: str, loc: list[str]) -> str:
+    key = _toml_key(loc)
+    line = _line_of(text, [str(p) for p in loc if not isinstance(p, int)])
+    return f"{path}:{line} [{key}]" if line else f"{path} [{key}]"
+
+
+def _toml_key(loc: list[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _allowed_keys(loc: list[Any]) -> list[str]:
+    """Keys valid at ``loc`` (the parent of an unknown key), for 'did you mean'."""
+    model: type[BaseModel] | None = ApeConfig
+    for part in loc:
+        if model is None or isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) or next(
+            (f for f in model.model_fields.values() if f.alias == part), None
+        )
+        if field is None:
+            return []
+        annotation = field.annotation
+        model = _model_in(annotation)
+    if model is None:
+        return []
+    return [f.alias or name for name, f in model.model_fields.items()
+            if name not in {"base_dir", "config_file"}]
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _config_error(exc: ValidationError, path: Path, text: str) -> ApeError:
+    first = exc.errors()[0]
+    loc = list(first["loc"])
+    # "model" is normalised to a list; hide the synthetic index for a single [model] table.
+    if loc[:1] == ["model"] and len(loc) > 1 and loc[1] == 0 and "[[model]]" not in text:
+        loc = ["model", *loc[2:]]
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        parent = [p for p in loc[:-1]]
+        hint = did_you_mean(str(loc[-1]), _allowed_keys([p for p in parent if not isinstance(p, int)]))
+        allowed = _allowed_keys([p for p in parent if not isinstance(p, int)])
+        message = f"unknown key '{loc[-1]}'"
+        if not hint and allowed:
+            hint = "allowed keys: " + ", ".join(sorted(allowed))
+        return ApeError(message, where=_where(path, text, loc), hint=hint)
+    if kind == "missing":
+        return ApeError(f"missing required key '{loc[-1]}'", where=_where(path, text, loc))
+    message = first["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    got = first.get("input")
+    if kind not in {"value_error", "model_attributes_type"} and not isinstance(got, dict):
+        message += f" (got {got!r})"
+    more = len(exc.errors()) - 1
+    if more:
+        message += f"; and {more} more problem{'s' if more > 1 else ''}"
+    return ApeError(message, where=_where(path, text, loc))
+
+
+def describe_model(model: ModelConfig) -> str:
+    return model.model_id

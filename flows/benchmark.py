@@ -1,0 +1,104 @@
+"""The benchmark flow: every configured model (one evaluate subflow each), then the report.
+
+This is the flow users run (``ape run``), deploy (``ape serve``) and retry in
+the Prefect UI. It takes the whole config as one pydantic parameter, so a
+deployment's run form shows every setting. The report is built even when some
+items errored; the flow run then ends Failed so that a retry redoes only those.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from flows.evaluate import ItemsFailed, evaluate
+from schemas.config import ApeConfig
+
+log = logging.getLogger("ape")
+
+
+def _run_name() -> str:
+    from prefect.runtime import flow_run
+
+    config = flow_run.parameters.get("config")
+    try:
+        name = config.name if hasattr(config, "name") else config["name"]
+        models = config.model if hasattr(config, "model") else config["model"]
+        ids = [m.model_id if hasattr(m, "model_id") else (m.get("name") or m.get("provider") or "model")
+               for m in (models if isinstance(models, list) else [models])]
+    except Exception:
+        return "benchmark"
+    return f"{name} · {', '.join(ids)}"
+
+
+@task(name="report", task_run_name="report[{config.name}]", cache_policy=NO_CACHE, persist_result=False)
+def report_task(config: ApeConfig, wall_seconds: float) -> dict[str, Any]:
+    """Leaderboard, pairwise comparison and calibration from the saved results (no model calls)."""
+    from tasks.report import build_report, markdown_table
+
+    dirs = [config.output_dir_for(m) for m in config.model]
+    envelope = build_report(dirs, config.run.output, wall_seconds=wall_seconds,
+                            extra_summary={"benchmark": config.name})
+    table = markdown_table(envelope)
+    try:
+        from prefect.artifacts import create_markdown_artifact
+
+        key = "".join(c if c.isalnum() else "-" for c in config.name.lower()).strip("-") or "benchmark"
+        create_markdown_artifact(markdown=f"# {config.name}: leaderboard\n\n{table}",
+                                 key=f"{key}-leaderboard", description="APE leaderboard")
+        create_markdown_artifact(markdown=_calibration_markdown(envelope),
+                                 key=f"{key}-calibration", description="APE calibration")
+    except Exception as exc:  # no API available: the files are the report
+        log.debug("artifacts unavailable: %s", exc)
+    return envelope.model_dump(mode="json")
+
+
+def _calibration_markdown(envelope: Any) -> str:
+    data = envelope.model_dump(mode="json").get("calibration") or {}
+    lines = ["# Calibration", "", "| model | ECE | Brier | populated bins | n | without confidence |",
+             "|---|---|---|---|---|---|"]
+    for model, rep in data.items():
+        def fmt(v: Any) -> str:
+            return "-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
+        lines.append(f"| {model} | {fmt(rep.get('ece'))} | {fmt(rep.get('brier'))} | "
+                     f"{fmt(rep.get('populated_bins'))} | {fmt(rep.get('n'))} | {fmt(rep.get('missing'))} |")
+    return "\n".join(lines)
+
+
+@flow(name="benchmark", flow_run_name=_run_name, persist_result=False)
+def benchmark(config: ApeConfig, redo_outcomes: list[str] | None = None) -> dict[str, Any]:
+    """Evaluate every model of ``config`` and write the report into its output folder.
+
+    ``redo_outcomes`` (used by ``ape retry``) re-runs saved items whose sessions ended with
+    one of these outcomes; items that errored are always redone on a rerun.
+    """
+    started = time.perf_counter()
+    logger = get_run_logger()
+    from prefect.runtime import flow_run
+
+    if flow_run.ui_url:
+        log.info("Flow run: %s", flow_run.ui_url)
+    failures: list[str] = []
+    summaries = []
+    for index, model in enumerate(config.model):
+        state = evaluate(config, index, redo_outcomes, return_state=True)
+        if state.is_completed():
+            summaries.append(state.result())
+            continue
+        exc = state.result(raise_on_failure=False)
+        if isinstance(exc, ItemsFailed):
+            failures.append(str(exc))
+            logger.warning(str(exc))
+            continue
+        raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
+    envelope = report_task(config, round(time.perf_counter() - started, 3))
+    result = {"models": summaries, "report": str(Path(config.run.output) / "report.json"),
+              "summary": envelope.get("summary")}
+    if failures:
+        raise ItemsFailed("; ".join(failures))
+    return result

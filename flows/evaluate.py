@@ -1,0 +1,292 @@
+"""The evaluate flow: one model over the data, item by item, resumable.
+
+Shape of a run (seed 001's runner on Prefect):
+
+    DataProvider --(bounded window)--> solver workers --> checker carousel
+                                             |
+                         OutputBatch per item v
+                                        SaveHandler (this thread) -> results.jsonl / metadata.json
+
+Each solver worker is a thread that owns its model client and tools and runs
+an item's whole chain (render -> solve -> adapt -> check -> score, for every
+run of the item) by *calling* the stage tasks, never by waiting on futures of
+other pool tasks (which deadlocks a bounded pool into serial speed). Items are
+submitted in a bounded window, so memory stays flat however long the data
+file is, and finished batches are saved by the flow's own thread, in groups,
+with one fsync per group.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+from pydantic import BaseModel
+
+from flows.plan import Plan, make_plan
+from flows.progress import ProgressView, Tally
+from schemas.config import ApeConfig
+from schemas.data import id_field_name
+from schemas.errors import ApeError
+from schemas.plugins import load_object
+from schemas.results import ErrorInfo, Outcome, OutputBatch, SessionResult
+from tasks.save import SaveHandler
+from tasks.stages import (
+    SessionSpec,
+    Worker,
+    adapt_task,
+    bind_worker,
+    cached_variant,
+    check_task,
+    render_task,
+    score_task,
+    session_task,
+    solve_task,
+    unwrap,
+)
+
+log = logging.getLogger("ape")
+
+
+class ItemsFailed(Exception):
+    """The run finished, but more items errored than ``fail_on_error`` tolerates."""
+
+
+class Runner:
+    """Runs one Plan. Built and driven by the evaluate flow; usable directly in tests."""
+
+    def __init__(self, plan: Plan, redo_outcomes: list[str] | None = None):
+        from tasks.check import CheckerCarousel
+        from tasks.transcripts import SessionLog
+
+        self.plan = plan
+        cfg = plan.config
+        self.granularity = cfg.run.task_granularity
+        cache_dir = plan.cache_dir if cfg.run.cache else None
+        if cache_dir is not None:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+        self.session_stage = cached_variant(session_task, cache_dir)
+        self.solve_stage = cached_variant(solve_task, cache_dir)
+        self.adapt_stage = cached_variant(adapt_task, cache_dir)
+        self.carousel = CheckerCarousel(plan.checker_factory, cfg.run.checker_workers)
+        plan.out_dir.mkdir(parents=True, exist_ok=True)
+        self.session_log = SessionLog(plan.out_dir)
+        self.id_name = id_field_name(plan.data_model)
+        self.redo_outcomes = {Outcome(o) for o in (redo_outcomes or [])}
+        self.refresh: set[str] = set()  # items whose cached generations must be regenerated
+        self.hook = None
+        if cfg.hooks.on_batch_saved:
+            self.hook = load_object(cfg.hooks.on_batch_saved, where="[hooks] on_batch_saved",
+                                    base_dir=cfg.base_dir)
+
+    # -- one session / one item (solver worker threads) ---------------------------------
+    def _render(self, template: str, item: BaseModel, key: str) -> str:
+        from tasks.render import render
+
+        if self.granularity == "stage":
+            return render_task(template, item, key)
+        return render(template, item)
+
+    def run_session(self, item: BaseModel, key: str, run_index: int) -> SessionResult:
+        from tasks.check import run_check
+        from tasks.score import score_session
+
+        plan = self.plan
+        started = time.perf_counter()
+        prompt = self._render(plan.template, item, key)
+        system = self._render(plan.system, item, key) if plan.system else None
+        spec = SessionSpec(item_id=key, run_index=run_index, item=item.model_dump(mode="json", by_alias=True),
+                           prompt=prompt, system=system, fingerprint=plan.fingerprint)
+        refresh = key in self.refresh
+        if self.granularity == "stage":
+            solve, adapt = self.solve_stage, self.adapt_stage
+            if refresh:
+                solve, adapt = solve.with_options(refresh_cache=True), adapt.with_options(refresh_cache=True)
+            state, cached = unwrap(solve(spec, return_state=True))
+            if hasattr(state, "outcome"):  # the solve stage itself failed with a record
+                record = state
+            else:
+                record, cached2 = unwrap(adapt(spec, state, return_state=True))
+                cached = cached and cached2
+        else:
+            stage = self.session_stage.with_options(refresh_cache=True) if refresh else self.session_stage
+            record, cached = unwrap(stage(spec, return_state=True))
+        check = None
+        if record.outcome is Outcome.SOLVED:
+            with self.carousel.borrow() as checker:
+                if self.granularity == "stage":
+                    check = check_task(checker, item, record.solution, key, run_index)
+                else:
+                    check = run_check(checker, item, record.solution)
+        if self.granularity == "stage":
+            score, correct = score_task(record.outcome, check, plan.metric, key, run_index)
+        else:
+            score, correct = score_session(record.outcome, check, plan.metric)
+        category = None
+        if plan.config.data.category_field:
+            value = getattr(item, plan.config.data.category_field, None)
+            category = None if value is None else str(value)
+        result = SessionResult(
+            item_id=key, run_index=run_index, model_id=plan.model_id, outcome=record.outcome,
+            solution=record.solution, raw_output=record.raw_output, error=record.error, check=check,
+            metric=plan.metric, score=score, correct=correct, confidence=record.confidence,
+            token_nll=record.token_nll, token_count=record.token_count,
+            input_tokens=record.input_tokens, output_tokens=record.output_tokens, steps=record.steps,
+            latency_s=record.latency_s if not cached else time.perf_counter() - started,
+            category=category, cached=cached,
+        )
+        self.session_log.write(result, record.transcript)
+        return result
+
+    def run_item(self, item: BaseModel) -> OutputBatch:
+        key = str(getattr(item, self.id_name))
+        sessions = []
+        for run_index in range(self.plan.config.run.runs_per_data):
+            try:
+                sessions.append(self.run_session(item, key, run_index))
+            except Exception as exc:  # infrastructure failure outside the solver: keep going
+                log.exception("item %s run %d failed", key, run_index)
+                sessions.append(SessionResult(item_id=key, run_index=run_index, model_id=self.plan.model_id,
+                                              outcome=Outcome.ERROR, error=ErrorInfo.from_exception(exc)))
+        return OutputBatch(item_id=key, model_id=self.plan.model_id, sessions=sessions)
+
+    # -- the loop (flow thread) ----------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        plan, cfg = self.plan, self.plan.config
+        started = time.perf_counter()
+        saver = SaveHandler(plan.out_dir, save_file=cfg.run.save_file, metadata_file=cfg.run.metadata_file,
+                            run_info={"benchmark": cfg.name, "model": plan.model_id,
+                                      "model_config": plan.fingerprint["model"],
+                                      "solver_config": cfg.solver.model_dump(mode="json"),
+                                      "runs_per_data": cfg.run.runs_per_data,
+                                      "config_file": str(cfg.config_file) if cfg.config_file else None})
+        if cfg.run.load_save:
+            saver.load()
+            redo = saver.discard(saver.errored_ids())
+            if redo:
+                log.info("%s: redoing %d item(s) that errored last time", plan.model_id, redo)
+            others = self.redo_outcomes - {Outcome.ERROR}
+            if others:
+                self.refresh = set(saver.ids_with_outcomes(others))
+                saver.discard(self.refresh)
+                log.info("%s: redoing %d item(s) with outcome %s", plan.model_id, len(self.refresh),
+                         "/".join(sorted(o.value for o in others)))
+        else:
+            saver.reset()
+        provider = plan.provider()
+        ids = provider.scan()
+        skip = set(saver.completed)
+        tally = Tally(total=len(ids), done=sum(1 for i in ids if i in skip))
+        if tally.done:
+            log.info("%s: resuming, %d of %d items already saved", plan.model_id, tally.done, tally.total)
+        window = cfg.run.window or 4 * cfg.run.solver_workers
+        errored_now = 0
+
+        def start_worker() -> None:
+            bind_worker(Worker(plan))
+
+        pool = ThreadPoolExecutor(max_workers=cfg.run.solver_workers, initializer=start_worker,
+                                  thread_name_prefix="solver")
+        pending: set[Future] = set()
+        label = f"{cfg.name} · {plan.model_id}"
+        try:
+            with saver, self.session_log, ProgressView(label, tally, enabled=cfg.cli.progress) as view:
+                items = (item for item in provider if str(getattr(item, self.id_name)) not in skip)
+                exhausted = False
+                while pending or not exhausted:
+                    while not exhausted and len(pending) < window:
+                        item = next(items, None)
+                        if item is None:
+                            exhausted = True
+                            break
+                        ctx = contextvars.copy_context()
+                        pending.add(pool.submit(ctx.run, self.run_item, item))
+                    if not pending:
+                        break
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    batches = [f.result() for f in done]
+                    saver.save(batches)
+                    for batch in batches:
+                        tally.done += 1
+                        tally.sessions += len(batch.sessions)
+                        tally.passed += sum(s.correct for s in batch.sessions)
+                        bad = sum(s.outcome is Outcome.ERROR for s in batch.sessions)
+                        tally.errors += bad
+                        errored_now += bool(bad)
+                        if self.hook is not None:
+                            self._call_hook(batch)
+                    view.update()
+        finally:
+            for future in pending:
+                future.cancel()
+            pool.shutdown(wait=True, cancel_futures=True)
+        errored = len(saver.errored_ids())
+        summary = {"model": plan.model_id, "output": str(plan.out_dir), "items": tally.total,
+                   "done": tally.done, "errored_items": errored, "sessions": tally.sessions,
+                   "passed": tally.passed, "wall_seconds": round(time.perf_counter() - started, 3)}
+        log.info("%s: %s", plan.model_id, tally.line())
+        tolerance = cfg.run.fail_on_error
+        share = errored / tally.total if tally.total else 0.0
+        if errored and (tolerance is True or (not isinstance(tolerance, bool) and share > tolerance)):
+            raise ItemsFailed(
+                f"{errored} of {tally.total} items of {plan.model_id} errored; rerun or retry the flow "
+                f"run to redo only those (see {plan.out_dir / cfg.run.save_file})")
+        return summary
+
+    def _call_hook(self, batch: OutputBatch) -> None:
+        try:
+            self.hook(batch)
+        except Exception as exc:  # a broken hook must not lose the run
+            log.warning("on_batch_saved hook failed for item %s: %s: %s", batch.item_id,
+                        type(exc).__name__, exc)
+
+
+def _run_name() -> str:
+    from prefect.runtime import flow_run
+
+    params = flow_run.parameters
+    config = params.get("config")
+    index = params.get("model_index", 0)
+    try:
+        name = config.name if hasattr(config, "name") else config["name"]
+        models = config.model if hasattr(config, "model") else config["model"]
+        model = models[index]
+        model_id = model.model_id if hasattr(model, "model_id") else ApeConfig.model_validate(
+            {**config, "model": models}).model[index].model_id
+    except Exception:
+        return "evaluate"
+    return f"{name} · {model_id}"
+
+
+def attach_run_log(folder: Path) -> logging.Handler:
+    """Send the 'ape' logger to folder/run.log for the duration of a run."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(folder / "run.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("ape")
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    return handler
+
+
+@flow(name="evaluate", flow_run_name=_run_name, persist_result=False, validate_parameters=True)
+def evaluate(config: ApeConfig, model_index: int = 0,
+             redo_outcomes: list[str] | None = None) -> dict[str, Any]:
+    """Evaluate one configured model (``config.model[model_index]``) over the data."""
+    if not 0 <= model_index < len(config.model):
+        raise ApeError(f"model_index {model_index} out of range (config has {len(config.model)} models)")
+    plan = make_plan(config, config.model[model_index])
+    handler = attach_run_log(plan.out_dir)
+    try:
+        summary = Runner(plan, redo_outcomes).run()
+        get_run_logger().info("finished: %s", summary)
+        return summary
+    finally:
+        logging.getLogger("ape").removeHandler(handler)
+        handler.close()

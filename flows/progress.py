@@ -1,0 +1,96 @@
+"""Progress on the terminal (rich) and in the Prefect UI (a progress artifact).
+
+Both are updated from the saving thread only; the artifact at most every few
+seconds, because each update is an API call.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+log = logging.getLogger("ape")
+
+
+@dataclass
+class Tally:
+    total: int
+    done: int = 0
+    sessions: int = 0
+    passed: int = 0
+    errors: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / self.sessions if self.sessions else 0.0
+
+    def line(self) -> str:
+        return (f"{self.done}/{self.total} items, pass {self.pass_rate:.1%}, "
+                f"{self.errors} errored sessions, {time.monotonic() - self.started:.1f} s")
+
+
+class ProgressView:
+    def __init__(self, label: str, tally: Tally, *, enabled: bool = True, artifact: bool = True):
+        self.tally = tally
+        self.label = label
+        self._bar: Progress | None = None
+        self._task = None
+        self._artifact_id = None
+        self._artifact_at = 0.0
+        self._last_log = 0.0
+        self._use_artifact = artifact
+        interactive = enabled and sys.stderr.isatty()
+        if interactive:
+            self._bar = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("pass {task.fields[rate]}"), TextColumn("errors {task.fields[errors]}"),
+                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                console=Console(stderr=True), transient=False,
+            )
+        self._log_progress = enabled and not interactive
+
+    def __enter__(self) -> ProgressView:
+        if self._bar is not None:
+            self._bar.start()
+            self._task = self._bar.add_task(self.label, total=self.tally.total,
+                                            completed=self.tally.done, rate="-", errors=0)
+        if self._use_artifact:
+            try:
+                from prefect.artifacts import create_progress_artifact
+
+                self._artifact_id = create_progress_artifact(
+                    progress=self._percent(), description=f"{self.label}: items done")
+            except Exception as exc:  # no API (unit tests) or a server hiccup: UI only
+                log.debug("progress artifact unavailable: %s", exc)
+        return self
+
+    def _percent(self) -> float:
+        return 100.0 * self.tally.done / self.tally.total if self.tally.total else 100.0
+
+    def update(self, force: bool = False) -> None:
+        t = self.tally
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, completed=t.done, rate=f"{t.pass_rate:.1%}", errors=t.errors)
+        now = time.monotonic()
+        if self._log_progress and (force or now - self._last_log >= 10.0):
+            self._last_log = now
+            log.info("%s: %s", self.label, t.line())
+        if self._artifact_id is not None and (force or now - self._artifact_at >= 3.0):
+            self._artifact_at = now
+            try:
+                from prefect.artifacts import update_progress_artifact
+
+                update_progress_artifact(self._artifact_id, progress=self._percent())
+            except Exception as exc:
+                log.debug("progress artifact update failed: %s", exc)
+
+    def __exit__(self, *exc: object) -> None:
+        self.update(force=True)
+        if self._bar is not None:
+            self._bar.stop()

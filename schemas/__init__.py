@@ -1,0 +1,1 @@
+"""Pydantic contracts shared by every stage: config, data items, sessions, results, reports."""

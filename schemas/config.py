@@ -1,0 +1,238 @@
+"""The TOML configuration as pydantic models.
+
+One ``config.toml`` maps onto :class:`ApeConfig`. Every section forbids unknown
+keys, so a typo is an error that names the key instead of a silently ignored
+setting. Paths are stored absolute (the loader resolves them against the config
+file's folder), which keeps a config valid when it travels as a flow parameter
+to a deployment or a Dask worker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+GIVE_UP_TOKEN = "I_GIVE_UP"
+
+DEFAULT_FORCE_FINISH_PROMPT = (
+    "You have used all the steps available. Stop calling tools and give your final answer now, "
+    f"in the format the task asked for. If you cannot answer, reply with {GIVE_UP_TOKEN}."
+)
+DEFAULT_REFORMAT_PROMPT = (
+    "Your previous answer could not be parsed: {error}\n"
+    "Reply again with only the final answer, in exactly the format the task asked for."
+)
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class DataConfig(Section):
+    file: Path = Field(description="Input file, .csv or .jsonl; relative to the config file.")
+    schema_: str = Field(
+        alias="schema", description="Dotted path 'package.module:Model' of the pydantic DataModel."
+    )
+    start_id: str | int | None = Field(
+        default=None, description="First item to process, by file order (inclusive)."
+    )
+    end_id: str | int | None = Field(
+        default=None, description="Last item to process, by file order (inclusive)."
+    )
+    category_field: str | None = Field(
+        default=None, description="Field used for the per-category leaderboard breakdown."
+    )
+
+
+class PromptConfig(Section):
+    template: str | None = Field(default=None, description="Mustache template, inline.")
+    template_file: Path | None = Field(default=None, description="Mustache template file.")
+    system: str | None = Field(default=None, description="Optional system prompt.")
+    system_file: Path | None = Field(default=None, description="Optional system prompt file.")
+
+    @model_validator(mode="after")
+    def _one_template(self) -> PromptConfig:
+        if (self.template is None) == (self.template_file is None):
+            raise ValueError("set exactly one of 'template' or 'template_file'")
+        if self.system is not None and self.system_file is not None:
+            raise ValueError("set at most one of 'system' or 'system_file'")
+        return self
+
+
+class ModelConfig(Section):
+    """One model: a provider shortcut, or a dotted path to a chat model / ModelAdapter."""
+
+    name: str | None = Field(
+        default=None, description="Display id in outputs; defaults to provider/model."
+    )
+    provider: str | None = Field(
+        default=None,
+        description="Shortcut: 'mock', 'openai' (any OpenAI-compatible endpoint), or an installed "
+        "LangChain integration such as 'anthropic'.",
+    )
+    model: str | None = Field(default=None, description="The provider's model name.")
+    class_: str | None = Field(
+        default=None,
+        alias="class",
+        description="Dotted path to a BaseChatModel subclass, a factory, or a ModelAdapter.",
+    )
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for it.")
+    base_url: str | None = Field(default=None, description="Endpoint of an OpenAI-compatible API.")
+    api_key_env: str | None = Field(
+        default=None, description="Name of the environment variable that holds the API key."
+    )
+    temperature: float | None = None
+    max_tokens: int | None = None
+    timeout_s: float = Field(default=120.0, gt=0, description="Per-request timeout.")
+    max_retries: int = Field(default=4, ge=0, description="Retries of transient failures.")
+    retry_initial_s: float = Field(default=1.0, ge=0, description="First backoff delay.")
+    retry_max_s: float = Field(default=30.0, ge=0, description="Longest backoff delay.")
+    requests_per_second: float | None = Field(default=None, gt=0)
+    max_concurrency: int | None = Field(default=None, ge=1)
+    logprobs: bool | None = Field(
+        default=None, description="Ask for token log-probabilities (default: on for 'openai')."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        if (self.provider is None) == (self.class_ is None):
+            raise ValueError("set exactly one of 'provider' or 'class'")
+        return self
+
+    @property
+    def model_id(self) -> str:
+        if self.name:
+            return self.name
+        if self.provider:
+            return f"{self.provider}/{self.model}" if self.model else self.provider
+        return (self.class_ or "model").replace(":", ".").rsplit(".", 1)[-1]
+
+
+class AdapterConfig(Section):
+    implementation: str = Field(
+        default="raw",
+        description="Built-in adapter (raw, strip, regex, last_number, json) or a dotted path.",
+    )
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class SolverConfig(Section):
+    max_steps: int = Field(default=8, ge=1, description="Model calls before the force-finish prompt.")
+    solution_adaption_attempts: int = Field(
+        default=2, ge=1, description="Parse attempts in total, the first on the original output."
+    )
+    force_finish_prompt: str = DEFAULT_FORCE_FINISH_PROMPT
+    reformat_prompt: str = Field(
+        default=DEFAULT_REFORMAT_PROMPT, description="May use {error} for the parse error."
+    )
+
+
+class ToolConfig(Section):
+    factory: str = Field(description="Dotted path to a callable returning tools.")
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class CheckerConfig(Section):
+    implementation: str = Field(description="Built-in metric name or dotted path to a checker.")
+    args: dict[str, Any] = Field(default_factory=dict)
+    expose_as_tool: bool = False
+    checker_tool: str = Field(default="check_solution", pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+
+
+class RunConfig(Section):
+    solver_workers: int = Field(default=4, ge=1, le=1024)
+    checker_workers: int = Field(default=1, ge=1, le=256)
+    runs_per_data: int = Field(default=1, ge=1)
+    output: Path = Field(default=Path("output"), description="Output folder.")
+    save_file: str = "results.jsonl"
+    metadata_file: str = "metadata.json"
+    load_save: bool = True
+    fail_on_error: bool | float = Field(
+        default=True,
+        description="true: the run fails if any item errored; false: never; a number in (0, 1): "
+        "the share of errored items tolerated.",
+    )
+    cache: bool = Field(default=True, description="Cache model-calling stages with Prefect.")
+    task_granularity: Literal["session", "stage"] = Field(
+        default="session",
+        description="'session': one Prefect task run per session (fast); 'stage': one task run per "
+        "stage (render, solve, adapt, check, score) per session, for a detailed UI graph.",
+    )
+    window: int | None = Field(
+        default=None, ge=1, description="Items in flight at once (default 4 x solver_workers)."
+    )
+    task_runner: Literal["thread", "dask"] = "thread"
+    dask_address: str | None = None
+    dask_workers: int = Field(default=2, ge=1)
+
+    @field_validator("fail_on_error")
+    @classmethod
+    def _share(cls, value: bool | float) -> bool | float:
+        if not isinstance(value, bool) and not 0.0 < value < 1.0:
+            raise ValueError("must be true, false, or a share between 0 and 1")
+        return value
+
+    @field_validator("save_file", "metadata_file")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if "/" in value or "\\" in value or value in {"", ".", ".."}:
+            raise ValueError("must be a file name inside the output folder")
+        return value
+
+
+class CliConfig(Section):
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    progress: bool = Field(default=True, description="Show a progress bar on the terminal.")
+
+
+class HooksConfig(Section):
+    on_batch_saved: str | None = Field(
+        default=None, description="Dotted path to a callable(batch) run after each saved item."
+    )
+
+
+class ApeConfig(Section):
+    name: str = Field(default="benchmark", description="Benchmark name, shown in the Prefect UI.")
+    data: DataConfig
+    prompt: PromptConfig
+    model: list[ModelConfig] = Field(description="[model] for one, [[model]] for several.")
+    adapter: AdapterConfig = Field(default_factory=AdapterConfig)
+    solver: SolverConfig = Field(default_factory=SolverConfig)
+    tools: dict[str, ToolConfig] = Field(default_factory=dict)
+    checker: CheckerConfig
+    run: RunConfig = Field(default_factory=RunConfig)
+    cli: CliConfig = Field(default_factory=CliConfig)
+    hooks: HooksConfig = Field(default_factory=HooksConfig)
+    base_dir: Path = Field(
+        default=Path("."), description="Folder of the config file; plugins import from here."
+    )
+    config_file: Path | None = None
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _unique_models(self) -> ApeConfig:
+        if not self.model:
+            raise ValueError("at least one [model] is needed")
+        ids = [m.model_id for m in self.model]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"model names must be unique; give each a 'name' (repeated: {dupes})")
+        return self
+
+    def output_dir_for(self, model: ModelConfig) -> Path:
+        """One model writes straight into the output folder; several get a folder each."""
+        if len(self.model) == 1:
+            return self.run.output
+        return self.run.output / slug(model.model_id)
+
+
+def slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text).strip("_") or "model"

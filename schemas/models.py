@@ -1,0 +1,23 @@
+"""Protocols for the model side: seed-3 ModelAdapters and tool providers."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from schemas.results import Generation
+
+
+@runtime_checkable
+class ModelAdapter(Protocol):
+    """Any model with one call: a prompt in, one Generation out (mock, local or API)."""
+
+    model_id: str
+
+    def generate(self, prompt: str, task: Any) -> Generation: ...
+
+
+@runtime_checkable
+class ToolProvider(Protocol):
+    """A lightweight holder of one LangChain tool (for tools that keep state)."""
+
+    def get_tool(self) -> Any: ...

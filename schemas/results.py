@@ -1,0 +1,99 @@
+"""What a session produces and what the runner saves: the contract between
+solve/check/score, the save handler and the reports.
+
+``results.jsonl`` holds one :class:`OutputBatch` per line (one item, all its
+sessions). Reports read only these files, so ``ape report`` never needs a model.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Outcome(str, Enum):
+    """The four ways a solver session ends."""
+
+    SOLVED = "SOLVED"  # a solution was parsed (whether it is correct is the checker's call)
+    PARSING_FAILED = "PARSING_FAILED"  # every solution_adaption_attempt failed
+    GAVE_UP = "GAVE_UP"  # the answer contained I_GIVE_UP
+    ERROR = "ERROR"  # a model or infrastructure failure that survived retries
+
+
+class CheckStatus(str, Enum):
+    PASSED = "PASSED"
+    FAILED = "FAILED"
+    ERROR = "ERROR"  # the checker raised
+
+
+class ErrorInfo(Record):
+    type: str
+    message: str
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        return cls(type=type(exc).__name__, message=str(exc)[:2000])
+
+
+class CheckResult(Record):
+    status: CheckStatus
+    score: float | None = None  # graded metrics report a score; pass/fail checkers 1.0/0.0
+    runtime_s: float = 0.0
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    error: ErrorInfo | None = None
+
+
+class SessionResult(Record):
+    """One attempt at one item, after solve, adapt, check and score."""
+
+    item_id: str
+    run_index: int
+    model_id: str
+    outcome: Outcome
+    solution: Any = None  # the adapter's output, JSON-encoded
+    raw_output: str | None = None  # the model's last answer text
+    error: ErrorInfo | None = None
+    check: CheckResult | None = None
+    metric: str | None = None
+    score: float = 0.0  # 0.0 when the session produced no checkable solution
+    correct: bool = False
+    confidence: float | None = None  # in [0, 1]; None when the model reports none
+    token_nll: float | None = None
+    token_count: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    steps: int = 0  # model calls made
+    latency_s: float = 0.0  # wall time of solve + adapt
+    category: str | None = None
+    cached: bool = False  # True when the generation came from the result cache
+
+
+class OutputBatch(Record):
+    """All sessions of one item: the unit that is saved, resumed and retried."""
+
+    item_id: str
+    model_id: str
+    sessions: list[SessionResult]
+    saved_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @property
+    def has_error(self) -> bool:
+        return any(s.outcome is Outcome.ERROR for s in self.sessions)
+
+
+class Generation(BaseModel):
+    """What a seed-3 ModelAdapter returns for one prompt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    confidence: float = Field(ge=0.0, le=1.0)
+    token_nll: float | None = None
+    token_count: int | None = None

@@ -1,0 +1,135 @@
+"""DataProvider: stream .csv / .jsonl rows into validated DataModel instances.
+
+Items are yielded one by one (a huge JSONL is never read whole), sliced by
+``start_id``/``end_id`` in file order, both inclusive. Every problem in the
+file is an :class:`ApeError` naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from schemas.data import id_field_name
+from schemas.errors import ApeError
+
+SUPPORTED = (".jsonl", ".csv")
+
+
+@dataclass
+class DataProvider:
+    file: Path
+    model: type[BaseModel]
+    start_id: str | int | None = None
+    end_id: str | int | None = None
+    id_name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.file = Path(self.file)
+        if self.file.suffix.lower() not in SUPPORTED:
+            raise ApeError(
+                f"unsupported data file extension '{self.file.suffix}'",
+                where=str(self.file),
+                hint="use .jsonl (one JSON object per line) or .csv with a header row",
+            )
+        if not self.file.is_file():
+            raise ApeError("data file not found", where=str(self.file))
+        try:
+            self.id_name = id_field_name(self.model)
+        except ValueError as exc:
+            raise ApeError(str(exc), hint="add a field 'id' or mark one with id_field()") from None
+
+    # -- reading -------------------------------------------------------------------------
+    def _rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(line number, raw row) pairs, streamed."""
+        try:
+            if self.file.suffix.lower() == ".jsonl":
+                yield from self._jsonl_rows()
+            else:
+                yield from self._csv_rows()
+        except UnicodeDecodeError as exc:
+            raise ApeError(
+                f"not valid UTF-8 (byte {exc.start} of a line): {exc.reason}",
+                where=str(self.file),
+                hint="save the file as UTF-8",
+            ) from None
+
+    def _jsonl_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        with self.file.open("r", encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ApeError(f"invalid JSON: {exc.msg} (column {exc.colno})",
+                                   where=f"{self.file}:{number}") from None
+                if not isinstance(row, dict):
+                    raise ApeError(f"expected a JSON object, got {type(row).__name__}",
+                                   where=f"{self.file}:{number}")
+                yield number, row
+
+    def _csv_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        with self.file.open("r", encoding="utf-8-sig", newline="") as handle:
+            reader = csv.DictReader(handle)
+            if reader.fieldnames is None:
+                return
+            for row in reader:
+                if None in row:
+                    raise ApeError("row has more cells than the header", where=f"{self.file}:{reader.line_num}")
+                if not any(v not in (None, "") for v in row.values()):
+                    continue
+                yield reader.line_num, {k: v for k, v in row.items() if v is not None}
+
+    def _validate(self, number: int, row: dict[str, Any]) -> BaseModel:
+        try:
+            return self.model.model_validate(row)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            fld = ".".join(str(p) for p in err["loc"]) or "(row)"
+            more = len(exc.errors()) - 1
+            suffix = f"; and {more} more" if more else ""
+            raise ApeError(f"field '{fld}': {err['msg']}{suffix}",
+                           where=f"{self.file}:{number}") from None
+
+    def __iter__(self) -> Iterator[BaseModel]:
+        """Validated items in the configured slice, streamed."""
+        started = self.start_id is None
+        seen: set[str] = set()
+        found_any = False
+        for number, row in self._rows():
+            found_any = True
+            item = self._validate(number, row)
+            key = str(getattr(item, self.id_name))
+            if key in seen:
+                raise ApeError(f"duplicate id '{key}'", where=f"{self.file}:{number}",
+                               hint="every item needs a unique id")
+            seen.add(key)
+            if not started and key == str(self.start_id):
+                started = True
+            if started:
+                yield item
+                if self.end_id is not None and key == str(self.end_id):
+                    return
+        if not found_any:
+            raise ApeError("data file has no items", where=str(self.file))
+        if not started:
+            raise ApeError(f"start_id '{self.start_id}' is not in the file", where=str(self.file),
+                           hint="start_id and end_id name ids of items in the data file")
+        if self.end_id is not None:
+            raise ApeError(f"end_id '{self.end_id}' is not in the file (or comes before start_id)",
+                           where=str(self.file))
+
+    def scan(self) -> list[str]:
+        """Validate the whole file without keeping items; return the ids in the slice.
+
+        Used by ``ape validate`` and before a run, so bad data fails before any model call,
+        and so the progress bar knows its total.
+        """
+        return [str(getattr(item, self.id_name)) for item in self]

@@ -1,0 +1,179 @@
+"""The Prefect task wrappers of the per-session stages, and the worker they run on.
+
+Logic lives in plain functions (tasks.render, tasks.solve, tasks.check,
+tasks.score); this module only gives them names, caching and the per-worker
+objects they need. The stages that call a model are cached by a key made of
+everything that shapes the model's answer (:class:`SessionSpec`): the
+rendered prompt, the model's identity, solver/adapter/tool settings and the
+run index. The checker is not in the key (unless the model can call it as a
+tool), so a changed checker or metric re-scores cached generations without a
+model call. A session that ends ERROR raises inside its task, so Prefect
+writes no cache entry and a retry calls the model again.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
+from prefect.states import State
+from pydantic import BaseModel, ConfigDict
+
+from schemas.results import CheckResult, Outcome
+from schemas.transcript import SolveRecord, SolverState
+
+
+class SessionSpec(BaseModel):
+    """Everything that determines one session's generation: the cache key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    item_id: str
+    run_index: int
+    item: dict[str, Any]
+    prompt: str
+    system: str | None
+    fingerprint: dict[str, Any]
+
+
+class SessionFailed(Exception):
+    """Raised by a model stage whose session ended ERROR, carrying its record."""
+
+    def __init__(self, record: SolveRecord):
+        self.record = record
+        message = record.error.message if record.error else "session failed"
+        super().__init__(f"{record.error.type if record.error else 'Error'}: {message}")
+
+
+class Worker:
+    """What one solver worker owns: its model client and its (possibly stateful) tools."""
+
+    def __init__(self, plan: Any):
+        from tasks.models import build_model
+        from tasks.tools import load_tools
+
+        self.plan = plan
+        self.model = build_model(plan.model_cfg, plan.config.base_dir)
+        self.tools = load_tools(plan.config.tools, plan.config.base_dir)
+
+    def item(self, spec: SessionSpec) -> BaseModel:
+        return self.plan.data_model.model_validate(spec.item)
+
+    def tools_for(self, item: BaseModel, checker: Any | None = None) -> list[Any]:
+        cfg = self.plan.config.checker
+        if not cfg.expose_as_tool:
+            return list(self.tools)
+        from tasks.check import checker_tool
+
+        tool = checker_tool(checker or self.plan.checker_factory(), item, self.plan.adapter,
+                            cfg.checker_tool)
+        return [*self.tools, tool]
+
+
+_local = threading.local()
+_shared: dict[int, Worker] = {}
+_shared_lock = threading.Lock()
+
+
+def bind_worker(worker: Worker) -> None:
+    """Make ``worker`` the one the stage tasks of this thread run on."""
+    _local.worker = worker
+
+
+def current_worker(plan: Any | None = None) -> Worker:
+    worker = getattr(_local, "worker", None)
+    if worker is None:
+        if plan is None:
+            raise RuntimeError("no solver worker bound to this thread")
+        # a Dask worker process: one Worker per plan per process
+        with _shared_lock:
+            worker = _shared.get(id(plan)) or _shared.setdefault(id(plan), Worker(plan))
+    return worker
+
+
+def _checked(record: SolveRecord) -> SolveRecord:
+    if record.outcome is Outcome.ERROR:
+        raise SessionFailed(record)
+    return record
+
+
+# -- model-calling stages (cached) ----------------------------------------------------------
+@task(name="session", task_run_name="solve[{spec.item_id}]#{spec.run_index}", persist_result=True)
+def session_task(spec: SessionSpec) -> SolveRecord:
+    """render -> solve -> adapt in one task run (the fast default granularity)."""
+    from tasks.solve import solve_session
+
+    worker = current_worker()
+    item = worker.item(spec)
+    record = solve_session(worker.model, spec.prompt, spec.system, tools=worker.tools_for(item),
+                           adapter=worker.plan.adapter, settings=worker.plan.config.solver, item=item)
+    return _checked(record)
+
+
+@task(name="solve", task_run_name="solve[{spec.item_id}]#{spec.run_index}", persist_result=True)
+def solve_task(spec: SessionSpec) -> SolverState:
+    from tasks.solve import run_solver
+
+    worker = current_worker()
+    item = worker.item(spec)
+    return run_solver(worker.model, spec.prompt, spec.system, tools=worker.tools_for(item),
+                      settings=worker.plan.config.solver, item=item)
+
+
+@task(name="adapt", task_run_name="adapt[{spec.item_id}]#{spec.run_index}", persist_result=True)
+def adapt_task(spec: SessionSpec, state: SolverState) -> SolveRecord:
+    from tasks.solve import run_adaption
+
+    worker = current_worker()
+    item = worker.item(spec)
+    record = run_adaption(worker.model, state, adapter=worker.plan.adapter,
+                          settings=worker.plan.config.solver, tools=worker.tools_for(item))
+    return _checked(record)
+
+
+# -- cheap stages (stage granularity only; never cached) ------------------------------------
+@task(name="render", task_run_name="render[{item_id}]", cache_policy=NO_CACHE, persist_result=False)
+def render_task(template: str, item: BaseModel, item_id: str) -> str:
+    from tasks.render import render
+
+    return render(template, item)
+
+
+@task(name="check", task_run_name="check[{item_id}]#{run_index}", cache_policy=NO_CACHE,
+      persist_result=False)
+def check_task(checker: Any, item: BaseModel, solution: Any, item_id: str, run_index: int) -> CheckResult:
+    from tasks.check import run_check
+
+    return run_check(checker, item, solution)
+
+
+@task(name="score", task_run_name="score[{item_id}]#{run_index}", cache_policy=NO_CACHE,
+      persist_result=False)
+def score_task(outcome: Outcome, check: CheckResult | None, metric: str | None, item_id: str,
+               run_index: int) -> tuple[float, bool]:
+    from tasks.score import score_session
+
+    return score_session(outcome, check, metric)
+
+
+def cached_variant(stage: Any, cache_dir: Path | None) -> Any:
+    """The stage with its cache policy bound to this run's cache folder (or no cache)."""
+    if cache_dir is None:
+        return stage.with_options(cache_policy=NO_CACHE, persist_result=False)
+    exclude = "state" if stage is adapt_task else None
+    inputs = INPUTS - exclude if exclude else INPUTS
+    policy = (inputs + TASK_SOURCE).configure(key_storage=str(cache_dir))
+    return stage.with_options(cache_policy=policy)
+
+
+def unwrap(state: State) -> tuple[Any, bool]:
+    """(value, came_from_cache) of a model stage's final state; SessionFailed -> its record."""
+    if state.is_completed():
+        return state.result(), state.name == "Cached"
+    exc = state.result(raise_on_failure=False)
+    if isinstance(exc, SessionFailed):
+        return exc.record, False
+    raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
