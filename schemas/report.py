@@ -1,0 +1,142 @@
+"""The report contract: the JSON envelope that ``ape report`` and the benchmark flow write.
+
+One :class:`Envelope` holds the leaderboard, the pairwise model comparisons, the
+per-model calibration and a summary; when building the report failed, ``error``
+says why and the other parts hold whatever was computed before the failure.
+Numbers that cannot be computed (a mean over nothing, an interval from one
+item) are ``null``, never ``NaN``, so the file is plain JSON for any reader.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ReportModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class OutcomeCounts(ReportModel):
+    """Sessions per solver outcome (the names of ``schemas.results.Outcome``)."""
+
+    SOLVED: int = 0
+    PARSING_FAILED: int = 0
+    GAVE_UP: int = 0
+    ERROR: int = 0
+
+
+class CategoryScore(ReportModel):
+    """One model's results on the items of one category."""
+
+    n_items: int
+    mean_score: float | None = None
+    pass_rate: float | None = None
+
+
+class LeaderboardRow(ReportModel):
+    """One model's standing. Means are over items (each item's runs averaged first)."""
+
+    rank: int
+    model_id: str
+    n_items: int
+    n_sessions: int
+    runs_per_data: int = Field(description="Most sessions seen for one item.")
+    mean_score: float | None = None
+    score_se: float | None = Field(default=None, description="Standard error over items.")
+    ci_low: float | None = Field(default=None, description="95% bootstrap interval, low end.")
+    ci_high: float | None = Field(default=None, description="95% bootstrap interval, high end.")
+    pass_rate: float | None = Field(default=None, description="Share of sessions judged correct.")
+    pass_at_k: dict[str, float] = Field(
+        default_factory=dict, description="k -> unbiased pass@k (only when runs_per_data > 1)."
+    )
+    outcomes: OutcomeCounts = Field(default_factory=OutcomeCounts)
+    check_errors: int = Field(default=0, description="Sessions whose checker raised.")
+    cached: int = Field(default=0, description="Sessions answered from the result cache.")
+    mean_latency_s: float | None = None
+    mean_input_tokens: float | None = None
+    mean_output_tokens: float | None = None
+    by_category: dict[str, CategoryScore] = Field(default_factory=dict)
+
+
+class PairwiseRow(ReportModel):
+    """Model A against model B over the items both answered (difference is A - B)."""
+
+    model_a: str
+    model_b: str
+    n_items: int
+    mean_a: float | None = None
+    mean_b: float | None = None
+    mean_diff: float | None = None
+    ci_low: float | None = Field(default=None, description="95% paired bootstrap, low end.")
+    ci_high: float | None = Field(default=None, description="95% paired bootstrap, high end.")
+    wins: int = Field(default=0, description="Items where A scored higher than B.")
+    ties: int = 0
+    losses: int = Field(default=0, description="Items where A scored lower than B.")
+    a_only: int = Field(default=0, description="Items A passed and B failed (McNemar b).")
+    b_only: int = Field(default=0, description="Items B passed and A failed (McNemar c).")
+    test: Literal["exact", "chi2", "none"] = Field(
+        default="none", description="McNemar variant: exact binomial, chi-square, or no test."
+    )
+    statistic: float | None = Field(default=None, description="Chi-square statistic, if used.")
+    p_value: float | None = None
+
+
+class CalibrationBin(ReportModel):
+    """One equal-width confidence bin of a reliability diagram."""
+
+    index: int
+    lower: float
+    upper: float
+    count: int = 0
+    accuracy: float | None = None
+    mean_confidence: float | None = None
+
+
+class CalibrationEntry(ReportModel):
+    """One model's calibration. ``missing`` counts sessions without a confidence."""
+
+    ece: float | None = None
+    brier: float | None = None
+    populated_bins: int = 0
+    n: int = 0
+    missing: int = 0
+    n_bins: int = 10
+    bins: list[CalibrationBin] = Field(default_factory=list)
+
+
+class Summary(BaseModel):
+    """Run-level facts. Callers may add their own keys (``extra_summary``), hence extra=allow."""
+
+    model_config = ConfigDict(extra="allow")
+
+    tasks: int = Field(default=0, description="Distinct items over all models.")
+    models: int = 0
+    sessions: int = 0
+    wall_seconds: float | None = None
+    runs_per_data: int | None = Field(default=None, description="Most sessions seen for one item.")
+    sources: list[str] = Field(default_factory=list, description="The results files read.")
+    generated_at: str | None = Field(default=None, description="When the report was built (UTC).")
+
+
+class ErrorDetail(ReportModel):
+    """Why the report (or the run behind it) failed."""
+
+    type: str
+    message: str
+    details: Any = None
+
+
+class Envelope(ReportModel):
+    """The whole report, as written to ``report.json``."""
+
+    leaderboard: list[LeaderboardRow] = Field(default_factory=list)
+    pairwise: list[PairwiseRow] = Field(default_factory=list)
+    calibration: dict[str, CalibrationEntry] = Field(default_factory=dict)
+    summary: Summary = Field(default_factory=Summary)
+    error: ErrorDetail | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None

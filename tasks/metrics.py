@@ -1,0 +1,495 @@
+"""Built-in metrics: each scores one prediction against its reference as a float in [0, 1].
+
+These are the scorers behind the built-in checkers (``implementation = "f1"`` and so
+on in the ``[checker]`` section). All of them accept either one reference or a list
+of acceptable references:
+
+- ``exact_match``: 1.0 when the prediction equals a reference after stripping
+  surrounding whitespace (case and inner spacing matter), else 0.0.
+- ``accuracy``: 1.0 when the prediction names the same label or value as a reference:
+  numbers compare as numbers (``"3.0"`` equals ``3``), text compares case-insensitively
+  with runs of whitespace collapsed. Meant for multiple choice and classification.
+- ``f1``: SQuAD v1.1 token F1 (lower case, punctuation and the articles a/an/the
+  removed, whitespace collapsed), best over the references. As in SQuAD v1.1, a
+  pair whose normal form is empty on either side scores 0.
+- ``bleu4``: sentence BLEU-4 with the mteval-13a tokenisation, exponential smoothing
+  and effective order, divided by 100 (the conventions of sacrebleu's
+  ``sentence_bleu`` defaults). Several references are pooled as BLEU defines it.
+- ``rouge_l``: ROUGE-L F-measure over lower-cased alphanumeric tokens, no stemming
+  (the conventions of the rouge-score package), best over the references.
+- ``code_exec``: runs the candidate code and then the item's tests in a separate
+  Python process; the score is the **share of tests passed** (see :func:`run_code`).
+
+Whether a score counts as correct follows :func:`correct_from_score`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Metric = Callable[[Any, Any], float]
+
+# Metrics whose score is all-or-nothing by nature: correct only at a full score.
+PASS_FAIL_METRICS = frozenset({"exact_match", "accuracy", "code_exec"})
+GRADED_THRESHOLD = 0.5
+PASS_FAIL_THRESHOLD = 1.0
+
+
+def correct_from_score(metric: str | None, score: float) -> bool:
+    """The correct signal: a full score for pass/fail metrics, at least 0.5 for graded ones.
+
+    ``metric=None`` stands for a user checker that answers pass/fail, so it needs 1.0
+    too. Any other name is taken as a graded metric.
+    """
+    if score is None or math.isnan(score):
+        return False
+    threshold = (
+        PASS_FAIL_THRESHOLD if metric is None or metric in PASS_FAIL_METRICS else GRADED_THRESHOLD
+    )
+    return score >= threshold
+
+
+def references_of(reference: Any) -> list[Any]:
+    """A reference may be one value or a list/tuple of acceptable values."""
+    if isinstance(reference, (list, tuple)):
+        if not reference:
+            raise ValueError("the list of references is empty; give at least one reference")
+        return list(reference)
+    return [reference]
+
+
+def as_text(value: Any) -> str:
+    return "" if value is None else value if isinstance(value, str) else str(value)
+
+
+# --- exact match and accuracy -------------------------------------------------------------
+
+
+def exact_match(prediction: Any, reference: Any) -> float:
+    """1.0 when the prediction equals one reference, ignoring surrounding whitespace."""
+    text = as_text(prediction).strip()
+    return float(any(text == as_text(ref).strip() for ref in references_of(reference)))
+
+
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(as_text(value).strip().replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _same_label(prediction: Any, reference: Any) -> bool:
+    left, right = _as_number(prediction), _as_number(reference)
+    if left is not None and right is not None:
+        return math.isclose(left, right, rel_tol=1e-9, abs_tol=1e-12)
+    norm = lambda value: " ".join(as_text(value).split()).casefold()  # noqa: E731
+    return norm(prediction) == norm(reference)
+
+
+def accuracy(prediction: Any, reference: Any) -> float:
+    """1.0 when the prediction is the same label or number as one reference."""
+    return float(any(_same_label(prediction, ref) for ref in references_of(reference)))
+
+
+# --- SQuAD v1.1 F1 -----------------------------------------------------------------------
+
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def squad_normalize(text: str) -> str:
+    """Lower case, drop ASCII punctuation, drop the articles a/an/the, collapse whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _token_f1(prediction_tokens: list[str], reference_tokens: list[str]) -> float:
+    overlap = sum((Counter(prediction_tokens) & Counter(reference_tokens)).values())
+    if overlap == 0:
+        return 0.0
+    precision = overlap / len(prediction_tokens)
+    recall = overlap / len(reference_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1(prediction: Any, reference: Any) -> float:
+    """SQuAD v1.1 token F1, best over the references."""
+    tokens = squad_normalize(as_text(prediction)).split()
+    return max(
+        _token_f1(tokens, squad_normalize(as_text(ref)).split()) for ref in references_of(reference)
+    )
+
+
+# --- BLEU-4 ------------------------------------------------------------------------------
+
+# The mteval-v13a tokenisation, as a list of (pattern, replacement) steps applied in order.
+_13A_STEPS = [
+    # split off every ASCII symbol except period, comma and hyphen-minus (those follow)
+    (re.compile(r"([\{-\~\[-\` -\&\(-\+\:-\@\/])"), r" \1 "),
+    # period and comma become tokens unless they sit between digits
+    (re.compile(r"([^0-9])([\.,])"), r"\1 \2 "),
+    (re.compile(r"([\.,])([^0-9])"), r" \1 \2"),
+    # a hyphen after a digit is a token of its own
+    (re.compile(r"([0-9])(-)"), r"\1 \2 "),
+]
+_13A_ENTITIES = (("&quot;", '"'), ("&amp;", "&"), ("&lt;", "<"), ("&gt;", ">"))
+BLEU_MAX_ORDER = 4
+
+
+def tokenize_13a(text: str) -> list[str]:
+    """Tokens of ``text`` under the mteval-v13a rules WMT uses for BLEU."""
+    text = text.rstrip().replace("<skipped>", "").replace("-\n", "").replace("\n", " ")
+    for entity, char in _13A_ENTITIES:
+        text = text.replace(entity, char)
+    text = f" {text} "
+    for pattern, replacement in _13A_STEPS:
+        text = pattern.sub(replacement, text)
+    return text.split()
+
+
+def _ngrams(tokens: Sequence[str], max_order: int) -> Counter[tuple[str, ...]]:
+    counts: Counter[tuple[str, ...]] = Counter()
+    for order in range(1, max_order + 1):
+        for start in range(len(tokens) - order + 1):
+            counts[tuple(tokens[start : start + order])] += 1
+    return counts
+
+
+def _closest_length(hyp_len: int, ref_lens: list[int]) -> int:
+    """The reference length nearest the hypothesis length; the shorter one on a tie."""
+    return min(ref_lens, key=lambda ref_len: (abs(hyp_len - ref_len), ref_len))
+
+
+def bleu4(prediction: Any, reference: Any) -> float:
+    """Sentence BLEU-4 in [0, 1]: 13a tokens, exponential smoothing, effective order."""
+    hyp = tokenize_13a(as_text(prediction))
+    refs = [tokenize_13a(as_text(ref)) for ref in references_of(reference)]
+    ref_counts: Counter[tuple[str, ...]] = Counter()
+    for ref in refs:
+        ref_counts |= _ngrams(ref, BLEU_MAX_ORDER)  # per n-gram, the most any reference has
+    hyp_counts = _ngrams(hyp, BLEU_MAX_ORDER)
+    matches = [0] * BLEU_MAX_ORDER
+    totals = [0] * BLEU_MAX_ORDER
+    for gram, count in hyp_counts.items():
+        totals[len(gram) - 1] += count
+        matches[len(gram) - 1] += min(count, ref_counts.get(gram, 0))
+    if not any(matches):
+        return 0.0
+    hyp_len, ref_len = len(hyp), _closest_length(len(hyp), [len(r) for r in refs])
+    brevity = 1.0 if hyp_len >= ref_len else math.exp(1 - ref_len / hyp_len)
+    log_sum, order, smoothing = 0.0, 0, 1.0
+    for total, match in zip(totals, matches):
+        if total == 0:  # effective order: stop at the first order the hypothesis lacks
+            break
+        order += 1
+        if match == 0:  # exponential smoothing: 1 / (2^k * total) for the k-th empty order
+            smoothing *= 2
+            log_sum += math.log(1.0 / (smoothing * total))
+        else:
+            log_sum += math.log(match / total)
+    return brevity * math.exp(log_sum / order)
+
+
+# --- ROUGE-L -----------------------------------------------------------------------------
+
+_NON_ALNUM = re.compile(r"[^a-z0-9]+")
+
+
+def rouge_tokens(text: str) -> list[str]:
+    """Lower-cased runs of ASCII letters and digits; everything else separates tokens."""
+    return _NON_ALNUM.sub(" ", text.lower()).split()
+
+
+def lcs_length(left: Sequence[str], right: Sequence[str]) -> int:
+    """Length of the longest common subsequence, in O(len(right)) memory."""
+    if len(right) > len(left):
+        left, right = right, left
+    row = [0] * (len(right) + 1)
+    for token in left:
+        diagonal = 0
+        for j, other in enumerate(right, start=1):
+            above = row[j]
+            row[j] = diagonal + 1 if token == other else max(above, row[j - 1])
+            diagonal = above
+    return row[-1]
+
+
+def _rouge_l_pair(prediction_tokens: list[str], reference_tokens: list[str]) -> float:
+    if not prediction_tokens or not reference_tokens:
+        return 0.0
+    common = lcs_length(prediction_tokens, reference_tokens)
+    if common == 0:
+        return 0.0
+    precision = common / len(prediction_tokens)
+    recall = common / len(reference_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def rouge_l(prediction: Any, reference: Any) -> float:
+    """ROUGE-L F-measure, best over the references."""
+    tokens = rouge_tokens(as_text(prediction))
+    return max(_rouge_l_pair(tokens, rouge_tokens(as_text(ref))) for ref in references_of(reference))
+
+
+# --- code execution ----------------------------------------------------------------------
+
+
+class CodeExecResult(BaseModel):
+    """What one run of candidate code against its tests did."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    score: float = Field(description="passed / total; 0 when the code crashed or nothing ran.")
+    passed: int = 0
+    total: int = 0
+    timed_out: bool = False
+    error: str | None = Field(default=None, description="Why tests did not run, if they did not.")
+    failures: list[str] = Field(default_factory=list, description="First failing tests' errors.")
+    exit_code: int | None = None
+    duration_s: float = 0.0
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+
+
+# The program that runs inside the child process. It applies the limits to itself
+# before any candidate code runs, then reports one JSON line per event to the
+# results file, so the tests that finished still count when the time limit kills it.
+_HARNESS = r'''
+import ast, json, sys, traceback
+
+def main():
+    memory_bytes, cpu_seconds, file_bytes, result_path = (
+        int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    try:
+        import resource
+        if memory_bytes > 0:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ImportError, ValueError, OSError):
+        pass
+    out = open(result_path, "w", buffering=1)
+
+    def report(**event):
+        out.write(json.dumps(event) + "\n")
+        out.flush()
+
+    def describe(exc):
+        frames = traceback.extract_tb(exc.__traceback__)
+        line = next((f.lineno for f in reversed(frames) if f.filename in ("solution.py", "tests.py")), None)
+        text = "%s: %s" % (type(exc).__name__, exc) if str(exc) else type(exc).__name__
+        return text[:500] + ("" if line is None else " (line %d)" % line)
+
+    with open("solution.py", encoding="utf-8") as handle:
+        code = handle.read()
+    with open("tests.py", encoding="utf-8") as handle:
+        tests = handle.read()
+    try:
+        tree = ast.parse(tests, "tests.py")
+    except SyntaxError as exc:
+        report(kind="error", error="the tests do not parse: " + describe(exc))
+        return
+    asserts = [node for node in tree.body if isinstance(node, ast.Assert)]
+    report(kind="plan", total=len(asserts) or 1)
+    namespace = {"__name__": "solution"}
+    try:
+        exec(compile(code, "solution.py", "exec"), namespace)
+    except BaseException as exc:
+        report(kind="error", error="the code failed before the tests: " + describe(exc))
+        return
+    if not asserts:
+        try:
+            exec(compile(tree, "tests.py", "exec"), namespace)
+        except BaseException as exc:
+            report(kind="test", passed=False, error=describe(exc))
+        else:
+            report(kind="test", passed=True)
+        return
+    for node in tree.body:
+        unit = compile(ast.Module(body=[node], type_ignores=[]), "tests.py", "exec")
+        try:
+            exec(unit, namespace)
+        except BaseException as exc:
+            if isinstance(node, ast.Assert):
+                report(kind="test", passed=False, error=describe(exc))
+            else:
+                report(kind="error", error="test setup failed: " + describe(exc))
+                return
+        else:
+            if isinstance(node, ast.Assert):
+                report(kind="test", passed=True)
+
+main()
+'''
+
+_TAIL = 2000
+_MAX_FAILURES = 5
+_FILE_LIMIT_BYTES = 16 * 1024 * 1024
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - _TAIL))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _child_env(folder: Path) -> dict[str, str]:
+    """A bare environment: no API keys, no Prefect settings, nothing of the run leaks in."""
+    env = {"HOME": str(folder), "TMPDIR": str(folder), "PYTHONHASHSEED": "0", "LANG": "C.UTF-8"}
+    if "PATH" in os.environ:
+        env["PATH"] = os.environ["PATH"]
+    return env
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """Kill the child and anything it started (it leads its own process group)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, AttributeError):
+        process.kill()
+    process.wait()
+
+
+def _read_events(path: Path) -> list[dict[str, Any]]:
+    events = []
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return events
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def run_code(code: str, tests: str, *, timeout_s: float = 5.0, memory_mb: int = 512) -> CodeExecResult:
+    """Run ``code`` and then ``tests`` in a fresh Python process and count the tests passed.
+
+    Each top-level ``assert`` statement in ``tests`` is one test; the other top-level
+    statements are setup and run in order between them (a failing setup statement
+    ends the run and the remaining tests count as failed). Tests without any top-level
+    ``assert`` (for example a ``check(candidate)`` function followed by a call to it)
+    are one test that passes when the whole script runs without an exception.
+    The score is the share of tests passed; code that fails before the tests scores 0.
+
+    The child runs in a new temporary folder (deleted afterwards) as its working
+    directory and home, with an environment holding only PATH and locale, Python's
+    isolated mode, no stdin, an address-space limit of ``memory_mb`` (where the OS
+    enforces RLIMIT_AS, as Linux does), a CPU-time limit and a 16 MiB file-size limit;
+    after ``timeout_s`` of wall time it is killed with all its children, and the tests
+    that finished before still count. This keeps honest mistakes (loops, memory blow-ups,
+    stray files) away from the run; it is not a security sandbox for hostile code.
+    """
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+    if memory_mb <= 0:
+        raise ValueError(f"memory_mb must be positive, got {memory_mb}")
+    root = Path(tempfile.mkdtemp(prefix="ape-code-"))
+    try:
+        work = root / "work"
+        work.mkdir()
+        (work / "solution.py").write_text(code, encoding="utf-8")
+        (work / "tests.py").write_text(tests, encoding="utf-8")
+        harness = root / "harness.py"
+        harness.write_text(_HARNESS, encoding="utf-8")
+        results, stdout, stderr = root / "results.jsonl", root / "stdout.txt", root / "stderr.txt"
+        argv = [
+            sys.executable, "-I", str(harness),
+            str(memory_mb * 1024 * 1024), str(math.ceil(timeout_s) + 1),
+            str(_FILE_LIMIT_BYTES), str(results),
+        ]  # fmt: skip
+        started = time.perf_counter()
+        timed_out = False
+        with stdout.open("wb") as out, stderr.open("wb") as err:
+            process = subprocess.Popen(
+                argv, cwd=work, env=_child_env(root), stdin=subprocess.DEVNULL,
+                stdout=out, stderr=err, start_new_session=True,
+            )  # fmt: skip
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _stop(process)
+        duration = time.perf_counter() - started
+        return _summarise(
+            _read_events(results),
+            timed_out=timed_out,
+            timeout_s=timeout_s,
+            exit_code=process.returncode,
+            duration_s=duration,
+            stdout_tail=_tail(stdout),
+            stderr_tail=_tail(stderr),
+        )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _summarise(
+    events: list[dict[str, Any]], *, timed_out: bool, timeout_s: float, **facts: Any
+) -> CodeExecResult:
+    total = next((int(e["total"]) for e in events if e.get("kind") == "plan"), 0)
+    outcomes = [e for e in events if e.get("kind") == "test"]
+    passed = sum(1 for e in outcomes if e.get("passed") is True)
+    failures = [str(e.get("error")) for e in outcomes if e.get("passed") is not True]
+    error = next((str(e["error"]) for e in events if e.get("kind") == "error"), None)
+    if timed_out:
+        error = f"time limit of {timeout_s:g} s reached after {len(outcomes)} of {total} tests"
+    elif error is None and total and len(outcomes) < total:
+        code = facts.get("exit_code")
+        error = f"the process ended (exit code {code}) after {len(outcomes)} of {total} tests"
+    elif not total and error is None:
+        error = f"the test harness did not start (exit code {facts.get('exit_code')})"
+    return CodeExecResult(
+        score=passed / total if total else 0.0,
+        passed=passed,
+        total=total,
+        timed_out=timed_out,
+        error=error,
+        failures=failures[:_MAX_FAILURES],
+        **facts,
+    )
+
+
+def code_exec(code: Any, tests: Any, *, timeout_s: float = 5.0, memory_mb: int = 512) -> float:
+    """Share of the item's tests the candidate code passes (details: :func:`run_code`)."""
+    return run_code(as_text(code), as_text(tests), timeout_s=timeout_s, memory_mb=memory_mb).score
+
+
+METRICS: dict[str, Metric] = {
+    "exact_match": exact_match,
+    "accuracy": accuracy,
+    "f1": f1,
+    "bleu4": bleu4,
+    "rouge_l": rouge_l,
+    "code_exec": code_exec,
+}

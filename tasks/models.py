@@ -1,0 +1,438 @@
+"""Build the chat model a ``[model]`` section describes, with retries and rate limits.
+
+Sources of a model, in the order :func:`build_model` checks them:
+
+- ``provider = "mock"``: the built-in :class:`tasks.mock_models.MockChatModel`.
+- ``provider = "openai"``: any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama,
+  a llama.cpp server) through ``langchain-openai`` (the ``openai`` extra).
+  Token log-probabilities are requested by default, with ``top_logprobs=1``
+  because a llama.cpp server returns none for ``logprobs=True`` alone.
+- another provider name (``anthropic``, ``mistralai``, ...): its installed
+  LangChain integration, through ``langchain``'s ``init_chat_model`` when that
+  is installed, else by importing the integration's class directly.
+- ``class = "pkg.module:attr"``: a ``BaseChatModel`` subclass or instance, a
+  factory returning one, or a seed-3 ``ModelAdapter`` class or instance.
+
+Whatever the source, the result goes through one retry policy and one
+per-model rate limiter (:mod:`tasks.limits`). Chat models are wrapped in
+:class:`ManagedChatModel`, a thin ``BaseChatModel`` rather than a
+``RunnableRetry``, because solvers need ``bind_tools`` on what they get and
+because a retry must cover exactly one request (each attempt takes its own
+rate-limit token and concurrency slot, and no slot is held while backing
+off). Provider clients are built with ``max_retries=0`` so their own retries
+do not multiply ours or ignore the user's backoff settings.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, get_args
+
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatResult
+from langchain_core.runnables import Runnable, RunnableBinding
+from pydantic import ConfigDict, ValidationError
+
+from schemas.config import ModelConfig
+from schemas.errors import ApeError, did_you_mean
+from schemas.models import ModelAdapter
+from schemas.plugins import load_object
+from schemas.results import Generation
+from tasks.limits import RateLimiter, RetryPolicy, classify_error, limiter_for
+from tasks.mock_models import Behaviour, MockChatModel
+
+__all__ = [
+    "PROVIDERS",
+    "ManagedAdapter",
+    "ManagedChatModel",
+    "build_model",
+    "classify_error",
+    "model_fingerprint",
+]
+
+# LangChain integrations we know how to build without `langchain` installed:
+# provider -> (module, class, pip package).
+PROVIDERS: dict[str, tuple[str, str, str]] = {
+    "anthropic": ("langchain_anthropic", "ChatAnthropic", "langchain-anthropic"),
+    "azure_openai": ("langchain_openai", "AzureChatOpenAI", "langchain-openai"),
+    "bedrock_converse": ("langchain_aws", "ChatBedrockConverse", "langchain-aws"),
+    "cohere": ("langchain_cohere", "ChatCohere", "langchain-cohere"),
+    "deepseek": ("langchain_deepseek", "ChatDeepSeek", "langchain-deepseek"),
+    "fireworks": ("langchain_fireworks", "ChatFireworks", "langchain-fireworks"),
+    "google_genai": ("langchain_google_genai", "ChatGoogleGenerativeAI", "langchain-google-genai"),
+    "google_vertexai": ("langchain_google_vertexai", "ChatVertexAI", "langchain-google-vertexai"),
+    "groq": ("langchain_groq", "ChatGroq", "langchain-groq"),
+    "mistralai": ("langchain_mistralai", "ChatMistralAI", "langchain-mistralai"),
+    "nvidia": ("langchain_nvidia_ai_endpoints", "ChatNVIDIA", "langchain-nvidia-ai-endpoints"),
+    "ollama": ("langchain_ollama", "ChatOllama", "langchain-ollama"),
+    "perplexity": ("langchain_perplexity", "ChatPerplexity", "langchain-perplexity"),
+    "together": ("langchain_together", "ChatTogether", "langchain-together"),
+    "xai": ("langchain_xai", "ChatXAI", "langchain-xai"),
+}
+BUILT_IN = ("mock", "openai")
+NO_KEY_PLACEHOLDER = "not-needed"  # local OpenAI-compatible servers accept any key
+
+# Argument names whose values are secrets: never part of a fingerprint.
+_SECRET_ARG = re.compile(r"(^|_)(api_?key|key|token|secret|password|credentials?)$|header", re.I)
+# Mock arguments that change timing or bookkeeping, not answers.
+_MOCK_NON_BEHAVIOUR = frozenset({"latency_s", "call_log", "transient_failures"})
+
+
+def _where(cfg: ModelConfig) -> str:
+    return f"[model] '{cfg.model_id}'"
+
+
+class ManagedChatModel(BaseChatModel):
+    """A chat model whose every request goes through a retry policy and a rate limiter.
+
+    It delegates ``_generate`` to the inner model, so usage metadata, response
+    metadata (log-probabilities) and tool calls come through unchanged.
+    ``bind_tools`` lets the inner model format the tools its own way and binds
+    the result on this wrapper, so tool-calling requests are retried and
+    limited too.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    inner: BaseChatModel
+    retry: RetryPolicy
+    limiter: RateLimiter
+    model_id: str
+
+    @property
+    def _llm_type(self) -> str:
+        return f"ape-managed-{self.inner._llm_type}"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_id": self.model_id, **self.inner._identifying_params}
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        def attempt() -> ChatResult:
+            with self.limiter.acquire():
+                return self.inner._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+        return self.retry.call(attempt)
+
+    def bind_tools(
+        self,
+        tools: Sequence[Any],
+        *,
+        tool_choice: Any = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        try:
+            bound = self.inner.bind_tools(tools, **kwargs)
+        except NotImplementedError:
+            raise ApeError(
+                f"model class {type(self.inner).__name__} does not support tools",
+                where=f"[model] '{self.model_id}'",
+                hint="use a model with tool calling, or remove the [tools] sections",
+            ) from None
+        if not isinstance(bound, RunnableBinding) or bound.bound is not self.inner:
+            raise TypeError(
+                f"{type(self.inner).__name__}.bind_tools returned {type(bound).__name__}, not a "
+                "binding of the model itself; APE cannot route its tool calls through retries"
+            )
+        return self.bind(**bound.kwargs)
+
+
+class ManagedAdapter:
+    """A seed-3 ModelAdapter whose ``generate`` goes through the retry policy and rate limiter."""
+
+    def __init__(self, inner: ModelAdapter, retry: RetryPolicy, limiter: RateLimiter):
+        self.inner = inner
+        self.retry = retry
+        self.limiter = limiter
+        self.model_id = inner.model_id
+
+    def generate(self, prompt: str, task: Any) -> Generation:
+        def attempt() -> Generation:
+            with self.limiter.acquire():
+                return self.inner.generate(prompt, task)
+
+        return self.retry.call(attempt)
+
+
+def build_model(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | ModelAdapter:
+    """Build the model of one ``[model]`` section, wrapped in retries and its rate limiter.
+
+    ``base_dir`` is the config file's folder: plugins import from there and
+    relative file arguments of the mock model resolve against it. Raises
+    :class:`ApeError` naming the section for every configuration problem.
+    """
+    raw = _build_raw(cfg, base_dir)
+    retry = RetryPolicy.from_config(cfg)
+    limiter = limiter_for(cfg.model_id, cfg)
+    if isinstance(raw, BaseChatModel):
+        return ManagedChatModel(inner=raw, retry=retry, limiter=limiter, model_id=cfg.model_id)
+    return ManagedAdapter(raw, retry, limiter)
+
+
+def _build_raw(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | ModelAdapter:
+    if cfg.class_ is not None:
+        return _from_dotted_path(cfg, base_dir)
+    provider = (cfg.provider or "").strip().lower()
+    if provider == "mock":
+        return _mock(cfg, base_dir)
+    if provider == "openai":
+        return _openai(cfg)
+    return _integration(cfg, provider)
+
+
+def _mock(cfg: ModelConfig, base_dir: Path) -> MockChatModel:
+    args = dict(cfg.args)
+    if cfg.model in get_args(Behaviour) and "behaviour" not in args:
+        args["behaviour"] = cfg.model  # `model = "echo"` reads naturally for a mock
+    args.setdefault("name", cfg.model_id)
+    if args.get("call_log"):
+        args["call_log"] = str(base_dir / Path(str(args["call_log"]).strip()))
+    try:
+        return MockChatModel(**args)
+    except ValidationError as exc:
+        raise ApeError(
+            f"invalid mock model arguments: {_pydantic_problems(exc)}",
+            where=_where(cfg),
+            hint="mock args are behaviour, latency_s, accuracy, seed, use_tools, responses, "
+            "logprobs, call_log, transient_failures",
+        ) from None
+
+
+def _pydantic_problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in exc.errors()
+    )
+
+
+def _api_key(cfg: ModelConfig, *, required_default: str | None) -> str | None:
+    """The key from ``api_key_env``; a clear error names the variable when it is unset."""
+    name = cfg.api_key_env or required_default
+    if name is None:
+        return None
+    value = os.environ.get(name, "").strip()
+    if not value:
+        setting = "api_key_env" if cfg.api_key_env else "api_key_env (default OPENAI_API_KEY)"
+        raise ApeError(
+            f"environment variable {name} is not set; it should hold the API key",
+            where=_where(cfg),
+            hint=f"export {name}=..., or point {setting} at the variable that holds the key",
+        )
+    return value
+
+
+def _openai(cfg: ModelConfig) -> BaseChatModel:
+    try:
+        from langchain_openai import ChatOpenAI
+    except ImportError:
+        raise ApeError(
+            "provider 'openai' needs the langchain-openai package",
+            where=_where(cfg),
+            hint="pip install 'ape-bench[openai]' (or pip install langchain-openai)",
+        ) from None
+    if not cfg.model:
+        raise ApeError(
+            "provider 'openai' needs 'model', the endpoint's model name",
+            where=_where(cfg),
+            hint="local servers accept any name, e.g. model = \"local\"",
+        )
+    # No base_url means api.openai.com, which needs a real key; a local server needs none.
+    key = _api_key(cfg, required_default=None if cfg.base_url else "OPENAI_API_KEY")
+    kwargs: dict[str, Any] = {
+        "model": cfg.model,
+        "api_key": key or NO_KEY_PLACEHOLDER,
+        "timeout": cfg.timeout_s,
+        "max_retries": 0,
+    }
+    if cfg.base_url:
+        kwargs["base_url"] = cfg.base_url
+    if cfg.logprobs is not False:
+        kwargs.update(logprobs=True, top_logprobs=1)
+    _add_sampling(cfg, kwargs)
+    kwargs.update(cfg.args)
+    return _construct(ChatOpenAI, kwargs, cfg)
+
+
+def _add_sampling(cfg: ModelConfig, kwargs: dict[str, Any]) -> None:
+    if cfg.temperature is not None:
+        kwargs["temperature"] = cfg.temperature
+    if cfg.max_tokens is not None:
+        kwargs["max_tokens"] = cfg.max_tokens
+
+
+def _construct(factory: Any, kwargs: dict[str, Any], cfg: ModelConfig) -> Any:
+    try:
+        return factory(**kwargs)
+    except ValidationError as exc:
+        raise ApeError(
+            f"invalid arguments for {getattr(factory, '__name__', factory)}: {_pydantic_problems(exc)}",
+            where=_where(cfg),
+        ) from None
+    except (TypeError, ValueError) as exc:
+        raise ApeError(
+            f"building {getattr(factory, '__name__', factory)} failed: {exc}", where=_where(cfg)
+        ) from None
+
+
+def _accepted(cls: type, name: str) -> bool:
+    """Whether a pydantic model class has a field (or alias) called ``name``."""
+    fields = getattr(cls, "model_fields", None)
+    if fields is None:
+        return name in inspect.signature(cls).parameters
+    return any(name == field or name == info.alias for field, info in fields.items())
+
+
+def _integration(cfg: ModelConfig, provider: str) -> BaseChatModel:
+    """A model of another LangChain integration, e.g. ``provider = "anthropic"``."""
+    known = provider in PROVIDERS
+    init_chat_model = _init_chat_model()
+    if not known and init_chat_model is None:
+        raise ApeError(
+            f"unknown model provider '{cfg.provider}'",
+            where=_where(cfg),
+            hint=did_you_mean(provider, [*BUILT_IN, *PROVIDERS])
+            or f"use one of {', '.join([*BUILT_IN, *sorted(PROVIDERS)])}, or 'class' with a dotted path",
+        )
+    if not cfg.model:
+        raise ApeError(f"provider '{provider}' needs 'model'", where=_where(cfg))
+    kwargs: dict[str, Any] = {}
+    _add_sampling(cfg, kwargs)
+    key = _api_key(cfg, required_default=None)
+    if key is not None:
+        kwargs["api_key"] = key
+    if cfg.base_url:
+        kwargs["base_url"] = cfg.base_url
+    if cfg.logprobs:
+        kwargs["logprobs"] = True
+    if known:
+        module_name, class_name, package = PROVIDERS[provider]
+        if importlib.util.find_spec(module_name) is None:
+            raise ApeError(
+                f"provider '{provider}' needs the {package} package",
+                where=_where(cfg),
+                hint=f"pip install {package}",
+            )
+        cls = getattr(importlib.import_module(module_name), class_name)
+        # Timeouts and retries belong to us; pass them only where the class has them.
+        for name, value in (("timeout", cfg.timeout_s), ("max_retries", 0)):
+            if _accepted(cls, name):
+                kwargs[name] = value
+        kwargs.update(cfg.args)
+        if init_chat_model is None:
+            return _construct(cls, {"model": cfg.model, **kwargs}, cfg)
+    else:
+        kwargs.update(cfg.args)
+    assert init_chat_model is not None
+    try:
+        return init_chat_model(cfg.model, model_provider=provider, **kwargs)
+    except ImportError as exc:
+        raise ApeError(
+            f"provider '{provider}' needs a package that is not installed: {exc}",
+            where=_where(cfg),
+            hint=f"pip install langchain-{provider.replace('_', '-')}",
+        ) from None
+    except ValueError as exc:
+        if "provider" in str(exc).lower() and not known:
+            raise ApeError(
+                f"unknown model provider '{cfg.provider}'",
+                where=_where(cfg),
+                hint=did_you_mean(provider, [*BUILT_IN, *PROVIDERS]),
+            ) from None
+        raise ApeError(f"building the '{provider}' model failed: {exc}", where=_where(cfg)) from None
+
+
+def _init_chat_model() -> Any:
+    """``langchain.chat_models.init_chat_model`` when ``langchain`` is installed, else None."""
+    try:
+        from langchain.chat_models import init_chat_model
+    except ImportError:
+        return None
+    return init_chat_model
+
+
+def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | ModelAdapter:
+    """A chat model or ModelAdapter named by ``class``, called with ``args``."""
+    where = _where(cfg)
+    provider_only = {
+        "model": cfg.model,
+        "base_url": cfg.base_url,
+        "api_key_env": cfg.api_key_env,
+        "temperature": cfg.temperature,
+        "max_tokens": cfg.max_tokens,
+        "logprobs": cfg.logprobs,
+    }
+    misplaced = [name for name, value in provider_only.items() if value is not None]
+    if misplaced:
+        raise ApeError(
+            f"{', '.join(misplaced)} only apply to 'provider' models",
+            where=where,
+            hint="for a 'class' model put them in 'args'",
+        )
+    assert cfg.class_ is not None
+    target = load_object(cfg.class_, where=f"{where} class", base_dir=base_dir)
+    if isinstance(target, (BaseChatModel, ModelAdapter)) and not isinstance(target, type):
+        if cfg.args:
+            raise ApeError(
+                f"'{cfg.class_}' is already a model instance; it takes no args", where=where
+            )
+        return target
+    if not callable(target):
+        raise ApeError(
+            f"'{cfg.class_}' is a {type(target).__name__}, not a chat model, factory or ModelAdapter",
+            where=where,
+        )
+    try:
+        model = target(**cfg.args)
+    except ValidationError as exc:
+        raise ApeError(
+            f"invalid args for '{cfg.class_}': {_pydantic_problems(exc)}", where=where
+        ) from None
+    except TypeError as exc:
+        raise ApeError(f"calling '{cfg.class_}' with args failed: {exc}", where=where) from None
+    if isinstance(model, (BaseChatModel, ModelAdapter)):
+        return model
+    raise ApeError(
+        f"'{cfg.class_}' returned a {type(model).__name__}, not a LangChain BaseChatModel or a "
+        "ModelAdapter (an object with model_id and generate(prompt, task))",
+        where=where,
+    )
+
+
+def model_fingerprint(cfg: ModelConfig) -> dict[str, Any]:
+    """What identifies a model's answers, for cache keys.
+
+    Includes provider, model name, class path, arguments, endpoint, sampling
+    settings and whether log-probabilities are asked for (they change the
+    confidence). Leaves out API keys and other secret-looking arguments, the
+    display name, and retry, timeout and rate-limit settings: none of them
+    change what the model answers.
+    """
+    provider = cfg.provider.strip().lower() if cfg.provider else None
+    args = {k: v for k, v in cfg.args.items() if not _SECRET_ARG.search(k)}
+    if provider == "mock":
+        args = {k: v for k, v in args.items() if k not in _MOCK_NON_BEHAVIOUR}
+    logprobs = cfg.logprobs if cfg.logprobs is not None else provider == "openai"
+    return {
+        "provider": provider,
+        "model": cfg.model,
+        "class": cfg.class_,
+        "args": dict(sorted(args.items())),
+        "base_url": cfg.base_url.rstrip("/") if cfg.base_url else None,
+        "temperature": cfg.temperature,
+        "max_tokens": cfg.max_tokens,
+        "logprobs": bool(logprobs),
+    }

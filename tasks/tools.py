@@ -1,0 +1,187 @@
+"""Load the LangChain tools named in ``[tools.X]`` sections, plus small built-in tool factories.
+
+Each ``[tools.X]`` section names a factory (``factory = "pkg.module:make_tool"``) called
+with its ``args``. A factory may return a ``BaseTool``, a list of them, or a
+``ToolProvider`` (an object with ``get_tool()``); the dotted path may also name a
+``BaseTool`` directly (e.g. a function decorated with ``@tool``). Every solver worker
+calls :func:`load_tools` once, so a stateful tool is private to its worker.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from langchain_core.tools import BaseTool, StructuredTool
+from pydantic import BaseModel, Field
+
+from schemas.config import ToolConfig
+from schemas.errors import ApeError
+from schemas.models import ToolProvider
+from schemas.plugins import load_object
+
+
+def load_tools(tools: dict[str, ToolConfig], base_dir: Path) -> list[BaseTool]:
+    """Build every configured tool; tool names must be unique across all sections."""
+    loaded: list[BaseTool] = []
+    owner: dict[str, str] = {}
+    for section, cfg in tools.items():
+        for tool in tools_from_section(section, cfg, base_dir):
+            if tool.name in owner:
+                raise ApeError(
+                    f"tool name '{tool.name}' is used twice (also by [tools.{owner[tool.name]}]); "
+                    "tool names must be unique",
+                    where=f"[tools.{section}] factory",
+                )
+            owner[tool.name] = section
+            loaded.append(tool)
+    return loaded
+
+
+def tools_from_section(section: str, cfg: ToolConfig, base_dir: Path) -> list[BaseTool]:
+    """Call one section's factory and normalise what it returns to a list of tools."""
+    where = f"[tools.{section}] factory"
+    target = load_object(cfg.factory, where=where, base_dir=base_dir)
+    if isinstance(target, BaseTool):
+        if cfg.args:
+            raise ApeError(
+                f"'{cfg.factory}' is a tool, not a factory, so it takes no args; remove "
+                f"[tools.{section}] args or point 'factory' at a function that builds the tool",
+                where=where,
+            )
+        return [target]
+    if not callable(target):
+        raise ApeError(
+            f"'{cfg.factory}' is a {type(target).__name__}, not a callable that returns tools",
+            where=where,
+        )
+    try:
+        produced = target(**cfg.args)
+    except Exception as exc:
+        raise ApeError(
+            f"calling '{cfg.factory}' with args {cfg.args} failed: {type(exc).__name__}: {exc}",
+            where=where,
+        ) from exc
+    return normalise_tools(produced, where=where)
+
+
+def normalise_tools(produced: Any, *, where: str) -> list[BaseTool]:
+    """Accept a BaseTool, a ToolProvider, or a list/tuple of either."""
+    items = list(produced) if isinstance(produced, (list, tuple)) else [produced]
+    result: list[BaseTool] = []
+    for thing in items:
+        if not isinstance(thing, BaseTool) and isinstance(thing, ToolProvider):
+            thing = thing.get_tool()
+        if not isinstance(thing, BaseTool):
+            raise ApeError(
+                f"the factory returned a {type(thing).__name__}; expected a LangChain BaseTool, "
+                "a list of them, or an object with get_tool()",
+                where=where,
+            )
+        result.append(thing)
+    if not result:
+        raise ApeError("the factory returned no tools", where=where)
+    return result
+
+
+# --- built-in tool: a safe calculator ---------------------------------------------------------
+
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+    ast.UAdd: operator.pos,
+    ast.USub: operator.neg,
+}
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "abs": abs,
+    "round": round,
+    "min": min,
+    "max": max,
+    "sqrt": math.sqrt,
+    "log": math.log,
+    "exp": math.exp,
+    "floor": math.floor,
+    "ceil": math.ceil,
+}
+_CONSTANTS = {"pi": math.pi, "e": math.e}
+MAX_EXPRESSION_CHARS = 500
+MAX_EXPONENT = 1000
+MAX_RESULT_BITS = 100_000
+
+
+def calculate(expression: str) -> int | float:
+    """Evaluate arithmetic by walking its syntax tree: numbers, operators and a few math
+    functions only, so a model cannot run code through it."""
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise ValueError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"not an arithmetic expression: {exc.msg}") from None
+    value = _evaluate(tree.body)
+    if isinstance(value, complex):
+        raise ValueError("the result is not a real number")
+    return value
+
+
+def _evaluate(node: ast.AST) -> Any:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in _CONSTANTS:
+        return _CONSTANTS[node.id]
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_evaluate(node.operand))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        if isinstance(node.op, ast.Pow) and (
+            abs(right) > MAX_EXPONENT
+            or (isinstance(left, int) and left.bit_length() * abs(right) > MAX_RESULT_BITS)
+        ):
+            raise ValueError(f"the power {ast.unparse(node)} is too large to compute")
+        return _BINARY[type(node.op)](left, right)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _FUNCTIONS
+        and not node.keywords
+    ):
+        return _FUNCTIONS[node.func.id](*(_evaluate(arg) for arg in node.args))
+    allowed = ", ".join([*_FUNCTIONS, *_CONSTANTS])
+    raise ValueError(
+        f"unsupported element '{ast.unparse(node)}'; use numbers, + - * / // % **, "
+        f"parentheses and {allowed}"
+    )
+
+
+class CalculatorInput(BaseModel):
+    expression: str = Field(description="An arithmetic expression, e.g. '(17 * 3) / 4 + sqrt(2)'.")
+
+
+def _calculator_text(expression: str) -> str:
+    value = calculate(expression)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        value = int(value)
+    return str(value)
+
+
+def calculator(name: str = "calculator") -> BaseTool:
+    """Tool factory for ``[tools.calc] factory = "tasks.tools:calculator"``."""
+    return StructuredTool.from_function(
+        func=_calculator_text,
+        name=name,
+        description="Evaluate an arithmetic expression exactly and return the result. "
+        "Supports + - * / // % **, parentheses, abs, round, min, max, sqrt, log, exp, floor, "
+        "ceil, pi and e.",
+        args_schema=CalculatorInput,
+    )

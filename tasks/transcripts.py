@@ -1,0 +1,198 @@
+"""Write closed sessions to ``sessions.log`` (readable) and ``sessions.jsonl`` (one JSON line each).
+
+The schema of both is documented in :mod:`schemas.transcript`. Many solver workers
+close sessions at the same time, so each session is formatted first and then written as
+one block under a lock and flushed: blocks are never interleaved, and a crash loses at
+most the sessions still open.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TextIO
+
+from pydantic_core import to_jsonable_python
+
+from schemas.results import SessionResult
+from schemas.transcript import EntryKind, SessionTranscript, TranscriptEntry
+
+LOG_FILE = "sessions.log"
+JSONL_FILE = "sessions.jsonl"
+
+
+def closing_entries(
+    result: SessionResult, transcript: list[TranscriptEntry]
+) -> list[TranscriptEntry]:
+    """The CHECK entry (when something was checked) and the SESSION_END entry.
+
+    The check runs after solve and adapt, so its time is placed after the session's
+    solve + adapt time (``result.latency_s``), shifted by the checker's runtime.
+    """
+    last = transcript[-1].t if transcript else 0.0
+    t = max(last, result.latency_s)
+    entries: list[TranscriptEntry] = []
+    check = result.check
+    if check is not None:
+        t += check.runtime_s
+        entries.append(
+            TranscriptEntry(
+                kind=EntryKind.CHECK,
+                t=t,
+                content=check.status.value,
+                data=to_jsonable_python(
+                    {
+                        "score": check.score,
+                        "runtime_s": check.runtime_s,
+                        "metadata": check.metadata,
+                    },
+                    fallback=repr,
+                ),
+                error=check.error,
+            )
+        )
+    entries.append(
+        TranscriptEntry(
+            kind=EntryKind.SESSION_END,
+            t=t,
+            content=result.outcome.value,
+            data={
+                "score": result.score,
+                "correct": result.correct,
+                "steps": result.steps,
+                "latency_s": result.latency_s,
+                "input_tokens": result.input_tokens,
+                "output_tokens": result.output_tokens,
+                "confidence": result.confidence,
+                "cached": result.cached,
+            },
+            error=result.error,
+        )
+    )
+    return entries
+
+
+def session_transcript(
+    result: SessionResult, transcript: list[TranscriptEntry]
+) -> SessionTranscript:
+    """The whole session as one ``sessions.jsonl`` record, closing entries included."""
+    return SessionTranscript(
+        item_id=result.item_id,
+        run_index=result.run_index,
+        model_id=result.model_id,
+        outcome=result.outcome,
+        score=result.score,
+        correct=result.correct,
+        check_status=result.check.status if result.check else None,
+        solution=to_jsonable_python(result.solution, fallback=repr),
+        error=result.error,
+        confidence=result.confidence,
+        steps=result.steps,
+        input_tokens=result.input_tokens,
+        output_tokens=result.output_tokens,
+        latency_s=result.latency_s,
+        entries=[*transcript, *closing_entries(result, transcript)],
+    )
+
+
+def format_session(session: SessionTranscript) -> str:
+    """Readable text of one session: a header, then one block per entry."""
+    header = (
+        f"=== session item={session.item_id} run={session.run_index} model={session.model_id} "
+        f"outcome={session.outcome.value} score={session.score:g} "
+        f"correct={str(session.correct).lower()} ==="
+    )
+    lines = [header]
+    for entry in session.entries:
+        lines.extend(format_entry(entry))
+    lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def format_entry(entry: TranscriptEntry) -> list[str]:
+    """A header line (time, kind, tool name, data), the error, then the content indented.
+    Verdict-like entries (CHECK, SESSION_END) carry their one-word content in the header."""
+    head = f"[{entry.t:9.3f}s] {entry.kind.value}"
+    inline = entry.kind in _INLINE and entry.content and "\n" not in entry.content
+    if inline:
+        head += f" {entry.content}"
+    if entry.name:
+        head += f" {entry.name}"
+    if entry.data:
+        head += f" {_compact(entry.data)}"
+    lines = [head]
+    if entry.error is not None:
+        lines.append(f"    ! {entry.error.type}: {_indent(entry.error.message)}")
+    if entry.content and not inline:
+        lines.append("    " + _indent(entry.content))
+    return lines
+
+
+_INLINE = {EntryKind.CHECK, EntryKind.SESSION_END}
+
+
+def _compact(data: dict[str, Any]) -> str:
+    return json.dumps(_rounded(data), ensure_ascii=False, default=repr, separators=(", ", ": "))
+
+
+def _rounded(value: Any) -> Any:
+    """Floats to 4 decimals for reading; the JSON Lines file keeps full precision."""
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_rounded(item) for item in value]
+    return value
+
+
+def _indent(text: str) -> str:
+    return text.replace("\n", "\n    ")
+
+
+class SessionLog:
+    """Appends closed sessions to ``sessions.log`` and ``sessions.jsonl`` in ``folder``.
+
+    Thread-safe; one instance is shared by all solver workers of a run. Files are opened
+    in append mode, so a resumed run adds to what is there.
+    """
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._log: TextIO | None = open(self.folder / LOG_FILE, "a", encoding="utf-8")
+        self._jsonl: TextIO | None = open(self.folder / JSONL_FILE, "a", encoding="utf-8")
+
+    def write(self, result: SessionResult, transcript: list[TranscriptEntry]) -> None:
+        """Close a session: add CHECK and SESSION_END, write both forms, flush."""
+        session = session_transcript(result, transcript)
+        text = format_session(session)
+        line = session.model_dump_json() + "\n"
+        with self._lock:
+            if self._log is None or self._jsonl is None:
+                raise RuntimeError(f"the session log in {self.folder} is closed")
+            self._log.write(text)
+            self._jsonl.write(line)
+            self._log.flush()
+            self._jsonl.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            for handle in (self._log, self._jsonl):
+                if handle is not None:
+                    handle.close()
+            self._log = self._jsonl = None
+
+    def __enter__(self) -> SessionLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

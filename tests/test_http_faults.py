@@ -1,0 +1,214 @@
+"""Transient and permanent HTTP failures of an OpenAI-compatible endpoint, end to end.
+
+A loopback ``http.server`` plays the endpoint and counts the requests it gets;
+the model is built by ``build_model`` exactly as a run would build it, so these
+tests cover ChatOpenAI's error types, ``classify_error`` and the retry policy
+together. Backoff values are tiny so the whole file runs in a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+openai = pytest.importorskip("openai", reason="the HTTP fault tests need the 'openai' extra")
+pytest.importorskip("langchain_openai", reason="the HTTP fault tests need the 'openai' extra")
+
+from langchain_core.tools import tool  # noqa: E402
+
+from schemas.config import ModelConfig  # noqa: E402
+from tasks.limits import clear_limiters  # noqa: E402
+from tasks.models import build_model  # noqa: E402
+
+COMPLETION = {
+    "id": "chatcmpl-test",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "fake",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "hello"},
+            "finish_reason": "stop",
+            "logprobs": {
+                "content": [{"token": "hello", "logprob": -0.25, "bytes": [104], "top_logprobs": []}]
+            },
+        }
+    ],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+}
+
+
+class FakeEndpoint:
+    """Answers chat completions from a plan: a status code, "drop" or ("slow", seconds) per request.
+
+    When the plan runs out every further request gets ``default``.
+    """
+
+    def __init__(self, plan: list[Any], default: Any = 200):
+        self.plan = list(plan)
+        self.default = default
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep test output quiet
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                with endpoint.lock:
+                    endpoint.requests.append(
+                        {"path": self.path, "body": body, "auth": self.headers.get("authorization")}
+                    )
+                    action = endpoint.plan.pop(0) if endpoint.plan else endpoint.default
+                if action == "drop":
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                if isinstance(action, tuple) and action[0] == "slow":
+                    time.sleep(action[1])
+                    action = 200
+                payload = COMPLETION if action == 200 else {
+                    "error": {"message": f"status {action}", "type": "test", "code": None}
+                }
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(action)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out and left: that is the point of the test
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Any]:
+    made: list[FakeEndpoint] = []
+
+    def make(plan: list[Any], default: Any = 200) -> FakeEndpoint:
+        made.append(FakeEndpoint(plan, default))
+        return made[-1]
+
+    clear_limiters()
+    yield make
+    for server in made:
+        server.close()
+
+
+def model_for(server: FakeEndpoint, **overrides: Any) -> Any:
+    values: dict[str, Any] = {
+        "provider": "openai",
+        "model": "fake",
+        "base_url": server.base_url,
+        "max_retries": 3,
+        "retry_initial_s": 0.01,
+        "retry_max_s": 0.02,
+        "timeout_s": 5.0,
+    }
+    values.update(overrides)
+    return build_model(ModelConfig(**values), Path("."))
+
+
+def test_rate_limited_twice_then_answers(endpoint: Any) -> None:
+    server = endpoint([429, 429, 200])
+    reply = model_for(server).invoke("hi")
+    assert reply.content == "hello"
+    assert len(server.requests) == 3
+    assert reply.usage_metadata["total_tokens"] == 4
+
+
+def test_server_error_every_time_gives_up_after_max_retries(endpoint: Any) -> None:
+    server = endpoint([], default=500)
+    model = model_for(server, max_retries=2)
+    with pytest.raises(openai.InternalServerError):
+        model.invoke("hi")
+    assert len(server.requests) == 3  # max_retries + 1 attempts
+
+
+@pytest.mark.parametrize("status", [400, 401, 404])
+def test_permanent_errors_are_not_retried(endpoint: Any, status: int) -> None:
+    server = endpoint([status])
+    with pytest.raises(openai.APIStatusError) as info:
+        model_for(server).invoke("hi")
+    assert info.value.status_code == status
+    assert len(server.requests) == 1
+
+
+def test_dropped_connection_is_retried(endpoint: Any) -> None:
+    server = endpoint(["drop"])
+    assert model_for(server).invoke("hi").content == "hello"
+    assert len(server.requests) == 2
+
+
+def test_timeout_is_retried(endpoint: Any) -> None:
+    server = endpoint([("slow", 1.0)])
+    started = time.monotonic()
+    assert model_for(server, timeout_s=0.2).invoke("hi").content == "hello"
+    assert len(server.requests) == 2
+    assert time.monotonic() - started < 1.0  # the slow answer was not waited for
+
+
+def test_no_retries_when_max_retries_is_zero(endpoint: Any) -> None:
+    server = endpoint([429])
+    with pytest.raises(openai.RateLimitError):
+        model_for(server, max_retries=0).invoke("hi")
+    assert len(server.requests) == 1
+
+
+def test_logprobs_requested_and_returned(endpoint: Any) -> None:
+    server = endpoint([])
+    reply = model_for(server).invoke("hi")
+    body = server.requests[0]["body"]
+    assert body["logprobs"] is True and body["top_logprobs"] == 1
+    assert reply.response_metadata["logprobs"]["content"][0]["logprob"] == -0.25
+
+
+def test_logprobs_can_be_turned_off(endpoint: Any) -> None:
+    server = endpoint([])
+    model_for(server, logprobs=False).invoke("hi")
+    assert "logprobs" not in server.requests[0]["body"]
+
+
+def test_api_key_comes_from_the_named_variable(endpoint: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APE_TEST_KEY", "sekret")
+    server = endpoint([])
+    model_for(server, api_key_env="APE_TEST_KEY").invoke("hi")
+    assert server.requests[0]["auth"] == "Bearer sekret"
+
+
+def test_bound_tools_reach_the_endpoint_and_are_retried(endpoint: Any) -> None:
+    @tool
+    def calculator(expression: str) -> str:
+        """Evaluate an arithmetic expression."""
+        return expression
+
+    server = endpoint([503])
+    reply = model_for(server).bind_tools([calculator]).invoke("What is 2 + 2?")
+    assert reply.content == "hello"
+    assert len(server.requests) == 2
+    assert [t["function"]["name"] for t in server.requests[-1]["body"]["tools"]] == ["calculator"]
