@@ -120,13 +120,15 @@ class Runner:
         if record.outcome is Outcome.SOLVED:
             with self.carousel.borrow() as checker:
                 if self.granularity == "stage":
-                    check = check_task(checker, item, record.solution, key, run_index)
+                    check = check_task(checker, item, record.value, key, run_index)
                 else:
-                    check = run_check(checker, item, record.solution)
+                    check = run_check(checker, item, record.value)
+        # a checker may grade each item with its own metric (the seed-3 task specs do)
+        metric = (check.metadata.get("metric") if check is not None else None) or plan.metric
         if self.granularity == "stage":
-            score, correct = score_task(record.outcome, check, plan.metric, key, run_index)
+            score, correct = score_task(record.outcome, check, metric, key, run_index)
         else:
-            score, correct = score_session(record.outcome, check, plan.metric)
+            score, correct = score_session(record.outcome, check, metric)
         category = None
         if plan.config.data.category_field:
             value = getattr(item, plan.config.data.category_field, None)
@@ -134,7 +136,7 @@ class Runner:
         result = SessionResult(
             item_id=key, run_index=run_index, model_id=plan.model_id, outcome=record.outcome,
             solution=record.solution, raw_output=record.raw_output, error=record.error, check=check,
-            metric=plan.metric, score=score, correct=correct, confidence=record.confidence,
+            metric=metric, score=score, correct=correct, confidence=record.confidence,
             token_nll=record.token_nll, token_count=record.token_count,
             input_tokens=record.input_tokens, output_tokens=record.output_tokens, steps=record.steps,
             latency_s=record.latency_s if not cached else time.perf_counter() - started,

@@ -130,7 +130,7 @@ def adapt_task(spec: SessionSpec, state: SolverState) -> SolveRecord:
     worker = current_worker()
     item = worker.item(spec)
     record = run_adaption(worker.model, state, adapter=worker.plan.adapter,
-                          settings=worker.plan.config.solver, tools=worker.tools_for(item))
+                          settings=worker.plan.config.solver, tools=worker.tools_for(item), item=item)
     return _checked(record)
 
 

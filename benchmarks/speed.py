@@ -1,0 +1,180 @@
+"""Speed and memory of the runner, against a real local Prefect server.
+
+Each scenario runs the full benchmark flow (render -> solve -> adapt -> check ->
+score, saving, transcripts, report) in a fresh child process, with the built-in
+mock model that sleeps ``latency_s`` per call. The ideal wall time is
+``N * runs_per_data * latency_s / solver_workers``; the script prints
+``wall / ideal`` (the flow's item loop, start-up excluded and reported on its
+own), items/s with an instant model, the cost of resuming a finished run, and
+peak memory at two sizes. Ratios, not seconds, are what to compare: the
+machine is shared and noisy.
+
+    python benchmarks/speed.py              # everything (about 5 minutes on 2 cores)
+    python benchmarks/speed.py --quick      # smaller sizes, for a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCHEMA = """from pydantic import BaseModel
+
+
+class Item(BaseModel):
+    id: str
+    question: str
+    answer: int
+"""
+
+CONFIG = """name = "speed"
+[data]
+file = "data.jsonl"
+schema = "speedschema:Item"
+[prompt]
+template = "What is {{{{ question }}}}?"
+[model]
+name = "mock"
+provider = "mock"
+args = {{ behaviour = "arithmetic", latency_s = {latency}, call_log = "{call_log}" }}
+[adapter]
+implementation = "last_number"
+[checker]
+implementation = "exact_match"
+[run]
+solver_workers = {workers}
+output = "out"
+[cli]
+progress = false
+"""
+
+
+def make_workload(folder: Path, n: int, latency: float, workers: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "speedschema.py").write_text(SCHEMA)
+    with (folder / "data.jsonl").open("w") as handle:
+        for i in range(n):
+            a, b = i % 97, (i * 7) % 89
+            handle.write(json.dumps({"id": f"i{i}", "question": f"{a} + {b}", "answer": a + b}) + "\n")
+    (folder / "config.toml").write_text(
+        CONFIG.format(latency=latency, workers=workers, call_log=folder / "calls.log"))
+    return folder / "config.toml"
+
+
+def child(config: str) -> None:
+    """Run one benchmark flow in this process and print its measurements as JSON."""
+    started = time.perf_counter()
+    from ape.config import load_config
+    from flows.evaluate import Runner
+    from flows.plan import make_plan
+    from prefect import flow
+
+    cfg = load_config(config)
+    imported = time.perf_counter()
+
+    @flow(name="speed", persist_result=False)
+    def speed_flow() -> dict:
+        return Runner(make_plan(cfg, cfg.model[0])).run()
+
+    state = speed_flow(return_state=True)
+    summary = state.result()
+    done = time.perf_counter()
+    print("RESULT " + json.dumps({
+        "summary": summary,
+        "import_s": imported - started,
+        "process_s": done - started,
+        "loop_s": summary["wall_seconds"],
+        "flow_overhead_s": (done - imported) - summary["wall_seconds"],
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }))
+
+
+def run_child(config: Path, env: dict) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--child", str(config)], env=env,
+                          capture_output=True, text=True, cwd=ROOT)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise RuntimeError(f"scenario failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+
+
+def calls(folder: Path) -> int:
+    log = folder / "calls.log"
+    return sum(1 for _ in log.open()) if log.exists() else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--only", default="", help="comma list of: latency16,latency64,throughput,resume,memory")
+    args = parser.parse_args()
+    if args.child:
+        child(args.child)
+        return
+    sys.path.insert(0, str(ROOT))
+    from ape import server
+
+    work = Path(tempfile.mkdtemp(prefix="ape-speed-"))
+    os.environ["APE_HOME"] = str(work / "ape-home")
+    t0 = time.perf_counter()
+    port = 4250
+    info = server.start(port=port)
+    print(f"prefect server start-up: {time.perf_counter() - t0:.1f} s ({info.api_url})")
+    env = dict(os.environ, PREFECT_API_URL=info.api_url, PREFECT_LOGGING_LEVEL="WARNING",
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(ROOT),
+               PREFECT_LOCAL_STORAGE_PATH=str(work / "storage"))
+    only = set(filter(None, args.only.split(",")))
+    q = args.quick
+    rows = []
+    try:
+        if not only or "latency16" in only:
+            n, lat, w = (64, 0.5, 16) if q else (200, 0.5, 16)
+            r = run_child(make_workload(work / "l16", n, lat, w), env)
+            ideal = n * lat / w
+            rows.append(("wall/ideal", f"N={n}, {lat} s, {w} workers", f"{r['loop_s'] / ideal:.3f}",
+                         "<= 1.10", r))
+        if not only or "latency64" in only:
+            n, lat, w = (192, 0.5, 64) if q else (640, 0.5, 64)
+            r = run_child(make_workload(work / "l64", n, lat, w), env)
+            ideal = n * lat / w
+            rows.append(("wall/ideal", f"N={n}, {lat} s, {w} workers", f"{r['loop_s'] / ideal:.3f}",
+                         "<= 1.25", r))
+        if not only or {"throughput", "resume"} & only:
+            n = 500 if q else 2000
+            folder = work / "tp"
+            r = run_child(make_workload(folder, n, 0.0, 16), env)
+            rows.append(("items/s", f"N={n}, instant model, 16 workers", f"{n / r['loop_s']:.0f}",
+                         ">= 150", r))
+            first_calls = calls(folder)
+            again = run_child(folder / "config.toml", env)
+            rows.append(("resume/first", f"N={n}, finished run", f"{again['loop_s'] / r['loop_s']:.3f}",
+                         "< 0.05", again))
+            rows.append(("model calls on resume", f"N={n}", str(calls(folder) - first_calls), "0", again))
+        if not only or "memory" in only:
+            small, big = (500, 5000) if q else (2000, 20000)
+            a = run_child(make_workload(work / "m1", small, 0.0, 16), env)
+            b = run_child(make_workload(work / "m2", big, 0.0, 16), env)
+            rows.append(("peak RSS ratio", f"N={big} vs N={small}",
+                         f"{b['peak_rss_mb'] / a['peak_rss_mb']:.2f} ({b['peak_rss_mb']:.0f} / "
+                         f"{a['peak_rss_mb']:.0f} MB)", "<= 1.5", b))
+    finally:
+        server.stop()
+    print()
+    print(f"{'measure':<24} {'workload':<34} {'value':<22} goal")
+    for name, workload, value, goal, r in rows:
+        print(f"{name:<24} {workload:<34} {value:<22} {goal}   "
+              f"(loop {r['loop_s']:.2f} s, process {r['process_s']:.1f} s, imports {r['import_s']:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
