@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+
 SCHEMA = '''from pydantic import BaseModel
 
 from ape import Failed, Passed
@@ -45,6 +47,7 @@ def make_benchmark(folder: Path, n: int = 6, *, model_args: str = 'behaviour = "
             handle.write(json.dumps({"id": f"i{i}", "question": f"{a} + {b}", "answer": a + b,
                                      "category": "even" if i % 2 == 0 else "odd"}) + "\n")
     model = models or f'[model]\nname = "m"\nprovider = "mock"\nargs = {{ {model_args} }}\n'
+    workers = "" if "solver_workers" in run else "solver_workers = 3\n"
     text = f'''name = "t"
 [data]
 file = "data.jsonl"
@@ -62,8 +65,7 @@ implementation = "last_number"
 {checker}
 
 [run]
-solver_workers = 3
-output = "out"
+{workers}output = "out"
 {run}
 
 [cli]
