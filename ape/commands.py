@@ -22,8 +22,7 @@ def _use_prefect_server(use_server: bool) -> None:
         return
     from ape.server import ensure_api_url
 
-    api = ensure_api_url()
-    log.info("Prefect API: %s (UI: %s)", api, api[: -len("/api")] if api.endswith("/api") else api)
+    ensure_api_url(on_status=log.info)
 
 
 def _cache_storage(config: ApeConfig) -> None:
@@ -151,7 +150,7 @@ def server(action: str, port: int | None) -> int:
     from ape import server as srv
 
     if action == "start":
-        info = srv.start(port=port or 4200)
+        info = srv.start(port=port, on_status=log.info)
         print(f"Prefect server running: UI {info.ui_url}  API {info.api_url}  (log: {info.log_file})")
         return 0
     if action == "stop":

@@ -16,7 +16,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.evaluate import ItemsFailed, evaluate
+from flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from schemas.config import ApeConfig
 
 log = logging.getLogger("ape")
@@ -85,8 +85,11 @@ def benchmark(config: ApeConfig, redo_outcomes: list[str] | None = None) -> dict
         log.info("Flow run: %s", flow_run.ui_url)
     failures: list[str] = []
     summaries = []
+    runner = evaluate
+    if config.run.task_runner == "dask":
+        runner = evaluate.with_options(task_runner=dask_task_runner(config))
     for index, model in enumerate(config.model):
-        state = evaluate(config, index, redo_outcomes, return_state=True)
+        state = runner(config, index, redo_outcomes, return_state=True)
         if state.is_completed():
             summaries.append(state.result())
             continue

@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
-from flows.plan import Plan, make_plan
+from flows.plan import Plan, fingerprint_hash, make_plan
 from flows.progress import ProgressView, Tally
 from schemas.config import ApeConfig
 from schemas.data import id_field_name
@@ -57,12 +59,11 @@ class ItemsFailed(Exception):
     """The run finished, but more items errored than ``fail_on_error`` tolerates."""
 
 
-class Runner:
-    """Runs one Plan. Built and driven by the evaluate flow; usable directly in tests."""
+class ItemProcessor:
+    """Runs one item's chain (every run of it) on the calling solver-worker thread."""
 
-    def __init__(self, plan: Plan, redo_outcomes: list[str] | None = None):
+    def __init__(self, plan: Plan):
         from tasks.check import CheckerCarousel
-        from tasks.transcripts import SessionLog
 
         self.plan = plan
         cfg = plan.config
@@ -74,17 +75,8 @@ class Runner:
         self.solve_stage = cached_variant(solve_task, cache_dir)
         self.adapt_stage = cached_variant(adapt_task, cache_dir)
         self.carousel = CheckerCarousel(plan.checker_factory, cfg.run.checker_workers)
-        plan.out_dir.mkdir(parents=True, exist_ok=True)
-        self.session_log = SessionLog(plan.out_dir)
         self.id_name = id_field_name(plan.data_model)
-        self.redo_outcomes = {Outcome(o) for o in (redo_outcomes or [])}
-        self.refresh: set[str] = set()  # items whose cached generations must be regenerated
-        self.hook = None
-        if cfg.hooks.on_batch_saved:
-            self.hook = load_object(cfg.hooks.on_batch_saved, where="[hooks] on_batch_saved",
-                                    base_dir=cfg.base_dir)
 
-    # -- one session / one item (solver worker threads) ---------------------------------
     def _render(self, template: str, item: BaseModel, key: str) -> str:
         from tasks.render import render
 
@@ -92,7 +84,8 @@ class Runner:
             return render_task(template, item, key)
         return render(template, item)
 
-    def run_session(self, item: BaseModel, key: str, run_index: int) -> SessionResult:
+    def run_session(self, item: BaseModel, key: str, run_index: int,
+                    refresh: bool = False) -> tuple[SessionResult, list[Any]]:
         from tasks.check import run_check
         from tasks.score import score_session
 
@@ -102,7 +95,6 @@ class Runner:
         system = self._render(plan.system, item, key) if plan.system else None
         spec = SessionSpec(item_id=key, run_index=run_index, item=item.model_dump(mode="json", by_alias=True),
                            prompt=prompt, system=system, fingerprint=plan.fingerprint)
-        refresh = key in self.refresh
         if self.granularity == "stage":
             solve, adapt = self.solve_stage, self.adapt_stage
             if refresh:
@@ -142,20 +134,53 @@ class Runner:
             latency_s=record.latency_s if not cached else time.perf_counter() - started,
             category=category, cached=cached,
         )
-        self.session_log.write(result, record.transcript)
-        return result
+        return result, record.transcript
 
-    def run_item(self, item: BaseModel) -> OutputBatch:
+    def run_item(self, item: BaseModel, refresh: bool = False,
+                 session_log: Any | None = None) -> tuple[OutputBatch, list[list[Any]]]:
+        """All runs of ``item``. Transcripts go to ``session_log`` as each session closes,
+        or are returned (for a Dask worker, whose parent writes them)."""
         key = str(getattr(item, self.id_name))
-        sessions = []
+        sessions, transcripts = [], []
         for run_index in range(self.plan.config.run.runs_per_data):
             try:
-                sessions.append(self.run_session(item, key, run_index))
+                result, transcript = self.run_session(item, key, run_index, refresh)
             except Exception as exc:  # infrastructure failure outside the solver: keep going
                 log.exception("item %s run %d failed", key, run_index)
-                sessions.append(SessionResult(item_id=key, run_index=run_index, model_id=self.plan.model_id,
-                                              outcome=Outcome.ERROR, error=ErrorInfo.from_exception(exc)))
-        return OutputBatch(item_id=key, model_id=self.plan.model_id, sessions=sessions)
+                result = SessionResult(item_id=key, run_index=run_index, model_id=self.plan.model_id,
+                                       outcome=Outcome.ERROR, error=ErrorInfo.from_exception(exc))
+                transcript = []
+            sessions.append(result)
+            if session_log is not None:
+                session_log.write(result, transcript)
+            else:
+                transcripts.append(transcript)
+        return OutputBatch(item_id=key, model_id=self.plan.model_id, sessions=sessions), transcripts
+
+
+class Runner:
+    """Runs one Plan: feeds items to the solver workers and saves what they finish."""
+
+    def __init__(self, plan: Plan, redo_outcomes: list[str] | None = None):
+        from tasks.transcripts import SessionLog
+
+        self.plan = plan
+        cfg = plan.config
+        self.processor = ItemProcessor(plan)
+        self.id_name = self.processor.id_name
+        plan.out_dir.mkdir(parents=True, exist_ok=True)
+        self.session_log = SessionLog(plan.out_dir)
+        self.redo_outcomes = {Outcome(o) for o in (redo_outcomes or [])}
+        self.refresh: set[str] = set()  # items whose cached generations must be regenerated
+        self.hook = None
+        if cfg.hooks.on_batch_saved:
+            self.hook = load_object(cfg.hooks.on_batch_saved, where="[hooks] on_batch_saved",
+                                    base_dir=cfg.base_dir)
+
+    def run_item(self, item: BaseModel) -> OutputBatch:
+        """Thread mode: runs on a solver-worker thread and writes transcripts there."""
+        key = str(getattr(item, self.id_name))
+        return self.processor.run_item(item, key in self.refresh, self.session_log)[0]
 
     # -- the loop (flow thread) ----------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -187,51 +212,37 @@ class Runner:
         if tally.done:
             log.info("%s: resuming, %d of %d items already saved", plan.model_id, tally.done, tally.total)
         window = cfg.run.window or 4 * cfg.run.solver_workers
-        errored_now = 0
-
-        def start_worker() -> None:
-            bind_worker(Worker(plan))
-
-        pool = ThreadPoolExecutor(max_workers=cfg.run.solver_workers, initializer=start_worker,
-                                  thread_name_prefix="solver")
-        pending: set[Future] = set()
         label = f"{cfg.name} · {plan.model_id}"
+        feeder = DaskFeeder(self) if cfg.run.task_runner == "dask" else ThreadFeeder(self)
+        items = (item for item in provider if str(getattr(item, self.id_name)) not in skip)
         try:
             with saver, self.session_log, ProgressView(label, tally, enabled=cfg.cli.progress) as view:
-                items = (item for item in provider if str(getattr(item, self.id_name)) not in skip)
                 exhausted = False
-                while pending or not exhausted:
-                    while not exhausted and len(pending) < window:
+                while feeder.pending or not exhausted:
+                    while not exhausted and len(feeder.pending) < window:
                         item = next(items, None)
                         if item is None:
                             exhausted = True
                             break
-                        ctx = contextvars.copy_context()
-                        pending.add(pool.submit(ctx.run, self.run_item, item))
-                    if not pending:
+                        feeder.submit(item)
+                    if not feeder.pending:
                         break
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    batches = [f.result() for f in done]
+                    batches = feeder.next_done()
                     saver.save(batches)
                     for batch in batches:
                         tally.done += 1
                         tally.sessions += len(batch.sessions)
                         tally.passed += sum(s.correct for s in batch.sessions)
-                        bad = sum(s.outcome is Outcome.ERROR for s in batch.sessions)
-                        tally.errors += bad
-                        errored_now += bool(bad)
+                        tally.errors += sum(s.outcome is Outcome.ERROR for s in batch.sessions)
                         if self.hook is not None:
                             self._call_hook(batch)
                     view.update()
         finally:
-            for future in pending:
-                future.cancel()
-            pool.shutdown(wait=True, cancel_futures=True)
+            feeder.close()
         errored = len(saver.errored_ids())
         summary = {"model": plan.model_id, "output": str(plan.out_dir), "items": tally.total,
                    "done": tally.done, "errored_items": errored, "sessions": tally.sessions,
                    "passed": tally.passed, "wall_seconds": round(time.perf_counter() - started, 3)}
-        log.info("%s: %s", plan.model_id, tally.line())
         tolerance = cfg.run.fail_on_error
         share = errored / tally.total if tally.total else 0.0
         if errored and (tolerance is True or (not isinstance(tolerance, bool) and share > tolerance)):
@@ -246,6 +257,119 @@ class Runner:
         except Exception as exc:  # a broken hook must not lose the run
             log.warning("on_batch_saved hook failed for item %s: %s: %s", batch.item_id,
                         type(exc).__name__, exc)
+
+
+class ThreadFeeder:
+    """Solver workers as threads of this process, each with its own model and tools."""
+
+    def __init__(self, runner: Runner):
+        plan = runner.plan
+
+        def start_worker() -> None:
+            bind_worker(Worker(plan))
+
+        self.runner = runner
+        self.pool = ThreadPoolExecutor(max_workers=plan.config.run.solver_workers,
+                                       initializer=start_worker, thread_name_prefix="solver")
+        self.pending: set[Future] = set()
+
+    def submit(self, item: BaseModel) -> None:
+        # the copied context carries the flow run, so the stage tasks are tracked in it
+        ctx = contextvars.copy_context()
+        self.pending.add(self.pool.submit(ctx.run, self.runner.run_item, item))
+
+    def next_done(self) -> list[OutputBatch]:
+        done, self.pending = wait(self.pending, return_when=FIRST_COMPLETED)
+        return [f.result() for f in done]
+
+    def close(self) -> None:
+        for future in self.pending:
+            future.cancel()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class DaskFeeder:
+    """Items as Prefect tasks on the flow's DaskTaskRunner; transcripts are written here."""
+
+    def __init__(self, runner: Runner):
+        self.runner = runner
+        cfg = runner.plan.config
+        self.config = cfg
+        self.model_index = cfg.model.index(runner.plan.model_cfg)
+        self.pending: set[Any] = set()
+
+    def submit(self, item: BaseModel) -> None:
+        key = str(getattr(item, self.runner.id_name))
+        payload = item.model_dump(mode="json", by_alias=True)
+        future = dask_item_task.with_options(task_run_name=f"item[{key}]").submit(
+            self.config, self.model_index, payload, key in self.runner.refresh)
+        self.pending.add(future)
+
+    def next_done(self) -> list[OutputBatch]:
+        while True:
+            done = {f for f in self.pending if f.wrapped_future.done()}
+            if done:
+                break
+            time.sleep(0.02)
+        self.pending -= done
+        batches = []
+        for future in done:
+            batch, transcripts = future.result()
+            for session, transcript in zip(batch.sessions, transcripts):
+                self.runner.session_log.write(session, transcript)
+            batches.append(batch)
+        return batches
+
+    def close(self) -> None:
+        for future in self.pending:
+            try:
+                future.wrapped_future.cancel()
+            except Exception:
+                pass
+
+
+_processors: dict[str, ItemProcessor] = {}
+_processors_lock = threading.Lock()
+_thread_workers = threading.local()
+
+
+def run_item_on_worker(config: ApeConfig, model_index: int, item: dict[str, Any],
+                       refresh: bool) -> tuple[OutputBatch, list[list[Any]]]:
+    """One item on a Dask worker: the plan is built once per worker process, the solver
+    worker (model client, tools) once per worker thread."""
+    key = fingerprint_hash(config.model_dump(mode="json")) + f"#{model_index}"
+    with _processors_lock:
+        processor = _processors.get(key)
+        if processor is None:
+            processor = _processors[key] = ItemProcessor(make_plan(config, config.model[model_index]))
+    workers = getattr(_thread_workers, "by_plan", None)
+    if workers is None:
+        workers = _thread_workers.by_plan = {}
+    if key not in workers:
+        workers[key] = Worker(processor.plan)
+    bind_worker(workers[key])
+    return processor.run_item(processor.plan.data_model.model_validate(item), refresh)
+
+
+# Wrapped without the decorator so the plain function keeps its own importable name:
+# Dask pickles it by reference, not by value.
+dask_item_task = task(name="item", cache_policy=NO_CACHE, persist_result=False)(run_item_on_worker)
+
+
+def dask_task_runner(config: ApeConfig) -> Any:
+    """A DaskTaskRunner for ``[run] task_runner = "dask"``: the given scheduler, or a local
+    cluster of worker processes sharing ``solver_workers`` threads."""
+    try:
+        from prefect_dask import DaskTaskRunner
+    except ImportError:
+        raise ApeError("task_runner = 'dask' needs prefect-dask", where="[run] task_runner",
+                       hint="pip install 'ape-bench[dask]'") from None
+    run = config.run
+    if run.dask_address:
+        return DaskTaskRunner(address=run.dask_address)
+    threads = max(1, -(-run.solver_workers // run.dask_workers))
+    return DaskTaskRunner(cluster_kwargs={"n_workers": run.dask_workers, "processes": True,
+                                          "threads_per_worker": threads, "dashboard_address": None})
 
 
 def _run_name() -> str:

@@ -1,0 +1,494 @@
+"""Start, reuse, inspect and stop a local Prefect server that outlives one ``ape run``.
+
+Why: without ``PREFECT_API_URL`` Prefect falls back to an ephemeral in-process
+server that takes seconds to start and loses most task-run records when the
+process exits. A ``prefect server start`` running in the background keeps every
+run, serves the UI, and is shared by later runs, Dask workers and deployments.
+
+State (pid, host and port of the server this module started, its log file and
+its SQLite database) lives in ``$APE_HOME/server`` (default ``~/.ape/server``).
+Library functions never print; they report through an optional ``on_status``
+callback and their return values, so the command line decides what to show.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from schemas.errors import ApeError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 4200
+STATE_FILE = "server.json"
+LOG_FILE = "server.log"
+LOCK_FILE = "server.lock"
+
+StatusCallback = Callable[[str], None]
+
+# Popen handles of servers started by this process: kept so the objects are not
+# collected while the server runs, and so a server we stop can be reaped.
+_SPAWNED: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class ServerInfo(BaseModel):
+    """A Prefect server that answers on ``api_url``; ``pid`` is set when ape started it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    api_url: str
+    ui_url: str
+    pid: int | None = None
+    home: Path
+    log_file: Path
+
+
+class _State(BaseModel):
+    """What ``server.json`` records about the server ape started."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pid: int
+    host: str
+    port: int
+    started_at: float
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def ape_home() -> Path:
+    """The APE state folder: ``$APE_HOME`` or ``~/.ape``."""
+    value = os.environ.get("APE_HOME")
+    return Path(value).expanduser() if value else Path.home() / ".ape"
+
+
+def server_home() -> Path:
+    """Folder holding the local server's pid/state file, log and database."""
+    return ape_home() / "server"
+
+
+def default_port() -> int:
+    """Port of the local server: ``$APE_SERVER_PORT`` or Prefect's usual 4200."""
+    value = os.environ.get("APE_SERVER_PORT")
+    if not value:
+        return DEFAULT_PORT
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 < port < 65536:
+        raise ApeError(
+            f"APE_SERVER_PORT={value!r} is not a port number",
+            where="environment",
+            hint="set it to an integer between 1 and 65535, or unset it to use 4200",
+        )
+    return port
+
+
+def api_url_for(host: str, port: int) -> str:
+    """The API URL a client uses to reach a server bound to ``host:port``."""
+    return f"{_base_url(host, port)}/api"
+
+
+def _connect_host(host: str) -> str:
+    """A server bound to every interface is reached through loopback."""
+    return {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host).strip("[]")
+
+
+def _base_url(host: str, port: int) -> str:
+    connect = _connect_host(host)
+    return f"http://[{connect}]:{port}" if ":" in connect else f"http://{connect}:{port}"
+
+
+# --------------------------------------------------------------------------- probes
+
+
+def _healthy(api_url: str, timeout: float = 5.0) -> bool:
+    """True when ``api_url`` is a Prefect API whose health check answers ``true``.
+
+    The timeout is generous because a freshly started server on a busy machine
+    can take seconds to answer while its background services boot.
+    """
+    try:
+        # trust_env=False: a proxy from the environment must not intercept loopback calls.
+        response = httpx.get(f"{api_url}/health", timeout=timeout, trust_env=False)
+    except (httpx.HTTPError, httpx.InvalidURL):
+        return False
+    if response.status_code != 200:
+        return False
+    try:
+        return response.json() is True
+    except ValueError:
+        return False
+
+
+def _port_open(host: str, port: int) -> bool:
+    """True when something accepts TCP connections on ``host:port``."""
+    try:
+        with socket.create_connection((_connect_host(host), port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    """True while process ``pid`` exists (reaping it first if it is our exited child)."""
+    proc = _SPAWNED.get(pid)
+    if proc is not None:
+        return proc.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _is_prefect_process(pid: int) -> bool:
+    """Guard against a reused pid: where /proc exists, the command line must name prefect.
+
+    A process that has just been exec'd shows an empty command line for a moment;
+    that counts as a match, or a booting server would look like a stranger.
+    """
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if not cmdline.parent.exists():
+        return True
+    try:
+        text = cmdline.read_bytes()
+    except OSError:
+        return False
+    return not text or b"prefect" in text
+
+
+# --------------------------------------------------------------------------- state
+
+
+def _live_state(home: Path) -> _State | None:
+    """The recorded server if its process still runs, else None."""
+    state = _read_state(home)
+    if state is None or not _alive(state.pid) or not _is_prefect_process(state.pid):
+        return None
+    return state
+
+
+def _read_state(home: Path) -> _State | None:
+    path = home / STATE_FILE
+    try:
+        return _State.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValidationError, ValueError):
+        return None
+
+
+def _write_state(home: Path, state: _State) -> None:
+    path = home / STATE_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(state.model_dump_json(), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _clear_state(home: Path) -> None:
+    (home / STATE_FILE).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _start_lock(home: Path) -> Iterator[None]:
+    """Serialise concurrent starts (two ``ape run`` at once) so only one server is spawned."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: starts are not serialised
+        yield
+        return
+    with open(home / LOCK_FILE, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _info(home: Path, host: str, port: int, pid: int | None) -> ServerInfo:
+    return ServerInfo(
+        api_url=api_url_for(host, port),
+        ui_url=_base_url(host, port),
+        pid=pid,
+        home=home,
+        log_file=home / LOG_FILE,
+    )
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def status(port: int | None = None) -> ServerInfo | None:
+    """The healthy Prefect server on ``port`` (default: :func:`preferred_port`), or None.
+
+    Any Prefect server answers, including one the user started; ``pid`` is only
+    set for the server ape itself started and still runs.
+    """
+    home = server_home()
+    ours = _live_state(home)
+    port = port or preferred_port()
+    mine = ours if ours is not None and ours.port == port else None
+    host = mine.host if mine is not None else DEFAULT_HOST
+    if not _healthy(api_url_for(host, port)):
+        return None
+    return _info(home, host, port, mine.pid if mine is not None else None)
+
+
+def preferred_port() -> int:
+    """``$APE_SERVER_PORT`` if set, else the port of the server ape runs, else 4200."""
+    if os.environ.get("APE_SERVER_PORT"):
+        return default_port()
+    ours = _live_state(server_home())
+    return ours.port if ours is not None else DEFAULT_PORT
+
+
+def start(
+    port: int | None = None,
+    host: str = DEFAULT_HOST,
+    wait_s: float = 90.0,
+    on_status: StatusCallback | None = None,
+) -> ServerInfo:
+    """Reuse the healthy Prefect server on ``host:port`` or start one in the background.
+
+    ``port`` defaults to :func:`preferred_port`. The new server is detached from
+    this process (its own session), logs to ``server.log`` in :func:`server_home`,
+    keeps its database there too, and runs with analytics off. ape manages one
+    server at a time. Raises :class:`ApeError` when the port belongs to something
+    else, when ape's server already runs on another port, or when the server does
+    not come up within ``wait_s`` seconds.
+    """
+    notify = on_status or (lambda _message: None)
+    home = server_home()
+    home.mkdir(parents=True, exist_ok=True)
+    port = port or preferred_port()
+    api_url = api_url_for(host, port)
+    with _start_lock(home):
+        ours = _live_state(home)
+        mine = ours if ours is not None and ours.port == port else None
+        if _healthy(api_url):
+            notify(f"Reusing the Prefect server at {_base_url(host, port)}")
+            return _info(home, host, port, mine.pid if mine is not None else None)
+        if mine is not None:
+            # Our server is still booting (or hung): wait for it instead of starting another.
+            notify(f"Waiting for the Prefect server (pid {mine.pid}) to answer")
+            return _wait_healthy(home, host, port, mine.pid, None, wait_s)
+        if ours is not None:
+            raise ApeError(
+                f"ape already runs a Prefect server on port {ours.port} (pid {ours.pid}); "
+                f"it manages one at a time",
+                where="ape server",
+                hint=f"use that one (drop --port, or set APE_SERVER_PORT={ours.port}), "
+                "or stop it first with 'ape server stop'",
+            )
+        if _port_open(host, port):
+            raise ApeError(
+                f"port {port} on {host} is in use by something that is not a Prefect server",
+                where="ape server",
+                hint="stop that program, or choose another port with --port / APE_SERVER_PORT",
+            )
+        proc = _spawn(home, host, port)
+        notify(f"Starting a Prefect server at {_base_url(host, port)} (log: {home / LOG_FILE})")
+        return _wait_healthy(home, host, port, proc.pid, proc, wait_s)
+
+
+def stop(timeout_s: float = 20.0) -> bool:
+    """Stop the server ape started; True if one was running.
+
+    Servers ape did not start (no state file, or a pid that is not a Prefect
+    process) are left alone.
+    """
+    home = server_home()
+    state = _live_state(home)
+    if state is None:
+        _clear_state(home)
+        return False
+    _terminate(state.pid, timeout_s)
+    _clear_state(home)
+    return True
+
+
+def ensure_api_url(
+    port: int | None = None,
+    host: str = DEFAULT_HOST,
+    wait_s: float = 90.0,
+    on_status: StatusCallback | None = None,
+) -> str:
+    """The Prefect API URL to use: the user's own setting, else a local server's.
+
+    A ``PREFECT_API_URL`` from the environment or the active Prefect profile
+    (an existing server, Prefect Cloud) always wins. Otherwise the local server
+    is started or reused and its URL is exported to ``os.environ`` and to
+    Prefect's settings, so flows in this process and subprocesses (Dask workers,
+    flow-run processes) report to it instead of an ephemeral server.
+    """
+    notify = on_status or (lambda _message: None)
+    configured = configured_api_url()
+    if configured:
+        notify(f"Using the Prefect API at {configured}")
+        return configured
+    info = start(port, host, wait_s, on_status)
+    os.environ["PREFECT_API_URL"] = info.api_url
+    _refresh_prefect_settings()
+    return info.api_url
+
+
+def configured_api_url() -> str | None:
+    """``PREFECT_API_URL`` as the user set it (environment or Prefect profile), or None."""
+    value = os.environ.get("PREFECT_API_URL")
+    if value:
+        return value
+    from prefect.settings import get_current_settings
+
+    return get_current_settings().api.url or None
+
+
+def flow_run_url(flow_run_id: object) -> str | None:
+    """Link to a flow run in the UI of the configured API (local server or Prefect Cloud)."""
+    from prefect.utilities.urls import url_for
+
+    return url_for("flow-run", obj_id=str(flow_run_id))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _spawn(home: Path, host: str, port: int) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    # The server must not talk to another API or read the user's profile; its
+    # database lives beside its log, unless the user configured a database URL.
+    for key in ("PREFECT_API_URL", "PREFECT_API_KEY", "PREFECT_PROFILE"):
+        env.pop(key, None)
+    env["PREFECT_HOME"] = str(home / "prefect")
+    env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    command = [sys.executable, "-m", "prefect", "server", "start"]
+    command += ["--host", host, "--port", str(port)]
+    detach: dict[str, object] = (
+        {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}  # type: ignore[attr-defined]
+        if os.name == "nt"
+        else {"start_new_session": True}
+    )
+    with open(home / LOG_FILE, "wb") as log:
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=home,
+            **detach,  # type: ignore[arg-type]
+        )
+    _SPAWNED[proc.pid] = proc
+    _write_state(home, _State(pid=proc.pid, host=host, port=port, started_at=time.time()))
+    return proc
+
+
+def _wait_healthy(
+    home: Path,
+    host: str,
+    port: int,
+    pid: int,
+    proc: subprocess.Popen[bytes] | None,
+    wait_s: float,
+) -> ServerInfo:
+    api_url = api_url_for(host, port)
+    log_file = home / LOG_FILE
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if _healthy(api_url):
+            return _info(home, host, port, pid if _alive(pid) else None)
+        if not _alive(pid):
+            _clear_state(home)
+            code = f" (exit code {proc.returncode})" if proc is not None else ""
+            raise ApeError(
+                f"the Prefect server failed to start{code}:\n{_log_tail(log_file)}",
+                where=str(log_file),
+                hint="read the log for the cause; 'ape server start' retries",
+            )
+        time.sleep(0.3)
+    _terminate(pid, 10.0)
+    _clear_state(home)
+    raise ApeError(
+        f"the Prefect server did not answer at {api_url} within {wait_s:g} s and was stopped:\n"
+        f"{_log_tail(log_file)}",
+        where=str(log_file),
+        hint="a busy machine may need longer; retry, or start one yourself with "
+        "'prefect server start' and set PREFECT_API_URL",
+    )
+
+
+def _terminate(pid: int, timeout_s: float) -> None:
+    """SIGTERM the server's process group, then SIGKILL it if it lingers."""
+    _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            break
+        time.sleep(0.2)
+    else:
+        _signal(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
+        kill_deadline = time.monotonic() + 5.0
+        while _alive(pid) and time.monotonic() < kill_deadline:
+            time.sleep(0.1)
+    _SPAWNED.pop(pid, None)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        if hasattr(os, "killpg"):
+            os.killpg(pid, sig)  # the server leads its own session, so its group id is its pid
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log written)"
+    tail = [line for line in text.splitlines() if line.strip()][-lines:]
+    return "\n".join(f"    {line}" for line in tail) or "(log is empty)"
+
+
+def _refresh_prefect_settings() -> None:
+    """Make Prefect re-read the environment: its settings are captured at import time."""
+    from prefect import context
+
+    refresh = getattr(context, "refresh_global_settings_context", None)
+    if refresh is not None:
+        refresh()
+
+
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "ServerInfo",
+    "ape_home",
+    "api_url_for",
+    "configured_api_url",
+    "default_port",
+    "ensure_api_url",
+    "flow_run_url",
+    "preferred_port",
+    "server_home",
+    "start",
+    "status",
+    "stop",
+]

@@ -1,0 +1,161 @@
+"""Serve the benchmark flow as a scheduled Prefect deployment: ``ape serve config.toml --cron``.
+
+Why serve instead of ``prefect deploy``: a served deployment needs no work pool
+or worker, only this long-running process, and it carries the whole config as
+the flow's one pydantic parameter, so the Prefect UI shows it as a form that a
+user can edit before a custom run. ``prefect.yaml`` beside this file is the
+work-pool alternative for teams that run workers.
+
+The flow is not hard-coded in :func:`deployment_for`, so any flow taking
+``config: ApeConfig`` can be deployed the same way (the tests use a tiny one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from schemas.config import ApeConfig
+from schemas.errors import ApeError
+
+if TYPE_CHECKING:
+    from prefect import Flow
+    from prefect.deployments.runner import RunnerDeployment
+
+BENCHMARK_FLOW = "flows.benchmark:benchmark"
+DEFAULT_TAGS = ("ape",)
+
+
+def config_parameter(config: ApeConfig) -> dict[str, Any]:
+    """The config as a JSON-ready flow parameter, keyed by TOML names (``schema``, ``class``)."""
+    return config.model_dump(mode="json", by_alias=True)
+
+
+def cron_schedule(cron: str, timezone: str | None = None) -> Any:
+    """A Prefect cron schedule, or an ApeError saying what is wrong with ``cron``."""
+    from prefect.client.schemas.schedules import CronSchedule
+    from prefect.schedules import Cron
+
+    try:
+        CronSchedule(cron=cron, timezone=timezone)
+    except ValidationError as exc:
+        reason = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in exc.errors())
+        raise ApeError(
+            f"invalid schedule {cron!r}: {reason}",
+            where="--cron",
+            hint="use five fields 'minute hour day month weekday', e.g. '0 3 * * *' for 03:00 "
+            "daily, and an IANA timezone such as 'Europe/Berlin'",
+        ) from None
+    return Cron(cron, timezone=timezone)
+
+
+def deployment_for(
+    flow: Flow[..., Any],
+    config: ApeConfig,
+    cron: str | None,
+    name: str,
+    *,
+    timezone: str | None = None,
+    tags: Sequence[str] = DEFAULT_TAGS,
+    description: str | None = None,
+) -> RunnerDeployment:
+    """A deployment of ``flow`` named ``name`` with ``config`` as its default parameter.
+
+    ``cron`` (optional) becomes the deployment's schedule. Parameters are
+    validated against the flow's signature by the server, so a form edit in the
+    UI that breaks the config is rejected before a run starts.
+    """
+    if "config" not in flow.parameters.properties:
+        raise ApeError(
+            f"flow '{flow.name}' has no 'config' parameter",
+            where="deployment",
+            hint="deploy a flow whose signature is (config: ApeConfig)",
+        )
+    schedules = [cron_schedule(cron, timezone)] if cron else None
+    return flow.to_deployment(
+        name=name,
+        schedules=schedules,
+        parameters={"config": config_parameter(config)},
+        tags=list(tags),
+        description=description or f"APE benchmark '{config.name}' ({len(config.model)} model(s))",
+    )
+
+
+def serve_config(
+    flow: Flow[..., Any],
+    config: ApeConfig,
+    cron: str | None,
+    name: str,
+    *,
+    timezone: str | None = None,
+    on_status: Callable[[str], None] | None = None,
+) -> None:
+    """Register the deployment and run its scheduled and manual runs until interrupted."""
+    from prefect import serve as prefect_serve
+
+    from ape.server import ensure_api_url
+
+    deployment = deployment_for(flow, config, cron, name, timezone=timezone)  # checks cron first
+    # Served runs must land on a persistent server: the ephemeral one would lose them.
+    ensure_api_url(on_status=on_status)
+    prefect_serve(deployment)
+
+
+def load_benchmark_flow() -> Flow[..., Any]:
+    """Import the benchmark flow lazily, so this module loads without the runner."""
+    from schemas.plugins import load_object
+
+    return load_object(BENCHMARK_FLOW, where="deployment")
+
+
+def serve(
+    config_path: Path,
+    cron: str | None,
+    name: str | None = None,
+    *,
+    timezone: str | None = None,
+    on_status: Callable[[str], None] | None = None,
+) -> None:
+    """What ``ape serve config.toml --cron ...`` calls: load the config, serve the benchmark."""
+    from ape.config import load_config
+
+    config = load_config(Path(config_path))
+    serve_config(
+        load_benchmark_flow(),
+        config,
+        cron,
+        name or config.name,
+        timezone=timezone,
+        on_status=on_status,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m deployments.serve",
+        description="Serve an APE benchmark as a scheduled Prefect deployment.",
+    )
+    parser.add_argument("config", type=Path, help="the benchmark's config.toml")
+    parser.add_argument("--cron", help="schedule, e.g. '0 3 * * *' (none: run only on demand)")
+    parser.add_argument("--timezone", help="IANA timezone of the schedule (default UTC)")
+    parser.add_argument("--name", help="deployment name (default: the config's name)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        serve(args.config, args.cron, args.name, timezone=args.timezone, on_status=print)
+    except ApeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
