@@ -15,6 +15,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Failed
 
 from flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from schemas.config import ApeConfig
@@ -103,5 +104,5 @@ def benchmark(config: ApeConfig, redo_outcomes: list[str] | None = None) -> dict
     result = {"models": summaries, "report": str(Path(config.run.output) / "report.json"),
               "summary": envelope.get("summary")}
     if failures:
-        raise ItemsFailed("; ".join(failures))
+        return Failed(message="; ".join(failures), data=ItemsFailed("; ".join(failures)))
     return result

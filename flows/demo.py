@@ -296,8 +296,8 @@ def judge(tasks: Sequence[TaskSpec], model_ids: Sequence[str], envelope: Envelop
           sessions: pd.DataFrame | None, outrank: tuple[str, str]) -> Breach | None:
     """The first broken criterion after the run, or None for a clean run."""
     report_error = envelope.error
-    stage = (report_error.details or {}).get("stage") if report_error and isinstance(
-        report_error.details, dict) else None
+    details = report_error.details if report_error is not None else None
+    stage = details.get("stage") if isinstance(details, dict) else None
     if sessions is None:
         message = report_error.message if report_error else "no sessions were saved"
         return Breach(criterion=Criterion.RUN_COMPLETED,

@@ -28,6 +28,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Failed
 from pydantic import BaseModel
 
 from flows.plan import Plan, fingerprint_hash, make_plan
@@ -212,6 +213,9 @@ class Runner:
         if tally.done:
             log.info("%s: resuming, %d of %d items already saved", plan.model_id, tally.done, tally.total)
         window = cfg.run.window or 4 * cfg.run.solver_workers
+        log.info("%s: %d items, %d to run, %d session(s) each, %d solver worker(s), output %s",
+                 plan.model_id, tally.total, tally.total - tally.done, cfg.run.runs_per_data,
+                 cfg.run.solver_workers, plan.out_dir)
         label = f"{cfg.name} · {plan.model_id}"
         feeder = DaskFeeder(self) if cfg.run.task_runner == "dask" else ThreadFeeder(self)
         items = (item for item in provider if str(getattr(item, self.id_name)) not in skip)
@@ -243,6 +247,7 @@ class Runner:
         summary = {"model": plan.model_id, "output": str(plan.out_dir), "items": tally.total,
                    "done": tally.done, "errored_items": errored, "sessions": tally.sessions,
                    "passed": tally.passed, "wall_seconds": round(time.perf_counter() - started, 3)}
+        log.info("%s: %s", plan.model_id, tally.line())
         tolerance = cfg.run.fail_on_error
         share = errored / tally.total if tally.total else 0.0
         if errored and (tolerance is True or (not isinstance(tolerance, bool) and share > tolerance)):
@@ -413,6 +418,9 @@ def evaluate(config: ApeConfig, model_index: int = 0,
         summary = Runner(plan, redo_outcomes).run()
         get_run_logger().info("finished: %s", summary)
         return summary
+    except ItemsFailed as exc:
+        # an expected end, not a crash: a Failed state without a traceback in the log
+        return Failed(message=str(exc), data=exc)
     finally:
         logging.getLogger("ape").removeHandler(handler)
         handler.close()

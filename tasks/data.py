@@ -95,7 +95,9 @@ class DataProvider:
             fld = ".".join(str(p) for p in err["loc"]) or "(row)"
             more = len(exc.errors()) - 1
             suffix = f"; and {more} more" if more else ""
-            raise ApeError(f"field '{fld}': {err['msg']}{suffix}",
+            key = row.get(self.id_name)
+            named = f"item '{key}': " if isinstance(key, (str, int)) else ""
+            raise ApeError(f"{named}field '{fld}': {err['msg']}{suffix}",
                            where=f"{self.file}:{number}") from None
 
     def __iter__(self) -> Iterator[BaseModel]:

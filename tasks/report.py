@@ -221,10 +221,11 @@ def session_table(output_dirs: Iterable[Path]) -> pa.Table:
                     key[1], key[0], merged[key][2], path,
                 )  # fmt: skip
             merged[key] = (batch, number, path)
+    # a stable order, whatever order the items finished in: aggregates come out bit-identical
     rows = [
         session_row(session, batch, path, number)
-        for batch, number, path in merged.values()
-        for session in batch.sessions
+        for _, (batch, number, path) in sorted(merged.items(), key=lambda kv: kv[0])
+        for session in sorted(batch.sessions, key=lambda s: s.run_index)
     ]
     return pa.Table.from_pylist(rows, schema=SESSIONS_SCHEMA)
 

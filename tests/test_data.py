@@ -74,11 +74,11 @@ def test_duplicate_id_names_line(tmp_path):
 
 def test_validation_error_names_line_and_field(tmp_path):
     path = jsonl(tmp_path, [{"id": "a", "text": "x"}, {"id": "b", "text": "y", "n": "many"}])
-    with pytest.raises(ApeError, match=r"d.jsonl:2: field 'n'"):
+    with pytest.raises(ApeError, match=r"d.jsonl:2: item 'b': field 'n'"):
         DataProvider(path, Item).scan()
     csv = tmp_path / "d.csv"
     csv.write_text("id,n\na,1\n")
-    with pytest.raises(ApeError, match=r"d.csv:2: field 'text'"):
+    with pytest.raises(ApeError, match=r"d.csv:2: item 'a': field 'text'"):
         DataProvider(csv, Item).scan()
 
 

@@ -1,0 +1,153 @@
+"""A real LLM through the real command line: SmolLM2-135M on a local llama.cpp server.
+
+The test copies ``examples/llm`` (so the example itself is what runs), points its
+``base_url`` at a server started on a free loopback port, and runs
+``python -m ape run`` as a subprocess against the test Prefect server. It then
+reads what a user would read: results.jsonl, sessions.jsonl and report.json.
+The cheap tests at the top keep the example valid on machines without the
+``llm`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llm_server import MODEL_NAME, llama_server, llm_missing  # noqa: F401  (llama_server: a fixture)
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "llm"
+OK_OUTCOMES = {"SOLVED", "PARSING_FAILED", "GAVE_UP"}
+
+
+def ape(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+    """Run the real command line in a subprocess (PREFECT_API_URL comes from the environment)."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path)
+    return subprocess.run([sys.executable, "-m", "ape", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def copy_example(target: Path, base_url: str) -> Path:
+    """The example in ``target`` with its endpoint replaced by ``base_url``; returns the config."""
+    shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    config = target / "config.toml"
+    text, count = re.subn(r'(?m)^base_url = ".*"', f'base_url = "{base_url}"', config.read_text())
+    assert count == 1, "examples/llm/config.toml should set base_url exactly once"
+    config.write_text(text)
+    return config
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def example_ids() -> list[str]:
+    return [row["id"] for row in read_jsonl(EXAMPLE / "data.jsonl")]
+
+
+# -- the example without a model -----------------------------------------------------------------
+
+
+def test_example_config_validates() -> None:
+    from ape.cli import main
+
+    assert main(["validate", str(EXAMPLE / "config.toml")]) == 0
+
+
+def test_example_config_names_the_endpoint_and_the_model() -> None:
+    from ape.config import load_config
+
+    config = load_config(EXAMPLE / "config.toml")
+    (model,) = config.model
+    assert model.provider == "openai" and model.model == MODEL_NAME
+    assert model.base_url and model.base_url.startswith("http://127.0.0.1:")
+    assert model.temperature == 0.0 and model.max_tokens is not None and model.max_tokens <= 64
+
+
+@pytest.mark.parametrize(
+    ("answer", "passed"),
+    [
+        ("The capital of France is Paris.", True),
+        ("PARIS", True),
+        ("Parisian cafes are nice.", False),
+        ("The capital of France is Lyon.", False),
+        ("", False),
+    ],
+)
+def test_example_checker_accepts_phrasing_not_other_words(answer: str, passed: bool) -> None:
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        from easy_qa import Question, mentions_answer
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    from ape import Passed
+
+    item = Question(id="q", question="What is the capital of France?", answers=["Paris"])
+    assert isinstance(mentions_answer(item, answer), Passed) is passed
+
+
+# -- the real model, end to end ------------------------------------------------------------------
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+@pytest.mark.skipif(llm_missing() is not None, reason=llm_missing() or "")
+def test_real_model_through_ape_run(
+    tmp_path: Path, prefect_server: str, llama_server: str  # noqa: F811
+) -> None:
+    config = copy_example(tmp_path / "bench", llama_server)
+    out = tmp_path / "out"
+    proc = ape("run", str(config), "--no-server", "--no-progress", "--output", str(out))
+    assert proc.returncode == 0, f"ape run failed:\n{proc.stdout}\n{proc.stderr}"
+    assert "smollm2-135m" in proc.stdout  # the leaderboard table
+
+    # every item exactly once, none errored
+    batches = read_jsonl(out / "results.jsonl")
+    assert sorted(b["item_id"] for b in batches) == sorted(example_ids())
+    sessions = [s for b in batches for s in b["sessions"]]
+    assert len(sessions) == len(batches)
+    assert {s["outcome"] for s in sessions} <= OK_OUTCOMES
+    assert all(s["model_id"] == "smollm2-135m" and not s["cached"] for s in sessions)
+    # confidence from the answer's token log-probabilities: exp(-nll / count)
+    for s in sessions:
+        assert s["token_count"] and s["token_count"] > 0, s
+        assert s["token_nll"] is not None and s["token_nll"] > 0, s
+        assert 0.0 < s["confidence"] < 1.0, s
+        assert s["confidence"] == pytest.approx(math.exp(-s["token_nll"] / s["token_count"]), rel=1e-6)
+        assert s["input_tokens"] > 0 and s["output_tokens"] > 0
+    # a model this small still knows the capital of France
+    assert any(s["correct"] for s in sessions)
+
+    # transcripts carry the real token usage of each model response
+    transcripts = read_jsonl(out / "sessions.jsonl")
+    assert sorted(t["item_id"] for t in transcripts) == sorted(example_ids())
+    for t in transcripts:
+        responses = [e for e in t["entries"] if e["kind"] == "MODEL_RESPONSE"]
+        assert responses, t
+        usage = responses[-1]["data"]["usage"]
+        assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+        assert responses[-1]["data"]["token_count"] > 0
+        assert responses[-1]["content"].strip()
+        assert t["entries"][-1]["kind"] == "SESSION_END"
+
+    # the report: one model, calibration computed from those confidences
+    envelope = json.loads((out / "report.json").read_text())
+    assert envelope["error"] is None
+    (row,) = envelope["leaderboard"]
+    assert row["model_id"] == "smollm2-135m" and row["n_items"] == len(batches)
+    assert row["outcomes"]["ERROR"] == 0
+    calibration = envelope["calibration"]["smollm2-135m"]
+    assert calibration["n"] == len(sessions) and calibration["missing"] == 0
+    assert 0.0 <= calibration["ece"] <= 1.0
+    brier = sum((s["confidence"] - s["correct"]) ** 2 for s in sessions) / len(sessions)
+    assert calibration["brier"] == pytest.approx(brier)
+    assert calibration["populated_bins"] >= 1
