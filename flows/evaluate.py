@@ -94,8 +94,8 @@ class ItemProcessor:
         started = time.perf_counter()
         prompt = self._render(plan.template, item, key)
         system = self._render(plan.system, item, key) if plan.system else None
-        spec = SessionSpec(item_id=key, run_index=run_index, item=item.model_dump(mode="json", by_alias=True),
-                           prompt=prompt, system=system, fingerprint=plan.fingerprint)
+        spec = SessionSpec(item_id=key, run_index=run_index, item=item.model_dump_json(by_alias=True),
+                           prompt=prompt, system=system, fingerprint=plan.fingerprint_key)
         if self.granularity == "stage":
             solve, adapt = self.solve_stage, self.adapt_stage
             if refresh:

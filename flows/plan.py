@@ -39,6 +39,7 @@ class Plan:
     checker_factory: Callable[[], Any]
     metric: str | None
     fingerprint: dict[str, Any] = field(default_factory=dict)
+    fingerprint_key: str = ""  # hash of ``fingerprint``, part of every session's cache key
 
     @property
     def model_id(self) -> str:
@@ -109,8 +110,9 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
     }
     return Plan(config=config, model_cfg=model_cfg, data_model=data_model, template=template,
                 system=system, adapter=adapter, checker_factory=checker_factory,
-                metric=getattr(probe, "metric", None), fingerprint=fingerprint)
+                metric=getattr(probe, "metric", None), fingerprint=fingerprint,
+                fingerprint_key=fingerprint_hash(fingerprint, size=32))
 
 
-def fingerprint_hash(data: Any) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+def fingerprint_hash(data: Any, size: int = 16) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:size]

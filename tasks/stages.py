@@ -19,6 +19,7 @@ from typing import Any
 
 from prefect import task
 from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
+from prefect.results import ResultRecord
 from prefect.states import State
 from pydantic import BaseModel, ConfigDict
 
@@ -27,16 +28,20 @@ from schemas.transcript import SolveRecord, SolverState
 
 
 class SessionSpec(BaseModel):
-    """Everything that determines one session's generation: the cache key."""
+    """Everything that determines one session's generation: the cache key.
+
+    Flat strings on purpose: Prefect walks and hashes a task's parameters on every
+    call, and a few short strings cost far less than nested dicts.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     item_id: str
     run_index: int
-    item: dict[str, Any]
+    item: str  # the item as JSON (aliases as keys)
     prompt: str
     system: str | None
-    fingerprint: dict[str, Any]
+    fingerprint: str  # hash of the model, solver, adapter and tool settings (Plan.fingerprint)
 
 
 class SessionFailed(Exception):
@@ -60,7 +65,7 @@ class Worker:
         self.tools = load_tools(plan.config.tools, plan.config.base_dir)
 
     def item(self, spec: SessionSpec) -> BaseModel:
-        return self.plan.data_model.model_validate(spec.item)
+        return self.plan.data_model.model_validate_json(spec.item)
 
     def tools_for(self, item: BaseModel, checker: Any | None = None) -> list[Any]:
         cfg = self.plan.config.checker
@@ -172,7 +177,10 @@ def cached_variant(stage: Any, cache_dir: Path | None) -> Any:
 def unwrap(state: State) -> tuple[Any, bool]:
     """(value, came_from_cache) of a model stage's final state; SessionFailed -> its record."""
     if state.is_completed():
-        return state.result(), state.name == "Cached"
+        data = state.data
+        # the value is already in memory: skip State.result()'s hop to Prefect's event loop
+        value = data.result if isinstance(data, ResultRecord) else state.result()
+        return value, state.name == "Cached"
     exc = state.result(raise_on_failure=False)
     if isinstance(exc, SessionFailed):
         return exc.record, False
