@@ -285,6 +285,10 @@ class ThreadFeeder:
 
     def next_done(self) -> list[OutputBatch]:
         done, self.pending = wait(self.pending, return_when=FIRST_COMPLETED)
+        if self.pending:
+            # items of one wave finish together: gather the wave and commit it with one fsync
+            more, self.pending = wait(self.pending, timeout=0.005)
+            done |= more
         return [f.result() for f in done]
 
     def close(self) -> None:
