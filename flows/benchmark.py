@@ -18,6 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
 
 from flows.evaluate import ItemsFailed, dask_task_runner, evaluate
+from flows.plan import run_label
 from schemas.config import ApeConfig
 
 log = logging.getLogger("ape")
@@ -26,15 +27,7 @@ log = logging.getLogger("ape")
 def _run_name() -> str:
     from prefect.runtime import flow_run
 
-    config = flow_run.parameters.get("config")
-    try:
-        name = config.name if hasattr(config, "name") else config["name"]
-        models = config.model if hasattr(config, "model") else config["model"]
-        ids = [m.model_id if hasattr(m, "model_id") else (m.get("name") or m.get("provider") or "model")
-               for m in (models if isinstance(models, list) else [models])]
-    except Exception:
-        return "benchmark"
-    return f"{name} · {', '.join(ids)}"
+    return run_label(flow_run.parameters.get("config")) or "benchmark"
 
 
 @task(name="report", task_run_name="report[{config.name}]", cache_policy=NO_CACHE, persist_result=False)
@@ -42,8 +35,8 @@ def report_task(config: ApeConfig, wall_seconds: float) -> dict[str, Any]:
     """Leaderboard, pairwise comparison and calibration from the saved results (no model calls)."""
     from tasks.report import build_report, markdown_table
 
-    dirs = [config.output_dir_for(m) for m in config.model]
-    envelope = build_report(dirs, config.run.output, wall_seconds=wall_seconds,
+    files = [config.output_dir_for(m) / config.run.save_file for m in config.model]
+    envelope = build_report([f for f in files if f.exists()], config.run.output, wall_seconds=wall_seconds,
                             extra_summary={"benchmark": config.name})
     table = markdown_table(envelope)
     try:

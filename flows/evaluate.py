@@ -31,7 +31,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
 from pydantic import BaseModel
 
-from flows.plan import Plan, fingerprint_hash, make_plan
+from flows.plan import Plan, fingerprint_hash, make_plan, run_label
 from flows.progress import ProgressView, Tally
 from schemas.config import ApeConfig
 from schemas.data import id_field_name
@@ -385,17 +385,7 @@ def _run_name() -> str:
     from prefect.runtime import flow_run
 
     params = flow_run.parameters
-    config = params.get("config")
-    index = params.get("model_index", 0)
-    try:
-        name = config.name if hasattr(config, "name") else config["name"]
-        models = config.model if hasattr(config, "model") else config["model"]
-        model = models[index]
-        model_id = model.model_id if hasattr(model, "model_id") else ApeConfig.model_validate(
-            {**config, "model": models}).model[index].model_id
-    except Exception:
-        return "evaluate"
-    return f"{name} · {model_id}"
+    return run_label(params.get("config"), params.get("model_index", 0)) or "evaluate"
 
 
 def attach_run_log(folder: Path) -> logging.Handler:

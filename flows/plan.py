@@ -116,3 +116,14 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
 
 def fingerprint_hash(data: Any, size: int = 16) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:size]
+
+
+def run_label(config: Any, model_index: int | None = None) -> str | None:
+    """"benchmark · model" for flow run names; ``config`` may still be a raw dict
+    (a deployment's parameters). None when it is not a valid config."""
+    try:
+        cfg = config if isinstance(config, ApeConfig) else ApeConfig.model_validate(config)
+    except Exception:
+        return None
+    models = cfg.model if model_index is None else cfg.model[model_index:model_index + 1]
+    return f"{cfg.name} · {', '.join(m.model_id for m in models)}"

@@ -79,8 +79,6 @@ class Worker:
 
 
 _local = threading.local()
-_shared: dict[int, Worker] = {}
-_shared_lock = threading.Lock()
 
 
 def bind_worker(worker: Worker) -> None:
@@ -88,14 +86,10 @@ def bind_worker(worker: Worker) -> None:
     _local.worker = worker
 
 
-def current_worker(plan: Any | None = None) -> Worker:
+def current_worker() -> Worker:
     worker = getattr(_local, "worker", None)
     if worker is None:
-        if plan is None:
-            raise RuntimeError("no solver worker bound to this thread")
-        # a Dask worker process: one Worker per plan per process
-        with _shared_lock:
-            worker = _shared.get(id(plan)) or _shared.setdefault(id(plan), Worker(plan))
+        raise RuntimeError("no solver worker bound to this thread")
     return worker
 
 

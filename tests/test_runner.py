@@ -49,6 +49,15 @@ def test_run_saves_batches_transcripts_metadata_and_report(tmp_path):
     assert envelope["summary"]["tasks"] == 6 and envelope["error"] is None
     assert sorted(importlib.import_module("benchschema").SAVED) == [f"i{i}" for i in range(6)]
     sys.modules.pop("benchschema", None)
+    # the UI shows the run by benchmark and model, with the leaderboard as an artifact
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(state.state_details.flow_run_id).name == "t · m"
+        keys = {a.key for a in client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["t-leaderboard", "t-calibration"])))}
+    assert keys == {"t-leaderboard", "t-calibration"}
 
 
 def test_resume_and_cache_count_model_calls(tmp_path):
