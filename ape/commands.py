@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from ape.config import load_config
+from ape.config import load_config, locate
 from schemas.config import ApeConfig
 from schemas.errors import ApeError
 from schemas.results import Outcome
@@ -53,8 +53,28 @@ def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
     raise RuntimeError(str(exc))
 
 
+def _preflight(config: ApeConfig) -> list[str]:
+    """Resolve every plugin, the template and the data before any flow starts, so a bad
+    input is one clear line instead of a failed flow run. Returns the item ids."""
+    from flows.plan import make_plan
+    from tasks.models import build_model
+    from tasks.tools import load_tools
+
+    try:
+        plan = None
+        for model in config.model:
+            plan = make_plan(config, model)
+            build_model(model, config.base_dir)
+        load_tools(config.tools, config.base_dir)
+        assert plan is not None
+        return plan.provider().scan()
+    except ApeError as exc:
+        raise locate(exc, config) from None
+
+
 def run(config_path: Path, overrides: dict, *, use_server: bool = True) -> int:
     config = load_config(config_path, overrides)
+    _preflight(config)
     _cache_storage(config)
     _use_prefect_server(use_server)
     return _run_flow(config)
@@ -62,18 +82,13 @@ def run(config_path: Path, overrides: dict, *, use_server: bool = True) -> int:
 
 def validate(config_path: Path) -> int:
     from flows.plan import make_plan
-    from tasks.models import build_model
     from tasks.render import template_variables
     from tasks.tools import load_tools
 
     config = load_config(config_path)
-    plan = None
-    for model in config.model:
-        plan = make_plan(config, model)
-        build_model(model, config.base_dir)
+    ids = _preflight(config)
+    plan = make_plan(config, config.model[0])
     tools = load_tools(config.tools, config.base_dir)
-    assert plan is not None
-    ids = plan.provider().scan()
     variables = ", ".join(sorted(template_variables(plan.template))) or "none"
     print(f"ok: {config_path}")
     print(f"  data: {len(ids)} items from {config.data.file.name}"
@@ -125,6 +140,7 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
     recorded, top = _recorded_config(output) if config_path is None else (config_path, output)
     overrides = {"run.output": str(top.resolve()), **overrides, "run.load_save": True}
     config = load_config(recorded, overrides)
+    _preflight(config)
     _cache_storage(config)
     _use_prefect_server(use_server)
     return _run_flow(config, redo_outcomes=wanted)

@@ -181,3 +181,20 @@ def _config_error(exc: ValidationError, path: Path, text: str) -> ApeError:
 
 def describe_model(model: ModelConfig) -> str:
     return model.model_id
+
+
+def locate(error: ApeError, config: ApeConfig) -> ApeError:
+    """Prefix a plugin error's ``[section] key`` with the config file and the key's line."""
+    where = error.where or ""
+    match = re.match(r"^\[([^\]]+)\]\s*([A-Za-z_][\w-]*)?", where)
+    if config.config_file is None or not match:
+        return error
+    section = match.group(1).split(".")[0]
+    key = match.group(2)
+    try:
+        text = Path(config.config_file).read_text(encoding="utf-8")
+    except OSError:
+        text = ""
+    line = _line_of(text, [section, key] if key else [section])
+    error.where = f"{config.config_file}:{line} {where}" if line else f"{config.config_file} {where}"
+    return error

@@ -98,6 +98,12 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
         return load_checker(config.checker, config.base_dir)
 
     probe = checker_factory()  # fail now on a bad checker, not in a worker thread
+    if config.hooks.on_batch_saved:
+        hook = load_object(config.hooks.on_batch_saved, where=f"{src} [hooks] on_batch_saved",
+                           base_dir=config.base_dir)
+        if not callable(hook):
+            raise ApeError(f"'{config.hooks.on_batch_saved}' is not callable",
+                           where=f"{src} [hooks] on_batch_saved")
     fingerprint = {
         "version": CACHE_VERSION,
         "model": model_fingerprint(model_cfg),

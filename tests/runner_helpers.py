@@ -98,6 +98,7 @@ class Flaky(BaseChatModel):
 
     fail_marker: str = "NEVER"
     heal_file: str = ""
+    call_log: str = ""
 
     @property
     def _llm_type(self):
@@ -106,6 +107,9 @@ class Flaky(BaseChatModel):
     def _generate(self, messages, stop=None, run_manager=None, **kwargs):
         text = messages[-1].content
         CALLS.append(text)
+        if self.call_log:
+            with open(self.call_log, "a") as handle:
+                handle.write(text + "\\n")
         if self.fail_marker in text and not os.path.exists(self.heal_file):
             raise ConnectionError("endpoint down")
         m = re.search(r"(\\d+) \\+ (\\d+)", text)

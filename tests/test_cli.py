@@ -98,3 +98,25 @@ def test_report_rebuilds_from_saved_results(tmp_path, capsys):
     envelope = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert envelope["leaderboard"][0]["model_id"] == "m"
     assert (tmp_path / "rep" / "leaderboard.parquet").exists()
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda t: t.replace('"last_number"', '"last_numbr"'), r":\d+ \[adapter\] implementation: .*did you mean 'last_number'"),
+        (lambda t: t.replace('"exact_match"', '"exact_mach"'), r":\d+ \[checker\] implementation: .*did you mean 'exact_match'"),
+        (lambda t: t + '\n[tools.calc]\nfactory = "tasks.tools:calculatr"\n', r":\d+ \[tools.calc\] factory: .*did you mean 'calculator'"),
+        (lambda t: t.replace('provider = "mock"', 'provider = "mokc"'), r":\d+ \[model\] 'm': .*did you mean 'mock'"),
+        (lambda t: t + '\n[hooks]\non_batch_saved = "benchschema:remembr"\n', r"\[hooks\] on_batch_saved: .*did you mean 'remember'"),
+    ],
+    ids=["adapter", "checker", "tool", "provider", "hook"],
+)
+def test_plugin_errors_name_file_line_and_key(tmp_path, capsys, change, expected):
+    import re
+
+    path = make_benchmark(tmp_path)
+    path.write_text(change(path.read_text()))
+    code, _, err = validate(path, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"error: {path}")
+    assert re.search(expected, err), err
