@@ -43,7 +43,7 @@ class ProgressView:
         self._task = None
         self._artifact_id = None
         self._artifact_at = 0.0
-        self._last_log = 0.0
+        self._last_log = time.monotonic()
         self._use_artifact = artifact
         interactive = enabled and sys.stderr.isatty()
         if interactive:
@@ -78,7 +78,8 @@ class ProgressView:
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, completed=t.done, rate=f"{t.pass_rate:.1%}", errors=t.errors)
         now = time.monotonic()
-        if self._log_progress and (force or now - self._last_log >= 10.0):
+        if self._log_progress and not force and now - self._last_log >= 10.0:
+            # without a terminal, a line every 10 s; the runner logs the final tally itself
             self._last_log = now
             log.info("%s: %s", self.label, t.line())
         if self._artifact_id is not None and (force or now - self._artifact_at >= 3.0):
