@@ -11,7 +11,6 @@ import argparse
 import logging
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from schemas.errors import ApeError, did_you_mean
 
 
@@ -70,3 +72,21 @@ def load_object(path: str, *, where: str | None = None, base_dir: Path | None = 
             where=where,
             hint=did_you_mean(attr, public),
         ) from None
+
+
+def describe_exception(exc: BaseException) -> str:
+    """One line for a failure in user code; pydantic errors as 'field: problem; ...'."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}"
+                         for err in exc.errors())
+    return f"{type(exc).__name__}: {exc}"
+
+
+def call_plugin(target: Any, args: dict[str, Any], *, label: str, where: str | None) -> Any:
+    """Call a user class or factory with its config ``args``; a failure is an ApeError that
+    names the plugin, the args and what went wrong."""
+    try:
+        return target(**args)
+    except Exception as exc:
+        raise ApeError(f"calling {label} with args {args} failed: {describe_exception(exc)}",
+                       where=where) from exc

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, field_
 
 from schemas.config import AdapterConfig
 from schemas.errors import ApeError, did_you_mean
-from schemas.plugins import ensure_on_path, load_object
+from schemas.plugins import call_plugin, describe_exception, ensure_on_path, load_object
 
 Adapter = Callable[[str], Any]
 
@@ -243,7 +243,7 @@ def builtin_adapter(name: str, args: dict[str, Any] | None = None) -> BuiltinAda
         return cls(**(args or {}))
     except (ValidationError, ValueError, TypeError) as exc:
         raise ApeError(
-            f"bad options for the '{name}' adapter: {_short(exc)}", where="[adapter] args"
+            f"bad options for the '{name}' adapter: {describe_exception(exc)}", where="[adapter] args"
         ) from None
 
 
@@ -262,13 +262,7 @@ def load_adapter(cfg: AdapterConfig, base_dir: Path) -> Adapter:
         adapter.schema_model()
         return adapter
     if inspect.isclass(target):
-        try:
-            instance = target(**cfg.args)
-        except Exception as exc:
-            raise ApeError(
-                f"creating adapter '{name}' with args {cfg.args} failed: {_short(exc)}",
-                where="[adapter] args",
-            ) from exc
+        instance = call_plugin(target, cfg.args, label=f"adapter '{name}'", where="[adapter] args")
         if not callable(instance):
             raise ApeError(
                 f"instances of '{name}' are not callable; give the class a __call__(self, text)",
@@ -281,11 +275,3 @@ def load_adapter(cfg: AdapterConfig, base_dir: Path) -> Adapter:
         )
     return functools.partial(target, **cfg.args) if cfg.args else target
 
-
-def _short(exc: BaseException) -> str:
-    if isinstance(exc, ValidationError):
-        return "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(options)'}: {err['msg']}"
-            for err in exc.errors()
-        )
-    return f"{type(exc).__name__}: {exc}"

@@ -26,7 +26,7 @@ from pydantic_core import to_jsonable_python
 from schemas.check import Failed, Passed
 from schemas.config import CheckerConfig
 from schemas.errors import ApeError
-from schemas.plugins import load_object
+from schemas.plugins import call_plugin, load_object
 from schemas.results import CheckResult, CheckStatus, ErrorInfo
 
 Checker = Callable[[Any, Any], Any]
@@ -68,13 +68,7 @@ def load_checker(cfg: CheckerConfig, base_dir: Path) -> Checker:
 
 
 def _instantiate(cls: type, args: dict[str, Any], name: str) -> Checker:
-    try:
-        instance = cls(**args)
-    except Exception as exc:
-        raise ApeError(
-            f"creating checker '{name}' with args {args} failed: {type(exc).__name__}: {exc}",
-            where="[checker] args",
-        ) from exc
+    instance = call_plugin(cls, args, label=f"checker '{name}'", where="[checker] args")
     if not callable(instance):
         raise ApeError(
             f"instances of '{name}' are not callable; "

@@ -31,7 +31,6 @@ import ast
 import hashlib
 import json
 import math
-import operator
 import os
 import re
 import threading
@@ -49,47 +48,15 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from schemas.config import GIVE_UP_TOKEN
+from tasks.tools import calculate
 
 Behaviour = Literal["arithmetic", "echo", "scripted", "give_up"]
 CALCULATOR_TOOL = "calculator"
 
 # Runs of characters that can form an arithmetic expression; parsed with ast afterwards.
 _EXPRESSION_RUN = re.compile(r"[\d\s().+\-*/%^×÷]+")
-_BINARY = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-}
-_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-_MAX_EXPONENT = 64
-_MAX_MAGNITUDE = 1e30
-
-
 class MockTransientError(ConnectionError):
     """Raised by ``transient_failures``: looks like a dropped connection, so it is retried."""
-
-
-def _evaluate(node: ast.AST) -> float | int:
-    """Evaluate numbers and + - * / // % ** only; anything else is rejected."""
-    if isinstance(node, ast.Expression):
-        return _evaluate(node.body)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _UNARY[type(node.op)](_evaluate(node.operand))
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _evaluate(node.left), _evaluate(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
-            raise ValueError("exponent too large")
-        value = _BINARY[type(node.op)](left, right)
-        if isinstance(value, complex) or abs(value) > _MAX_MAGNITUDE:
-            raise ValueError("result out of range")
-        return value
-    raise ValueError(f"not arithmetic: {ast.dump(node)[:60]}")
 
 
 def _has_operation(node: ast.AST) -> bool:
@@ -130,7 +97,7 @@ def find_expression(text: str) -> tuple[str, float | int] | None:
         if not _has_operation(tree):
             continue
         try:
-            return candidate, _evaluate(tree)
+            return candidate, calculate(source)  # the same safe evaluator as the calculator tool
         except (ValueError, ArithmeticError, TypeError):
             continue
     return None

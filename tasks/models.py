@@ -43,7 +43,7 @@ from pydantic import ConfigDict, ValidationError
 from schemas.config import ModelConfig
 from schemas.errors import ApeError, did_you_mean
 from schemas.models import ModelAdapter
-from schemas.plugins import load_object
+from schemas.plugins import describe_exception, load_object
 from schemas.results import Generation
 from tasks.limits import RateLimiter, RetryPolicy, classify_error, limiter_for
 from tasks.mock_models import Behaviour, MockChatModel
@@ -206,17 +206,11 @@ def _mock(cfg: ModelConfig, base_dir: Path) -> MockChatModel:
         return MockChatModel(**args)
     except ValidationError as exc:
         raise ApeError(
-            f"invalid mock model arguments: {_pydantic_problems(exc)}",
+            f"invalid mock model arguments: {describe_exception(exc)}",
             where=_where(cfg),
             hint="mock args are behaviour, latency_s, accuracy, seed, use_tools, responses, "
             "logprobs, call_log, transient_failures",
         ) from None
-
-
-def _pydantic_problems(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in exc.errors()
-    )
 
 
 def _api_key(cfg: ModelConfig, *, required_default: str | None) -> str | None:
@@ -279,7 +273,7 @@ def _construct(factory: Any, kwargs: dict[str, Any], cfg: ModelConfig) -> Any:
         return factory(**kwargs)
     except ValidationError as exc:
         raise ApeError(
-            f"invalid arguments for {getattr(factory, '__name__', factory)}: {_pydantic_problems(exc)}",
+            f"invalid arguments for {getattr(factory, '__name__', factory)}: {describe_exception(exc)}",
             where=_where(cfg),
         ) from None
     except (TypeError, ValueError) as exc:
@@ -399,7 +393,7 @@ def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | Model
         model = target(**cfg.args)
     except ValidationError as exc:
         raise ApeError(
-            f"invalid args for '{cfg.class_}': {_pydantic_problems(exc)}", where=where
+            f"invalid args for '{cfg.class_}': {describe_exception(exc)}", where=where
         ) from None
     except TypeError as exc:
         raise ApeError(f"calling '{cfg.class_}' with args failed: {exc}", where=where) from None

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from schemas.config import ToolConfig
 from schemas.errors import ApeError
 from schemas.models import ToolProvider
-from schemas.plugins import load_object
+from schemas.plugins import call_plugin, load_object
 
 
 def load_tools(tools: dict[str, ToolConfig], base_dir: Path) -> list[BaseTool]:
@@ -59,13 +59,7 @@ def tools_from_section(section: str, cfg: ToolConfig, base_dir: Path) -> list[Ba
             f"'{cfg.factory}' is a {type(target).__name__}, not a callable that returns tools",
             where=where,
         )
-    try:
-        produced = target(**cfg.args)
-    except Exception as exc:
-        raise ApeError(
-            f"calling '{cfg.factory}' with args {cfg.args} failed: {type(exc).__name__}: {exc}",
-            where=where,
-        ) from exc
+    produced = call_plugin(target, cfg.args, label=f"'{cfg.factory}'", where=where)
     return normalise_tools(produced, where=where)
 
 

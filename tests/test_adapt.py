@@ -150,7 +150,7 @@ def test_user_class_is_instantiated_with_args(tmp_path):
         AdapterConfig(implementation=f"{name}:Prefix", args={"prefix": ">"}), tmp_path
     )
     assert made("x") == ">x"
-    with pytest.raises(ApeError, match="creating adapter") as info:
+    with pytest.raises(ApeError, match="calling adapter") as info:
         load_adapter(AdapterConfig(implementation=f"{name}:Prefix"), tmp_path)
     assert info.value.where == "[adapter] args"
     with pytest.raises(ApeError, match="not callable"):

@@ -115,7 +115,7 @@ def test_load_checker_errors_name_the_section(tmp_path):
     with pytest.raises(ApeError, match="not a checker") as info:
         load_checker(CheckerConfig(implementation=f"{name}:LIMIT"), tmp_path)
     assert info.value.where == "[checker] implementation"
-    with pytest.raises(ApeError, match="creating checker") as info:
+    with pytest.raises(ApeError, match="calling checker") as info:
         load_checker(CheckerConfig(implementation=f"{name}:Needs"), tmp_path)
     assert info.value.where == "[checker] args"
     with pytest.raises(ApeError, match="no attribute"):
