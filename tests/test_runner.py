@@ -58,6 +58,23 @@ def test_run_saves_batches_transcripts_metadata_and_report(tmp_path):
         keys = {a.key for a in client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["t-leaderboard", "t-calibration"])))}
     assert keys == {"t-leaderboard", "t-calibration"}
+    # every session is a task run in the UI, named after stage and item (none is lost)
+    import time
+
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId, TaskRunFilter, TaskRunFilterName
+
+    deadline = time.monotonic() + 30
+    while True:
+        with get_client(sync_client=True) as client:
+            child = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[state.state_details.flow_run_id])))
+            names = {t.name for t in client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id={"any_": [r.id for r in child]}),
+                task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="solve[")), limit=200)}
+        if len(names) == 12 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert names == {f"solve[i{i}]#{r}" for i in range(6) for r in range(2)}
 
 
 def test_resume_and_cache_count_model_calls(tmp_path):
