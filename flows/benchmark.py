@@ -15,6 +15,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.states import Failed
 
 from flows.evaluate import ItemsFailed, dask_task_runner, evaluate
@@ -83,7 +84,10 @@ def benchmark(config: ApeConfig, redo_outcomes: list[str] | None = None) -> dict
     if config.run.task_runner == "dask":
         runner = evaluate.with_options(task_runner=dask_task_runner(config))
     for index, model in enumerate(config.model):
-        state = runner(config, index, redo_outcomes, return_state=True)
+        # this flow's heartbeat covers its subflows; each subflow's own heartbeat thread
+        # would cost up to a second at its exit
+        with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+            state = runner(config, index, redo_outcomes, return_state=True)
         if state.is_completed():
             summaries.append(state.result())
             continue
