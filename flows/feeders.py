@@ -1,0 +1,145 @@
+"""How items reach the solver workers: threads of this process, or a Dask cluster.
+
+A feeder takes items (``submit``), hands back finished OutputBatches
+(``next_done``) and keeps track of what is in flight (``pending``), so the
+runner's loop is the same for both.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel
+
+from flows.item import ItemProcessor
+from flows.plan import fingerprint_hash, make_plan
+from schemas.config import ApeConfig
+from schemas.errors import ApeError
+from schemas.results import OutputBatch
+from tasks.stages import Worker, bind_worker
+
+if TYPE_CHECKING:
+    from flows.evaluate import Runner
+
+
+class ThreadFeeder:
+    """Solver workers as threads of this process, each with its own model and tools."""
+
+    def __init__(self, runner: Runner):
+        plan = runner.plan
+
+        def start_worker() -> None:
+            bind_worker(Worker(plan))
+
+        self.runner = runner
+        self.pool = ThreadPoolExecutor(max_workers=plan.config.run.solver_workers,
+                                       initializer=start_worker, thread_name_prefix="solver")
+        self.pending: set[Future] = set()
+
+    def submit(self, item: BaseModel) -> None:
+        # the copied context carries the flow run, so the stage tasks are tracked in it
+        ctx = contextvars.copy_context()
+        self.pending.add(self.pool.submit(ctx.run, self.runner.run_item, item))
+
+    def next_done(self) -> list[OutputBatch]:
+        done, self.pending = wait(self.pending, return_when=FIRST_COMPLETED)
+        if self.pending:
+            # items of one wave finish together: gather the wave and commit it with one fsync
+            more, self.pending = wait(self.pending, timeout=0.005)
+            done |= more
+        return [f.result() for f in done]
+
+    def close(self) -> None:
+        for future in self.pending:
+            future.cancel()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class DaskFeeder:
+    """Items as Prefect tasks on the flow's DaskTaskRunner; transcripts are written here."""
+
+    def __init__(self, runner: Runner):
+        self.runner = runner
+        cfg = runner.plan.config
+        self.config = cfg
+        self.model_index = cfg.model.index(runner.plan.model_cfg)
+        self.pending: set[Any] = set()
+
+    def submit(self, item: BaseModel) -> None:
+        key = str(getattr(item, self.runner.id_name))
+        payload = item.model_dump(mode="json", by_alias=True)
+        future = dask_item_task.with_options(task_run_name=f"item[{key}]").submit(
+            self.config, self.model_index, payload, key in self.runner.refresh)
+        self.pending.add(future)
+
+    def next_done(self) -> list[OutputBatch]:
+        while True:
+            done = {f for f in self.pending if f.wrapped_future.done()}
+            if done:
+                break
+            time.sleep(0.02)
+        self.pending -= done
+        batches = []
+        for future in done:
+            batch, transcripts = future.result()
+            for session, transcript in zip(batch.sessions, transcripts):
+                self.runner.session_log.write(session, transcript)
+            batches.append(batch)
+        return batches
+
+    def close(self) -> None:
+        for future in self.pending:
+            try:
+                future.wrapped_future.cancel()
+            except Exception:
+                pass
+
+
+_processors: dict[str, ItemProcessor] = {}
+_processors_lock = threading.Lock()
+_thread_workers = threading.local()
+
+
+def run_item_on_worker(config: ApeConfig, model_index: int, item: dict[str, Any],
+                       refresh: bool) -> tuple[OutputBatch, list[list[Any]]]:
+    """One item on a Dask worker: the plan is built once per worker process, the solver
+    worker (model client, tools) once per worker thread."""
+    key = fingerprint_hash(config.model_dump(mode="json")) + f"#{model_index}"
+    with _processors_lock:
+        processor = _processors.get(key)
+        if processor is None:
+            processor = _processors[key] = ItemProcessor(make_plan(config, config.model[model_index]))
+    workers = getattr(_thread_workers, "by_plan", None)
+    if workers is None:
+        workers = _thread_workers.by_plan = {}
+    if key not in workers:
+        workers[key] = Worker(processor.plan)
+    bind_worker(workers[key])
+    return processor.run_item(processor.plan.data_model.model_validate(item), refresh)
+
+
+# Wrapped without the decorator so the plain function keeps its own importable name:
+# Dask pickles it by reference, not by value.
+dask_item_task = task(name="item", cache_policy=NO_CACHE, persist_result=False)(run_item_on_worker)
+
+
+def dask_task_runner(config: ApeConfig) -> Any:
+    """A DaskTaskRunner for ``[run] task_runner = "dask"``: the given scheduler, or a local
+    cluster of worker processes sharing ``solver_workers`` threads."""
+    try:
+        from prefect_dask import DaskTaskRunner
+    except ImportError:
+        raise ApeError("task_runner = 'dask' needs prefect-dask", where="[run] task_runner",
+                       hint="pip install 'ape-bench[dask]'") from None
+    run = config.run
+    if run.dask_address:
+        return DaskTaskRunner(address=run.dask_address)
+    threads = max(1, -(-run.solver_workers // run.dask_workers))
+    return DaskTaskRunner(cluster_kwargs={"n_workers": run.dask_workers, "processes": True,
+                                          "threads_per_worker": threads, "dashboard_address": None})

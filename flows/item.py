@@ -1,0 +1,131 @@
+"""One item's chain on a solver worker: render -> solve -> adapt -> check -> score, for
+every run of the item.
+
+The worker *calls* the stage tasks (it never waits on futures of other pool tasks,
+which would starve a bounded pool), so each session is tracked by Prefect as task runs
+named after stage and item, and the model-calling stages are cached.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from pydantic import BaseModel
+
+from flows.plan import Plan
+from schemas.data import id_field_name
+from schemas.results import ErrorInfo, Outcome, OutputBatch, SessionResult
+from tasks.stages import (
+    SessionSpec,
+    adapt_task,
+    cached_variant,
+    check_task,
+    render_task,
+    score_task,
+    session_task,
+    solve_task,
+    unwrap,
+)
+
+log = logging.getLogger("ape")
+
+
+class ItemProcessor:
+    """Runs one item's chain (every run of it) on the calling solver-worker thread."""
+
+    def __init__(self, plan: Plan):
+        from tasks.check import CheckerCarousel
+
+        self.plan = plan
+        cfg = plan.config
+        self.granularity = cfg.run.task_granularity
+        cache_dir = plan.cache_dir if cfg.run.cache else None
+        if cache_dir is not None:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+        self.session_stage = cached_variant(session_task, cache_dir)
+        self.solve_stage = cached_variant(solve_task, cache_dir)
+        self.adapt_stage = cached_variant(adapt_task, cache_dir)
+        self.carousel = CheckerCarousel(plan.checker_factory, cfg.run.checker_workers)
+        self.id_name = id_field_name(plan.data_model)
+
+    def _render(self, template: str, item: BaseModel, key: str) -> str:
+        from tasks.render import render
+
+        if self.granularity == "stage":
+            return render_task(template, item, key)
+        return render(template, item)
+
+    def run_session(self, item: BaseModel, key: str, run_index: int,
+                    refresh: bool = False) -> tuple[SessionResult, list[Any]]:
+        from tasks.check import run_check
+        from tasks.score import score_session
+
+        plan = self.plan
+        started = time.perf_counter()
+        prompt = self._render(plan.template, item, key)
+        system = self._render(plan.system, item, key) if plan.system else None
+        spec = SessionSpec(item_id=key, run_index=run_index, item=item.model_dump_json(by_alias=True),
+                           prompt=prompt, system=system, fingerprint=plan.fingerprint_key)
+        if self.granularity == "stage":
+            solve, adapt = self.solve_stage, self.adapt_stage
+            if refresh:
+                solve, adapt = solve.with_options(refresh_cache=True), adapt.with_options(refresh_cache=True)
+            state, cached = unwrap(solve(spec, return_state=True))
+            if hasattr(state, "outcome"):  # the solve stage itself failed with a record
+                record = state
+            else:
+                record, cached2 = unwrap(adapt(spec, state, return_state=True))
+                cached = cached and cached2
+        else:
+            stage = self.session_stage.with_options(refresh_cache=True) if refresh else self.session_stage
+            record, cached = unwrap(stage(spec, return_state=True))
+        check = None
+        if record.outcome is Outcome.SOLVED:
+            with self.carousel.borrow() as checker:
+                if self.granularity == "stage":
+                    check = check_task(checker, item, record.value, key, run_index)
+                else:
+                    check = run_check(checker, item, record.value)
+        # a checker may grade each item with its own metric (the seed-3 task specs do)
+        metric = (check.metadata.get("metric") if check is not None else None) or plan.metric
+        if self.granularity == "stage":
+            score, correct = score_task(record.outcome, check, metric, key, run_index)
+        else:
+            score, correct = score_session(record.outcome, check, metric)
+        category = None
+        if plan.config.data.category_field:
+            value = getattr(item, plan.config.data.category_field, None)
+            category = None if value is None else str(value)
+        result = SessionResult(
+            item_id=key, run_index=run_index, model_id=plan.model_id, outcome=record.outcome,
+            solution=record.solution, raw_output=record.raw_output, error=record.error, check=check,
+            metric=metric, score=score, correct=correct, confidence=record.confidence,
+            token_nll=record.token_nll, token_count=record.token_count,
+            input_tokens=record.input_tokens, output_tokens=record.output_tokens, steps=record.steps,
+            latency_s=record.latency_s if not cached else time.perf_counter() - started,
+            category=category, cached=cached,
+        )
+        return result, record.transcript
+
+    def run_item(self, item: BaseModel, refresh: bool = False,
+                 session_log: Any | None = None) -> tuple[OutputBatch, list[list[Any]]]:
+        """All runs of ``item``. Transcripts go to ``session_log`` as each session closes,
+        or are returned (for a Dask worker, whose parent writes them)."""
+        key = str(getattr(item, self.id_name))
+        sessions, transcripts = [], []
+        for run_index in range(self.plan.config.run.runs_per_data):
+            try:
+                result, transcript = self.run_session(item, key, run_index, refresh)
+            except Exception as exc:  # infrastructure failure outside the solver: keep going
+                log.exception("item %s run %d failed", key, run_index)
+                result = SessionResult(item_id=key, run_index=run_index, model_id=self.plan.model_id,
+                                       outcome=Outcome.ERROR, error=ErrorInfo.from_exception(exc))
+                transcript = []
+            sessions.append(result)
+            if session_log is not None:
+                session_log.write(result, transcript)
+            else:
+                transcripts.append(transcript)
+        return OutputBatch(item_id=key, model_id=self.plan.model_id, sessions=sessions), transcripts
