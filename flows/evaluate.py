@@ -36,6 +36,7 @@ from schemas.errors import ApeError
 from schemas.plugins import load_object
 from schemas.results import Outcome, OutputBatch
 from tasks.save import SaveHandler
+from tasks.transcripts import JSONL_FILE, LOG_FILE, SessionLog
 
 __all__ = ["ItemsFailed", "ItemProcessor", "Runner", "dask_task_runner", "evaluate"]
 
@@ -50,14 +51,12 @@ class Runner:
     """Runs one Plan: feeds items to the solver workers and saves what they finish."""
 
     def __init__(self, plan: Plan, redo_outcomes: list[str] | None = None):
-        from tasks.transcripts import SessionLog
-
         self.plan = plan
         cfg = plan.config
         self.processor = ItemProcessor(plan)
         self.id_name = self.processor.id_name
         plan.out_dir.mkdir(parents=True, exist_ok=True)
-        self.session_log = SessionLog(plan.out_dir)
+        self.session_log: SessionLog | None = None  # opened by run(), after a reset
         self.redo_outcomes = {Outcome(o) for o in (redo_outcomes or [])}
         self.refresh: set[str] = set()  # items whose cached generations must be regenerated
         self.hook = None
@@ -92,7 +91,8 @@ class Runner:
                 log.info("%s: redoing %d item(s) with outcome %s", plan.model_id, len(self.refresh),
                          "/".join(sorted(o.value for o in others)))
         else:
-            saver.reset()
+            saver.reset(also=(LOG_FILE, JSONL_FILE))
+        self.session_log = SessionLog(plan.out_dir)
         provider = plan.provider()
         ids = provider.scan()
         skip = set(saver.completed)

@@ -102,11 +102,12 @@ class SaveHandler:
                 atomic_write_text(self.results_path, "".join(v + "\n" for v in keep.values()))
         self._write_metadata()
 
-    def reset(self) -> None:
-        """Start the output folder afresh (load_save = false): old results are moved aside."""
+    def reset(self, also: Iterable[str] = ()) -> None:
+        """Start the output folder afresh (load_save = false): old results, and the files
+        named in ``also`` (transcripts), are moved aside with a time stamp, never deleted."""
         self.folder.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-        for path in (self.results_path, self.metadata_path):
+        for path in (self.results_path, self.metadata_path, *(self.folder / name for name in also)):
             if path.exists():
                 path.rename(path.with_name(f"{path.name}.{stamp}.bak"))
         self.completed = {}
