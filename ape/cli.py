@@ -108,15 +108,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
+class _Terminal(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time (it may be replaced after set-up)."""
+
+    @property  # type: ignore[override]
+    def stream(self):  # noqa: D401
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def _setup_logging(debug: bool) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # Prefect's own INFO chatter (one line per task run) would drown the progress bar and
     # costs CPU per task run; users can lower it again with PREFECT_LOGGING_LEVEL.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "DEBUG" if debug else "WARNING")
     logger = logging.getLogger("ape")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(h, _Terminal) for h in logger.handlers):
+        handler = _Terminal()
         handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.addFilter(lambda record: not getattr(record, "ape_console_skip", False))
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     logger.propagate = False

@@ -13,12 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.states import Failed
 
 from flows.evaluate import ItemsFailed, dask_task_runner, evaluate
+from flows.logs import run_logs
 from flows.plan import run_label
 from schemas.config import ApeConfig
 
@@ -72,10 +73,14 @@ def benchmark(config: ApeConfig, redo_outcomes: list[str] | None = None) -> dict
     ``redo_outcomes`` (used by ``ape retry``) re-runs saved items whose sessions ended with
     one of these outcomes; items that errored are always redone on a rerun.
     """
-    started = time.perf_counter()
-    logger = get_run_logger()
+    with run_logs(None):
+        return _evaluate_all(config, redo_outcomes)
+
+
+def _evaluate_all(config: ApeConfig, redo_outcomes: list[str] | None) -> Any:
     from prefect.runtime import flow_run
 
+    started = time.perf_counter()
     if flow_run.ui_url:
         log.info("Flow run: %s", flow_run.ui_url)
     failures: list[str] = []
@@ -94,7 +99,6 @@ def benchmark(config: ApeConfig, redo_outcomes: list[str] | None = None) -> dict
         exc = state.result(raise_on_failure=False)
         if isinstance(exc, ItemsFailed):
             failures.append(str(exc))
-            logger.warning(str(exc))
             continue
         raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
     envelope = report_task(config, round(time.perf_counter() - started, 3))

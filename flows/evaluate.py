@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow
 from prefect.states import Failed
 from pydantic import BaseModel
 
 from flows.feeders import DaskFeeder, ThreadFeeder, dask_task_runner
 from flows.item import ItemProcessor
+from flows.logs import CONSOLE_SKIP, run_logs
 from flows.plan import Plan, make_plan, run_label
 from flows.progress import ProgressView, Tally
 from schemas.config import ApeConfig
@@ -158,18 +158,6 @@ def _run_name() -> str:
     return run_label(params.get("config"), params.get("model_index", 0)) or "evaluate"
 
 
-def attach_run_log(folder: Path) -> logging.Handler:
-    """Send the 'ape' logger to folder/run.log for the duration of a run."""
-    folder.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(folder / "run.log", encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    logger = logging.getLogger("ape")
-    logger.addHandler(handler)
-    if logger.level == logging.NOTSET or logger.level > logging.INFO:
-        logger.setLevel(logging.INFO)
-    return handler
-
-
 @flow(name="evaluate", flow_run_name=_run_name, persist_result=False, validate_parameters=True)
 def evaluate(config: ApeConfig, model_index: int = 0,
              redo_outcomes: list[str] | None = None) -> dict[str, Any]:
@@ -177,14 +165,10 @@ def evaluate(config: ApeConfig, model_index: int = 0,
     if not 0 <= model_index < len(config.model):
         raise ApeError(f"model_index {model_index} out of range (config has {len(config.model)} models)")
     plan = make_plan(config, config.model[model_index])
-    handler = attach_run_log(plan.out_dir)
-    try:
-        summary = Runner(plan, redo_outcomes).run()
-        get_run_logger().info("finished: %s", summary)
-        return summary
-    except ItemsFailed as exc:
-        # an expected end, not a crash: a Failed state without a traceback in the log
-        return Failed(message=str(exc), data=exc)
-    finally:
-        logging.getLogger("ape").removeHandler(handler)
-        handler.close()
+    with run_logs(plan.out_dir):
+        try:
+            return Runner(plan, redo_outcomes).run()
+        except ItemsFailed as exc:
+            # an expected end, not a crash: a Failed state without a traceback in the log
+            log.error("%s", exc, extra={CONSOLE_SKIP: True})  # the CLI prints it once itself
+            return Failed(message=str(exc), data=exc)
