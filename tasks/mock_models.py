@@ -13,7 +13,7 @@ Behaviours:
   in the human messages, computes it safely and answers "The answer is N".
   With ``accuracy`` < 1 a share ``1 - accuracy`` of prompts, chosen
   deterministically from the prompt text and ``seed``, gets a slightly wrong
-  answer. With tools bound and ``use_tools``, the first step calls a tool
+  answer (with ``sampling = true``, of calls instead, like a sampled model). With tools bound and ``use_tools``, the first step calls a tool
   named ``calculator`` and the next step answers from its result.
 - ``echo``: answers with the last human message.
 - ``scripted``: answers with ``responses`` in turn (cycled, per instance).
@@ -163,6 +163,11 @@ class MockChatModel(BaseChatModel):
     accuracy: float = Field(default=1.0, ge=0.0, le=1.0, description="Share of right answers.")
     seed: int = 0
     use_tools: bool = Field(default=True, description="Call a bound 'calculator' tool first.")
+    sampling: bool = Field(
+        default=False,
+        description="Draw right/wrong per call instead of per prompt, so the runs of one item "
+        "differ (deterministic per instance and call order).",
+    )
     responses: list[str] = Field(default_factory=list, description="For behaviour 'scripted'.")
     logprobs: bool = Field(default=False, description="Also report OpenAI-shaped logprobs.")
     call_log: str | None = Field(
@@ -277,10 +282,10 @@ class MockChatModel(BaseChatModel):
             return self._reply(text, _unit(self.seed, prompt, number) * 0.5 + 0.5)
         if self.behaviour == "give_up":
             return self._reply(GIVE_UP_TOKEN, 0.05)
-        return self._arithmetic(messages, humans, tools)
+        return self._arithmetic(messages, humans, tools, number)
 
     def _arithmetic(
-        self, messages: list[BaseMessage], humans: list[BaseMessage], tools: set[str]
+        self, messages: list[BaseMessage], humans: list[BaseMessage], tools: set[str], number: int
     ) -> AIMessage:
         last = messages[-1] if messages else None
         if isinstance(last, ToolMessage) and _called_tool(last, messages) == CALCULATOR_TOOL:
@@ -302,7 +307,9 @@ class MockChatModel(BaseChatModel):
                 tool_calls=[{"name": CALCULATOR_TOOL, "args": {"expression": expression}, "id": call_id}],
             )
             return self._with_metadata(message, 0.9, finish="tool_calls")
-        key = (self.seed, source)
+        # sampling: each call of this instance draws afresh, so repeated sessions of one
+        # prompt can differ (what pass@k measures); otherwise the prompt decides
+        key = (self.seed, source, number) if self.sampling else (self.seed, source)
         if _unit(*key, "right") < self.accuracy:
             return self._reply(f"The answer is {format_number(value)}", 0.85 + 0.14 * _unit(*key, "c"))
         offset = 1 + int(_unit(*key, "offset") * 3)  # 1, 2 or 3

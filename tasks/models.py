@@ -208,7 +208,7 @@ def _mock(cfg: ModelConfig, base_dir: Path) -> MockChatModel:
         raise ApeError(
             f"invalid mock model arguments: {describe_exception(exc)}",
             where=_where(cfg),
-            hint="mock args are behaviour, latency_s, accuracy, seed, use_tools, responses, "
+            hint="mock args are behaviour, latency_s, accuracy, seed, use_tools, sampling, responses, "
             "logprobs, call_log, transient_failures",
         ) from None
 

@@ -195,3 +195,18 @@ def test_transient_failures_look_like_dropped_connections() -> None:
         model.invoke("1 + 1")
     assert classify_error(info.value) == "transient"
     assert model.invoke("1 + 1").content == "The answer is 2"
+
+
+def test_sampling_draws_per_call_and_stays_reproducible():
+    from langchain_core.messages import HumanMessage
+
+    prompt = [HumanMessage("What is 40 + 2?")]
+
+    def answers(sampling):
+        model = MockChatModel(behaviour="arithmetic", accuracy=0.5, seed=3, sampling=sampling)
+        return [model.invoke(prompt).content for _ in range(12)]
+
+    assert len(set(answers(False))) == 1  # the prompt alone decides
+    drawn = answers(True)
+    assert "The answer is 42" in drawn and len(set(drawn)) > 1  # runs of one item differ
+    assert drawn == answers(True)  # same instance order, same draws
