@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     srv = sub.add_parser("server", help="manage the local Prefect server (UI) that runs use by default")
     srv.add_argument("action", choices=("start", "stop", "status"))
     srv.add_argument("--port", type=int, default=None, help="port (default 4200)")
+    for command in (run, val, rep, ret, demo, serve, srv):  # --debug also after the command
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="show tracebacks and debug logs")
     return parser
 
 

@@ -71,9 +71,10 @@ def test_duplicate_id_names_file_and_line(tmp_path, capsys):
 def test_debug_shows_traceback(tmp_path, capsys):
     path = make_benchmark(tmp_path)
     path.write_text(path.read_text().replace("benchschema:Item", "benchschema:Itme"))
-    code = main(["--debug", "validate", str(path)])
-    assert code == 2
-    assert "Traceback" in capsys.readouterr().err
+    for argv in (["--debug", "validate", str(path)], ["validate", str(path), "--debug"]):
+        code = main(argv)
+        assert code == 2
+        assert "Traceback" in capsys.readouterr().err
 
 
 def test_missing_config_file(capsys, tmp_path):
