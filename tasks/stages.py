@@ -13,12 +13,13 @@ writes no cache entry and a retry calls the model again.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from pathlib import Path
 from typing import Any
 
 from prefect import task
-from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
+from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
 from prefect.results import ResultRecord
 from prefect.states import State
 from pydantic import BaseModel, ConfigDict
@@ -158,13 +159,20 @@ def score_task(outcome: Outcome, check: CheckResult | None, metric: str | None, 
     return score_session(outcome, check, metric)
 
 
+def _spec_key(context: Any, parameters: dict[str, Any]) -> str:
+    """Cache key of a model stage: the stage and its SessionSpec. Hashing the one flat spec
+    is cheaper than Prefect's INPUTS policy walking every parameter, and leaves out the
+    adapt stage's conversation state, which the spec already determines."""
+    spec: SessionSpec = parameters["spec"]
+    return hashlib.sha256(f"{context.task.name}\0{spec.model_dump_json()}".encode()).hexdigest()
+
+
 def cached_variant(stage: Any, cache_dir: Path | None) -> Any:
     """The stage with its cache policy bound to this run's cache folder (or no cache)."""
     if cache_dir is None:
         return stage.with_options(cache_policy=NO_CACHE, persist_result=False)
-    exclude = "state" if stage is adapt_task else None
-    inputs = INPUTS - exclude if exclude else INPUTS
-    policy = (inputs + TASK_SOURCE).configure(key_storage=str(cache_dir))
+    policy = CacheKeyFnPolicy(cache_key_fn=_spec_key) + TASK_SOURCE
+    policy = policy.configure(key_storage=str(cache_dir))
     return stage.with_options(cache_policy=policy)
 
 
