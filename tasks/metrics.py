@@ -124,13 +124,17 @@ def squad_normalize(text: str) -> str:
     return " ".join(text.split())
 
 
+def _f_measure(matched: int, predicted: int, expected: int) -> float:
+    """Harmonic mean of precision (matched / predicted) and recall (matched / expected)."""
+    if matched == 0:
+        return 0.0
+    precision, recall = matched / predicted, matched / expected
+    return 2 * precision * recall / (precision + recall)
+
+
 def _token_f1(prediction_tokens: list[str], reference_tokens: list[str]) -> float:
     overlap = sum((Counter(prediction_tokens) & Counter(reference_tokens)).values())
-    if overlap == 0:
-        return 0.0
-    precision = overlap / len(prediction_tokens)
-    recall = overlap / len(reference_tokens)
-    return 2 * precision * recall / (precision + recall)
+    return _f_measure(overlap, len(prediction_tokens), len(reference_tokens))
 
 
 def f1(prediction: Any, reference: Any) -> float:
@@ -238,12 +242,8 @@ def lcs_length(left: Sequence[str], right: Sequence[str]) -> int:
 def _rouge_l_pair(prediction_tokens: list[str], reference_tokens: list[str]) -> float:
     if not prediction_tokens or not reference_tokens:
         return 0.0
-    common = lcs_length(prediction_tokens, reference_tokens)
-    if common == 0:
-        return 0.0
-    precision = common / len(prediction_tokens)
-    recall = common / len(reference_tokens)
-    return 2 * precision * recall / (precision + recall)
+    return _f_measure(lcs_length(prediction_tokens, reference_tokens), len(prediction_tokens),
+                      len(reference_tokens))
 
 
 def rouge_l(prediction: Any, reference: Any) -> float:
