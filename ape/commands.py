@@ -35,6 +35,13 @@ def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
     from flows.benchmark import benchmark
     from flows.evaluate import ItemsFailed
 
+    if config.run.task_runner == "dask":
+        from flows.feeders import dask_task_runner
+
+        try:
+            dask_task_runner(config)  # a clear error now, rather than a failed flow run
+        except ApeError as exc:
+            raise locate(exc, config) from None
     state = benchmark(config, redo_outcomes=redo_outcomes, return_state=True)
     report = config.run.output / "leaderboard.md"
     if report.exists():

@@ -137,6 +137,14 @@ def dask_task_runner(config: ApeConfig) -> Any:
     except ImportError:
         raise ApeError("task_runner = 'dask' needs prefect-dask", where="[run] task_runner",
                        hint="pip install 'ape-bench[dask]'") from None
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():
+        # without one, every Dask worker process would start a temporary Prefect server of
+        # its own, which outlives the flow and loses the task runs
+        raise ApeError("task_runner = 'dask' needs a Prefect server for the workers to report to",
+                       where="[run] task_runner",
+                       hint="run without --no-server, or set PREFECT_API_URL")
     run = config.run
     if run.dask_address:
         return DaskTaskRunner(address=run.dask_address)

@@ -36,3 +36,15 @@ def test_dask_local_cluster_matches_thread_runner(tmp_path):
         sys.modules.pop("benchschema", None)
     assert results["dask"] == results["threads"]
     assert {v[2] for v in results["dask"].values()} == {0.0, 1.0}
+
+
+def test_dask_without_a_server_is_a_clear_error(tmp_path, monkeypatch):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.feeders import dask_task_runner
+    from schemas.errors import ApeError
+
+    config = load_config(make_benchmark(tmp_path, run='task_runner = "dask"'))
+    with temporary_settings({PREFECT_API_URL: None}):
+        with pytest.raises(ApeError, match="needs a Prefect server"):
+            dask_task_runner(config)
