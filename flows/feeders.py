@@ -32,10 +32,10 @@ class ThreadFeeder:
     """Solver workers as threads of this process, each with its own model and tools."""
 
     def __init__(self, runner: Runner):
-        plan = runner.plan
+        plan, carousel = runner.plan, runner.processor.carousel
 
         def start_worker() -> None:
-            bind_worker(Worker(plan))
+            bind_worker(Worker(plan, carousel))
 
         self.runner = runner
         self.pool = ThreadPoolExecutor(max_workers=plan.config.run.solver_workers,
@@ -119,7 +119,7 @@ def run_item_on_worker(config: ApeConfig, model_index: int, item: dict[str, Any]
     if workers is None:
         workers = _thread_workers.by_plan = {}
     if key not in workers:
-        workers[key] = Worker(processor.plan)
+        workers[key] = Worker(processor.plan, processor.carousel)
     bind_worker(workers[key])
     return processor.run_item(processor.plan.data_model.model_validate(item), refresh)
 

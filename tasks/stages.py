@@ -57,25 +57,25 @@ class SessionFailed(Exception):
 class Worker:
     """What one solver worker owns: its model client and its (possibly stateful) tools."""
 
-    def __init__(self, plan: Any):
+    def __init__(self, plan: Any, carousel: Any):
         from tasks.models import build_model
         from tasks.tools import load_tools
 
         self.plan = plan
+        self.carousel = carousel  # the run's shared checkers, also behind the checker tool
         self.model = build_model(plan.model_cfg, plan.config.base_dir)
         self.tools = load_tools(plan.config.tools, plan.config.base_dir)
 
     def item(self, spec: SessionSpec) -> BaseModel:
         return self.plan.data_model.model_validate_json(spec.item)
 
-    def tools_for(self, item: BaseModel, checker: Any | None = None) -> list[Any]:
+    def tools_for(self, item: BaseModel) -> list[Any]:
         cfg = self.plan.config.checker
         if not cfg.expose_as_tool:
             return list(self.tools)
         from tasks.check import checker_tool
 
-        tool = checker_tool(checker or self.plan.checker_factory(), item, self.plan.adapter,
-                            cfg.checker_tool)
+        tool = checker_tool(self.carousel, item, self.plan.adapter, cfg.checker_tool)
         return [*self.tools, tool]
 
 

@@ -30,6 +30,18 @@ def check_always_fails(item, solution):
 SAVED = []
 
 
+class CountingChecker:
+    """Counts its instances: the run should make checker_workers of them (plus a probe)."""
+
+    made = 0
+
+    def __init__(self):
+        type(self).made += 1
+
+    def __call__(self, item, solution):
+        return Passed() if solution == item.answer else Failed(reason="wrong")
+
+
 def remember(batch):
     SAVED.append(batch.item_id)
 '''

@@ -169,3 +169,18 @@ def test_stage_granularity_gives_the_same_results(tmp_path):
     assert scores(ca) == scores(cb)
     assert len({v[1] for v in scores(ca).values()}) == 2  # some right, some wrong
     sys.modules.pop("benchschema", None)
+
+
+def test_checker_tool_borrows_from_the_shared_carousel(tmp_path):
+    """With expose_as_tool, sessions get the checker tool backed by the run's checker_workers
+    instances, not a fresh checker each."""
+    path = make_benchmark(tmp_path, n=6, run="runs_per_data = 2\nchecker_workers = 2",
+                          checker='implementation = "benchschema:CountingChecker"\n'
+                                  'expose_as_tool = true')
+    config, state = run(path)
+    assert state.is_completed(), state
+    rows = read_results(config.run.output / "results.jsonl")
+    assert all(s["correct"] for b in rows for s in b["sessions"])
+    made = importlib.import_module("benchschema").CountingChecker.made
+    assert made <= 2 + 1  # the carousel's two, and the probe that validated the config
+    sys.modules.pop("benchschema", None)
