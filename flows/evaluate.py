@@ -33,7 +33,6 @@ from flows.plan import Plan, make_plan, run_label
 from flows.progress import ProgressView, Tally
 from schemas.config import ApeConfig
 from schemas.errors import ApeError
-from schemas.plugins import load_object
 from schemas.results import Outcome, OutputBatch
 from tasks.save import SaveHandler
 from tasks.transcripts import JSONL_FILE, LOG_FILE, SessionLog
@@ -52,17 +51,12 @@ class Runner:
 
     def __init__(self, plan: Plan, redo_outcomes: list[str] | None = None):
         self.plan = plan
-        cfg = plan.config
         self.processor = ItemProcessor(plan)
         self.id_name = self.processor.id_name
         plan.out_dir.mkdir(parents=True, exist_ok=True)
         self.session_log: SessionLog | None = None  # opened by run(), after a reset
         self.redo_outcomes = {Outcome(o) for o in (redo_outcomes or [])}
         self.refresh: set[str] = set()  # items whose cached generations must be regenerated
-        self.hook = None
-        if cfg.hooks.on_batch_saved:
-            self.hook = load_object(cfg.hooks.on_batch_saved, where="[hooks] on_batch_saved",
-                                    base_dir=cfg.base_dir)
 
     def run_item(self, item: BaseModel) -> OutputBatch:
         """Thread mode: runs on a solver-worker thread and writes transcripts there."""
@@ -125,7 +119,7 @@ class Runner:
                         tally.sessions += len(batch.sessions)
                         tally.passed += sum(s.correct for s in batch.sessions)
                         tally.errors += sum(s.outcome is Outcome.ERROR for s in batch.sessions)
-                        if self.hook is not None:
+                        if plan.hook is not None:
                             self._call_hook(batch)
                     view.update()
         finally:
@@ -145,7 +139,7 @@ class Runner:
 
     def _call_hook(self, batch: OutputBatch) -> None:
         try:
-            self.hook(batch)
+            self.plan.hook(batch)
         except Exception as exc:  # a broken hook must not lose the run
             log.warning("on_batch_saved hook failed for item %s: %s: %s", batch.item_id,
                         type(exc).__name__, exc)

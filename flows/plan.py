@@ -38,6 +38,7 @@ class Plan:
     adapter: Callable[[str], Any]
     checker_factory: Callable[[], Any]
     metric: str | None
+    hook: Callable[[Any], Any] | None = None  # [hooks] on_batch_saved
     fingerprint: dict[str, Any] = field(default_factory=dict)
     fingerprint_key: str = ""  # hash of ``fingerprint``, part of every session's cache key
 
@@ -98,6 +99,7 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
         return load_checker(config.checker, config.base_dir)
 
     probe = checker_factory()  # fail now on a bad checker, not in a worker thread
+    hook = None
     if config.hooks.on_batch_saved:
         hook = load_object(config.hooks.on_batch_saved, where=f"{src} [hooks] on_batch_saved",
                            base_dir=config.base_dir)
@@ -116,7 +118,7 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
     }
     return Plan(config=config, model_cfg=model_cfg, data_model=data_model, template=template,
                 system=system, adapter=adapter, checker_factory=checker_factory,
-                metric=getattr(probe, "metric", None), fingerprint=fingerprint,
+                metric=getattr(probe, "metric", None), hook=hook, fingerprint=fingerprint,
                 fingerprint_key=fingerprint_hash(fingerprint, size=32))
 
 
