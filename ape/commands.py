@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from ape.config import load_config, locate
 from schemas.config import ApeConfig
@@ -60,21 +61,20 @@ def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
     raise RuntimeError(str(exc))
 
 
-def _preflight(config: ApeConfig) -> list[str]:
+def _preflight(config: ApeConfig) -> tuple[Any, list[Any], list[str]]:
     """Resolve every plugin, the template and the data before any flow starts, so a bad
-    input is one clear line instead of a failed flow run. Returns the item ids."""
+    input is one clear line instead of a failed flow run. Returns the first model's plan,
+    the tools and the item ids."""
     from flows.plan import make_plan
     from tasks.models import build_model
     from tasks.tools import load_tools
 
     try:
-        plan = None
+        plans = [make_plan(config, model) for model in config.model]
         for model in config.model:
-            plan = make_plan(config, model)
             build_model(model, config.base_dir)
-        load_tools(config.tools, config.base_dir)
-        assert plan is not None
-        return plan.provider().scan()
+        tools = load_tools(config.tools, config.base_dir)
+        return plans[0], tools, plans[0].provider().scan()
     except ApeError as exc:
         raise locate(exc, config) from None
 
@@ -88,14 +88,10 @@ def run(config_path: Path, overrides: dict, *, use_server: bool = True) -> int:
 
 
 def validate(config_path: Path) -> int:
-    from flows.plan import make_plan
     from tasks.render import template_variables
-    from tasks.tools import load_tools
 
     config = load_config(config_path)
-    ids = _preflight(config)
-    plan = make_plan(config, config.model[0])
-    tools = load_tools(config.tools, config.base_dir)
+    plan, tools, ids = _preflight(config)
     variables = ", ".join(sorted(template_variables(plan.template))) or "none"
     print(f"ok: {config_path}")
     print(f"  data: {len(ids)} items from {config.data.file.name}"
