@@ -82,6 +82,8 @@ NO_KEY_PLACEHOLDER = "not-needed"  # local OpenAI-compatible servers accept any 
 # Argument names whose values are secrets: never part of a fingerprint.
 _SECRET_ARG = re.compile(r"(^|_)(api_?key|key|token|secret|password|credentials?)$|header", re.I)
 # Mock arguments that change timing or bookkeeping, not answers.
+# fields every LangChain chat model has, not specific to the mock
+_CHAT_MODEL_FIELDS = frozenset(BaseChatModel.model_fields)
 _MOCK_NON_BEHAVIOUR = frozenset({"latency_s", "call_log", "transient_failures"})
 
 
@@ -208,8 +210,8 @@ def _mock(cfg: ModelConfig, base_dir: Path) -> MockChatModel:
         raise ApeError(
             f"invalid mock model arguments: {describe_exception(exc)}",
             where=_where(cfg),
-            hint="mock args are behaviour, latency_s, accuracy, seed, use_tools, sampling, responses, "
-            "logprobs, call_log, transient_failures",
+            hint="mock args are " + ", ".join(
+                name for name in MockChatModel.model_fields if name not in _CHAT_MODEL_FIELDS),
         ) from None
 
 
