@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from schemas.errors import ApeError
+from ape.schemas.errors import ApeError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 COMMANDS = ("run", "validate", "report", "retry", "demo", "serve", "server")

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ape.api import preflight
 from ape.config import load_config, locate
-from schemas.config import ApeConfig
-from schemas.errors import ApeError
-from schemas.results import Outcome
+from ape.schemas.config import ApeConfig
+from ape.schemas.errors import ApeError
+from ape.schemas.results import Outcome
 
 log = logging.getLogger("ape")
 
@@ -33,11 +34,11 @@ def _cache_storage(config: ApeConfig) -> None:
 
 
 def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
-    from flows.benchmark import benchmark
-    from flows.evaluate import ItemsFailed
+    from ape.flows.benchmark import benchmark
+    from ape.flows.evaluate import ItemsFailed
 
     if config.run.task_runner == "dask":
-        from flows.feeders import dask_task_runner
+        from ape.flows.feeders import dask_task_runner
 
         try:
             dask_task_runner(config)  # a clear error now, rather than a failed flow run
@@ -61,37 +62,19 @@ def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
     raise RuntimeError(str(exc))
 
 
-def _preflight(config: ApeConfig) -> tuple[Any, list[Any], list[str]]:
-    """Resolve every plugin, the template and the data before any flow starts, so a bad
-    input is one clear line instead of a failed flow run. Returns the first model's plan,
-    the tools and the item ids."""
-    from flows.plan import make_plan
-    from tasks.models import build_model
-    from tasks.tools import load_tools
-
-    try:
-        plans = [make_plan(config, model) for model in config.model]
-        for model in config.model:
-            build_model(model, config.base_dir)
-        tools = load_tools(config.tools, config.base_dir)
-        return plans[0], tools, plans[0].provider().scan()
-    except ApeError as exc:
-        raise locate(exc, config) from None
-
-
 def run(config_path: Path, overrides: dict, *, use_server: bool = True) -> int:
     config = load_config(config_path, overrides)
-    _preflight(config)
+    preflight(config)
     _cache_storage(config)
     _use_prefect_server(use_server)
     return _run_flow(config)
 
 
 def validate(config_path: Path) -> int:
-    from tasks.render import template_variables
+    from ape.tasks.render import template_variables
 
     config = load_config(config_path)
-    plan, tools, ids = _preflight(config)
+    plan, tools, ids = preflight(config)
     variables = ", ".join(sorted(template_variables(plan.template))) or "none"
     print(f"ok: {config_path}")
     print(f"  data: {len(ids)} items from {config.data.file.name}"
@@ -106,7 +89,7 @@ def validate(config_path: Path) -> int:
 
 
 def report(outputs: list[Path], out: Path | None) -> int:
-    from tasks.report import build_report, markdown_table
+    from ape.tasks.report import build_report, markdown_table
 
     for folder in outputs:
         if not folder.is_dir():
@@ -143,20 +126,20 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
     recorded, top = _recorded_config(output) if config_path is None else (config_path, output)
     overrides = {"run.output": str(top.resolve()), **overrides, "run.load_save": True}
     config = load_config(recorded, overrides)
-    _preflight(config)
+    preflight(config)
     _cache_storage(config)
     _use_prefect_server(use_server)
     return _run_flow(config, redo_outcomes=wanted)
 
 
 def demo(out: Path, *, parallel: bool = True) -> int:
-    from flows.demo import run_demo_cli
+    from ape.flows.demo import run_demo_cli
 
     return run_demo_cli(out, parallel=parallel)
 
 
 def serve(config_path: Path, cron: str | None, name: str | None) -> int:
-    from deployments.serve import serve as serve_deployment
+    from ape.deployments.serve import serve as serve_deployment
 
     config_path = config_path.resolve()
     load_config(config_path)  # fail fast on a bad config

@@ -1,4 +1,4 @@
-"""Read one TOML file into :class:`schemas.config.ApeConfig`.
+"""Read one TOML file into :class:`ape.schemas.config.ApeConfig`.
 
 Errors name the file, the TOML key (with its line when it can be found) and
 what was expected, with a "did you mean" for misspelt keys. Relative paths are
@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from schemas.config import ApeConfig, ModelConfig
-from schemas.errors import ApeError, did_you_mean
+from ape.schemas.config import ApeConfig, ModelConfig
+from ape.schemas.errors import ApeError, did_you_mean
 
 # Config keys that hold paths, resolved against the config file's folder.
 _PATH_KEYS = (("data", "file"), ("prompt", "template_file"), ("prompt", "system_file"), ("run", "output"))

@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from schemas.errors import ApeError
+from ape.schemas.errors import ApeError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4200

@@ -75,8 +75,8 @@ def child(config: str) -> None:
     """Run one benchmark flow in this process and print its measurements as JSON."""
     started = time.perf_counter()
     from ape.config import load_config
-    from flows.evaluate import Runner
-    from flows.plan import make_plan
+    from ape.flows.evaluate import Runner
+    from ape.flows.plan import make_plan
     from prefect import flow
 
     cfg = load_config(config)

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from schemas.config import ApeConfig
-from schemas.errors import ApeError
+from ape.schemas.config import ApeConfig
+from ape.schemas.errors import ApeError
 
 if TYPE_CHECKING:
     from prefect import Flow
     from prefect.deployments.runner import RunnerDeployment
 
-BENCHMARK_FLOW = "flows.benchmark:benchmark"
+BENCHMARK_FLOW = "ape.flows.benchmark:benchmark"
 DEFAULT_TAGS = ("ape",)
 
 
@@ -108,7 +108,7 @@ def serve_config(
 
 def load_benchmark_flow() -> Flow[..., Any]:
     """Import the benchmark flow lazily, so this module loads without the runner."""
-    from schemas.plugins import load_object
+    from ape.schemas.plugins import load_object
 
     return load_object(BENCHMARK_FLOW, where="deployment")
 
@@ -137,7 +137,7 @@ def serve(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m deployments.serve",
+        prog="python -m ape.deployments.serve",
         description="Serve an APE benchmark as a scheduled Prefect deployment.",
     )
     parser.add_argument("config", type=Path, help="the benchmark's config.toml")

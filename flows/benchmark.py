@@ -18,10 +18,10 @@ from prefect.cache_policies import NO_CACHE
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.states import Failed
 
-from flows.evaluate import ItemsFailed, dask_task_runner, evaluate
-from flows.logs import run_logs
-from flows.plan import run_label
-from schemas.config import ApeConfig
+from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
+from ape.flows.logs import run_logs
+from ape.flows.plan import run_label
+from ape.schemas.config import ApeConfig
 
 log = logging.getLogger("ape")
 
@@ -35,7 +35,7 @@ def _run_name() -> str:
 @task(name="report", task_run_name="report[{config.name}]", cache_policy=NO_CACHE, persist_result=False)
 def report_task(config: ApeConfig, wall_seconds: float) -> dict[str, Any]:
     """Leaderboard, pairwise comparison and calibration from the saved results (no model calls)."""
-    from tasks.report import build_report, markdown_table
+    from ape.tasks.report import build_report, markdown_table
 
     files = [config.output_dir_for(m) / config.run.save_file for m in config.model]
     envelope = build_report([f for f in files if f.exists()], config.run.output, wall_seconds=wall_seconds,

@@ -1,9 +1,9 @@
 """The seed-3 eval-runner demo, on the same pipeline as ``ape run``.
 
 :func:`run_eval` turns ModelAdapter objects and task specs into an ordinary
-:class:`schemas.config.ApeConfig` (task specs as the data, the adapters as
-``[[model]]`` entries, :class:`tasks.taskspec.TaskSpecChecker` as the checker)
-and runs the :func:`flows.benchmark.benchmark` flow, so the demo exercises
+:class:`ape.schemas.config.ApeConfig` (task specs as the data, the adapters as
+``[[model]]`` entries, :class:`ape.tasks.taskspec.TaskSpecChecker` as the checker)
+and runs the :func:`ape.flows.benchmark.benchmark` flow, so the demo exercises
 exactly what users run. ``examples/demo/config.toml`` is the same config as a
 file (``ape run examples/demo/config.toml``).
 
@@ -28,6 +28,7 @@ code  criterion                broken when
 
 from __future__ import annotations
 
+import importlib.resources
 import logging
 import math
 import os
@@ -41,19 +42,19 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.config import ApeConfig
-from schemas.errors import ApeError
-from schemas.models import ModelAdapter
-from schemas.report import Envelope, Summary
-from schemas.taskspec import TASK_TEMPLATE, TaskSpec
-from tasks.taskspec import check_unique, load_tasks, validate_task, write_tasks
+from ape.schemas.config import ApeConfig
+from ape.schemas.errors import ApeError
+from ape.schemas.models import ModelAdapter
+from ape.schemas.report import Envelope, Summary
+from ape.schemas.taskspec import TASK_TEMPLATE, TaskSpec
+from ape.tasks.taskspec import check_unique, load_tasks, validate_task, write_tasks
 
 log = logging.getLogger("ape")
 
-DEMO_DIR = Path(__file__).resolve().parent.parent / "examples" / "demo"
+DEMO_DIR = Path(str(importlib.resources.files("ape.examples") / "demo"))  # package data
 DEMO_TASKS = DEMO_DIR / "tasks.jsonl"
 TASKS_FILE = "tasks.jsonl"
-CHECKER = "tasks.taskspec:TaskSpecChecker"
+CHECKER = "taskspec"
 MAX_WORKERS = 8
 WALL_BUDGET_S = 10.0
 NO_SERVER_ENV = "APE_NO_SERVER"
@@ -141,7 +142,7 @@ def demo_config(
     """The task-spec benchmark as an ApeConfig: what ``examples/demo/config.toml`` says."""
     return ApeConfig.model_validate({
         "name": name,
-        "data": {"file": str(tasks_file), "schema": "schemas.taskspec:TaskSpec",
+        "data": {"file": str(tasks_file), "schema": "taskspec",
                  "category_field": "category"},
         "prompt": {"template": TASK_TEMPLATE},
         "model": model_entries,
@@ -178,9 +179,9 @@ def run_eval(
     the run: the envelope is returned and the flow run ends Failed, as for ``ape run``.
     Raises ApeError for bad tasks or adapters, and whatever crashed the flow otherwise.
     """
-    from flows.benchmark import benchmark
-    from flows.evaluate import ItemsFailed
-    from tasks.model_adapters import model_entry, unregister_adapter
+    from ape.flows.benchmark import benchmark
+    from ape.flows.evaluate import ItemsFailed
+    from ape.tasks.model_adapters import model_entry, unregister_adapter
 
     specs = as_tasks(tasks)
     if not adapters:
@@ -340,7 +341,7 @@ def _criteria_status(breach: Breach | None) -> dict[str, str]:
 
 def finish(envelope: Envelope, breach: Breach | None, out: Path) -> DemoResult:
     """Write the verdict into the envelope (summary.criteria, and error when broken)."""
-    from tasks.report import error_envelope, markdown_table, write_envelope
+    from ape.tasks.report import error_envelope, markdown_table, write_envelope
 
     summary = Summary(**{**envelope.summary.model_dump(), "criteria": _criteria_status(breach)})
     if breach is not None:
@@ -378,7 +379,7 @@ def run_demo(
     ``outrank`` names the model that must rank strictly above the other. Never raises
     for a broken criterion: the verdict is in the result and in ``out/report.json``.
     """
-    from tasks.model_adapters import demo_adapters
+    from ape.tasks.model_adapters import demo_adapters
 
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -416,7 +417,7 @@ def run_demo_cli(
     Uses the local Prefect server like ``ape run`` (started or reused) unless the
     environment sets APE_NO_SERVER=1 or PREFECT_API_URL.
     """
-    from tasks.report import markdown_table
+    from ape.tasks.report import markdown_table
 
     if os.environ.get(NO_SERVER_ENV) != "1":
         from ape.server import ensure_api_url

@@ -26,16 +26,16 @@ from prefect import flow
 from prefect.states import Failed
 from pydantic import BaseModel
 
-from flows.feeders import DaskFeeder, ThreadFeeder, dask_task_runner
-from flows.item import ItemProcessor
-from flows.logs import CONSOLE_SKIP, run_logs
-from flows.plan import Plan, make_plan, run_label
-from flows.progress import ProgressView, Tally
-from schemas.config import ApeConfig
-from schemas.errors import ApeError
-from schemas.results import Outcome, OutputBatch
-from tasks.save import SaveHandler
-from tasks.transcripts import JSONL_FILE, LOG_FILE, SessionLog
+from ape.flows.feeders import DaskFeeder, ThreadFeeder, dask_task_runner
+from ape.flows.item import ItemProcessor
+from ape.flows.logs import CONSOLE_SKIP, run_logs
+from ape.flows.plan import Plan, make_plan, run_label
+from ape.flows.progress import ProgressView, Tally
+from ape.schemas.config import ApeConfig
+from ape.schemas.errors import ApeError
+from ape.schemas.results import Outcome, OutputBatch
+from ape.tasks.save import SaveHandler
+from ape.tasks.transcripts import JSONL_FILE, LOG_FILE, SessionLog
 
 __all__ = ["ItemsFailed", "ItemProcessor", "Runner", "dask_task_runner", "evaluate"]
 

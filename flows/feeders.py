@@ -17,15 +17,15 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
-from flows.item import ItemProcessor
-from flows.plan import fingerprint_hash, make_plan
-from schemas.config import ApeConfig
-from schemas.errors import ApeError
-from schemas.results import OutputBatch
-from tasks.stages import Worker, bind_worker
+from ape.flows.item import ItemProcessor
+from ape.flows.plan import fingerprint_hash, make_plan
+from ape.schemas.config import ApeConfig
+from ape.schemas.errors import ApeError
+from ape.schemas.results import OutputBatch
+from ape.tasks.stages import Worker, bind_worker
 
 if TYPE_CHECKING:
-    from flows.evaluate import Runner
+    from ape.flows.evaluate import Runner
 
 
 class ThreadFeeder:

@@ -14,10 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from flows.plan import Plan
-from schemas.data import id_field_name
-from schemas.results import ErrorInfo, Outcome, OutputBatch, SessionResult
-from tasks.stages import (
+from ape.flows.plan import Plan
+from ape.schemas.data import id_field_name
+from ape.schemas.results import ErrorInfo, Outcome, OutputBatch, SessionResult
+from ape.tasks.stages import (
     SessionSpec,
     adapt_task,
     cached_variant,
@@ -36,7 +36,7 @@ class ItemProcessor:
     """Runs one item's chain (every run of it) on the calling solver-worker thread."""
 
     def __init__(self, plan: Plan):
-        from tasks.check import CheckerCarousel
+        from ape.tasks.check import CheckerCarousel
 
         self.plan = plan
         cfg = plan.config
@@ -51,7 +51,7 @@ class ItemProcessor:
         self.id_name = id_field_name(plan.data_model)
 
     def _render(self, template: str, item: BaseModel, key: str) -> str:
-        from tasks.render import render
+        from ape.tasks.render import render
 
         if self.granularity == "stage":
             return render_task(template, item, key)
@@ -59,8 +59,8 @@ class ItemProcessor:
 
     def run_session(self, item: BaseModel, key: str, run_index: int,
                     refresh: bool = False) -> tuple[SessionResult, list[Any]]:
-        from tasks.check import run_check
-        from tasks.score import score_session
+        from ape.tasks.check import run_check
+        from ape.tasks.score import score_session
 
         plan = self.plan
         started = time.perf_counter()

@@ -16,11 +16,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from schemas.config import ApeConfig, ModelConfig
-from schemas.errors import ApeError
-from schemas.plugins import load_object
-from tasks.data import DataProvider
-from tasks.render import check_template
+from ape.schemas.config import ApeConfig, ModelConfig
+from ape.schemas.errors import ApeError
+from ape.schemas.plugins import load_object
+from ape.tasks.data import DataProvider
+from ape.tasks.render import check_template
 
 # Bump when the meaning of cached generations changes, to invalidate old caches.
 CACHE_VERSION = "1"
@@ -72,16 +72,16 @@ def _read(path: Path | None, inline: str | None, key: str) -> str | None:
 
 def load_data_model(config: ApeConfig) -> type[BaseModel]:
     where = f"{config.config_file or 'config'} [data] schema"
-    model = load_object(config.data.schema_, where=where, base_dir=config.base_dir)
+    model = load_object(config.data.schema_, kind="schema", where=where, base_dir=config.base_dir)
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise ApeError(f"'{config.data.schema_}' is not a pydantic model class", where=where)
     return model
 
 
 def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
-    from tasks.adapt import load_adapter
-    from tasks.check import load_checker
-    from tasks.models import model_fingerprint
+    from ape.tasks.adapt import load_adapter
+    from ape.tasks.check import load_checker
+    from ape.tasks.models import model_fingerprint
 
     data_model = load_data_model(config)
     template = _read(config.prompt.template_file, config.prompt.template, "template") or ""

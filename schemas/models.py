@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from schemas.results import Generation
+from ape.schemas.results import Generation
 
 
 @runtime_checkable

@@ -19,7 +19,7 @@ class ReportModel(BaseModel):
 
 
 class OutcomeCounts(ReportModel):
-    """Sessions per solver outcome (the names of ``schemas.results.Outcome``)."""
+    """Sessions per solver outcome (the names of ``ape.schemas.results.Outcome``)."""
 
     SOLVED: int = 0
     PARSING_FAILED: int = 0

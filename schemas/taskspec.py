@@ -1,11 +1,11 @@
 """The seed-3 task spec: one evaluation task that carries its own metric and post-processing.
 
 A :class:`TaskSpec` is an ordinary DataModel (``[data] schema =
-"schemas.taskspec:TaskSpec"``), so task-spec fixtures run through the same
+"ape.schemas.taskspec:TaskSpec"``), so task-spec fixtures run through the same
 pipeline as any benchmark. What makes it different from a plain data item is
 that each task names how to grade it: the ``metric`` (one of the five built-in
 ones) and the ``postprocess`` rule applied to the model's answer before the
-metric sees it. :class:`tasks.taskspec.TaskSpecChecker` reads both.
+metric sees it. :class:`ape.tasks.taskspec.TaskSpecChecker` reads both.
 
 The prompt a model sees is the few-shot prefix followed by the prompt body
 (``template = "{{ few_shot }}{{ prompt }}"``).

@@ -2,7 +2,7 @@
 
 A *session* is one attempt at one item. While it runs, the solver appends
 :class:`TranscriptEntry` objects (prompts, model responses, tool calls, parse
-attempts, failures); when it closes, :class:`tasks.transcripts.SessionLog`
+attempts, failures); when it closes, :class:`ape.tasks.transcripts.SessionLog`
 appends a ``CHECK`` and a ``SESSION_END`` entry and writes the session to two
 files in the output folder:
 
@@ -78,7 +78,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from schemas.results import CheckStatus, ErrorInfo, Outcome
+from ape.schemas.results import CheckStatus, ErrorInfo, Outcome
 
 
 class EntryKind(str, Enum):
@@ -180,7 +180,7 @@ class SolveRecord(BaseModel):
         return self._value if self._has_value else self.solution
 
     def result_fields(self) -> dict[str, Any]:
-        """The fields a :class:`schemas.results.SessionResult` takes from this record."""
+        """The fields a :class:`ape.schemas.results.SessionResult` takes from this record."""
         return {
             name: getattr(self, name) for name in type(self).model_fields if name != "transcript"
         }

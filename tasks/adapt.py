@@ -36,9 +36,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, field_validator
 
-from schemas.config import AdapterConfig
-from schemas.errors import ApeError, did_you_mean
-from schemas.plugins import call_plugin, describe_exception, ensure_on_path, load_object
+from ape.schemas.config import AdapterConfig
+from ape.schemas.errors import ApeError, did_you_mean
+from ape.schemas.plugins import call_plugin, describe_exception, load_object
+from ape.schemas.registry import is_short_name, resolve
 
 Adapter = Callable[[str], Any]
 
@@ -157,11 +158,12 @@ class JsonAdapter(BuiltinAdapter):
     model: str | None = None
 
     _resolved: type[BaseModel] | None = PrivateAttr(default=None)
+    _base_dir: Path | None = PrivateAttr(default=None)
 
     def schema_model(self) -> type[BaseModel] | None:
         """The pydantic model named by ``model``, imported on first use."""
         if self.model is not None and self._resolved is None:
-            target = load_object(self.model, where="[adapter] args.model")
+            target = load_object(self.model, where="[adapter] args.model", base_dir=self._base_dir)
             if not (inspect.isclass(target) and issubclass(target, BaseModel)):
                 raise ApeError(
                     f"'{self.model}' is not a pydantic model class",
@@ -205,15 +207,6 @@ def extract_json(text: str) -> Any:
     raise ValueError("the answer contains no valid JSON object")
 
 
-BUILTINS: dict[str, type[BuiltinAdapter]] = {
-    "raw": RawAdapter,
-    "strip": StripAdapter,
-    "regex": RegexAdapter,
-    "last_number": LastNumberAdapter,
-    "json": JsonAdapter,
-}
-
-
 def _flag_bits(value: str | list[str] | int) -> int:
     if isinstance(value, int):
         return value
@@ -230,15 +223,9 @@ def _flag_bits(value: str | list[str] | int) -> int:
 
 
 def builtin_adapter(name: str, args: dict[str, Any] | None = None) -> BuiltinAdapter:
-    """A built-in adapter by name; ApeError with a hint for unknown names or bad options."""
-    cls = BUILTINS.get(name)
-    if cls is None:
-        raise ApeError(
-            f"unknown built-in adapter '{name}'; built-ins are {', '.join(BUILTINS)}, "
-            "or give a dotted path 'package.module:function'",
-            where=WHERE,
-            hint=did_you_mean(name, BUILTINS),
-        )
+    """A built-in adapter by name (the registry's ``adapter`` kind); ApeError with a hint
+    for unknown names or bad options."""
+    cls = load_object(resolve("adapter", name, where=WHERE), where=WHERE)
     try:
         return cls(**(args or {}))
     except (ValidationError, ValueError, TypeError) as exc:
@@ -250,15 +237,16 @@ def builtin_adapter(name: str, args: dict[str, Any] | None = None) -> BuiltinAda
 def load_adapter(cfg: AdapterConfig, base_dir: Path) -> Adapter:
     """Resolve ``[adapter]`` to a callable ``(str) -> solution``."""
     name = cfg.implementation
-    if "." not in name and ":" not in name:
+    if is_short_name(name):
         adapter = builtin_adapter(name, cfg.args)
         if isinstance(adapter, JsonAdapter):
-            ensure_on_path(base_dir)
+            adapter._base_dir = base_dir
             adapter.schema_model()  # a bad model path fails now, not in every session
         return adapter
     target = load_object(name, where=WHERE, base_dir=base_dir)
     if inspect.isclass(target) and issubclass(target, BaseModel):
         adapter = JsonAdapter(model=name)
+        adapter._base_dir = base_dir
         adapter.schema_model()
         return adapter
     if inspect.isclass(target):

@@ -1,6 +1,6 @@
 """Aggregation over saved sessions: the leaderboard, per-category scores and pairwise comparisons.
 
-Every function takes the sessions table of :func:`tasks.report.load_sessions` (one row
+Every function takes the sessions table of :func:`ape.tasks.report.load_sessions` (one row
 per session; at least ``model_id``, ``item_id``, ``score``, ``correct``) and returns a
 plain DataFrame. Items are the unit of statistics: a model's runs of one item are
 averaged first, then means, standard errors and bootstrap intervals are taken over
@@ -36,7 +36,7 @@ def _require(sessions: pd.DataFrame, columns: Iterable[str]) -> None:
     if missing:
         raise ValueError(
             f"the sessions table lacks the columns {missing}; build it with "
-            "tasks.report.load_sessions"
+            "ape.tasks.report.load_sessions"
         )
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
-from schemas.report import CalibrationBin, CalibrationEntry
+from ape.schemas.report import CalibrationBin, CalibrationEntry
 
 
 def _is_missing(value: float | None) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from schemas.report import Envelope
+from ape.schemas.report import Envelope
 
 
 def _draw_scores(axes, envelope: Envelope) -> None:

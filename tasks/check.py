@@ -23,15 +23,17 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 from pydantic_core import to_jsonable_python
 
-from schemas.check import Failed, Passed
-from schemas.config import CheckerConfig
-from schemas.errors import ApeError
-from schemas.plugins import call_plugin, load_object
-from schemas.results import CheckResult, CheckStatus, ErrorInfo
+from ape.schemas.check import Failed, Passed
+from ape.schemas.config import CheckerConfig
+from ape.schemas.errors import ApeError
+from ape.schemas.plugins import call_plugin, load_object
+from ape.schemas.registry import is_short_name, resolve
+from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo
 
 Checker = Callable[[Any, Any], Any]
 
 WHERE = "[checker] implementation"
+METRICS_MODULE = "ape.tasks.metrics"
 
 
 def checker_factory(cfg: CheckerConfig, base_dir: Path) -> Callable[[], Checker]:
@@ -39,18 +41,17 @@ def checker_factory(cfg: CheckerConfig, base_dir: Path) -> Callable[[], Checker]
 
     A class is instantiated with ``args`` on every call, so each pool slot owns its
     instance; a function is shared (with ``args`` bound as keyword arguments); a short
-    name without '.' or ':' is a built-in metric from ``tasks.score``.
+    built-in name (the registry's ``checker`` kind) is a metric of ``ape.tasks.metrics``
+    or one of APE's checker classes.
     """
     name = cfg.implementation
-    if "." not in name and ":" not in name:
-        try:
-            from tasks.score import builtin_checker
-        except ImportError as exc:
-            raise ApeError(
-                f"built-in metrics are unavailable ({exc}); give a dotted path instead",
-                where=WHERE,
-            ) from exc
-        return functools.partial(builtin_checker, name, dict(cfg.args))
+    if is_short_name(name):
+        path = resolve("checker", name, where=WHERE)
+        if path.startswith(METRICS_MODULE + ":"):
+            from ape.tasks.score import builtin_checker
+
+            return functools.partial(builtin_checker, name, dict(cfg.args))
+        name = path
     target = load_object(name, where=WHERE, base_dir=base_dir)
     if inspect.isclass(target):
         return functools.partial(_instantiate, target, dict(cfg.args), name)

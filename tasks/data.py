@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from schemas.data import id_field_name
-from schemas.errors import ApeError
+from ape.schemas.data import id_field_name
+from ape.schemas.errors import ApeError
 
 SUPPORTED = (".jsonl", ".csv")
 

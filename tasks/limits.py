@@ -32,7 +32,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from schemas.config import ModelConfig
+from ape.schemas.config import ModelConfig
 
 log = logging.getLogger("ape.models")
 

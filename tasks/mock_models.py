@@ -47,8 +47,8 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from schemas.config import GIVE_UP_TOKEN
-from tasks.tools import calculate
+from ape.schemas.config import GIVE_UP_TOKEN
+from ape.tasks.tools import calculate
 
 Behaviour = Literal["arithmetic", "echo", "scripted", "give_up"]
 CALCULATOR_TOOL = "calculator"

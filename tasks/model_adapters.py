@@ -1,6 +1,6 @@
 """Mock ModelAdapters for the seed-3 demo, and the bridge from adapter objects to config.
 
-The mocks answer task specs (:class:`schemas.taskspec.TaskSpec`) without a
+The mocks answer task specs (:class:`ape.schemas.taskspec.TaskSpec`) without a
 model: they read the task they are given (``generate(prompt, task)``) and
 answer right or wrong on purpose, in the shape the task's post-processing
 expects, so the metric layer and calibration see realistic answers:
@@ -14,7 +14,7 @@ expects, so the metric layer and calibration see realistic answers:
 Each answer depends only on the adapter's settings and the task id (never on
 call order or thread), so parallel and sequential runs give identical results.
 They are pydantic models: their fields are the ``args`` of a ``[[model]]
-class = "tasks.model_adapters:RuleBasedAdapter"`` section, and
+class = "ape.tasks.model_adapters:RuleBasedAdapter"`` section, and
 :func:`model_entry` turns any adapter object back into such a section.
 """
 
@@ -28,10 +28,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.errors import ApeError
-from schemas.models import ModelAdapter
-from schemas.plugins import load_object
-from schemas.results import Generation
+from ape.schemas.errors import ApeError
+from ape.schemas.models import ModelAdapter
+from ape.schemas.plugins import load_object
+from ape.schemas.results import Generation
 
 # Words that appear in no sensible reference: random answers score (near) nothing.
 _RANDOM_WORDS = (
@@ -66,7 +66,7 @@ def first_reference(task: Any) -> str:
     if reference is None:
         raise ValueError(
             f"the mock adapters answer task specs with a 'reference' field; got "
-            f"{type(task).__name__} (use schemas.taskspec:TaskSpec as the data schema)"
+            f"{type(task).__name__} (use ape.schemas.taskspec:TaskSpec as the data schema)"
         )
     return str(reference)
 
@@ -200,7 +200,7 @@ class RandomAdapter(MockAdapter):
 
 _REGISTRY: dict[str, ModelAdapter] = {}
 _REGISTRY_LOCK = threading.Lock()
-REGISTRY_PATH = "tasks.model_adapters:registered_adapter"
+REGISTRY_PATH = "ape.tasks.model_adapters:registered_adapter"
 
 
 def register_adapter(adapter: ModelAdapter) -> str:

@@ -2,7 +2,7 @@
 
 Sources of a model, in the order :func:`build_model` checks them:
 
-- ``provider = "mock"``: the built-in :class:`tasks.mock_models.MockChatModel`.
+- ``provider = "mock"``: the built-in :class:`ape.tasks.mock_models.MockChatModel`.
 - ``provider = "openai"``: any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama,
   a llama.cpp server) through ``langchain-openai`` (the ``openai`` extra).
   Token log-probabilities are requested by default, with ``top_logprobs=1``
@@ -40,13 +40,14 @@ from langchain_core.outputs import ChatResult
 from langchain_core.runnables import Runnable, RunnableBinding
 from pydantic import ConfigDict, ValidationError
 
-from schemas.config import ModelConfig
-from schemas.errors import ApeError, did_you_mean
-from schemas.models import ModelAdapter
-from schemas.plugins import describe_exception, load_object
-from schemas.results import Generation
-from tasks.limits import RateLimiter, RetryPolicy, classify_error, limiter_for
-from tasks.mock_models import Behaviour, MockChatModel
+from ape.schemas.config import ModelConfig
+from ape.schemas.errors import ApeError, did_you_mean
+from ape.schemas.models import ModelAdapter
+from ape.schemas.plugins import describe_exception, load_object
+from ape.schemas.registry import BUILTINS, PROVIDER_PACKAGES
+from ape.schemas.results import Generation
+from ape.tasks.limits import RateLimiter, RetryPolicy, classify_error, limiter_for
+from ape.tasks.mock_models import Behaviour, MockChatModel
 
 __all__ = [
     "PROVIDERS",
@@ -57,26 +58,13 @@ __all__ = [
     "model_fingerprint",
 ]
 
-# LangChain integrations we know how to build without `langchain` installed:
-# provider -> (module, class, pip package).
-PROVIDERS: dict[str, tuple[str, str, str]] = {
-    "anthropic": ("langchain_anthropic", "ChatAnthropic", "langchain-anthropic"),
-    "azure_openai": ("langchain_openai", "AzureChatOpenAI", "langchain-openai"),
-    "bedrock_converse": ("langchain_aws", "ChatBedrockConverse", "langchain-aws"),
-    "cohere": ("langchain_cohere", "ChatCohere", "langchain-cohere"),
-    "deepseek": ("langchain_deepseek", "ChatDeepSeek", "langchain-deepseek"),
-    "fireworks": ("langchain_fireworks", "ChatFireworks", "langchain-fireworks"),
-    "google_genai": ("langchain_google_genai", "ChatGoogleGenerativeAI", "langchain-google-genai"),
-    "google_vertexai": ("langchain_google_vertexai", "ChatVertexAI", "langchain-google-vertexai"),
-    "groq": ("langchain_groq", "ChatGroq", "langchain-groq"),
-    "mistralai": ("langchain_mistralai", "ChatMistralAI", "langchain-mistralai"),
-    "nvidia": ("langchain_nvidia_ai_endpoints", "ChatNVIDIA", "langchain-nvidia-ai-endpoints"),
-    "ollama": ("langchain_ollama", "ChatOllama", "langchain-ollama"),
-    "perplexity": ("langchain_perplexity", "ChatPerplexity", "langchain-perplexity"),
-    "together": ("langchain_together", "ChatTogether", "langchain-together"),
-    "xai": ("langchain_xai", "ChatXAI", "langchain-xai"),
-}
 BUILT_IN = ("mock", "openai")
+# LangChain integrations we know how to build without `langchain` installed, from the
+# registry: provider -> (module, class, pip package).
+PROVIDERS: dict[str, tuple[str, str, str]] = {
+    name: (*path.split(":", 1), PROVIDER_PACKAGES[name])  # type: ignore[misc]
+    for name, path in BUILTINS["provider"].items() if name not in BUILT_IN
+}
 NO_KEY_PLACEHOLDER = "not-needed"  # local OpenAI-compatible servers accept any key
 
 # Argument names whose values are secrets: never part of a fingerprint.
@@ -379,7 +367,7 @@ def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | Model
             hint="for a 'class' model put them in 'args'",
         )
     assert cfg.class_ is not None
-    target = load_object(cfg.class_, where=f"{where} class", base_dir=base_dir)
+    target = load_object(cfg.class_, kind="model", where=f"{where} class", base_dir=base_dir)
     if isinstance(target, (BaseChatModel, ModelAdapter)) and not isinstance(target, type):
         if cfg.args:
             raise ApeError(

@@ -14,7 +14,7 @@ from langchain_core.prompts.string import mustache_template_vars
 from langchain_core.utils import mustache
 from pydantic import BaseModel
 
-from schemas.errors import ApeError, did_you_mean
+from ape.schemas.errors import ApeError, did_you_mean
 
 
 def template_variables(template: str) -> set[str]:

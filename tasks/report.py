@@ -45,7 +45,7 @@ is called) and writes into the report folder:
     model_id (string), index (int64), lower, upper (float64): bin edges;
     count (int64); accuracy, mean_confidence (float64, null when the bin is empty).
 
-``report.json`` (the :class:`schemas.report.Envelope`), ``leaderboard.md`` (the
+``report.json`` (the :class:`ape.schemas.report.Envelope`), ``leaderboard.md`` (the
 markdown of :func:`markdown_table`) and ``summary.png`` (:mod:`tasks.chart`).
 """
 
@@ -66,8 +66,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
-from schemas.errors import ApeError
-from schemas.report import (
+from ape.schemas.errors import ApeError
+from ape.schemas.report import (
     CalibrationEntry,
     CategoryScore,
     Envelope,
@@ -77,8 +77,8 @@ from schemas.report import (
     PairwiseRow,
     Summary,
 )
-from schemas.results import OutputBatch, SessionResult
-from tasks.aggregate import (
+from ape.schemas.results import OutputBatch, SessionResult
+from ape.tasks.aggregate import (
     CATEGORY_COLUMNS,
     OUTCOME_COLUMNS,
     PAIRWISE_COLUMNS,
@@ -86,8 +86,8 @@ from tasks.aggregate import (
     category_breakdown,
     pairwise_diffs,
 )
-from tasks.calibrate import bins_frame, calibration_by_model
-from tasks.chart import write_summary_chart
+from ape.tasks.calibrate import bins_frame, calibration_by_model
+from ape.tasks.chart import write_summary_chart
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from schemas.errors import ApeError
-from schemas.results import OutputBatch, Outcome
+from ape.schemas.errors import ApeError
+from ape.schemas.results import OutputBatch, Outcome
 
 
 def atomic_write_text(path: Path, text: str) -> None:

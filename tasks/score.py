@@ -4,7 +4,7 @@ A ``[checker]`` whose ``implementation`` is a metric name (``exact_match``,
 ``accuracy``, ``f1``, ``bleu4``, ``rouge_l``, ``code_exec``) gets a
 :class:`BuiltinChecker` from :func:`builtin_checker`: it reads the reference from
 the item, scores the solution with the metric and answers ``Passed`` when the score
-counts as correct (:func:`tasks.metrics.correct_from_score`), ``Failed`` otherwise,
+counts as correct (:func:`ape.tasks.metrics.correct_from_score`), ``Failed`` otherwise,
 carrying the score either way.
 """
 
@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from schemas.check import Failed, Passed
-from schemas.errors import ApeError, did_you_mean
-from schemas.results import CheckResult, CheckStatus, Outcome
-from tasks.metrics import METRICS, as_text, correct_from_score, run_code
+from ape.schemas.check import Failed, Passed
+from ape.schemas.errors import ApeError, did_you_mean
+from ape.schemas.results import CheckResult, CheckStatus, Outcome
+from ape.tasks.metrics import METRICS, as_text, correct_from_score, run_code
 
 WHERE_NAME = "[checker] implementation"
 WHERE_ARGS = "[checker] args"

@@ -13,7 +13,7 @@ same conversation. If all fail, the session ends PARSING_FAILED.
 
 Model, tool and parse failures never raise: they become outcomes (ERROR, a tool error
 message to the model, PARSING_FAILED) recorded in the transcript. The two stages exchange a
-:class:`schemas.transcript.SolverState`, so they can run as separate cached Prefect tasks.
+:class:`ape.schemas.transcript.SolverState`, so they can run as separate cached Prefect tasks.
 
 Confidence: a model may report ``response_metadata["confidence"]`` (the built-in mock models
 do). Otherwise it comes from OpenAI-style token log-probabilities
@@ -50,11 +50,11 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from pydantic_core import to_jsonable_python
 
-from schemas.config import GIVE_UP_TOKEN, SolverConfig
-from schemas.errors import ApeError
-from schemas.models import ModelAdapter
-from schemas.results import ErrorInfo, Outcome
-from schemas.transcript import EntryKind, SolveRecord, SolverState, TranscriptEntry
+from ape.schemas.config import GIVE_UP_TOKEN, SolverConfig
+from ape.schemas.errors import ApeError
+from ape.schemas.models import ModelAdapter
+from ape.schemas.results import ErrorInfo, Outcome
+from ape.schemas.transcript import EntryKind, SolveRecord, SolverState, TranscriptEntry
 
 NOT_EXECUTED = "Not executed: no more tool calls now. Reply with your final answer as text."
 

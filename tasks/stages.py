@@ -24,8 +24,8 @@ from prefect.results import ResultRecord
 from prefect.states import State
 from pydantic import BaseModel, ConfigDict
 
-from schemas.results import CheckResult, Outcome
-from schemas.transcript import SolveRecord, SolverState
+from ape.schemas.results import CheckResult, Outcome
+from ape.schemas.transcript import SolveRecord, SolverState
 
 
 class SessionSpec(BaseModel):
@@ -58,8 +58,8 @@ class Worker:
     """What one solver worker owns: its model client and its (possibly stateful) tools."""
 
     def __init__(self, plan: Any, carousel: Any):
-        from tasks.models import build_model
-        from tasks.tools import load_tools
+        from ape.tasks.models import build_model
+        from ape.tasks.tools import load_tools
 
         self.plan = plan
         self.carousel = carousel  # the run's shared checkers, also behind the checker tool
@@ -73,7 +73,7 @@ class Worker:
         cfg = self.plan.config.checker
         if not cfg.expose_as_tool:
             return list(self.tools)
-        from tasks.check import checker_tool
+        from ape.tasks.check import checker_tool
 
         tool = checker_tool(self.carousel, item, self.plan.adapter, cfg.checker_tool)
         return [*self.tools, tool]
@@ -104,7 +104,7 @@ def _checked(record: SolveRecord) -> SolveRecord:
 @task(name="session", task_run_name="solve[{spec.item_id}]#{spec.run_index}", persist_result=True)
 def session_task(spec: SessionSpec) -> SolveRecord:
     """render -> solve -> adapt in one task run (the fast default granularity)."""
-    from tasks.solve import solve_session
+    from ape.tasks.solve import solve_session
 
     worker = current_worker()
     item = worker.item(spec)
@@ -115,7 +115,7 @@ def session_task(spec: SessionSpec) -> SolveRecord:
 
 @task(name="solve", task_run_name="solve[{spec.item_id}]#{spec.run_index}", persist_result=True)
 def solve_task(spec: SessionSpec) -> SolverState:
-    from tasks.solve import run_solver
+    from ape.tasks.solve import run_solver
 
     worker = current_worker()
     item = worker.item(spec)
@@ -125,7 +125,7 @@ def solve_task(spec: SessionSpec) -> SolverState:
 
 @task(name="adapt", task_run_name="adapt[{spec.item_id}]#{spec.run_index}", persist_result=True)
 def adapt_task(spec: SessionSpec, state: SolverState) -> SolveRecord:
-    from tasks.solve import run_adaption
+    from ape.tasks.solve import run_adaption
 
     worker = current_worker()
     item = worker.item(spec)
@@ -137,7 +137,7 @@ def adapt_task(spec: SessionSpec, state: SolverState) -> SolveRecord:
 # -- cheap stages (stage granularity only; never cached) ------------------------------------
 @task(name="render", task_run_name="render[{item_id}]", cache_policy=NO_CACHE, persist_result=False)
 def render_task(template: str, item: BaseModel, item_id: str) -> str:
-    from tasks.render import render
+    from ape.tasks.render import render
 
     return render(template, item)
 
@@ -145,7 +145,7 @@ def render_task(template: str, item: BaseModel, item_id: str) -> str:
 @task(name="check", task_run_name="check[{item_id}]#{run_index}", cache_policy=NO_CACHE,
       persist_result=False)
 def check_task(checker: Any, item: BaseModel, solution: Any, item_id: str, run_index: int) -> CheckResult:
-    from tasks.check import run_check
+    from ape.tasks.check import run_check
 
     return run_check(checker, item, solution)
 
@@ -154,7 +154,7 @@ def check_task(checker: Any, item: BaseModel, solution: Any, item_id: str, run_i
       persist_result=False)
 def score_task(outcome: Outcome, check: CheckResult | None, metric: str | None, item_id: str,
                run_index: int) -> tuple[float, bool]:
-    from tasks.score import score_session
+    from ape.tasks.score import score_session
 
     return score_session(outcome, check, metric)
 

@@ -7,7 +7,7 @@ task's ``metric`` from :mod:`tasks.metrics` (``code_exec`` runs the task's tests
 in a subprocess). It puts the metric into the check's metadata, which is how the
 runner learns each session's metric and how ``score_session`` applies the right
 pass mark. Configure it with ``[checker] implementation =
-"tasks.taskspec:TaskSpecChecker"`` and ``[adapter] implementation = "raw"``.
+"ape.tasks.taskspec:TaskSpecChecker"`` and ``[adapter] implementation = "raw"``.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from schemas.check import Failed, Passed
-from schemas.errors import ApeError
-from schemas.taskspec import TaskSpec
-from tasks.adapt import LastNumberAdapter
-from tasks.metrics import METRICS, as_text, correct_from_score, run_code
+from ape.schemas.check import Failed, Passed
+from ape.schemas.errors import ApeError
+from ape.schemas.registry import BUILTINS
+from ape.schemas.taskspec import TaskSpec
+from ape.tasks.adapt import LastNumberAdapter
+from ape.tasks.metrics import METRICS, as_text, correct_from_score, run_code
 
 # ---------------------------------------------------------------- post-processing
 
@@ -51,13 +52,21 @@ def last_number(text: str) -> str:
         return ""  # no number is a wrong answer, not a broken session
 
 
+def unchanged(text: str) -> str:
+    return text
+
+
+def stripped(text: str) -> str:
+    return text.strip()
+
+
+def lowered(text: str) -> str:
+    return text.strip().lower()
+
+
+# the rules by name, as the registry lists them
 POSTPROCESSORS: dict[str, Callable[[str], str]] = {
-    "none": lambda text: text,
-    "strip": str.strip,
-    "first_line": first_line,
-    "lower": lambda text: text.strip().lower(),
-    "extract_code": extract_code,
-    "last_number": last_number,
+    name: globals()[path.partition(":")[2]] for name, path in BUILTINS["postprocess"].items()
 }
 
 
@@ -93,7 +102,7 @@ class TaskSpecChecker:
         if not isinstance(task, TaskSpec):
             raise TypeError(
                 f"TaskSpecChecker grades TaskSpec items, got {type(task).__name__}; set "
-                '[data] schema = "schemas.taskspec:TaskSpec" or use another checker'
+                '[data] schema = "ape.schemas.taskspec:TaskSpec" or use another checker'
             )
         text = postprocess(task.postprocess, as_text(solution))
         metadata: dict[str, Any] = {"metric": task.metric, "postprocess": task.postprocess}
@@ -127,7 +136,7 @@ def task_error(exc: ValidationError, task_id: str | None, where: str) -> ApeErro
     return ApeError(
         f"{who}: {what}{suffix}",
         where=where,
-        hint="see schemas.taskspec.TaskSpec for the fields of a task spec",
+        hint="see ape.schemas.taskspec.TaskSpec for the fields of a task spec",
     )
 
 

@@ -19,10 +19,10 @@ from typing import Any
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
-from schemas.config import ToolConfig
-from schemas.errors import ApeError
-from schemas.models import ToolProvider
-from schemas.plugins import call_plugin, load_object
+from ape.schemas.config import ToolConfig
+from ape.schemas.errors import ApeError
+from ape.schemas.models import ToolProvider
+from ape.schemas.plugins import call_plugin, load_object
 
 
 def load_tools(tools: dict[str, ToolConfig], base_dir: Path) -> list[BaseTool]:
@@ -45,7 +45,7 @@ def load_tools(tools: dict[str, ToolConfig], base_dir: Path) -> list[BaseTool]:
 def tools_from_section(section: str, cfg: ToolConfig, base_dir: Path) -> list[BaseTool]:
     """Call one section's factory and normalise what it returns to a list of tools."""
     where = f"[tools.{section}] factory"
-    target = load_object(cfg.factory, where=where, base_dir=base_dir)
+    target = load_object(cfg.factory, kind="tool", where=where, base_dir=base_dir)
     if isinstance(target, BaseTool):
         if cfg.args:
             raise ApeError(
@@ -170,7 +170,7 @@ def _calculator_text(expression: str) -> str:
 
 
 def calculator(name: str = "calculator") -> BaseTool:
-    """Tool factory for ``[tools.calc] factory = "tasks.tools:calculator"``."""
+    """Tool factory for ``[tools.calc] factory = "ape.tasks.tools:calculator"``."""
     return StructuredTool.from_function(
         func=_calculator_text,
         name=name,

@@ -16,8 +16,8 @@ from typing import Any, TextIO
 
 from pydantic_core import to_jsonable_python
 
-from schemas.results import SessionResult
-from schemas.transcript import EntryKind, SessionTranscript, TranscriptEntry
+from ape.schemas.results import SessionResult
+from ape.schemas.transcript import EntryKind, SessionTranscript, TranscriptEntry
 
 LOG_FILE = "sessions.log"
 JSONL_FILE = "sessions.jsonl"

@@ -127,3 +127,11 @@ class Flaky(BaseChatModel):
         m = re.search(r"(\\d+) \\+ (\\d+)", text)
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=f"= {int(m[1]) + int(m[2])}"))])
 '''
+
+
+def plugin_module(config_path: Path, name: str = "benchschema"):
+    """The plugin module ``name`` as the run loaded it: from the config's folder, under its
+    private module name."""
+    from ape.schemas.plugins import import_plugin_module
+
+    return import_plugin_module(name, Path(config_path).resolve().parent)

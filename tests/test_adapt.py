@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from schemas.config import AdapterConfig
-from schemas.errors import ApeError
-from tasks.adapt import JsonAdapter, extract_json, load_adapter, parse_number
+from ape.schemas.config import AdapterConfig
+from ape.schemas.errors import ApeError
+from ape.tasks.adapt import JsonAdapter, extract_json, load_adapter, parse_number
 
 
 def adapter(name: str, **args):

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.aggregate import (
+from ape.tasks.aggregate import (
     LEADERBOARD_COLUMNS,
     PAIRWISE_COLUMNS,
     aggregate,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tasks.calibrate import CalibrationReport, bin_index, bins_frame, calibration_by_model
+from ape.tasks.calibrate import CalibrationReport, bin_index, bins_frame, calibration_by_model
 
 
 def test_worked_example():

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from schemas.check import Failed, Passed
-from schemas.config import CheckerConfig
-from schemas.errors import ApeError
-from schemas.results import CheckResult, CheckStatus
-from tasks.adapt import LastNumberAdapter
-from tasks.check import (
+from ape.schemas.check import Failed, Passed
+from ape.schemas.config import CheckerConfig
+from ape.schemas.errors import ApeError
+from ape.schemas.results import CheckResult, CheckStatus
+from ape.tasks.adapt import LastNumberAdapter
+from ape.tasks.check import (
     CheckerCarousel,
     checker_factory,
     checker_tool,
@@ -129,9 +129,9 @@ def test_short_name_resolves_through_the_builtin_metrics(monkeypatch):
         calls.append((name, args))
         return lambda item, solution: solution == item
 
-    fake = types.ModuleType("tasks.score")
+    fake = types.ModuleType("ape.tasks.score")
     fake.builtin_checker = builtin_checker  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "tasks.score", fake)
+    monkeypatch.setitem(sys.modules, "ape.tasks.score", fake)
     checker = load_checker(CheckerConfig(implementation="exact_match", args={"a": 1}), Path("."))
     assert checker("x", "x") and calls == [("exact_match", {"a": 1})]
 

@@ -84,7 +84,7 @@ def test_missing_config_file(capsys, tmp_path):
 
 
 def test_report_rebuilds_from_saved_results(tmp_path, capsys):
-    from schemas.results import OutputBatch, Outcome, SessionResult
+    from ape.schemas.results import OutputBatch, Outcome, SessionResult
 
     folder = tmp_path / "run"
     folder.mkdir()
@@ -106,7 +106,7 @@ def test_report_rebuilds_from_saved_results(tmp_path, capsys):
     [
         (lambda t: t.replace('"last_number"', '"last_numbr"'), r":\d+ \[adapter\] implementation: .*did you mean 'last_number'"),
         (lambda t: t.replace('"exact_match"', '"exact_mach"'), r":\d+ \[checker\] implementation: .*did you mean 'exact_match'"),
-        (lambda t: t + '\n[tools.calc]\nfactory = "tasks.tools:calculatr"\n', r":\d+ \[tools.calc\] factory: .*did you mean 'calculator'"),
+        (lambda t: t + '\n[tools.calc]\nfactory = "ape.tasks.tools:calculatr"\n', r":\d+ \[tools.calc\] factory: .*did you mean 'calculator'"),
         (lambda t: t.replace('provider = "mock"', 'provider = "mokc"'), r":\d+ \[model\] 'm': .*did you mean 'mock'"),
         (lambda t: t + '\n[hooks]\non_batch_saved = "benchschema:remembr"\n', r"\[hooks\] on_batch_saved: .*did you mean 'remember'"),
     ],

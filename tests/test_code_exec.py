@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from schemas.check import Failed, Passed
-from tasks.metrics import code_exec, run_code
-from tasks.score import builtin_checker
+from ape.schemas.check import Failed, Passed
+from ape.tasks.metrics import code_exec, run_code
+from ape.tasks.score import builtin_checker
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="process limits need POSIX")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ape.config import load_config
-from schemas.errors import ApeError
+from ape.schemas.errors import ApeError
 
 BASE = """
 [data]
@@ -58,7 +58,7 @@ name = "b"
 provider = "mock"
 
 [tools.calc]
-factory = "tasks.tools:calculator"
+factory = "ape.tasks.tools:calculator"
 args = { precision = 3 }
 """
     config = load_config(write(tmp_path, text))

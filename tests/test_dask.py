@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
@@ -15,7 +14,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_server")]
 
 
 def test_dask_local_cluster_matches_thread_runner(tmp_path):
-    from flows.benchmark import benchmark
+    from ape.flows.benchmark import benchmark
 
     args = 'behaviour = "arithmetic", accuracy = 0.6, seed = 5'
     threads = make_benchmark(tmp_path / "threads", n=8, model_args=args, run="runs_per_data = 2")
@@ -33,7 +32,6 @@ def test_dask_local_cluster_matches_thread_runner(tmp_path):
         transcripts = (config.run.output / "sessions.jsonl").read_text().splitlines()
         assert len(transcripts) == 16
         assert all(json.loads(line)["entries"][-1]["kind"] == "SESSION_END" for line in transcripts)
-        sys.modules.pop("benchschema", None)
     assert results["dask"] == results["threads"]
     assert {v[2] for v in results["dask"].values()} == {0.0, 1.0}
 
@@ -41,8 +39,8 @@ def test_dask_local_cluster_matches_thread_runner(tmp_path):
 def test_dask_without_a_server_is_a_clear_error(tmp_path, monkeypatch):
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.feeders import dask_task_runner
-    from schemas.errors import ApeError
+    from ape.flows.feeders import dask_task_runner
+    from ape.schemas.errors import ApeError
 
     config = load_config(make_benchmark(tmp_path, run='task_runner = "dask"'))
     with temporary_settings({PREFECT_API_URL: None}):

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, Field
 
-from schemas.data import id_field
-from schemas.errors import ApeError
-from tasks.data import DataProvider
+from ape.schemas.data import id_field
+from ape.schemas.errors import ApeError
+from ape.tasks.data import DataProvider
 
 
 class Item(BaseModel):

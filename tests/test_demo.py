@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from ape.config import load_config
-from flows.demo import (
+from ape.flows.demo import (
     DEMO_DIR,
     DEMO_TASKS,
     EXIT_CODES,
@@ -23,11 +23,11 @@ from flows.demo import (
     run_eval,
     workers_for,
 )
-from schemas.report import Envelope
-from schemas.results import Generation
-from tasks.model_adapters import RandomAdapter, RuleBasedAdapter, demo_adapters, model_entry
-from tasks.models import build_model
-from tasks.taskspec import load_tasks
+from ape.schemas.report import Envelope
+from ape.schemas.results import Generation
+from ape.tasks.model_adapters import RandomAdapter, RuleBasedAdapter, demo_adapters, model_entry
+from ape.tasks.models import build_model
+from ape.tasks.taskspec import load_tasks
 
 pytestmark = pytest.mark.timeout(240)
 

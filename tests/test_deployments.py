@@ -17,9 +17,9 @@ import pytest
 import yaml
 from prefect import flow
 
-from deployments.serve import config_parameter, cron_schedule, deployment_for, main
-from schemas.config import ApeConfig
-from schemas.errors import ApeError
+from ape.deployments.serve import config_parameter, cron_schedule, deployment_for, main
+from ape.schemas.config import ApeConfig
+from ape.schemas.errors import ApeError
 
 ROOT = Path(__file__).resolve().parent.parent
 PREFECT_YAML = ROOT / "deployments" / "prefect.yaml"
@@ -115,7 +115,10 @@ def _yaml_deployment() -> dict[str, Any]:
 
 def test_prefect_yaml_is_a_valid_benchmark_deployment() -> None:
     deployment = _yaml_deployment()
-    assert deployment["entrypoint"] == "flows/benchmark.py:benchmark"
+    assert deployment["entrypoint"] == "ape.flows.benchmark:benchmark"  # module form: any cwd
+    from prefect.flows import load_flow_from_entrypoint
+
+    assert load_flow_from_entrypoint(deployment["entrypoint"]).name == "benchmark"
     (step,) = deployment["spec"]["pull"]
     assert "prefect.deployments.steps.set_working_directory" in step
     for schedule in deployment["schedules"]:
@@ -141,8 +144,8 @@ def serving(config: ApeConfig, api_url: str, workdir: Path) -> Iterator[Path]:
     script = (
         "import sys; from pathlib import Path\n"
         "from prefect.flows import load_flow_from_entrypoint\n"
-        "from deployments.serve import serve_config\n"
-        "from schemas.config import ApeConfig\n"
+        "from ape.deployments.serve import serve_config\n"
+        "from ape.schemas.config import ApeConfig\n"
         "flow = load_flow_from_entrypoint('tests/test_deployments.py:write_marker')\n"
         "config = ApeConfig.model_validate_json(Path(sys.argv[1]).read_text())\n"
         f"serve_config(flow, config, {CRON!r}, 'weekly')\n"

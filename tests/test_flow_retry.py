@@ -19,7 +19,7 @@ def test_prefect_flow_run_retry_redoes_only_errored_items(tmp_path, prefect_serv
     model = (f'[model]\nname = "flaky"\nclass = "benchschema:Flaky"\nmax_retries = 0\n'
              f'args = {{ fail_marker = "5 + 10", heal_file = "{heal}", call_log = "{calls}" }}\n')
     config = make_benchmark(tmp_path, n=6, models=model)
-    env = dict(os.environ, PREFECT_API_URL=prefect_server, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
+    env = dict(os.environ, PREFECT_API_URL=prefect_server, PYTHONPATH="")
     first = subprocess.run([sys.executable, "-m", "ape", "run", str(config), "--no-server"],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 1, first.stdout + first.stderr
@@ -30,7 +30,7 @@ def test_prefect_flow_run_retry_redoes_only_errored_items(tmp_path, prefect_serv
     heal.write_text("ok")
     retry = subprocess.run(
         ["prefect", "flow-run", "retry", flow_run_id, "--entrypoint",
-         str(ROOT / "flows" / "benchmark.py") + ":benchmark"],
+         "ape.flows.benchmark:benchmark"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert retry.returncode == 0, retry.stdout + retry.stderr
     # only the errored item asked the model again

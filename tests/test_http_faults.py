@@ -23,9 +23,9 @@ pytest.importorskip("langchain_openai", reason="the HTTP fault tests need the 'o
 
 from langchain_core.tools import tool  # noqa: E402
 
-from schemas.config import ModelConfig  # noqa: E402
-from tasks.limits import clear_limiters  # noqa: E402
-from tasks.models import build_model  # noqa: E402
+from ape.schemas.config import ModelConfig  # noqa: E402
+from ape.tasks.limits import clear_limiters  # noqa: E402
+from ape.tasks.models import build_model  # noqa: E402
 
 COMPLETION = {
     "id": "chatcmpl-test",

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from schemas.config import ModelConfig
-from tasks.limits import (
+from ape.schemas.config import ModelConfig
+from ape.tasks.limits import (
     RateLimiter,
     RetryPolicy,
     classify_error,

@@ -84,12 +84,11 @@ def test_example_config_names_the_endpoint_and_the_model() -> None:
     ],
 )
 def test_example_checker_accepts_phrasing_not_other_words(answer: str, passed: bool) -> None:
-    sys.path.insert(0, str(EXAMPLE))
-    try:
-        from easy_qa import Question, mentions_answer
-    finally:
-        sys.path.remove(str(EXAMPLE))
     from ape import Passed
+    from ape.schemas.plugins import load_object
+
+    Question = load_object("easy_qa:Question", base_dir=EXAMPLE)
+    mentions_answer = load_object("easy_qa:mentions_answer", base_dir=EXAMPLE)
 
     item = Question(id="q", question="What is the capital of France?", answers=["Paris"])
     assert isinstance(mentions_answer(item, answer), Passed) is passed

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from llm_server import MODEL_NAME, llama_server, llm_missing  # noqa: F401 - llama_server is a fixture
 
-from schemas.config import ModelConfig
-from tasks.models import ManagedChatModel, build_model
+from ape.schemas.config import ModelConfig
+from ape.tasks.models import ManagedChatModel, build_model
 
 pytestmark = [
     pytest.mark.llm,

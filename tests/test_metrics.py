@@ -8,10 +8,10 @@ import random
 import pytest
 from pydantic import BaseModel
 
-from schemas.check import Failed, Passed
-from schemas.errors import ApeError
-from schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome
-from tasks.metrics import (
+from ape.schemas.check import Failed, Passed
+from ape.schemas.errors import ApeError
+from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome
+from ape.tasks.metrics import (
     METRICS,
     accuracy,
     bleu4,
@@ -23,7 +23,7 @@ from tasks.metrics import (
     squad_normalize,
     tokenize_13a,
 )
-from tasks.score import BuiltinChecker, builtin_checker, score_session
+from ape.tasks.score import BuiltinChecker, builtin_checker, score_session
 
 sacrebleu = pytest.importorskip("sacrebleu")
 rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer")

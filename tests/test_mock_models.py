@@ -14,9 +14,9 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from pydantic import ValidationError
 
-from schemas.config import GIVE_UP_TOKEN
-from tasks.limits import classify_error
-from tasks.mock_models import MockChatModel, MockTransientError, find_expression, format_number
+from ape.schemas.config import GIVE_UP_TOKEN
+from ape.tasks.limits import classify_error
+from ape.tasks.mock_models import MockChatModel, MockTransientError, find_expression, format_number
 
 
 @tool

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from schemas.config import ModelConfig
-from schemas.errors import ApeError
-from schemas.models import ModelAdapter
-from schemas.results import Generation
-from schemas.taskspec import METRIC_NAMES, POSTPROCESS_NAMES, TASK_TEMPLATE, TaskSpec
-from tasks.model_adapters import (
+from ape.schemas.config import ModelConfig
+from ape.schemas.errors import ApeError
+from ape.schemas.models import ModelAdapter
+from ape.schemas.results import Generation
+from ape.schemas.taskspec import METRIC_NAMES, POSTPROCESS_NAMES, TASK_TEMPLATE, TaskSpec
+from ape.tasks.model_adapters import (
     REGISTRY_PATH,
     BiasedAdapter,
     NoisyAdapter,
@@ -25,9 +25,9 @@ from tasks.model_adapters import (
     registered_adapter,
     unregister_adapter,
 )
-from tasks.models import ManagedAdapter, build_model
-from tasks.render import render
-from tasks.taskspec import POSTPROCESSORS, TaskSpecChecker, load_tasks, postprocess, write_tasks
+from ape.tasks.models import ManagedAdapter, build_model
+from ape.tasks.render import render
+from ape.tasks.taskspec import POSTPROCESSORS, TaskSpecChecker, load_tasks, postprocess, write_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "examples" / "demo" / "tasks.jsonl"
@@ -255,7 +255,7 @@ def test_pydantic_adapter_becomes_a_class_path_entry_that_rebuilds_the_same_mode
     adapter = BiasedAdapter(seed=7, strong_category="reasoning")
     entry, key = model_entry(adapter)
     assert key is None
-    assert entry["class"] == "tasks.model_adapters:BiasedAdapter"
+    assert entry["class"] == "ape.tasks.model_adapters:BiasedAdapter"
     assert entry["name"] == "biased" and entry["args"]["seed"] == 7
     built = build_model(ModelConfig.model_validate(entry), ROOT)
     assert isinstance(built, ManagedAdapter) and built.model_id == "biased"

@@ -20,14 +20,14 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import RunnableBinding
 from langchain_core.tools import tool
 
-import tasks.models as models
-from schemas.config import ModelConfig
-from schemas.errors import ApeError
-from schemas.models import ModelAdapter
-from schemas.results import Generation
-from tasks.limits import clear_limiters
-from tasks.mock_models import MockChatModel, MockTransientError
-from tasks.models import ManagedAdapter, ManagedChatModel, build_model, model_fingerprint
+import ape.tasks.models as models
+from ape.schemas.config import ModelConfig
+from ape.schemas.errors import ApeError
+from ape.schemas.models import ModelAdapter
+from ape.schemas.results import Generation
+from ape.tasks.limits import clear_limiters
+from ape.tasks.mock_models import MockChatModel, MockTransientError
+from ape.tasks.models import ManagedAdapter, ManagedChatModel, build_model, model_fingerprint
 
 FAST = {"retry_initial_s": 0.001, "retry_max_s": 0.002}
 
@@ -264,7 +264,7 @@ def test_init_chat_model_is_used_when_langchain_is_installed(monkeypatch: pytest
 
 
 def test_class_path_to_a_chat_model() -> None:
-    model = build_model(cfg(**{"class": "tasks.mock_models:MockChatModel", "args": {"behaviour": "echo"}}), Path("."))
+    model = build_model(cfg(**{"class": "ape.tasks.mock_models:MockChatModel", "args": {"behaviour": "echo"}}), Path("."))
     assert isinstance(model, ManagedChatModel)
     assert model.invoke("hey").content == "hey"
 
@@ -272,7 +272,7 @@ def test_class_path_to_a_chat_model() -> None:
 def test_class_path_to_a_factory_beside_the_config(tmp_path: Path) -> None:
     module = write_plugin(
         tmp_path,
-        "from tasks.mock_models import MockChatModel\n"
+        "from ape.tasks.mock_models import MockChatModel\n"
         "def make(answer):\n"
         "    return MockChatModel(behaviour='scripted', responses=[answer])\n",
     )
@@ -281,7 +281,7 @@ def test_class_path_to_a_factory_beside_the_config(tmp_path: Path) -> None:
 
 
 ADAPTER_SOURCE = """
-from schemas.results import Generation
+from ape.schemas.results import Generation
 
 class Flaky:
     def __init__(self, failures=0):
@@ -322,7 +322,7 @@ def test_class_path_errors(tmp_path: Path) -> None:
     with pytest.raises(ApeError, match="did you mean 'make'"):
         build_model(cfg(**{"class": f"{module}:mkae"}), tmp_path)
     with pytest.raises(ApeError, match="temperature only apply to 'provider' models"):
-        build_model(cfg(**{"class": "tasks.mock_models:MockChatModel", "temperature": 0.5}), tmp_path)
+        build_model(cfg(**{"class": "ape.tasks.mock_models:MockChatModel", "temperature": 0.5}), tmp_path)
 
 
 # --- fingerprints ---------------------------------------------------------------------------

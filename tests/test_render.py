@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, Field
 
-from schemas.errors import ApeError
-from tasks.render import check_template, render, template_variables
+from ape.schemas.errors import ApeError
+from ape.tasks.render import check_template, render, template_variables
 
 
 class Item(BaseModel):

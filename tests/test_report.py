@@ -9,9 +9,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from schemas.errors import ApeError
-from schemas.report import Envelope
-from schemas.results import (
+from ape.schemas.errors import ApeError
+from ape.schemas.report import Envelope
+from ape.schemas.results import (
     CheckResult,
     CheckStatus,
     ErrorInfo,
@@ -19,7 +19,7 @@ from schemas.results import (
     OutputBatch,
     SessionResult,
 )
-from tasks.report import (
+from ape.tasks.report import (
     SESSIONS_SCHEMA,
     build_report,
     error_envelope,

@@ -3,21 +3,19 @@ caching (counted model calls), failures and retries, stage granularity."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 
 import pytest
 
 from ape.config import load_config
-from runner_helpers import make_benchmark, read_results
-from tasks.mock_models import MockChatModel
+from runner_helpers import make_benchmark, plugin_module, read_results
+from ape.tasks.mock_models import MockChatModel
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
 
 def run(path, **overrides):
-    from flows.benchmark import benchmark
+    from ape.flows.benchmark import benchmark
 
     config = load_config(path, overrides)
     return config, benchmark(config, return_state=True)
@@ -47,8 +45,7 @@ def test_run_saves_batches_transcripts_metadata_and_report(tmp_path):
     assert (out / "run.log").read_text().strip()
     envelope = json.loads((out / "report.json").read_text())
     assert envelope["summary"]["tasks"] == 6 and envelope["error"] is None
-    assert sorted(importlib.import_module("benchschema").SAVED) == [f"i{i}" for i in range(6)]
-    sys.modules.pop("benchschema", None)
+    assert sorted(plugin_module(path).SAVED) == [f"i{i}" for i in range(6)]
     # the UI shows the run by benchmark and model, with the leaderboard as an artifact
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
@@ -109,7 +106,6 @@ def test_resume_and_cache_count_model_calls(tmp_path):
     path.write_text(path.read_text().replace("[checker]", "[solver]\nmax_steps = 3\n\n[checker]"))
     _, state = run(path, **{"run.load_save": False})
     assert state.is_completed() and calls() - before == 3 * first
-    sys.modules.pop("benchschema", None)
 
 
 FLAKY_MODEL = '''[model]
@@ -133,7 +129,7 @@ def test_errored_items_fail_the_flow_and_a_rerun_redoes_only_them(tmp_path):
     assert bad["outcome"] == "ERROR" and bad["error"]["type"] == "ConnectionError"
     assert json.loads((out / "metadata.json").read_text())["errored_ids"] == ["i3"]
     assert (out / "report.json").exists()  # the report is built even when items failed
-    module = importlib.import_module("benchschema")
+    module = plugin_module(path)
     module.CALLS.clear()
     heal.write_text("ok")
     _, state = run(path)
@@ -143,7 +139,6 @@ def test_errored_items_fail_the_flow_and_a_rerun_redoes_only_them(tmp_path):
     assert sorted(b["item_id"] for b in rows) == [f"i{i}" for i in range(6)]
     assert all(s["outcome"] == "SOLVED" for b in rows for s in b["sessions"])
     assert json.loads((out / "metadata.json").read_text())["errored_ids"] == []
-    sys.modules.pop("benchschema", None)
 
 
 def test_fail_on_error_share_tolerates_errors(tmp_path):
@@ -151,7 +146,6 @@ def test_fail_on_error_share_tolerates_errors(tmp_path):
                           run="fail_on_error = 0.2")
     _, state = run(path)
     assert state.is_completed()
-    sys.modules.pop("benchschema", None)
 
 
 def test_stage_granularity_gives_the_same_results(tmp_path):
@@ -168,7 +162,6 @@ def test_stage_granularity_gives_the_same_results(tmp_path):
 
     assert scores(ca) == scores(cb)
     assert len({v[1] for v in scores(ca).values()}) == 2  # some right, some wrong
-    sys.modules.pop("benchschema", None)
 
 
 def test_checker_tool_borrows_from_the_shared_carousel(tmp_path):
@@ -181,6 +174,5 @@ def test_checker_tool_borrows_from_the_shared_carousel(tmp_path):
     assert state.is_completed(), state
     rows = read_results(config.run.output / "results.jsonl")
     assert all(s["correct"] for b in rows for s in b["sessions"])
-    made = importlib.import_module("benchschema").CountingChecker.made
+    made = plugin_module(path).CountingChecker.made
     assert made <= 2 + 1  # the carousel's two, and the probe that validated the config
-    sys.modules.pop("benchschema", None)

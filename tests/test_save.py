@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from schemas.results import ErrorInfo, Outcome, OutputBatch, SessionResult
-from tasks.save import SaveHandler, read_batches
+from ape.schemas.results import ErrorInfo, Outcome, OutputBatch, SessionResult
+from ape.tasks.save import SaveHandler, read_batches
 
 
 def batch(item: str, outcome: Outcome = Outcome.SOLVED) -> OutputBatch:

@@ -18,7 +18,7 @@ from prefect import context as prefect_context
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from ape import server
-from schemas.errors import ApeError
+from ape.schemas.errors import ApeError
 
 
 def free_port() -> int:

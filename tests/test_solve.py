@@ -13,12 +13,12 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from pydantic import BaseModel, Field
 
-from schemas.config import GIVE_UP_TOKEN, SolverConfig
-from schemas.results import CheckStatus, Generation, Outcome
-from schemas.transcript import EntryKind, SolveRecord, SolverState
-from tasks.adapt import JsonAdapter, LastNumberAdapter, RawAdapter, StripAdapter
-from tasks.check import checker_tool
-from tasks.solve import (
+from ape.schemas.config import GIVE_UP_TOKEN, SolverConfig
+from ape.schemas.results import CheckStatus, Generation, Outcome
+from ape.schemas.transcript import EntryKind, SolveRecord, SolverState
+from ape.tasks.adapt import JsonAdapter, LastNumberAdapter, RawAdapter, StripAdapter
+from ape.tasks.check import checker_tool
+from ape.tasks.solve import (
     NOT_EXECUTED,
     answer_stats,
     build_messages,
@@ -26,7 +26,7 @@ from tasks.solve import (
     run_solver,
     solve_session,
 )
-from tasks.tools import calculator
+from ape.tasks.tools import calculator
 
 
 class ScriptedChat(GenericFakeChatModel):

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from langchain_core.tools import BaseTool
 
-from schemas.config import ToolConfig
-from schemas.errors import ApeError
-from tasks.tools import calculate, calculator, load_tools
+from ape.schemas.config import ToolConfig
+from ape.schemas.errors import ApeError
+from ape.tasks.tools import calculate, calculator, load_tools
 
 FACTORIES = '''
 from langchain_core.tools import tool
@@ -168,5 +168,5 @@ def test_calculator_tool():
 
 
 def test_calculator_loads_by_dotted_path():
-    tools = load_tools({"calc": ToolConfig(factory="tasks.tools:calculator")}, Path("."))
+    tools = load_tools({"calc": ToolConfig(factory="ape.tasks.tools:calculator")}, Path("."))
     assert [t.name for t in tools] == ["calculator"]

@@ -8,12 +8,12 @@ import threading
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 
-from schemas.config import SolverConfig
-from schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome, SessionResult
-from schemas.transcript import EntryKind, SessionTranscript, TranscriptEntry
-from tasks.adapt import LastNumberAdapter
-from tasks.solve import solve_session
-from tasks.transcripts import JSONL_FILE, LOG_FILE, SessionLog, closing_entries
+from ape.schemas.config import SolverConfig
+from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome, SessionResult
+from ape.schemas.transcript import EntryKind, SessionTranscript, TranscriptEntry
+from ape.tasks.adapt import LastNumberAdapter
+from ape.tasks.solve import solve_session
+from ape.tasks.transcripts import JSONL_FILE, LOG_FILE, SessionLog, closing_entries
 
 
 def result(item_id: str = "q1", **fields) -> SessionResult:

@@ -1,0 +1,74 @@
+"""The Python API behind ``ape.run``: the same benchmark flow as ``ape run``, returning the report."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from ape.config import load_config, locate
+from ape.schemas.config import ApeConfig
+from ape.schemas.errors import ApeError
+from ape.schemas.report import Envelope
+
+log = logging.getLogger("ape")
+
+
+def preflight(config: ApeConfig) -> tuple[Any, list[Any], list[str]]:
+    """Resolve every plugin, the template and the data before any flow starts, so a bad
+    input is one clear line instead of a failed flow run.
+
+    Returns:
+        The first model's plan, the tools and the item ids.
+    """
+    from ape.flows.plan import make_plan
+    from ape.tasks.models import build_model
+    from ape.tasks.tools import load_tools
+
+    try:
+        plans = [make_plan(config, model) for model in config.model]
+        for model in config.model:
+            build_model(model, config.base_dir)
+        tools = load_tools(config.tools, config.base_dir)
+        return plans[0], tools, plans[0].provider().scan()
+    except ApeError as exc:
+        raise locate(exc, config) from None
+
+
+def run(config: ApeConfig | str | Path, overrides: dict[str, Any] | None = None) -> Envelope:
+    """Run a benchmark (every model, then the report) and return its report.
+
+    The flow runs against the Prefect API this process is configured for
+    (``PREFECT_API_URL``, or Prefect's temporary server); ``ape run`` additionally starts
+    a local server with a UI. Items whose sessions errored do not raise: the envelope is
+    returned (its leaderboard counts them) and the flow run ends Failed, so it can be
+    retried.
+
+    Args:
+        config: a path to a ``config.toml`` or an :class:`ApeConfig`.
+        overrides: dotted config keys to set after reading the file,
+            e.g. ``{"run.output": "out"}`` (only with a path).
+
+    Returns:
+        The :class:`Envelope` written to ``report.json`` in the output folder.
+
+    Raises:
+        ApeError: a bad config, plugin or data file (nothing has run yet).
+    """
+    from ape.flows.benchmark import benchmark
+    from ape.flows.evaluate import ItemsFailed
+
+    if not isinstance(config, ApeConfig):
+        config = load_config(config, overrides)
+    elif overrides:
+        raise ApeError("overrides apply to a config file; edit the ApeConfig instead",
+                       where="ape.run(overrides=...)")
+    preflight(config)
+    state = benchmark(config, return_state=True)
+    if not state.is_completed():
+        exc = state.result(raise_on_failure=False)
+        if not isinstance(exc, ItemsFailed):
+            raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
+        log.warning("%s", exc)
+    report = Path(config.run.output) / "report.json"
+    return Envelope.model_validate_json(report.read_text(encoding="utf-8"))
