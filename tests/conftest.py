@@ -82,3 +82,10 @@ def prefect_server():
         proc.kill()
     log.close()
     shutil.rmtree(home, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that start a real Prefect server are slow: `pytest -m "not slow"` is the quick loop."""
+    for item in items:
+        if "prefect_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
