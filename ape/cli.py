@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the benchmark as a scheduled Prefect deployment")
     serve.add_argument("config", type=Path)
     serve.add_argument("--cron", default=None, help='schedule, e.g. "0 3 * * *" (none: manual runs)')
+    serve.add_argument("--timezone", default=None,
+                       help='IANA timezone of the schedule, e.g. "Europe/Berlin" (default UTC)')
     serve.add_argument("--name", default=None, help="deployment name (default: the benchmark name)")
 
     srv = sub.add_parser("server", help="manage the local Prefect server (UI) that runs use by default")
@@ -166,7 +168,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         return commands.demo(args.out, parallel=not args.sequential)
     if args.command == "serve":
-        return commands.serve(args.config, args.cron, args.name)
+        return commands.serve(args.config, args.cron, args.name, timezone=args.timezone)
     if args.command == "server":
         return commands.server(args.action, args.port)
     raise AssertionError(args.command)

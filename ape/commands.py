@@ -133,18 +133,28 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
 
 
 def demo(out: Path, *, parallel: bool = True) -> int:
-    from ape.flows.demo import run_demo_cli
+    """``ape demo``: run, print the markdown table, return the demo's exit code.
 
-    return run_demo_cli(out, parallel=parallel)
+    Uses the local Prefect server like ``ape run`` (started or reused) unless the
+    environment sets APE_NO_SERVER=1 or PREFECT_API_URL.
+    """
+    from ape.flows.demo import NO_SERVER_ENV, demo_exit
+
+    if os.environ.get(NO_SERVER_ENV) != "1":
+        _use_prefect_server(True)
+    return demo_exit(out, parallel=parallel)
 
 
-def serve(config_path: Path, cron: str | None, name: str | None) -> int:
+def serve(config_path: Path, cron: str | None, name: str | None, *, timezone: str | None = None) -> int:
+    from ape.deployments.serve import cron_schedule
     from ape.deployments.serve import serve as serve_deployment
 
     config_path = config_path.resolve()
     load_config(config_path)  # fail fast on a bad config
+    if cron:
+        cron_schedule(cron, timezone)  # and on a bad schedule, before any server starts
     _use_prefect_server(True)
-    serve_deployment(config_path, cron, name)
+    serve_deployment(config_path, cron, name, timezone=timezone, on_status=log.info)
     return 0
 
 

@@ -12,8 +12,6 @@ The flow is not hard-coded in :func:`deployment_for`, so any flow taking
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,14 +93,17 @@ def serve_config(
     timezone: str | None = None,
     on_status: Callable[[str], None] | None = None,
 ) -> None:
-    """Register the deployment and run its scheduled and manual runs until interrupted."""
+    """Register the deployment and run its scheduled and manual runs until interrupted.
+
+    The caller points Prefect at a persistent server first (``ape serve`` starts or reuses
+    the local one): served runs on Prefect's temporary server would be lost.
+    """
     from prefect import serve as prefect_serve
 
-    from ape.server import ensure_api_url
-
     deployment = deployment_for(flow, config, cron, name, timezone=timezone)  # checks cron first
-    # Served runs must land on a persistent server: the ephemeral one would lose them.
-    ensure_api_url(on_status=on_status)
+    if on_status is not None:
+        on_status(f"serving deployment '{flow.name}/{name}'"
+                  + (f" on schedule '{cron}' ({timezone or 'UTC'})" if cron else ""))
     prefect_serve(deployment)
 
 
@@ -133,29 +134,3 @@ def serve(
         timezone=timezone,
         on_status=on_status,
     )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m ape.deployments.serve",
-        description="Serve an APE benchmark as a scheduled Prefect deployment.",
-    )
-    parser.add_argument("config", type=Path, help="the benchmark's config.toml")
-    parser.add_argument("--cron", help="schedule, e.g. '0 3 * * *' (none: run only on demand)")
-    parser.add_argument("--timezone", help="IANA timezone of the schedule (default UTC)")
-    parser.add_argument("--name", help="deployment name (default: the config's name)")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        serve(args.config, args.cron, args.name, timezone=args.timezone, on_status=print)
-    except ApeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -31,7 +31,6 @@ from __future__ import annotations
 import importlib.resources
 import logging
 import math
-import os
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -404,7 +403,7 @@ def run_demo(
     return finish(envelope, breach, out)
 
 
-def run_demo_cli(
+def demo_exit(
     out: Path,
     parallel: bool = True,
     *,
@@ -412,18 +411,10 @@ def run_demo_cli(
     adapters: Sequence[ModelAdapter] | None = None,
     outrank: tuple[str, str] = ("rule-based", "random"),
 ) -> int:
-    """``ape demo``: run, print the markdown table, return the exit code (module docstring).
-
-    Uses the local Prefect server like ``ape run`` (started or reused) unless the
-    environment sets APE_NO_SERVER=1 or PREFECT_API_URL.
-    """
+    """Run the demo, print the markdown table and the verdict, return the exit code
+    (module docstring) against whatever Prefect API is configured."""
     from ape.tasks.report import markdown_table
 
-    if os.environ.get(NO_SERVER_ENV) != "1":
-        from ape.server import ensure_api_url
-
-        api = ensure_api_url()
-        log.info("Prefect API: %s", api)
     result = run_demo(out, parallel, tasks_file=tasks_file, adapters=adapters, outrank=outrank)
     print(markdown_table(result.envelope))
     wall = result.envelope.summary.wall_seconds

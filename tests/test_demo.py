@@ -19,7 +19,7 @@ from ape.flows.demo import (
     Criterion,
     demo_config,
     judge,
-    run_demo_cli,
+    demo_exit,
     run_eval,
     workers_for,
 )
@@ -60,7 +60,7 @@ def clean_run(prefect_server, tmp_path_factory):
     out = tmp_path_factory.mktemp("demo-parallel")
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        code = run_demo_cli(out, parallel=True)
+        code = demo_exit(out, parallel=True)
     return out, code, stdout.getvalue()
 
 
@@ -144,7 +144,7 @@ def test_invalid_task_exits_3_with_an_error_naming_task_and_field(prefect_server
     rows[4]["metric"] = "bleu"
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    code = run_demo_cli(tmp_path / "out", tasks_file=bad)
+    code = demo_exit(tmp_path / "out", tasks_file=bad)
     assert code == EXIT_CODES[Criterion.TASKS_VALIDATED] == 3
     error = _error(tmp_path / "out")
     assert error["type"] == "TaskValidationFailed"
@@ -165,7 +165,7 @@ class _Crashing:
 
 
 def test_unscored_task_exits_4_naming_model_and_task(prefect_server, tmp_path, two_tasks):
-    code = run_demo_cli(tmp_path, tasks_file=two_tasks, adapters=[RuleBasedAdapter(), _Crashing()])
+    code = demo_exit(tmp_path, tasks_file=two_tasks, adapters=[RuleBasedAdapter(), _Crashing()])
     assert code == EXIT_CODES[Criterion.TASKS_SCORED] == 4
     error = _error(tmp_path)
     assert error["type"] == "TasksNotScored"
@@ -185,7 +185,7 @@ class _Unsure:
 
 
 def test_missing_calibration_exits_5(prefect_server, tmp_path, two_tasks):
-    code = run_demo_cli(tmp_path, tasks_file=two_tasks, adapters=[RuleBasedAdapter(), _Unsure()])
+    code = demo_exit(tmp_path, tasks_file=two_tasks, adapters=[RuleBasedAdapter(), _Unsure()])
     assert code == EXIT_CODES[Criterion.CALIBRATION] == 5
     error = _error(tmp_path)
     assert error["type"] == "CalibrationFailed"
@@ -196,7 +196,7 @@ def test_missing_calibration_exits_5(prefect_server, tmp_path, two_tasks):
 
 def test_rule_based_not_above_random_exits_6(prefect_server, tmp_path, two_tasks):
     adapters = [RuleBasedAdapter(error_rate=1.0), RandomAdapter()]
-    code = run_demo_cli(tmp_path, tasks_file=two_tasks, adapters=adapters)
+    code = demo_exit(tmp_path, tasks_file=two_tasks, adapters=adapters)
     assert code == EXIT_CODES[Criterion.RANKING] == 6
     error = _error(tmp_path)
     assert error["type"] == "RankingFailed"
@@ -205,7 +205,7 @@ def test_rule_based_not_above_random_exits_6(prefect_server, tmp_path, two_tasks
 
 
 def test_run_failure_exits_1(prefect_server, tmp_path, two_tasks):
-    code = run_demo_cli(tmp_path, tasks_file=two_tasks, adapters=[RuleBasedAdapter(), RuleBasedAdapter()])
+    code = demo_exit(tmp_path, tasks_file=two_tasks, adapters=[RuleBasedAdapter(), RuleBasedAdapter()])
     assert code == EXIT_CODES[Criterion.RUN_COMPLETED] == 1
     error = _error(tmp_path)
     assert error["type"] == "RunFailed" and "must be unique" in error["message"]

@@ -17,7 +17,8 @@ import pytest
 import yaml
 from prefect import flow
 
-from ape.deployments.serve import config_parameter, cron_schedule, deployment_for, main
+from ape.cli import main as ape_main
+from ape.deployments.serve import config_parameter, cron_schedule, deployment_for
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 
@@ -99,12 +100,26 @@ def test_bad_cron_and_flow_are_clear_errors(tmp_path: Path) -> None:
         deployment_for(no_config, make_config(tmp_path), None, "x")
 
 
-def test_serve_entrypoint_reports_a_missing_config(
+def test_serve_reports_a_missing_config(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     missing = tmp_path / "nope.toml"
-    assert main([str(missing), "--cron", "0 3 * * *"]) == 2
+    assert ape_main(["serve", str(missing), "--cron", "0 3 * * *"]) == 2
     assert "nope.toml" in capsys.readouterr().err
+
+
+def test_serve_takes_a_timezone_and_rejects_a_bad_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text((Path(__file__).resolve().parent.parent / "examples" / "arithmetic" / "config.toml")
+                      .read_text().replace('file = "data.jsonl"', 'file = "data.jsonl"'))
+    for name in ("data.jsonl", "arithmetic.py"):
+        (tmp_path / name).write_bytes((Path(__file__).resolve().parent.parent / "examples" / "arithmetic" / name)
+                                      .read_bytes())
+    code = ape_main(["serve", str(config), "--cron", "0 3 * * *", "--timezone", "Mars/Olympus"])
+    err = capsys.readouterr().err
+    assert code == 2 and "timezone" in err and "--cron" in err
 
 
 def _yaml_deployment() -> dict[str, Any]:

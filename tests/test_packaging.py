@@ -92,7 +92,6 @@ def user_project(folder: Path) -> Path:
     config = config.replace('schema = "arithmetic:Problem"', 'schema = "schemas.check:Problem"')
     config = config.replace('implementation = "exact_match"\nargs = { field = "answer" }',
                             'implementation = "tasks:check_answer"')
-    config = config.replace('output = "../../output/arithmetic"', 'output = "output"')
     config = config.replace("runs_per_data = 3", "runs_per_data = 1")
     assert "tasks:check_answer" in config and "schemas.check:Problem" in config
     (folder / "config.toml").write_text(config)
