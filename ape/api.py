@@ -56,7 +56,7 @@ def run(config: ApeConfig | str | Path, overrides: dict[str, Any] | None = None)
         ApeError: a bad config, plugin or data file (nothing has run yet).
     """
     from ape.flows.benchmark import benchmark
-    from ape.flows.evaluate import ItemsFailed
+    from ape.flows.states import items_failed
 
     if not isinstance(config, ApeConfig):
         config = load_config(config, overrides)
@@ -64,11 +64,8 @@ def run(config: ApeConfig | str | Path, overrides: dict[str, Any] | None = None)
         raise ApeError("overrides apply to a config file; edit the ApeConfig instead",
                        where="ape.run(overrides=...)")
     preflight(config)
-    state = benchmark(config, return_state=True)
-    if not state.is_completed():
-        exc = state.result(raise_on_failure=False)
-        if not isinstance(exc, ItemsFailed):
-            raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
-        log.warning("%s", exc)
+    failed = items_failed(benchmark(config, return_state=True))
+    if failed is not None:
+        log.warning("%s", failed)
     report = Path(config.run.output) / "report.json"
     return Envelope.model_validate_json(report.read_text(encoding="utf-8"))

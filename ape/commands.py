@@ -35,7 +35,7 @@ def _cache_storage(config: ApeConfig) -> None:
 
 def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
     from ape.flows.benchmark import benchmark
-    from ape.flows.evaluate import ItemsFailed
+    from ape.flows.states import items_failed
 
     if config.run.task_runner == "dask":
         from ape.flows.feeders import dask_task_runner
@@ -48,18 +48,14 @@ def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
     report = config.run.output / "leaderboard.md"
     if report.exists():
         print(report.read_text(encoding="utf-8"))
-    if state.is_completed():
+    failed = items_failed(state)
+    if failed is None:
         log.info("outputs in %s (report.json, leaderboard.parquet, summary.png, sessions.jsonl, ...)",
                  config.run.output)
         return 0
-    exc = state.result(raise_on_failure=False)
-    if isinstance(exc, ItemsFailed):
-        print(f"error: {exc}", file=sys.stderr)
-        print("       `ape retry " + str(config.run.output) + "` redoes only the failed items", file=sys.stderr)
-        return 1
-    if isinstance(exc, BaseException):
-        raise exc
-    raise RuntimeError(str(exc))
+    print(f"error: {failed}", file=sys.stderr)
+    print("       `ape retry " + str(config.run.output) + "` redoes only the failed items", file=sys.stderr)
+    return 1
 
 
 def run(config_path: Path, overrides: dict, *, use_server: bool = True) -> int:

@@ -21,6 +21,7 @@ from prefect.states import Failed
 from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from ape.flows.logs import run_logs
 from ape.flows.plan import run_label
+from ape.flows.states import items_failed
 from ape.schemas.config import ApeConfig
 
 log = logging.getLogger("ape")
@@ -93,14 +94,11 @@ def _evaluate_all(config: ApeConfig, redo_outcomes: list[str] | None) -> Any:
         # would cost up to a second at its exit
         with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             state = runner(config, index, redo_outcomes, return_state=True)
-        if state.is_completed():
+        failed = items_failed(state)
+        if failed is None:
             summaries.append(state.result())
-            continue
-        exc = state.result(raise_on_failure=False)
-        if isinstance(exc, ItemsFailed):
-            failures.append(str(exc))
-            continue
-        raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
+        else:
+            failures.append(str(failed))
     envelope = report_task(config, round(time.perf_counter() - started, 3))
     result = {"models": summaries, "report": str(Path(config.run.output) / "report.json"),
               "summary": envelope.get("summary")}

@@ -179,7 +179,7 @@ def run_eval(
     Raises ApeError for bad tasks or adapters, and whatever crashed the flow otherwise.
     """
     from ape.flows.benchmark import benchmark
-    from ape.flows.evaluate import ItemsFailed
+    from ape.flows.states import items_failed
     from ape.tasks.model_adapters import model_entry, unregister_adapter
 
     specs = as_tasks(tasks)
@@ -207,11 +207,9 @@ def run_eval(
     finally:
         for key in keys:
             unregister_adapter(key)
-    if not state.is_completed():
-        exc = state.result(raise_on_failure=False)
-        if not isinstance(exc, ItemsFailed):
-            raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
-        log.warning("%s", exc)
+    failed = items_failed(state)
+    if failed is not None:
+        log.warning("%s", failed)
     report = out / "report.json"
     if not report.is_file():
         raise RuntimeError(f"the benchmark flow wrote no report ({report})")
