@@ -44,13 +44,14 @@ def _parser() -> argparse.ArgumentParser:
 
     ret = sub.add_parser("retry", help="re-run only the items that ended ERROR (or other outcomes) "
                          "in an output folder, then rebuild the report")
-    ret.add_argument("output", type=Path, help="output folder of an earlier run")
+    ret.add_argument("folder", metavar="OUTPUT", type=Path,
+                     help="output folder of an earlier run, or one model's folder in it")
     ret.add_argument("--outcomes", default="ERROR",
                      help="comma-separated outcomes to redo: ERROR, PARSING_FAILED, GAVE_UP, SOLVED "
                      "(default: ERROR)")
     ret.add_argument("--config", type=Path, default=None,
                      help="config to use (default: the one recorded in metadata.json)")
-    _run_options(ret)
+    _run_options(ret, output=False)
 
     demo = sub.add_parser("demo", help="run the mock adapters over the ten-task fixture (seed 3 demo)")
     demo.add_argument("--out", type=Path, default=Path("output/demo"), help="output folder")
@@ -72,8 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--output", type=Path, default=None, help="output folder (overrides [run] output)")
+def _run_options(p: argparse.ArgumentParser, *, output: bool = True) -> None:
+    if output:
+        p.add_argument("--output", type=Path, default=None, help="output folder (overrides [run] output)")
     p.add_argument("--workers", type=int, default=None, help="solver workers (overrides [run] solver_workers)")
     p.add_argument("--no-load-save", action="store_true",
                    help="start afresh instead of resuming from the saved results")
@@ -163,7 +165,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "report":
         return commands.report(args.outputs, args.out)
     if args.command == "retry":
-        return commands.retry(args.output, args.outcomes, args.config, _overrides(args),
+        return commands.retry(args.folder, args.outcomes, args.config, _overrides(args),
                               use_server=not args.no_server)
     if args.command == "demo":
         return commands.demo(args.out, parallel=not args.sequential)

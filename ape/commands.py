@@ -33,7 +33,8 @@ def _cache_storage(config: ApeConfig) -> None:
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(config.run.output / ".cache" / "results"))
 
 
-def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
+def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None,
+              only_models: list[str] | None = None) -> int:
     from ape.flows.benchmark import benchmark
     from ape.flows.states import items_failed
 
@@ -44,7 +45,7 @@ def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
             dask_task_runner(config)  # a clear error now, rather than a failed flow run
         except ApeError as exc:
             raise locate(exc, config) from None
-    state = benchmark(config, redo_outcomes=redo_outcomes, return_state=True)
+    state = benchmark(config, redo_outcomes=redo_outcomes, only_models=only_models, return_state=True)
     report = config.run.output / "leaderboard.md"
     if report.exists():
         print(report.read_text(encoding="utf-8"))
@@ -97,15 +98,23 @@ def report(outputs: list[Path], out: Path | None) -> int:
     return 0 if envelope.error is None else 1
 
 
-def _recorded_config(output: Path) -> tuple[Path, Path]:
-    """(config file, top output folder) recorded by an earlier run in ``output``."""
+def _recorded_config(output: Path) -> tuple[Path, Path, list[str] | None]:
+    """(config file, top output folder, models to redo) recorded by an earlier run in
+    ``output``: the benchmark's folder (every model), or one model's folder of a
+    several-model benchmark (that model only)."""
     candidates = [output / "metadata.json", *sorted(output.glob("*/metadata.json"))]
     for meta in candidates:
-        if meta.is_file():
-            data = json.loads(meta.read_text(encoding="utf-8"))
-            if data.get("config_file"):
-                top = output if meta.parent == output else meta.parent.parent
-                return Path(data["config_file"]), top
+        if not meta.is_file():
+            continue
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        if not data.get("config_file"):
+            continue
+        if meta.parent != output:
+            return Path(data["config_file"]), output, None
+        sibling_runs = [p for p in output.parent.glob("*/metadata.json") if p.parent != output]
+        if data.get("model") and (sibling_runs or (output.parent / "report.json").is_file()):
+            return Path(data["config_file"]), output.parent, [str(data["model"])]
+        return Path(data["config_file"]), output, None
     raise ApeError("no metadata.json with a recorded config found", where=str(output),
                    hint="pass --config CONFIG.toml")
 
@@ -119,13 +128,17 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
     for name in wanted:
         if name not in valid:
             raise ApeError(f"unknown outcome '{name}'", where="--outcomes", hint=f"use {', '.join(valid)}")
-    recorded, top = _recorded_config(output) if config_path is None else (config_path, output)
+    recorded, top, models = (_recorded_config(output) if config_path is None
+                             else (config_path, output, None))
     overrides = {"run.output": str(top.resolve()), **overrides, "run.load_save": True}
     config = load_config(recorded, overrides)
+    if models:
+        log.info("retrying model %s of %s (the other models' results stay as they are)",
+                 ", ".join(models), top)
     preflight(config)
     _cache_storage(config)
     _use_prefect_server(use_server)
-    return _run_flow(config, redo_outcomes=wanted)
+    return _run_flow(config, redo_outcomes=wanted, only_models=models)
 
 
 def demo(out: Path, *, parallel: bool = True) -> int:

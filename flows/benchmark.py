@@ -68,17 +68,20 @@ def _calibration_markdown(envelope: Any) -> str:
 
 
 @flow(name="benchmark", flow_run_name=_run_name, persist_result=False)
-def benchmark(config: ApeConfig, redo_outcomes: list[str] | None = None) -> dict[str, Any]:
+def benchmark(config: ApeConfig, redo_outcomes: list[str] | None = None,
+              only_models: list[str] | None = None) -> dict[str, Any]:
     """Evaluate every model of ``config`` and write the report into its output folder.
 
     ``redo_outcomes`` (used by ``ape retry``) re-runs saved items whose sessions ended with
     one of these outcomes; items that errored are always redone on a rerun.
+    ``only_models`` (model ids) evaluates just those; the report still covers every model.
     """
     with run_logs(None):
-        return _evaluate_all(config, redo_outcomes)
+        return _evaluate_all(config, redo_outcomes, only_models)
 
 
-def _evaluate_all(config: ApeConfig, redo_outcomes: list[str] | None) -> Any:
+def _evaluate_all(config: ApeConfig, redo_outcomes: list[str] | None,
+                  only_models: list[str] | None = None) -> Any:
     from prefect.runtime import flow_run
 
     started = time.perf_counter()
@@ -90,6 +93,8 @@ def _evaluate_all(config: ApeConfig, redo_outcomes: list[str] | None) -> Any:
     if config.run.task_runner == "dask":
         runner = evaluate.with_options(task_runner=dask_task_runner(config))
     for index, model in enumerate(config.model):
+        if only_models and model.model_id not in only_models:
+            continue
         # this flow's heartbeat covers its subflows; each subflow's own heartbeat thread
         # would cost up to a second at its exit
         with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):

@@ -232,3 +232,25 @@ def test_retry_without_a_recorded_config_says_what_to_pass(tmp_path: Path,
     tmp_path.joinpath("out").mkdir()
     assert main(["retry", str(tmp_path / "out"), "--no-server"]) == 2
     assert "--config" in capsys.readouterr().err
+
+
+def test_retry_of_one_models_folder_redoes_that_model_only(tmp_path: Path, prefect_server: str) -> None:
+    from ape.cli import main
+
+    models = "".join(
+        f'[[model]]\nname = "{name}"\nprovider = "mock"\n'
+        f'args = {{ behaviour = "arithmetic", seed = {seed}, call_log = "{tmp_path / name}.log" }}\n'
+        for seed, name in enumerate(("alpha", "beta")))  # different seeds: no shared cache entries
+    config = make_benchmark(tmp_path / "bench", n=3, models=models)
+    assert main(["run", str(config), "--no-server", "--no-progress"]) == 0
+    out = tmp_path / "bench" / "out"
+    calls = {name: len((tmp_path / f"{name}.log").read_text().splitlines()) for name in ("alpha", "beta")}
+    assert calls == {"alpha": 3, "beta": 3}
+
+    assert main(["retry", str(out / "alpha"), "--outcomes", "SOLVED", "--no-server", "--no-progress"]) == 0
+    after = {name: len((tmp_path / f"{name}.log").read_text().splitlines()) for name in ("alpha", "beta")}
+    assert after == {"alpha": 6, "beta": 3}  # only alpha asked again
+    assert not (out / "alpha" / "alpha").exists()
+    assert sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")) == ["alpha", "beta"]
+    envelope = json.loads((out / "report.json").read_text())
+    assert {row["model_id"] for row in envelope["leaderboard"]} == {"alpha", "beta"}
