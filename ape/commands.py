@@ -27,6 +27,13 @@ def _use_prefect_server(use_server: bool) -> None:
     ensure_api_url(on_status=log.info)
 
 
+def _log_level(config: ApeConfig) -> None:
+    """``[cli] log_level`` sets what the terminal and run.log show; ``--debug`` wins."""
+    logger = logging.getLogger("ape")
+    if logger.level != logging.DEBUG:
+        logger.setLevel(config.cli.log_level)
+
+
 def _cache_storage(config: ApeConfig) -> None:
     # Cached generations live next to the results they belong to, unless the user chose a
     # Prefect result storage location themselves. Must be set before Prefect is imported.
@@ -61,6 +68,7 @@ def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None,
 
 def run(config_path: Path, overrides: dict, *, use_server: bool = True) -> int:
     config = load_config(config_path, overrides)
+    _log_level(config)
     preflight(config)
     _cache_storage(config)
     _use_prefect_server(use_server)
@@ -91,11 +99,35 @@ def report(outputs: list[Path], out: Path | None) -> int:
     for folder in outputs:
         if not folder.is_dir():
             raise ApeError("output folder not found", where=str(folder))
+    benchmarks = _benchmarks_of(outputs)
+    if len(benchmarks) > 1:
+        named = "; ".join(f"{name}: {', '.join(str(f) for f in folders)}"
+                          for name, folders in sorted(benchmarks.items()))
+        raise ApeError(f"these outputs hold different benchmarks ({named}); a leaderboard "
+                       "ranks models on the same items only", where="ape report",
+                       hint="report each benchmark on its own")
     target = out or outputs[0]
     envelope = build_report(list(outputs), target)
     print(markdown_table(envelope))
     log.info("report written to %s", target)
     return 0 if envelope.error is None else 1
+
+
+def _benchmarks_of(outputs: list[Path]) -> dict[str, list[Path]]:
+    """The benchmark name recorded in each folder's metadata.json (its own or its models')."""
+    found: dict[str, list[Path]] = {}
+    for folder in outputs:
+        for meta in [folder / "metadata.json", *sorted(folder.glob("*/metadata.json"))]:
+            if meta.is_file():
+                try:
+                    name = json.loads(meta.read_text(encoding="utf-8")).get("benchmark")
+                except (OSError, ValueError):
+                    continue
+                if name:
+                    found.setdefault(str(name), [])
+                    if folder not in found[str(name)]:
+                        found[str(name)].append(folder)
+    return found
 
 
 def _recorded_config(output: Path) -> tuple[Path, Path, list[str] | None]:
@@ -132,6 +164,7 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
                              else (config_path, output, None))
     overrides = {"run.output": str(top.resolve()), **overrides, "run.load_save": True}
     config = load_config(recorded, overrides)
+    _log_level(config)
     if models:
         log.info("retrying model %s of %s (the other models' results stay as they are)",
                  ", ".join(models), top)

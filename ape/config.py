@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ape.schemas.config import ApeConfig, ModelConfig
+from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError, did_you_mean
 
 # Config keys that hold paths, resolved against the config file's folder.
@@ -177,10 +177,6 @@ def _config_error(exc: ValidationError, path: Path, text: str) -> ApeError:
     if more:
         message += f"; and {more} more problem{'s' if more > 1 else ''}"
     return ApeError(message, where=_where(path, text, loc))
-
-
-def describe_model(model: ModelConfig) -> str:
-    return model.model_id
 
 
 def locate(error: ApeError, config: ApeConfig) -> ApeError:

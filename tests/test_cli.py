@@ -101,6 +101,25 @@ def test_report_rebuilds_from_saved_results(tmp_path, capsys):
     assert (tmp_path / "rep" / "leaderboard.parquet").exists()
 
 
+def test_report_refuses_to_rank_different_benchmarks_together(tmp_path, capsys):
+    from ape.schemas.results import OutputBatch, Outcome, SessionResult
+
+    folders = []
+    for bench, model in (("maths", "m"), ("poetry", "p")):
+        folder = tmp_path / bench
+        folder.mkdir()
+        s = SessionResult(item_id="i0", run_index=0, model_id=model, outcome=Outcome.SOLVED, score=1.0,
+                          correct=True)
+        (folder / "results.jsonl").write_text(
+            OutputBatch(item_id="i0", model_id=model, sessions=[s]).model_dump_json() + "\n")
+        (folder / "metadata.json").write_text(json.dumps({"benchmark": bench, "model": model}))
+        folders.append(str(folder))
+    code = main(["report", *folders, "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert code == 2 and "different benchmarks" in err and "maths" in err and "poetry" in err
+    assert not (tmp_path / "rep").exists()
+
+
 @pytest.mark.parametrize(
     "change, expected",
     [
