@@ -29,6 +29,8 @@ import sys
 
 def main():  # noqa: C901 - one straight line of setup, then the loop over tests
     read, write, close, dup2, urandom = os.read, os.write, os.close, os.dup2, os.urandom
+    # every builtin used once candidate code has run is bound here, before it can replace them
+    run, Error, length, type_of, text_of = exec, BaseException, len, type, str
     chunks = []
     while True:
         chunk = read(0, 1 << 20)
@@ -57,14 +59,14 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
     limits = job.pop("limits")
 
     def clean(text, limit=500):
-        text = text if len(text) <= limit else text[:limit] + "..."
+        text = text if length(text) <= limit else text[:limit] + "..."
         return text.replace("\n", " ").encode("utf-8", "replace")
 
     def describe(exc, where):
         try:
-            name = type(exc).__name__
-            detail = str(exc)
-        except BaseException:  # a hostile __str__ or __name__
+            name = type_of(exc).__name__
+            detail = text_of(exc)
+        except Error:  # a hostile __str__ or __name__
             return "an exception that cannot be described" + where
         return (name + ": " + detail if detail else name) + where
 
@@ -121,25 +123,26 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
     ))  # fmt: skip
     blocked_attributes = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"))
 
-    def audit(event, args, blocked_events=blocked_events, blocked_attributes=blocked_attributes):
+    def audit(event, args, blocked_events=blocked_events, blocked_attributes=blocked_attributes,
+              length=length, is_a=isinstance, text=str, refuse=ValueError, deny=PermissionError):
         if event in blocked_events:
-            raise ValueError("code_exec does not allow " + event)
-        if event == "object.__getattr__" and len(args) > 1 and args[1] in blocked_attributes:
-            raise ValueError("code_exec does not allow reading " + args[1])
-        if event == "open" and args and isinstance(args[0], str) and args[0].startswith("/proc"):
-            raise PermissionError("code_exec does not allow opening " + args[0])
+            raise refuse("code_exec does not allow " + event)
+        if event == "object.__getattr__" and length(args) > 1 and args[1] in blocked_attributes:
+            raise refuse("code_exec does not allow reading " + args[1])
+        if event == "open" and args and is_a(args[0], text) and args[0].startswith("/proc"):
+            raise deny("code_exec does not allow opening " + args[0])
 
     sys.addaudithook(audit)
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
     try:
-        exec(program, namespace)
-    except BaseException as exc:
+        run(program, namespace)
+    except Error as exc:
         say(b" E " + clean("the code failed before the tests: " + describe(exc, "")))
         return
     for number, line, unit in units:
         try:
-            exec(unit, namespace)
-        except BaseException as exc:
+            run(unit, namespace)
+        except Error as exc:
             where = " (tests.py line %d)" % line
             if number >= 0:
                 say(failed_records[number] + clean(describe(exc, where)))
