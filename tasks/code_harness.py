@@ -133,13 +133,18 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
             raise deny("code_exec does not allow opening " + args[0])
 
     sys.addaudithook(audit)
-    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    import builtins
+
+    pristine = dict(builtins.__dict__)  # the tests get a fresh copy of these before each test
+    copy_of = dict
+    namespace = {"__name__": "solution", "__builtins__": copy_of(pristine)}
     try:
         run(program, namespace)
     except Error as exc:
         say(b" E " + clean("the code failed before the tests: " + describe(exc, "")))
         return
     for number, line, unit in units:
+        namespace["__builtins__"] = copy_of(pristine)
         try:
             run(unit, namespace)
         except Error as exc:

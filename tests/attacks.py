@@ -8,7 +8,7 @@ Paths, ports and markers are filled in per test run (``str.format`` fields).
 
 from __future__ import annotations
 
-TESTS = "assert add(1, 2) == 3\nassert add(2, 2) == 5\n"
+TESTS = "assert type(add(1, 2)) is int and add(1, 2) == 3\nassert add(2, 2) == 5\n"
 ADD = "def add(a, b):\n    return a + b\n"
 
 # name -> (code, honest score)
@@ -175,3 +175,15 @@ import os
 os._exit(0)
 ''' + ADD, 0.0),
 }
+
+ATTACKS["replace_builtins"] = ('''
+import builtins
+builtins.isinstance = lambda *args: True
+builtins.type = lambda *args: int
+__builtins__["type"] = lambda *args: int
+class AlwaysEqual:  # fools `==` (the documented limit), not `type(...) is int`
+    def __eq__(self, other):
+        return True
+def add(a, b):
+    return AlwaysEqual()
+''', 0.5)

@@ -101,8 +101,8 @@ def live_processes_with(marker: str) -> list[str]:
     return found
 
 
-def ape_run(config: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ape", "run", str(config), "--no-server", "--no-progress"],
+def ape_run(config: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ape", "run", str(config), "--no-server", "--no-progress", *extra],
                           cwd=config.parent, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -132,8 +132,8 @@ def test_hostile_answers_through_ape_run(tmp_path, prefect_server):
                APE_SECRET_KEY=SECRET, OPENAI_API_KEY=SECRET)
     before_tmp = set(os.listdir("/tmp"))
 
-    for attempt in ("first run", "rerun"):
-        done = ape_run(folder / "config.toml", env)
+    for attempt, extra in (("first run", ()), ("rerun, checking the cached answers again", ("--no-load-save",))):
+        done = ape_run(folder / "config.toml", env, *extra)
         assert done.returncode == 0, (attempt, done.stdout[-2000:], done.stderr[-2000:])
         lines = (output / "results.jsonl").read_text().splitlines()
         batches = [json.loads(line) for line in lines]

@@ -116,6 +116,11 @@ def test_replacing_builtins_compile_changes_nothing(kind, world):
 
 
 @pytest.mark.parametrize("kind", ALL_KINDS)
+def test_replaced_builtins_do_not_reach_the_tests(kind, world):
+    attack(kind, "replace_builtins", world)
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_frame_introspection_is_refused(kind, world):
     attack(kind, "read_frames", world)
 
