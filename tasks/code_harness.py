@@ -160,4 +160,5 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
     say(b" D")
 
 
-main()
+if __name__ == "__main__":  # run as `python -I -c <this text>`; importing it does nothing
+    main()
