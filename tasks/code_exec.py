@@ -126,6 +126,12 @@ class _Sandbox:
                 argv, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr, env=env, cwd=cwd,
                 pass_fds=(write_end,), start_new_session=True,
             )  # fmt: skip
+        except BaseException:
+            os.close(read_end)
+            if self.cgroup is not None:
+                self.cgroup.close()
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
         finally:
             stdout.close()
             stderr.close()
@@ -235,6 +241,17 @@ def pool_for(kind: SandboxKind) -> WarmPool:
         if pool is None:
             pool = _POOLS[key] = WarmPool(key)
         return pool
+
+
+def _forget_pools_in_child() -> None:
+    """A forked child must not use (or kill) the parent's waiting interpreters."""
+    global _POOLS_LOCK
+    _POOLS_LOCK = threading.Lock()
+    _POOLS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools_in_child)
 
 
 @atexit.register
