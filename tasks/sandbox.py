@@ -37,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Literal
@@ -208,7 +209,8 @@ class PidsCgroup:
 
     def close(self) -> None:
         procs = self.path / "cgroup.procs"
-        for _ in range(50):
+        pause = 0.001
+        for _ in range(60):
             try:
                 pids = procs.read_text().split()
             except OSError:
@@ -221,6 +223,7 @@ class PidsCgroup:
             try:
                 self.path.rmdir()
                 return
-            except OSError:
-                threading.Event().wait(0.02)
+            except OSError:  # killed processes take a moment to leave
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
         log.warning("could not remove the cgroup %s", self.path)
