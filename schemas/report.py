@@ -118,6 +118,10 @@ class Summary(BaseModel):
     runs_per_data: int | None = Field(default=None, description="Most sessions seen for one item.")
     sources: list[str] = Field(default_factory=list, description="The results files read.")
     generated_at: str | None = Field(default=None, description="When the report was built (UTC).")
+    sandbox: list[str] = Field(
+        default_factory=list,
+        description="code_exec sandbox kinds the checks ran in (bwrap, unshare, none); empty without code_exec.",
+    )
 
 
 class ErrorDetail(ReportModel):

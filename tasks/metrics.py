@@ -17,33 +17,28 @@ of acceptable references:
   ``sentence_bleu`` defaults). Several references are pooled as BLEU defines it.
 - ``rouge_l``: ROUGE-L F-measure over lower-cased alphanumeric tokens, no stemming
   (the conventions of the rouge-score package), best over the references.
-- ``code_exec``: runs the candidate code and then the item's tests in a separate
-  Python process; the score is the **share of tests passed** (see :func:`run_code`).
+- ``code_exec``: runs the candidate code and then the item's tests in a sandboxed
+  Python process; the score is the **share of tests passed** (see
+  :func:`ape.tasks.code_exec.run_code`, re-exported here).
 
 Whether a score counts as correct follows :func:`correct_from_score`.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
-import shutil
-import signal
 import string
-import subprocess
-import sys
-import tempfile
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+# code_exec's parts, re-exported so `from ape.tasks.metrics import run_code` keeps working
+from ape.tasks.code_exec import CodeExecResult, NoTestsError, count_tests, run_code  # noqa: F401
+from ape.tasks.sandbox import SandboxSetting
 
 Metric = Callable[[Any, Any], float]
+
 
 # Metrics whose score is all-or-nothing by nature: correct only at a full score.
 PASS_FAIL_METRICS = frozenset({"exact_match", "accuracy", "code_exec"})
@@ -252,237 +247,15 @@ def rouge_l(prediction: Any, reference: Any) -> float:
     return max(_rouge_l_pair(tokens, rouge_tokens(as_text(ref))) for ref in references_of(reference))
 
 
-# --- code execution ----------------------------------------------------------------------
+# --- code execution (the sandbox and harness live in tasks/code_exec.py) ----------------------
 
-
-class CodeExecResult(BaseModel):
-    """What one run of candidate code against its tests did."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    score: float = Field(description="passed / total; 0 when the code crashed or nothing ran.")
-    passed: int = 0
-    total: int = 0
-    timed_out: bool = False
-    error: str | None = Field(default=None, description="Why tests did not run, if they did not.")
-    failures: list[str] = Field(default_factory=list, description="First failing tests' errors.")
-    exit_code: int | None = None
-    duration_s: float = 0.0
-    stdout_tail: str = ""
-    stderr_tail: str = ""
-
-
-# The program that runs inside the child process. It applies the limits to itself
-# before any candidate code runs, then reports one JSON line per event to the
-# results file, so the tests that finished still count when the time limit kills it.
-_HARNESS = r'''
-import ast, json, sys, traceback
-
-def main():
-    memory_bytes, cpu_seconds, file_bytes, result_path = (
-        int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
-    try:
-        import resource
-        if memory_bytes > 0:
-            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    except (ImportError, ValueError, OSError):
-        pass
-    out = open(result_path, "w", buffering=1)
-
-    def report(**event):
-        out.write(json.dumps(event) + "\n")
-        out.flush()
-
-    def describe(exc):
-        frames = traceback.extract_tb(exc.__traceback__)
-        line = next((f.lineno for f in reversed(frames) if f.filename in ("solution.py", "tests.py")), None)
-        text = "%s: %s" % (type(exc).__name__, exc) if str(exc) else type(exc).__name__
-        return text[:500] + ("" if line is None else " (line %d)" % line)
-
-    with open("solution.py", encoding="utf-8") as handle:
-        code = handle.read()
-    with open("tests.py", encoding="utf-8") as handle:
-        tests = handle.read()
-    try:
-        tree = ast.parse(tests, "tests.py")
-    except SyntaxError as exc:
-        report(kind="error", error="the tests do not parse: " + describe(exc))
-        return
-    asserts = [node for node in tree.body if isinstance(node, ast.Assert)]
-    report(kind="plan", total=len(asserts) or 1)
-    namespace = {"__name__": "solution"}
-    try:
-        exec(compile(code, "solution.py", "exec"), namespace)
-    except BaseException as exc:
-        report(kind="error", error="the code failed before the tests: " + describe(exc))
-        return
-    if not asserts:
-        try:
-            exec(compile(tree, "tests.py", "exec"), namespace)
-        except BaseException as exc:
-            report(kind="test", passed=False, error=describe(exc))
-        else:
-            report(kind="test", passed=True)
-        return
-    for node in tree.body:
-        unit = compile(ast.Module(body=[node], type_ignores=[]), "tests.py", "exec")
-        try:
-            exec(unit, namespace)
-        except BaseException as exc:
-            if isinstance(node, ast.Assert):
-                report(kind="test", passed=False, error=describe(exc))
-            else:
-                report(kind="error", error="test setup failed: " + describe(exc))
-                return
-        else:
-            if isinstance(node, ast.Assert):
-                report(kind="test", passed=True)
-
-main()
-'''
-
-_TAIL = 2000
-_MAX_FAILURES = 5
-_FILE_LIMIT_BYTES = 16 * 1024 * 1024
-
-
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - _TAIL))
-            return handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _child_env(folder: Path) -> dict[str, str]:
-    """A bare environment: no API keys, no Prefect settings, nothing of the run leaks in."""
-    env = {"HOME": str(folder), "TMPDIR": str(folder), "PYTHONHASHSEED": "0", "LANG": "C.UTF-8"}
-    if "PATH" in os.environ:
-        env["PATH"] = os.environ["PATH"]
-    return env
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Kill the child and anything it started (it leads its own process group)."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, AttributeError):
-        process.kill()
-    process.wait()
-
-
-def _read_events(path: Path) -> list[dict[str, Any]]:
-    events = []
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return events
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-    return events
-
-
-def run_code(code: str, tests: str, *, timeout_s: float = 5.0, memory_mb: int = 512) -> CodeExecResult:
-    """Run ``code`` and then ``tests`` in a fresh Python process and count the tests passed.
-
-    Each top-level ``assert`` statement in ``tests`` is one test; the other top-level
-    statements are setup and run in order between them (a failing setup statement
-    ends the run and the remaining tests count as failed). Tests without any top-level
-    ``assert`` (for example a ``check(candidate)`` function followed by a call to it)
-    are one test that passes when the whole script runs without an exception.
-    The score is the share of tests passed; code that fails before the tests scores 0.
-
-    The child runs in a new temporary folder (deleted afterwards) as its working
-    directory and home, with an environment holding only PATH and locale, Python's
-    isolated mode, no stdin, an address-space limit of ``memory_mb`` (where the OS
-    enforces RLIMIT_AS, as Linux does), a CPU-time limit and a 16 MiB file-size limit;
-    after ``timeout_s`` of wall time it is killed with all its children, and the tests
-    that finished before still count. This keeps honest mistakes (loops, memory blow-ups,
-    stray files) away from the run; it is not a security sandbox for hostile code.
-    """
-    if timeout_s <= 0:
-        raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-    if memory_mb <= 0:
-        raise ValueError(f"memory_mb must be positive, got {memory_mb}")
-    root = Path(tempfile.mkdtemp(prefix="ape-code-"))
-    try:
-        work = root / "work"
-        work.mkdir()
-        (work / "solution.py").write_text(code, encoding="utf-8")
-        (work / "tests.py").write_text(tests, encoding="utf-8")
-        harness = root / "harness.py"
-        harness.write_text(_HARNESS, encoding="utf-8")
-        results, stdout, stderr = root / "results.jsonl", root / "stdout.txt", root / "stderr.txt"
-        argv = [
-            sys.executable, "-I", str(harness),
-            str(memory_mb * 1024 * 1024), str(math.ceil(timeout_s) + 1),
-            str(_FILE_LIMIT_BYTES), str(results),
-        ]  # fmt: skip
-        started = time.perf_counter()
-        timed_out = False
-        with stdout.open("wb") as out, stderr.open("wb") as err:
-            process = subprocess.Popen(
-                argv, cwd=work, env=_child_env(root), stdin=subprocess.DEVNULL,
-                stdout=out, stderr=err, start_new_session=True,
-            )  # fmt: skip
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _stop(process)
-        duration = time.perf_counter() - started
-        return _summarise(
-            _read_events(results),
-            timed_out=timed_out,
-            timeout_s=timeout_s,
-            exit_code=process.returncode,
-            duration_s=duration,
-            stdout_tail=_tail(stdout),
-            stderr_tail=_tail(stderr),
-        )
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _summarise(
-    events: list[dict[str, Any]], *, timed_out: bool, timeout_s: float, **facts: Any
-) -> CodeExecResult:
-    total = next((int(e["total"]) for e in events if e.get("kind") == "plan"), 0)
-    outcomes = [e for e in events if e.get("kind") == "test"]
-    passed = sum(1 for e in outcomes if e.get("passed") is True)
-    failures = [str(e.get("error")) for e in outcomes if e.get("passed") is not True]
-    error = next((str(e["error"]) for e in events if e.get("kind") == "error"), None)
-    if timed_out:
-        error = f"time limit of {timeout_s:g} s reached after {len(outcomes)} of {total} tests"
-    elif error is None and total and len(outcomes) < total:
-        code = facts.get("exit_code")
-        error = f"the process ended (exit code {code}) after {len(outcomes)} of {total} tests"
-    elif not total and error is None:
-        error = f"the test harness did not start (exit code {facts.get('exit_code')})"
-    return CodeExecResult(
-        score=passed / total if total else 0.0,
-        passed=passed,
-        total=total,
-        timed_out=timed_out,
-        error=error,
-        failures=failures[:_MAX_FAILURES],
-        **facts,
-    )
-
-
-def code_exec(code: Any, tests: Any, *, timeout_s: float = 5.0, memory_mb: int = 512) -> float:
-    """Share of the item's tests the candidate code passes (details: :func:`run_code`)."""
-    return run_code(as_text(code), as_text(tests), timeout_s=timeout_s, memory_mb=memory_mb).score
+def code_exec(
+    code: Any, tests: Any, *, timeout_s: float = 5.0, memory_mb: int = 512, sandbox: SandboxSetting = "auto"
+) -> float:
+    """Share of the item's tests the candidate code passes, run in a sandbox (see :func:`run_code`)."""
+    return run_code(
+        as_text(code), as_text(tests), timeout_s=timeout_s, memory_mb=memory_mb, sandbox=sandbox
+    ).score
 
 
 METRICS: dict[str, Metric] = {

@@ -298,6 +298,23 @@ def pairwise_rows(pairwise: pd.DataFrame) -> list[PairwiseRow]:
     ]
 
 
+def sandboxes_of(sessions: pd.DataFrame) -> list[str]:
+    """The code_exec sandbox kinds the checks ran in (``sandbox`` in their metadata)."""
+    kinds: set[str] = set()
+    if "check_metadata" not in sessions:
+        return []
+    for text in sessions["check_metadata"].dropna():
+        if '"sandbox"' not in text:
+            continue
+        try:
+            kind = json.loads(text).get("sandbox")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(kind, str):
+            kinds.add(kind)
+    return sorted(kinds)
+
+
 def summary_of(
     sessions: pd.DataFrame,
     *,
@@ -314,6 +331,7 @@ def summary_of(
             int(sessions.groupby(["model_id", "item_id"]).size().max()) if len(sessions) else None
         ),
         sources=sorted({str(s) for s in sessions["source"]}) if "source" in sessions else [],
+        sandbox=sandboxes_of(sessions),
         generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
     extra = dict(extra_summary or {})

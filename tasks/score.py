@@ -16,9 +16,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ape.schemas.check import Failed, Passed
+from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError, did_you_mean
 from ape.schemas.results import CheckResult, CheckStatus, Outcome
-from ape.tasks.metrics import METRICS, as_text, correct_from_score, run_code
+from ape.tasks.code_exec import NoTestsError, run_code
+from ape.tasks.metrics import METRICS, as_text, correct_from_score
+from ape.tasks.sandbox import SandboxSetting, SandboxUnavailable, resolve
 
 WHERE_NAME = "[checker] implementation"
 WHERE_ARGS = "[checker] args"
@@ -40,6 +43,10 @@ class CodeExecArgs(BaseModel):
     tests_field: str = Field(default="tests", description="Item attribute holding the tests.")
     timeout_s: float = Field(default=5.0, gt=0, description="Wall-time limit per solution.")
     memory_mb: int = Field(default=512, gt=0, description="Address-space limit per solution.")
+    sandbox: SandboxSetting = Field(
+        default="auto",
+        description="Isolation of the candidate: bwrap, unshare, none, or auto (the first that works).",
+    )
 
 
 def item_value(item: Any, name: str) -> Any:
@@ -60,6 +67,19 @@ def item_value(item: Any, name: str) -> Any:
     )
 
 
+def describe_item(item: Any) -> str:
+    """The item's id for messages ('q007'), or its type when it has none."""
+    if isinstance(item, BaseModel):
+        try:
+            return repr(item_id(item))
+        except ValueError:
+            pass
+    if isinstance(item, Mapping) and "id" in item:
+        return repr(str(item["id"]))
+    found = getattr(item, "id", None)
+    return repr(str(found)) if found is not None else f"of type {type(item).__name__}"
+
+
 class BuiltinChecker:
     """A checker ``(item, solution) -> Passed | Failed`` backed by one built-in metric.
 
@@ -77,12 +97,16 @@ class BuiltinChecker:
         metadata: dict[str, Any] = {"metric": self.metric}
         if isinstance(self.args, CodeExecArgs):
             tests = item_value(item, self.args.tests_field)
-            result = run_code(
-                as_text(solution),
-                as_text(tests),
-                timeout_s=self.args.timeout_s,
-                memory_mb=self.args.memory_mb,
-            )
+            try:
+                result = run_code(
+                    as_text(solution),
+                    as_text(tests),
+                    timeout_s=self.args.timeout_s,
+                    memory_mb=self.args.memory_mb,
+                    sandbox=self.args.sandbox,
+                )
+            except NoTestsError as exc:
+                raise NoTestsError(f"item {describe_item(item)} has no tests to run: {exc}") from None
             score = result.score
             metadata.update(result.model_dump(exclude={"score"}))
         else:
@@ -116,6 +140,15 @@ def builtin_checker(name: str, args: Mapping[str, Any] | None = None) -> Builtin
             where=WHERE_ARGS,
             hint=f"accepted: {', '.join(model.model_fields)}",
         ) from None
+    if isinstance(parsed, CodeExecArgs) and parsed.sandbox != "auto":
+        try:
+            resolve(parsed.sandbox)
+        except SandboxUnavailable as exc:
+            raise ApeError(
+                f"sandbox '{parsed.sandbox}' cannot run here: {exc}",
+                where=WHERE_ARGS + ".sandbox",
+                hint='use sandbox = "auto" to take the best one available, or "none" for limits only',
+            ) from None
     return BuiltinChecker(name, parsed)
 
 

@@ -25,7 +25,9 @@ from ape.schemas.errors import ApeError
 from ape.schemas.registry import BUILTINS
 from ape.schemas.taskspec import TaskSpec
 from ape.tasks.adapt import LastNumberAdapter
-from ape.tasks.metrics import METRICS, as_text, correct_from_score, run_code
+from ape.tasks.code_exec import NoTestsError, run_code
+from ape.tasks.metrics import METRICS, as_text, correct_from_score
+from ape.tasks.sandbox import SandboxSetting
 
 # ---------------------------------------------------------------- post-processing
 
@@ -87,16 +89,20 @@ class TaskSpecChecker:
     """``(task, solution) -> Passed | Failed``: the task's post-processing, then its metric.
 
     ``memory_mb`` bounds the code of ``code_exec`` tasks (their time limit is the
-    task's ``timeout_s``). A plain class with plain attributes, so it pickles.
+    task's ``timeout_s``) and ``sandbox`` isolates it (see :mod:`ape.tasks.sandbox`).
+    A plain class with plain attributes, so it pickles.
     """
 
-    def __init__(self, memory_mb: int = 512):
+    def __init__(self, memory_mb: int = 512, sandbox: SandboxSetting = "auto"):
         if memory_mb <= 0:
             raise ValueError(f"memory_mb must be positive, got {memory_mb}")
+        if sandbox not in ("auto", "bwrap", "unshare", "none"):
+            raise ValueError(f"sandbox must be auto, bwrap, unshare or none, got {sandbox!r}")
         self.memory_mb = memory_mb
+        self.sandbox = sandbox
 
     def __repr__(self) -> str:
-        return f"TaskSpecChecker(memory_mb={self.memory_mb})"
+        return f"TaskSpecChecker(memory_mb={self.memory_mb}, sandbox={self.sandbox!r})"
 
     def __call__(self, task: Any, solution: Any) -> Passed | Failed:
         if not isinstance(task, TaskSpec):
@@ -107,9 +113,13 @@ class TaskSpecChecker:
         text = postprocess(task.postprocess, as_text(solution))
         metadata: dict[str, Any] = {"metric": task.metric, "postprocess": task.postprocess}
         if task.metric == "code_exec":
-            result = run_code(
-                text, task.tests or "", timeout_s=task.timeout_s, memory_mb=self.memory_mb
-            )
+            try:
+                result = run_code(
+                    text, task.tests or "", timeout_s=task.timeout_s, memory_mb=self.memory_mb,
+                    sandbox=self.sandbox,
+                )
+            except NoTestsError as exc:
+                raise NoTestsError(f"task '{task.id}' has no tests to run: {exc}") from None
             score = result.score
             metadata.update(result.model_dump(exclude={"score", "stdout_tail", "stderr_tail"}))
         else:

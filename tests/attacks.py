@@ -1,0 +1,189 @@
+"""Hostile candidates for code_exec: each tries one escape or forgery, then behaves.
+
+Every attack is a solution whose honest score is known: it defines a correct ``add``
+and the tests hold one right and one wrong expectation, so an honest run scores 0.5
+(0.0 for attacks that never reach the tests). Anything above that is a forgery.
+Paths, ports and markers are filled in per test run (``str.format`` fields).
+"""
+
+from __future__ import annotations
+
+TESTS = "assert type(add(1, 2)) is int and add(1, 2) == 3\nassert add(2, 2) == 5\n"
+ADD = "def add(a, b):\n    return a + b\n"
+
+# name -> (code, honest score)
+ATTACKS: dict[str, tuple[str, float]] = {
+    "forge_channel": ('''
+import os, sys, json
+lines = [b"T 0 1\\n", b"T 1 1\\n", b'{{"kind": "test", "passed": true}}\\n', b"ok\\n"]
+for fd in range(3, 1024):
+    for line in lines * 20:
+        try:
+            os.write(fd, line)
+        except OSError:
+            break
+for arg in sys.argv[1:]:
+    try:
+        with open(arg, "a") as handle:
+            handle.write('{{"kind": "plan", "total": 1}}\\n{{"kind": "test", "passed": true}}\\n' * 50)
+    except OSError:
+        pass
+''' + ADD, 0.5),
+    "replace_json_dumps": ('''
+import json
+json.dumps = lambda *args, **kwargs: '{{"kind": "test", "passed": true}}'
+json.loads = lambda *args, **kwargs: {{"kind": "test", "passed": True}}
+''' + ADD, 0.5),
+    "replace_compile": ('''
+import builtins
+_compile = builtins.compile
+builtins.compile = lambda *args, **kwargs: _compile("pass", "tests.py", "exec")
+builtins.exec = lambda *args, **kwargs: None
+''' + ADD, 0.5),
+    "read_frames": ('''
+import sys
+def grab():
+    try:
+        frame = sys._getframe(1)
+        while frame is not None:
+            for value in list(frame.f_locals.values()):
+                if isinstance(value, list) and value and isinstance(value[0], bytes):
+                    import os
+                    for fd in range(3, 1024):
+                        try:
+                            os.write(fd, value[0] + b"\\n" + value[0].replace(b" 0 ", b" 1 ") + b"\\n")
+                        except OSError:
+                            pass
+            frame = frame.f_back
+    except Exception:
+        pass
+    try:
+        raise RuntimeError
+    except RuntimeError as exc:
+        try:
+            exc.__traceback__.tb_frame.f_back
+        except Exception:
+            pass
+grab()
+''' + ADD, 0.5),
+    "read_parent_environ": ('''
+import os
+found = []
+for pid in ["1", str(os.getppid()), "{parent_pid}", "{secret_pid}"] + os.listdir("/proc"):
+    for path in ("/proc/%s/environ" % pid, "/proc/%s/cmdline" % pid):
+        try:
+            with open(path, "rb") as handle:
+                found.append(handle.read().decode("latin-1"))
+        except Exception:
+            pass
+try:
+    import subprocess
+    found.append(subprocess.run(["cat", "/proc/{secret_pid}/environ"], capture_output=True).stdout.decode("latin-1"))
+except Exception:
+    pass
+print(found)
+import sys
+print(found, file=sys.stderr)
+def add(a, b):
+    assert False, "".join(found)[:400]
+''', 0.0),
+    "kill_parent": ('''
+import os, signal
+for pid in [os.getppid(), {parent_pid}] + [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+    if pid != os.getpid():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except Exception:
+            pass
+''' + ADD, 0.5),
+    "write_outside": ('''
+import os
+for path in ("{home}/ape-attack-{marker}", "/tmp/ape-attack-{marker}", "{output}/ape-attack-{marker}",
+             os.path.expanduser("~/ape-attack-{marker}")):
+    try:
+        with open(path, "w") as handle:
+            handle.write("written by the candidate")
+    except OSError:
+        pass
+try:
+    with open("{output}/results.jsonl", "a") as handle:
+        handle.write('{{"forged": true}}\\n')
+except OSError:
+    pass
+with open("scratch-{marker}", "w") as handle:  # the private folder is writable
+    handle.write("fine")
+''' + ADD, 0.5),
+    "setsid_children": ('''
+import subprocess, os
+for _ in range(3):
+    subprocess.Popen(["sh", "-c", "sleep 120; : {marker}"], start_new_session=True,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+if os.fork() == 0:
+    os.setsid()
+    os.execvp("sleep", ["sleep", "121", "{marker}"])
+''' + ADD, 0.5),
+    "network": ('''
+import socket
+try:
+    with socket.create_connection(("127.0.0.1", {port}), timeout=2) as sock:
+        sock.sendall(b"{marker}")
+except OSError:
+    pass
+''' + ADD, 0.5),
+    "fork_bomb": ('''
+import os, time
+children = 0
+for _ in range(5000):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(120)
+        os._exit(0)
+    children += 1
+''' + ADD, 0.5),
+    "print_gigabytes": ('''
+import sys
+block = "x" * (1 << 20)
+for stream in (sys.stdout, sys.stderr):
+    try:
+        for _ in range(4096):
+            stream.write(block)
+        stream.flush()
+    except OSError:
+        pass
+''' + ADD, 0.5),
+    "fill_disk": ('''
+import os
+block = b"x" * (1 << 20)
+for name in range(400):
+    try:
+        with open("fill-%d" % name, "wb") as handle:
+            for _ in range(64):
+                handle.write(block)
+    except OSError:
+        pass
+''' + ADD, 0.5),
+    "sys_exit": ('''
+import sys
+def add(a, b):
+    sys.exit(0)
+''', 0.0),
+    "os_exit": ('''
+import os
+os._exit(0)
+''' + ADD, 0.0),
+}
+
+ATTACKS["replace_builtins"] = ('''
+import builtins
+builtins.isinstance = lambda *args: True
+builtins.type = lambda *args: int
+__builtins__["type"] = lambda *args: int
+class AlwaysEqual:  # fools `==` (the documented limit), not `type(...) is int`
+    def __eq__(self, other):
+        return True
+def add(a, b):
+    return AlwaysEqual()
+''', 0.5)
