@@ -186,7 +186,8 @@ class WarmPool:
         self._wanted = threading.Event()
         self._closed = False
         self._wanted.set()
-        threading.Thread(target=self._keep_filled, name="ape-code-exec-pool", daemon=True).start()
+        self._thread = threading.Thread(target=self._keep_filled, name="ape-code-exec-pool", daemon=True)
+        self._thread.start()
 
     def take(self) -> _Sandbox:
         taken: _Sandbox | None = None
@@ -227,6 +228,8 @@ class WarmPool:
         self._wanted.set()
         for box in ready:
             box.kill()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)  # it kills what it was starting when it sees the close
 
 
 _POOLS: dict[_PoolKey, WarmPool] = {}

@@ -6,7 +6,8 @@
     bubblewrap: new user (unprivileged uid 65534), PID, network, IPC, UTS and mount
     namespaces; ``/`` read-only, a fresh ``/proc`` that shows only the sandbox, a
     minimal ``/dev``, a private size-limited tmpfs at ``/tmp`` (the working folder),
-    no further user namespaces, a new terminal session, killed with its parent.
+    no further user namespaces (bwrap 0.8 and later), a new terminal session, killed with
+    its parent.
 ``unshare``
     util-linux ``unshare`` with the same namespaces; a small shell prelude mounts the
     tmpfs, remounts every other mount read-only and drops every capability
