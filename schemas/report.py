@@ -58,6 +58,28 @@ class LeaderboardRow(ReportModel):
     mean_input_tokens: float | None = None
     mean_output_tokens: float | None = None
     by_category: dict[str, CategoryScore] = Field(default_factory=dict)
+    ci_method: str | None = Field(
+        default=None,
+        description="How ci_low/ci_high were computed: wilson, wilson-clustered (pass rates), "
+        "bca, bca-clustered (graded scores).",
+    )
+    n_effective: float | None = Field(
+        default=None, description="Effective sample size behind the interval (clustering lowers it)."
+    )
+    pass_rate_low: float | None = Field(default=None, description="Wilson 95% interval of pass_rate, low end.")
+    pass_rate_high: float | None = Field(default=None, description="Wilson 95% interval of pass_rate, high end.")
+    rank_low: int | None = Field(
+        default=None, description="Best rank this model could hold (Holm-corrected pairwise tests)."
+    )
+    rank_high: int | None = Field(default=None, description="Worst rank this model could hold.")
+    tie_group: int | None = Field(
+        default=None, description="Models in one group cannot be told apart from the group's first."
+    )
+    total_input_tokens: float | None = None
+    total_output_tokens: float | None = None
+    total_cost: float | None = Field(default=None, description="Sum of session costs (null: no prices).")
+    cost_per_session: float | None = None
+    cost_per_correct: float | None = Field(default=None, description="total_cost / correct sessions.")
 
 
 class PairwiseRow(ReportModel):
@@ -81,6 +103,15 @@ class PairwiseRow(ReportModel):
     )
     statistic: float | None = Field(default=None, description="Chi-square statistic, if used.")
     p_value: float | None = None
+    ci_method: str | None = Field(default=None, description="bca or bca-clustered (paired).")
+    correlation: float | None = Field(
+        default=None, description="Pearson correlation of the two models' item scores."
+    )
+    mde_80: float | None = Field(
+        default=None, description="Smallest difference this comparison detects at 80% power."
+    )
+    p_holm: float | None = Field(default=None, description="p_value after Holm's correction.")
+    significant: bool = Field(default=False, description="p_holm < 0.05.")
 
 
 class CalibrationBin(ReportModel):
@@ -129,12 +160,18 @@ class ErrorDetail(ReportModel):
 
 
 class Envelope(ReportModel):
-    """The whole report, as written to ``report.json``."""
+    """The whole report, as written to ``report.json``.
+
+    ``provenance`` holds ``report`` (the environment that built the report) and ``runs``
+    (model id -> the record each run wrote to its metadata.json; see
+    :mod:`ape.tasks.provenance`).
+    """
 
     leaderboard: list[LeaderboardRow] = Field(default_factory=list)
     pairwise: list[PairwiseRow] = Field(default_factory=list)
     calibration: dict[str, CalibrationEntry] = Field(default_factory=dict)
     summary: Summary = Field(default_factory=Summary)
+    provenance: dict[str, Any] = Field(default_factory=dict)
     error: ErrorDetail | None = None
 
     @property
