@@ -35,6 +35,7 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.cost import Budget
+from ape.tasks.provenance import run_provenance
 from ape.tasks.save import SaveHandler
 from ape.tasks.transcripts import JSONL_FILE, LOG_FILE, SessionLog
 
@@ -77,7 +78,8 @@ class Runner:
                                       "model_config": plan.fingerprint["model"],
                                       "solver_config": cfg.solver.model_dump(mode="json"),
                                       "runs_per_data": cfg.run.runs_per_data,
-                                      "config_file": str(cfg.config_file) if cfg.config_file else None})
+                                      "config_file": str(cfg.config_file) if cfg.config_file else None,
+                                      "provenance": run_provenance(cfg)})
         if cfg.run.load_save:
             saver.load()
             redo = saver.discard(saver.errored_ids())
