@@ -16,7 +16,7 @@ replicates; a discrete pass rate also limits which coverages are attainable at a
 the ``attainable`` column gives, for independent items, the two coverages nearest
 95% that any interval monotone in the count can reach.
 
-    python benchmarks/coverage.py [--replicates 2000] [--cluster-size 5] [--icc 0.2]
+    python benchmarks/coverage.py [--replicates 2000] [--cluster-size 3] [--icc 0.2] [--seed 1]
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def clustered(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replicates", type=int, default=2000)
-    parser.add_argument("--cluster-size", type=int, default=5)
+    parser.add_argument("--cluster-size", type=int, default=3)
     parser.add_argument("--icc", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()

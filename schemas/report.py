@@ -149,6 +149,11 @@ class Summary(BaseModel):
     runs_per_data: int | None = Field(default=None, description="Most sessions seen for one item.")
     sources: list[str] = Field(default_factory=list, description="The results files read.")
     generated_at: str | None = Field(default=None, description="When the report was built (UTC).")
+    provenance: dict[str, Any] = Field(
+        default_factory=dict,
+        description="'report': the environment that built the report; 'runs': model id -> the "
+        "record its run wrote to metadata.json (see ape.tasks.provenance).",
+    )
 
 
 class ErrorDetail(ReportModel):
@@ -160,18 +165,12 @@ class ErrorDetail(ReportModel):
 
 
 class Envelope(ReportModel):
-    """The whole report, as written to ``report.json``.
-
-    ``provenance`` holds ``report`` (the environment that built the report) and ``runs``
-    (model id -> the record each run wrote to its metadata.json; see
-    :mod:`ape.tasks.provenance`).
-    """
+    """The whole report, as written to ``report.json``."""
 
     leaderboard: list[LeaderboardRow] = Field(default_factory=list)
     pairwise: list[PairwiseRow] = Field(default_factory=list)
     calibration: dict[str, CalibrationEntry] = Field(default_factory=dict)
     summary: Summary = Field(default_factory=Summary)
-    provenance: dict[str, Any] = Field(default_factory=dict)
     error: ErrorDetail | None = None
 
     @property

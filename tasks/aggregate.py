@@ -23,6 +23,9 @@ import numpy as np
 import pandas as pd
 
 from ape.tasks.intervals import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    CONFIDENCE_LEVEL,
     Interval,
     clustered_se,
     holm,
@@ -31,9 +34,6 @@ from ape.tasks.intervals import (
     score_interval,
 )
 
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 20240917
-CONFIDENCE_LEVEL = 0.95
 STANDARD_KS = (1, 2, 5, 10, 20, 50, 100)
 EXACT_TEST_BELOW = 25  # discordant pairs under which McNemar uses the exact binomial test
 OUTCOME_COLUMNS = {

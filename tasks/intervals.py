@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 CONFIDENCE_LEVEL = 0.95
 BOOTSTRAP_RESAMPLES = 2000
@@ -90,6 +89,8 @@ def wilson(
     ``n`` may be an effective (non-integer) sample size; ``dof`` switches z for Student's
     t; ``modified=False`` gives plain Wilson (no Poisson bound at the edges).
     """
+    from scipy import stats  # imported here: scipy.stats takes a second to load
+
     if n <= 0:
         return math.nan, math.nan
     alpha = 1.0 - level
@@ -186,6 +187,7 @@ def score_interval(
 
 
 def _bca(samples, statistic, level, resamples, seed, paired: bool = False) -> tuple[float, float]:
+    from scipy import stats
     first = samples[0]
     if first.size < 2 or np.all(first == first[0]) and not paired:
         value = float(np.mean(first))
@@ -230,6 +232,8 @@ def minimum_detectable_difference(
     ``(z_{1-alpha/2} + z_power) * sd_diff / sqrt(n)``: the normal-approximation power
     formula for a paired difference of means (``sd_diff`` over items or clusters).
     """
+    from scipy import stats
+
     if n <= 0 or math.isnan(sd_diff):
         return math.nan
     z = stats.norm.ppf(1 - (1 - level) / 2) + stats.norm.ppf(power)

@@ -89,7 +89,7 @@ def environment() -> dict[str, Any]:
 
 def run_provenance(config: ApeConfig) -> dict[str, Any]:
     """Everything about a run of ``config`` that its numbers depend on (see the module doc)."""
-    from ape.tasks.aggregate import BOOTSTRAP_SEED
+    from ape.tasks.intervals import BOOTSTRAP_SEED
     from ape.tasks.models import model_fingerprint
 
     commit, dirty = git_state(str(Path(config.base_dir).resolve()))

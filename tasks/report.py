@@ -501,7 +501,7 @@ def markdown_table(envelope: Envelope) -> str:
     lines.append(
         f"{summary.tasks} tasks, {summary.models} models, {summary.sessions} sessions{wall}"
     )
-    lines += _provenance_lines(envelope.provenance)
+    lines += _provenance_lines(summary.provenance)
     return "\n".join(lines) + "\n"
 
 
@@ -574,7 +574,7 @@ def build_report(
         summary = summary_of(sessions, wall_seconds=wall_seconds, extra_summary=extra_summary)
         partial["summary"] = summary
 
-        partial["provenance"] = {"report": environment(), "runs": run_provenance(output_dirs)}
+        summary.provenance = {"report": environment(), "runs": run_provenance(output_dirs)}
 
         stage = "aggregating the leaderboard"
         leaderboard = aggregate(sessions)

@@ -89,7 +89,7 @@ def test_clusters_provenance_file_modes_and_expected_values(tmp_path):
     assert provenance["config_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert provenance["seeds"]["models"] == {"m": 3}
     assert provenance["packages"]["prefect"] and provenance["ape_version"]
-    assert report["provenance"]["runs"]["m"]["data_sha256"] == provenance["data_sha256"]
+    assert report["summary"]["provenance"]["runs"]["m"]["data_sha256"] == provenance["data_sha256"]
 
     umask = os.umask(0o022)
     os.umask(umask)
