@@ -45,8 +45,8 @@ class LeaderboardRow(ReportModel):
     runs_per_data: int = Field(description="Most sessions seen for one item.")
     mean_score: float | None = None
     score_se: float | None = Field(default=None, description="Standard error over items.")
-    ci_low: float | None = Field(default=None, description="95% bootstrap interval, low end.")
-    ci_high: float | None = Field(default=None, description="95% bootstrap interval, high end.")
+    ci_low: float | None = Field(default=None, description="95% interval (see ci_method), low end.")
+    ci_high: float | None = Field(default=None, description="95% interval (see ci_method), high end.")
     pass_rate: float | None = Field(default=None, description="Share of sessions judged correct.")
     pass_at_k: dict[str, float] = Field(
         default_factory=dict, description="k -> unbiased pass@k (only when runs_per_data > 1)."
@@ -91,8 +91,8 @@ class PairwiseRow(ReportModel):
     mean_a: float | None = None
     mean_b: float | None = None
     mean_diff: float | None = None
-    ci_low: float | None = Field(default=None, description="95% paired bootstrap, low end.")
-    ci_high: float | None = Field(default=None, description="95% paired bootstrap, high end.")
+    ci_low: float | None = Field(default=None, description="95% paired BCa bootstrap, low end.")
+    ci_high: float | None = Field(default=None, description="95% paired BCa bootstrap, high end.")
     wins: int = Field(default=0, description="Items where A scored higher than B.")
     ties: int = 0
     losses: int = Field(default=0, description="Items where A scored lower than B.")

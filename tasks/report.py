@@ -28,7 +28,7 @@ is called) and writes into the report folder:
 ``leaderboard.parquet`` - one row per model, best first
     rank (int64), model_id (string), n_items, n_sessions, runs_per_data (int64),
     mean_score, score_se, ci_low, ci_high (float64, null): mean item score, its standard
-    error and 95% bootstrap interval over items; pass_rate (float64): share of sessions
+    error and 95% interval (method in ci_method); pass_rate (float64): share of sessions
     correct; pass@K (float64, null): one column per reported k when runs_per_data > 1;
     solved, parsing_failed, gave_up, error (int64): sessions per outcome;
     check_errors, cached (int64); mean_latency_s, mean_input_tokens,
