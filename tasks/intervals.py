@@ -172,7 +172,7 @@ def score_interval(
         labels = None
     if labels is None:
         se = float(data.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
-        low, high = _bca((data,), lambda x, axis=-1: np.mean(x, axis=axis), level, resamples, seed)
+        low, high = _bca((data,), _mean, level, resamples, seed)
         return Interval(mean, low, high, se, "bca", float(n))
     se, g = clustered_se(data, labels)
     _, groups = np.unique(labels, return_inverse=True)
@@ -186,23 +186,33 @@ def score_interval(
     return Interval(mean, low, high, se, "bca-clustered", float(g))
 
 
+def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(x, axis=axis)
+
+
 def _bca(samples, statistic, level, resamples, seed, paired: bool = False) -> tuple[float, float]:
+    import warnings
+
     from scipy import stats
+
     first = samples[0]
-    if first.size < 2 or np.all(first == first[0]) and not paired:
-        value = float(np.mean(first))
-        return value, value  # no spread: the bootstrap has nothing to resample
-    result = stats.bootstrap(
-        samples, statistic, paired=paired, vectorized=True, confidence_level=level,
-        n_resamples=resamples, method="BCa", random_state=np.random.default_rng(seed),
-    )  # fmt: skip
-    low, high = result.confidence_interval
-    if math.isnan(low) or math.isnan(high):  # degenerate jackknife: fall back to percentile
-        result = stats.bootstrap(
-            samples, statistic, paired=paired, vectorized=True, confidence_level=level,
-            n_resamples=resamples, method="percentile", random_state=np.random.default_rng(seed),
-        )  # fmt: skip
+    if first.size < 2:
+        return math.nan, math.nan  # one item (or cluster) says nothing about the spread
+    if not paired and np.all(first == first[0]):
+        value = float(statistic(*samples))
+        return value, value  # no spread: every resample gives the same mean
+    options = dict(paired=paired, vectorized=True, confidence_level=level, n_resamples=resamples)
+    with warnings.catch_warnings():
+        # a degenerate jackknife (e.g. all but one value equal) makes BCa return NaN with a
+        # warning; the percentile interval below is the answer then
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        result = stats.bootstrap(samples, statistic, method="BCa",
+                                 random_state=np.random.default_rng(seed), **options)
         low, high = result.confidence_interval
+        if math.isnan(low) or math.isnan(high):
+            result = stats.bootstrap(samples, statistic, method="percentile",
+                                     random_state=np.random.default_rng(seed), **options)
+            low, high = result.confidence_interval
     return float(low), float(high)
 
 

@@ -66,6 +66,7 @@ def closing_entries(
                 "latency_s": result.latency_s,
                 "input_tokens": result.input_tokens,
                 "output_tokens": result.output_tokens,
+                **({"cost": result.cost} if result.cost is not None else {}),
                 "confidence": result.confidence,
                 "cached": result.cached,
             },

@@ -77,6 +77,7 @@ def test_clusters_provenance_file_modes_and_expected_values(tmp_path):
     log = (out / "sessions.log").read_text()
     some = failed.iloc[0]
     assert f'"expected": "{some.expected}"' in log
+    assert '"cost": ' in log  # SESSION_END carries the session's cost
 
     report = json.loads((out / "report.json").read_text())
     row = report["leaderboard"][0]
