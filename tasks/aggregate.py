@@ -398,8 +398,8 @@ def detectable_difference(diff: np.ndarray, clusters: np.ndarray | None = None) 
     if diff.size < 2:
         return math.nan
     se, _ = clustered_se(diff, clusters)
-    if math.isnan(se):
-        return math.nan
+    if math.isnan(se) or se == 0.0:
+        return math.nan  # every item differs by the same amount: no spread to size a test by
     return minimum_detectable_difference(se * math.sqrt(diff.size), diff.size, power=POWER)
 
 
