@@ -113,7 +113,10 @@ class Runner:
                 exhausted = False
                 while feeder.pending or not exhausted:
                     while not exhausted and len(feeder.pending) < window:
-                        item = next(items, None) if budget.allow() else None
+                        if not budget.allow(len(feeder.pending)):
+                            exhausted = budget.stopped  # else: wait for items in flight, ask again
+                            break
+                        item = next(items, None)
                         if item is None:
                             exhausted = True
                             break
@@ -133,7 +136,7 @@ class Runner:
                     view.update()
         finally:
             feeder.close()
-        if budget.stopped:
+        if budget.stopped and tally.done < tally.total:
             raise BudgetReached(budget.message(plan.model_id, tally.total - tally.done))
         errored = len(saver.errored_ids())
         summary = {"model": plan.model_id, "output": str(plan.out_dir), "items": tally.total,

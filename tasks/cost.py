@@ -6,11 +6,11 @@ output_tokens * output price``, recorded in ``results.jsonl`` with the tokens it
 from. A model without prices, or a session whose model reported no token usage, has no
 cost (``null``), never a made-up zero.
 
-``[run] max_cost`` is checked before each item is submitted: the budget counts every
-session saved in the run's output folders (all models) that was really generated, not
-answered from the cache. Once spent, no further item starts, the items in flight
-finish and are saved, and the run ends with one line saying what was spent; raising
-the budget and running again resumes where it stopped.
+``[run] max_cost`` is checked before each item is submitted (:class:`Budget`): the
+budget counts every session saved in the run's output folders (all models) that was
+really generated, not answered from the cache. Once spent, no further item starts, the
+items in flight finish and are saved, and the run ends with one line saying what was
+spent; raising the budget and running again resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -50,12 +50,22 @@ class BudgetReached(Exception):
 
 
 class Budget:
-    """The run's spending against ``[run] max_cost`` (no limit when it is None)."""
+    """The run's spending against ``[run] max_cost`` (no limit when it is None).
 
-    def __init__(self, max_cost: float | None, already_spent: float = 0.0):
+    Items in flight cost money before their results arrive, so the runner asks before
+    each submission: until the first item of this run has finished, at most
+    ``first_wave`` items run at once; after that an item starts only while the money
+    spent plus the average cost of this run's items times those in flight stays within
+    the budget. The overshoot is therefore about the items of one wave, not a window.
+    """
+
+    def __init__(self, max_cost: float | None, already_spent: float = 0.0, first_wave: int = 1):
         self.max_cost = max_cost
         self.spent = already_spent
-        self.stopped = False  # set when an item was held back because of the budget
+        self.first_wave = max(1, first_wave)
+        self.stopped = False  # set when the budget, not the data, ended the run
+        self._run_spent = 0.0
+        self._run_items = 0
 
     @classmethod
     def for_run(cls, config: ApeConfig) -> Budget:
@@ -68,22 +78,36 @@ class Budget:
                 path = config.output_dir_for(model) / config.run.save_file
                 for batch in read_batches(path):
                     total += spent(batch.sessions)
-        return cls(config.run.max_cost, total)
+        return cls(config.run.max_cost, total, first_wave=config.run.solver_workers)
 
     @property
     def exhausted(self) -> bool:
         return self.max_cost is not None and self.spent >= self.max_cost
 
-    def allow(self) -> bool:
-        """May one more item start? Records a refusal, so the run can say it stopped."""
+    def allow(self, in_flight: int = 0) -> bool:
+        """May one more item start while ``in_flight`` items are still running?
+
+        False with ``stopped`` set once the budget is spent; False without it while the
+        items in flight are expected to use up what is left (wait for them, then ask again).
+        """
+        if self.max_cost is None:
+            return True
         if self.exhausted:
             self.stopped = True
             return False
-        return True
+        if in_flight == 0:
+            return True
+        if self._run_items == 0:
+            return in_flight < self.first_wave
+        per_item = self._run_spent / self._run_items
+        return self.spent + (in_flight + 1) * per_item <= self.max_cost
 
     def add(self, batches: Iterable[OutputBatch]) -> None:
         for batch in batches:
-            self.spent += spent(batch.sessions)
+            cost = spent(batch.sessions)
+            self.spent += cost
+            self._run_spent += cost
+            self._run_items += 1
 
     def message(self, model_id: str, not_run: int) -> str:
         return (

@@ -204,6 +204,13 @@ def test_session_cost_and_budget():
     assert "max_cost = 0.01" in budget.message("m", 3)
     assert Budget(None, 1e9).allow()
 
+    # items in flight: one wave before any price per item is known, then a projection
+    wave = Budget(1.0, first_wave=2)
+    assert wave.allow(0) and wave.allow(1) and not wave.allow(2) and not wave.stopped
+    wave.add([batch(0.3)])
+    assert wave.allow(1)  # 0.3 spent + 2 items x 0.3 = 0.9 <= 1.0
+    assert not wave.allow(2) and not wave.stopped  # 1.2 > 1.0: wait for those in flight
+
 
 def test_estimate_from_prompt_lengths():
     model = ModelConfig(provider="mock", max_tokens=100, price_input_per_mtok=1.0,
