@@ -17,7 +17,7 @@ from pathlib import Path
 from ape.schemas.errors import ApeError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-COMMANDS = ("run", "validate", "report", "retry", "demo", "serve", "server")
+COMMANDS = ("run", "validate", "report", "retry", "demo", "serve", "server", "plan")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,6 +35,16 @@ def _parser() -> argparse.ArgumentParser:
 
     val = sub.add_parser("validate", help="check a config, its plugins, data and template; calls no model")
     val.add_argument("config", type=Path)
+    val.add_argument("--estimate", action="store_true",
+                     help="also estimate tokens and cost from the prompt lengths and max_tokens")
+
+    pln = sub.add_parser("plan", help="items and runs_per_data needed to detect a difference "
+                         "between two models at 80%% power (from earlier runs when there are some)")
+    pln.add_argument("config", type=Path)
+    pln.add_argument("--difference", type=float, required=True,
+                     help="the smallest difference in mean score worth detecting, e.g. 0.03")
+    pln.add_argument("--output", type=Path, default=None,
+                     help="earlier runs to measure variances from (default: the config's output)")
 
     rep = sub.add_parser("report", help="rebuild leaderboard, calibration, Parquet, JSON and chart "
                          "from saved results of one or more runs (no model calls)")
@@ -67,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     srv = sub.add_parser("server", help="manage the local Prefect server (UI) that runs use by default")
     srv.add_argument("action", choices=("start", "stop", "status"))
     srv.add_argument("--port", type=int, default=None, help="port (default 4200)")
-    for command in (run, val, rep, ret, demo, serve, srv):  # --debug also after the command
+    for command in (run, val, rep, ret, demo, serve, srv, pln):  # --debug also after the command
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show tracebacks and debug logs")
     return parser
@@ -161,7 +171,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         return commands.run(args.config, _overrides(args), use_server=not args.no_server)
     if args.command == "validate":
-        return commands.validate(args.config)
+        return commands.validate(args.config, estimate=args.estimate)
+    if args.command == "plan":
+        return commands.plan(args.config, args.difference, args.output)
     if args.command == "report":
         return commands.report(args.outputs, args.out)
     if args.command == "retry":

@@ -75,7 +75,7 @@ def run(config_path: Path, overrides: dict, *, use_server: bool = True) -> int:
     return _run_flow(config)
 
 
-def validate(config_path: Path) -> int:
+def validate(config_path: Path, *, estimate: bool = False) -> int:
     from ape.tasks.render import template_variables
 
     config = load_config(config_path)
@@ -90,6 +90,69 @@ def validate(config_path: Path) -> int:
           + (f" + checker tool '{config.checker.checker_tool}'" if config.checker.expose_as_tool else ""))
     print(f"  checker: {config.checker.implementation}; adapter: {config.adapter.implementation}")
     print(f"  output: {config.run.output}")
+    if estimate:
+        _print_estimate(config, plan)
+    return 0
+
+
+def _print_estimate(config: ApeConfig, plan: Any) -> None:
+    """Tokens and cost of the run, from the rendered prompts' lengths and max_tokens."""
+    from ape.tasks.cost import estimate
+    from ape.tasks.render import render
+
+    lengths = []
+    for item in plan.provider():
+        text = render(plan.template, item)
+        if plan.system:
+            text += render(plan.system, item)
+        lengths.append(len(text))
+    print("  estimate (about 4 characters per token, one model call per session):")
+    total = 0.0
+    priced = True
+    for model in config.model:
+        e = estimate(model, lengths, config.run.runs_per_data, config.solver.max_steps)
+        out = (f"at most {e.output_tokens:,.0f}" if e.output_bound
+               else f"about {e.output_tokens:,.0f} (no max_tokens: 256 per session assumed)")
+        cost = f"cost {e.cost:.4f}" if e.cost is not None else "no prices set"
+        print(f"    {e.model_id}: {e.sessions} sessions, {e.input_tokens:,.0f} input tokens, "
+              f"{out} output tokens, {cost}")
+        if e.cost is None:
+            priced = False
+        else:
+            total += e.cost
+    if priced:
+        print(f"    total: {total:.4f}" + (f" of max_cost {config.run.max_cost:g}"
+                                           if config.run.max_cost is not None else ""))
+    print("    tool calls, reformat prompts and max_steps > 1 add to this")
+
+
+def plan(config_path: Path, difference: float, output: Path | None = None) -> int:
+    """``ape plan``: items and runs needed to detect ``difference`` at 80% power."""
+    from ape.tasks.power import ASSUMED, plan_table, variance_from_sessions
+    from ape.tasks.report import load_sessions, results_files
+
+    if not 0 < difference < 1:
+        raise ApeError(f"--difference must be between 0 and 1, got {difference}", where="--difference",
+                       hint="a difference in mean score, e.g. 0.03 for three points")
+    config = load_config(config_path)
+    _, _, ids = preflight(config)
+    variance = ASSUMED
+    output = Path(output or config.run.output)
+    if output.is_dir() and results_files([output]):
+        variance = variance_from_sessions(load_sessions([output]))
+    rows = plan_table(difference, variance, len(ids))
+    print(f"To detect a difference of {difference:g} in mean score between two models "
+          "(paired, two-sided 5%, 80% power):")
+    print(f"  variances: {variance.source}")
+    print(f"    between items {variance.between_a:.4f} / {variance.between_b:.4f}, "
+          f"within an item (per run) {variance.within_a:.4f} / {variance.within_b:.4f}, "
+          f"correlation {variance.correlation:.2f}")
+    print(f"  {'runs_per_data':>13}  {'items needed':>12}  {'sessions/model':>14}  "
+          f"{'detectable with the ' + str(len(ids)) + ' items':>30}")
+    for row in rows:
+        mark = "  <- more items than the data has" if row.items > len(ids) else ""
+        print(f"  {row.runs_per_data:>13}  {row.items:>12,}  {row.sessions_per_model:>14,}  "
+              f"{row.detectable_with_data:>30.4f}{mark}")
     return 0
 
 

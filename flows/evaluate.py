@@ -34,6 +34,8 @@ from ape.flows.progress import ProgressView, Tally
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
+from ape.tasks.cost import Budget
+from ape.tasks.provenance import run_provenance
 from ape.tasks.save import SaveHandler
 from ape.tasks.transcripts import JSONL_FILE, LOG_FILE, SessionLog
 
@@ -44,6 +46,10 @@ log = logging.getLogger("ape")
 
 class ItemsFailed(Exception):
     """The run finished, but more items errored than ``fail_on_error`` tolerates."""
+
+
+class BudgetReached(ItemsFailed):
+    """``[run] max_cost`` was spent before every item ran; the saved items are kept."""
 
 
 class Runner:
@@ -72,7 +78,8 @@ class Runner:
                                       "model_config": plan.fingerprint["model"],
                                       "solver_config": cfg.solver.model_dump(mode="json"),
                                       "runs_per_data": cfg.run.runs_per_data,
-                                      "config_file": str(cfg.config_file) if cfg.config_file else None})
+                                      "config_file": str(cfg.config_file) if cfg.config_file else None,
+                                      "provenance": run_provenance(cfg)})
         if cfg.run.load_save:
             saver.load()
             redo = saver.discard(saver.errored_ids())
@@ -100,11 +107,15 @@ class Runner:
         label = f"{cfg.name} · {plan.model_id}"
         feeder = DaskFeeder(self) if cfg.run.task_runner == "dask" else ThreadFeeder(self)
         items = (item for item in provider if str(getattr(item, self.id_name)) not in skip)
+        budget = Budget.for_run(cfg)  # [run] max_cost: checked before each item starts
         try:
             with saver, self.session_log, ProgressView(label, tally, enabled=cfg.cli.progress) as view:
                 exhausted = False
                 while feeder.pending or not exhausted:
                     while not exhausted and len(feeder.pending) < window:
+                        if not budget.allow(len(feeder.pending)):
+                            exhausted = budget.stopped  # else: wait for items in flight, ask again
+                            break
                         item = next(items, None)
                         if item is None:
                             exhausted = True
@@ -114,6 +125,7 @@ class Runner:
                         break
                     batches = feeder.next_done()
                     saver.save(batches)
+                    budget.add(batches)
                     for batch in batches:
                         tally.done += 1
                         tally.sessions += len(batch.sessions)
@@ -124,6 +136,8 @@ class Runner:
                     view.update()
         finally:
             feeder.close()
+        if budget.stopped and tally.done < tally.total:
+            raise BudgetReached(budget.message(plan.model_id, tally.total - tally.done))
         errored = len(saver.errored_ids())
         summary = {"model": plan.model_id, "output": str(plan.out_dir), "items": tally.total,
                    "done": tally.done, "errored_items": errored, "sessions": tally.sessions,

@@ -32,6 +32,11 @@ from ape.tasks.stages import (
 log = logging.getLogger("ape")
 
 
+def _field_text(item: BaseModel, name: str | None) -> str | None:
+    value = getattr(item, name, None) if name else None
+    return None if value is None else str(value)
+
+
 class ItemProcessor:
     """Runs one item's chain (every run of it) on the calling solver-worker thread."""
 
@@ -60,6 +65,7 @@ class ItemProcessor:
     def run_session(self, item: BaseModel, key: str, run_index: int,
                     refresh: bool = False) -> tuple[SessionResult, list[Any]]:
         from ape.tasks.check import run_check
+        from ape.tasks.cost import session_cost
         from ape.tasks.score import score_session
 
         plan = self.plan
@@ -105,7 +111,8 @@ class ItemProcessor:
             token_nll=record.token_nll, token_count=record.token_count,
             input_tokens=record.input_tokens, output_tokens=record.output_tokens, steps=record.steps,
             latency_s=record.latency_s if not cached else time.perf_counter() - started,
-            category=category, cached=cached,
+            category=category, cached=cached, cluster=_field_text(item, plan.config.data.cluster_field),
+            cost=session_cost(plan.model_cfg, record.input_tokens, record.output_tokens),
         )
         return result, record.transcript
 

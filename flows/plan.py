@@ -93,6 +93,15 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
     if config.data.category_field and config.data.category_field not in data_model.model_fields:
         raise ApeError(f"'{config.data.category_field}' is not a field of {data_model.__name__}",
                        where=f"{src} [data] category_field")
+    if config.data.cluster_field and config.data.cluster_field not in data_model.model_fields:
+        raise ApeError(f"'{config.data.cluster_field}' is not a field of {data_model.__name__}",
+                       where=f"{src} [data] cluster_field")
+    if config.run.max_cost is not None and not all(
+        m.price_input_per_mtok is not None or m.price_output_per_mtok is not None for m in config.model
+    ):
+        raise ApeError("[run] max_cost needs a price for every model",
+                       where=f"{src} [run] max_cost",
+                       hint="set price_input_per_mtok and price_output_per_mtok in each [[model]]")
     adapter = load_adapter(config.adapter, config.base_dir)
 
     def checker_factory() -> Any:

@@ -46,6 +46,11 @@ class DataConfig(Section):
     category_field: str | None = Field(
         default=None, description="Field used for the per-category leaderboard breakdown."
     )
+    cluster_field: str | None = Field(
+        default=None,
+        description="Field grouping related items (several questions on one passage); "
+        "intervals and tests then use clustered standard errors.",
+    )
 
 
 class PromptConfig(Section):
@@ -95,6 +100,12 @@ class ModelConfig(Section):
     max_concurrency: int | None = Field(default=None, ge=1)
     logprobs: bool | None = Field(
         default=None, description="Ask for token log-probabilities (default: on for 'openai')."
+    )
+    price_input_per_mtok: float | None = Field(
+        default=None, ge=0, description="Price of one million input (prompt) tokens."
+    )
+    price_output_per_mtok: float | None = Field(
+        default=None, ge=0, description="Price of one million output (completion) tokens."
     )
 
     @model_validator(mode="after")
@@ -168,6 +179,11 @@ class RunConfig(Section):
     task_runner: Literal["thread", "dask"] = "thread"
     dask_address: str | None = None
     dask_workers: int = Field(default=2, ge=1)
+    max_cost: float | None = Field(
+        default=None, gt=0,
+        description="Stop submitting items once the sessions saved in the output folder cost "
+        "this much (needs model prices); rerun with a higher budget to resume.",
+    )
 
     @field_validator("fail_on_error")
     @classmethod

@@ -45,8 +45,8 @@ class LeaderboardRow(ReportModel):
     runs_per_data: int = Field(description="Most sessions seen for one item.")
     mean_score: float | None = None
     score_se: float | None = Field(default=None, description="Standard error over items.")
-    ci_low: float | None = Field(default=None, description="95% bootstrap interval, low end.")
-    ci_high: float | None = Field(default=None, description="95% bootstrap interval, high end.")
+    ci_low: float | None = Field(default=None, description="95% interval (see ci_method), low end.")
+    ci_high: float | None = Field(default=None, description="95% interval (see ci_method), high end.")
     pass_rate: float | None = Field(default=None, description="Share of sessions judged correct.")
     pass_at_k: dict[str, float] = Field(
         default_factory=dict, description="k -> unbiased pass@k (only when runs_per_data > 1)."
@@ -58,6 +58,28 @@ class LeaderboardRow(ReportModel):
     mean_input_tokens: float | None = None
     mean_output_tokens: float | None = None
     by_category: dict[str, CategoryScore] = Field(default_factory=dict)
+    ci_method: str | None = Field(
+        default=None,
+        description="How ci_low/ci_high were computed: wilson, wilson-clustered (pass rates), "
+        "bca, bca-clustered (graded scores).",
+    )
+    n_effective: float | None = Field(
+        default=None, description="Effective sample size behind the interval (clustering lowers it)."
+    )
+    pass_rate_low: float | None = Field(default=None, description="Wilson 95% interval of pass_rate, low end.")
+    pass_rate_high: float | None = Field(default=None, description="Wilson 95% interval of pass_rate, high end.")
+    rank_low: int | None = Field(
+        default=None, description="Best rank this model could hold (Holm-corrected pairwise tests)."
+    )
+    rank_high: int | None = Field(default=None, description="Worst rank this model could hold.")
+    tie_group: int | None = Field(
+        default=None, description="Models in one group cannot be told apart from the group's first."
+    )
+    total_input_tokens: float | None = None
+    total_output_tokens: float | None = None
+    total_cost: float | None = Field(default=None, description="Sum of session costs (null: no prices).")
+    cost_per_session: float | None = None
+    cost_per_correct: float | None = Field(default=None, description="total_cost / correct sessions.")
 
 
 class PairwiseRow(ReportModel):
@@ -69,8 +91,8 @@ class PairwiseRow(ReportModel):
     mean_a: float | None = None
     mean_b: float | None = None
     mean_diff: float | None = None
-    ci_low: float | None = Field(default=None, description="95% paired bootstrap, low end.")
-    ci_high: float | None = Field(default=None, description="95% paired bootstrap, high end.")
+    ci_low: float | None = Field(default=None, description="95% paired BCa bootstrap, low end.")
+    ci_high: float | None = Field(default=None, description="95% paired BCa bootstrap, high end.")
     wins: int = Field(default=0, description="Items where A scored higher than B.")
     ties: int = 0
     losses: int = Field(default=0, description="Items where A scored lower than B.")
@@ -81,6 +103,15 @@ class PairwiseRow(ReportModel):
     )
     statistic: float | None = Field(default=None, description="Chi-square statistic, if used.")
     p_value: float | None = None
+    ci_method: str | None = Field(default=None, description="bca or bca-clustered (paired).")
+    correlation: float | None = Field(
+        default=None, description="Pearson correlation of the two models' item scores."
+    )
+    mde_80: float | None = Field(
+        default=None, description="Smallest difference this comparison detects at 80% power."
+    )
+    p_holm: float | None = Field(default=None, description="p_value after Holm's correction.")
+    significant: bool = Field(default=False, description="p_holm < 0.05.")
 
 
 class CalibrationBin(ReportModel):
@@ -121,6 +152,11 @@ class Summary(BaseModel):
     sandbox: list[str] = Field(
         default_factory=list,
         description="code_exec sandbox kinds the checks ran in (bwrap, unshare, none); empty without code_exec.",
+    )
+    provenance: dict[str, Any] = Field(
+        default_factory=dict,
+        description="'report': the environment that built the report; 'runs': model id -> the "
+        "record its run wrote to metadata.json (see ape.tasks.provenance).",
     )
 
 

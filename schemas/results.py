@@ -73,6 +73,8 @@ class SessionResult(Record):
     latency_s: float = 0.0  # wall time of solve + adapt
     category: str | None = None
     cached: bool = False  # True when the generation came from the result cache
+    cluster: str | None = None  # the item's [data] cluster_field value
+    cost: float | None = None  # tokens x the model's prices; None without prices or tokens
 
 
 class OutputBatch(Record):

@@ -16,7 +16,8 @@ from ape.schemas.report import Envelope
 
 def _draw_scores(axes, envelope: Envelope) -> None:
     rows = [row for row in envelope.leaderboard if row.mean_score is not None]
-    axes.set_title("Mean score per model (95% bootstrap interval)")
+    methods = sorted({row.ci_method for row in envelope.leaderboard if row.ci_method})
+    axes.set_title(f"Mean score per model (95% interval: {', '.join(methods) or 'none'})")
     if not rows:
         axes.text(0.5, 0.5, "no scored sessions", ha="center", va="center", transform=axes.transAxes)
         axes.set_axis_off()

@@ -20,26 +20,36 @@ is called) and writes into the report folder:
     token_nll (float64, null); token_count, input_tokens, output_tokens (int64, null);
     steps (int64): model calls; latency_s (float64): solve + adapt wall time;
     category (string, null); cached (bool): answered from the result cache;
-    solution (string, null): the parsed solution as JSON text; raw_output (string, null).
+    solution (string, null): the parsed solution as JSON text; raw_output (string, null);
+    cluster (string, null): the item's ``[data] cluster_field`` value;
+    cost (float64, null): the session's tokens at the model's prices;
+    expected (string, null): for a failed check, the reference the checker compared with.
 
 ``leaderboard.parquet`` - one row per model, best first
     rank (int64), model_id (string), n_items, n_sessions, runs_per_data (int64),
     mean_score, score_se, ci_low, ci_high (float64, null): mean item score, its standard
-    error and 95% bootstrap interval over items; pass_rate (float64): share of sessions
+    error and 95% interval (method in ci_method); pass_rate (float64): share of sessions
     correct; pass@K (float64, null): one column per reported k when runs_per_data > 1;
     solved, parsing_failed, gave_up, error (int64): sessions per outcome;
     check_errors, cached (int64); mean_latency_s, mean_input_tokens,
-    mean_output_tokens (float64, null).
+    mean_output_tokens (float64, null); ci_method (string): wilson, wilson-clustered,
+    bca or bca-clustered; n_effective (float64); pass_rate_low, pass_rate_high (float64):
+    Wilson interval of the pass rate; total_input_tokens, total_output_tokens,
+    total_cost, cost_per_session, cost_per_correct (float64, null); rank_low, rank_high
+    (int64): the rank interval; tie_group (int64): models that cannot be told apart.
 
 ``categories.parquet`` - per model and category (empty without categories)
     model_id, category (string), n_items (int64), mean_score, pass_rate (float64).
 
 ``pairwise.parquet`` - one row per pair of models (A ranked above B; differences A - B)
     model_a, model_b (string), n_items (int64): items both answered;
-    mean_a, mean_b, mean_diff, ci_low, ci_high (float64, null): paired bootstrap;
+    mean_a, mean_b, mean_diff, ci_low, ci_high (float64, null): paired BCa bootstrap;
     wins, ties, losses (int64): items where A scored higher, equal, lower;
     a_only, b_only (int64): items only A / only B passed; test (string): exact, chi2
-    or none; statistic (float64, null): chi-square value; p_value (float64).
+    or none; statistic (float64, null): chi-square value; p_value (float64);
+    ci_method (string); correlation (float64, null): of the two models' item scores;
+    mde_80 (float64, null): minimum difference detectable at 80% power; p_holm
+    (float64): Holm-corrected p_value; significant (bool): p_holm < 0.05.
 
 ``calibration_bins.parquet`` - the reliability diagram, one row per model and bin
     model_id (string), index (int64), lower, upper (float64): bin edges;
@@ -54,8 +64,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -85,9 +93,12 @@ from ape.tasks.aggregate import (
     aggregate,
     category_breakdown,
     pairwise_diffs,
+    rank_intervals,
 )
 from ape.tasks.calibrate import bins_frame, calibration_by_model
 from ape.tasks.chart import write_summary_chart
+from ape.tasks.provenance import environment
+from ape.tasks.save import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +115,13 @@ SESSIONS_SCHEMA = pa.schema([
     ("token_count", pa.int64()), ("input_tokens", pa.int64()), ("output_tokens", pa.int64()),
     ("steps", pa.int64()), ("latency_s", pa.float64()), ("category", pa.string()),
     ("cached", pa.bool_()), ("solution", pa.string()), ("raw_output", pa.string()),
+    ("cluster", pa.string()), ("cost", pa.float64()), ("expected", pa.string()),
 ])  # fmt: skip
 
 _INT_LEADERBOARD = {"rank", "n_items", "n_sessions", "runs_per_data", "check_errors", "cached",
-                    *OUTCOME_COLUMNS.values()}  # fmt: skip
-_STRING_COLUMNS = {"model_id", "model_a", "model_b", "category", "test"}
+                    "rank_low", "rank_high", "tie_group", *OUTCOME_COLUMNS.values()}  # fmt: skip
+_STRING_COLUMNS = {"model_id", "model_a", "model_b", "category", "test", "ci_method"}
+_BOOL_COLUMNS = {"significant"}
 _INT_PAIRWISE = {"n_items", "wins", "ties", "losses", "a_only", "b_only"}
 
 
@@ -170,7 +183,18 @@ def session_row(session: SessionResult, batch: OutputBatch, source: Path, line: 
         "cached": session.cached,
         "solution": _json_text(session.solution),
         "raw_output": session.raw_output,
+        "cluster": session.cluster,
+        "cost": session.cost,
+        "expected": _expected(check),
     }
+
+
+def _expected(check: Any) -> str | None:
+    """The reference a failed check compared with, when the checker recorded it."""
+    if check is None or check.status.value != "FAILED" or "expected" not in check.metadata:
+        return None
+    value = check.metadata["expected"]
+    return value if isinstance(value, str) else _json_text(value)
 
 
 def read_batches(path: Path) -> dict[tuple[str, str], tuple[OutputBatch, int]]:
@@ -235,6 +259,23 @@ def load_sessions(output_dirs: list[Path]) -> pd.DataFrame:
     return session_table(output_dirs).to_pandas()
 
 
+def run_provenance(output_dirs: Iterable[Path]) -> dict[str, Any]:
+    """Model id -> the ``provenance`` each run recorded in the metadata.json beside its results."""
+    found: dict[str, Any] = {}
+    for results in results_files(output_dirs):
+        meta = results.parent / "metadata.json"
+        if not meta.is_file():
+            candidates = sorted(results.parent.glob("*.json"))
+            meta = next((c for c in candidates if c.name != "report.json"), meta)
+        try:
+            data = json.loads(meta.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("provenance"), dict):
+            found[str(data.get("model") or results.parent.name)] = data["provenance"]
+    return found
+
+
 # --- frames to the envelope ------------------------------------------------------------------
 
 
@@ -286,9 +327,17 @@ def leaderboard_rows(leaderboard: pd.DataFrame, categories: pd.DataFrame) -> lis
                 mean_input_tokens=record["mean_input_tokens"],
                 mean_output_tokens=record["mean_output_tokens"],
                 by_category=by_category,
+                **{key: record.get(key) for key in _EXTRA_LEADERBOARD},
             )
         )
     return rows
+
+
+_EXTRA_LEADERBOARD = (
+    "ci_method", "n_effective", "pass_rate_low", "pass_rate_high", "rank_low", "rank_high",
+    "tie_group", "total_input_tokens", "total_output_tokens", "total_cost", "cost_per_session",
+    "cost_per_correct",
+)  # fmt: skip
 
 
 def pairwise_rows(pairwise: pd.DataFrame) -> list[PairwiseRow]:
@@ -353,18 +402,10 @@ def error_envelope(
 
 
 def write_envelope(path: Path, envelope: Envelope) -> Path:
-    """Write the envelope as indented JSON, atomically (a reader never sees half a file)."""
+    """Write the envelope as indented JSON, atomically (a reader never sees half a file),
+    with the same permissions as any other file the user creates (not mkstemp's 0600)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = envelope.model_dump_json(indent=2)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text + "\n")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, envelope.model_dump_json(indent=2) + "\n")
     return path
 
 
@@ -395,39 +436,76 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     ]
 
 
+def _rank(row: LeaderboardRow) -> str:
+    if row.rank_low is None or row.rank_high is None or row.rank_low == row.rank_high:
+        return str(row.rank)
+    return f"{row.rank} ({row.rank_low}-{row.rank_high})"
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
 def markdown_table(envelope: Envelope) -> str:
-    """The report as markdown: leaderboard, pairwise and calibration tables, then the summary."""
+    """The report as markdown: leaderboard, per-category, pairwise and calibration tables,
+    then the summary and provenance lines."""
     lines: list[str] = []
     if envelope.error is not None:
         lines += [f"**Report failed** ({envelope.error.type}): {_cell(envelope.error.message)}", ""]
     if envelope.leaderboard:
         with_k = any(row.pass_at_k for row in envelope.leaderboard)
-        header = ["Rank", "Model", "Items", "Mean score [95% CI]", "Pass rate"]
+        with_cost = any(row.total_cost is not None for row in envelope.leaderboard)
+        header = ["Rank (range)", "Group", "Model", "Items", "Mean score [95% CI]", "CI method",
+                  "Pass rate [95% CI]"]  # fmt: skip
         header += ["pass@k"] if with_k else []
         header += ["Solved", "Parse failed", "Gave up", "Error", "Latency s", "Tokens in/out"]
+        header += ["Cost", "Cost/correct"] if with_cost else []
         rows = []
         for row in envelope.leaderboard:
-            cells = [str(row.rank), _cell(row.model_id), str(row.n_items),
-                     _interval(row.mean_score, row.ci_low, row.ci_high), _cell(row.pass_rate)]  # fmt: skip
+            cells = [_rank(row), _cell(row.tie_group), _cell(row.model_id), str(row.n_items),
+                     _interval(row.mean_score, row.ci_low, row.ci_high), _cell(row.ci_method),
+                     _interval(row.pass_rate, row.pass_rate_low, row.pass_rate_high)]  # fmt: skip
             if with_k:
                 cells.append(", ".join(f"@{k} {v:.3f}" for k, v in row.pass_at_k.items()) or "-")
             tokens = f"{_cell(row.mean_input_tokens, 0)}/{_cell(row.mean_output_tokens, 0)}"
             cells += [str(row.outcomes.SOLVED), str(row.outcomes.PARSING_FAILED),
                       str(row.outcomes.GAVE_UP), str(row.outcomes.ERROR),
                       _cell(row.mean_latency_s, 2), tokens]  # fmt: skip
+            if with_cost:
+                cells += [_money(row.total_cost), _money(row.cost_per_correct)]
             rows.append(cells)
-        lines += ["## Leaderboard", "", *_table(header, rows), ""]
+        lines += ["## Leaderboard", "", *_table(header, rows), "",
+                  "Rank (range): the places a model could hold given the Holm-corrected pairwise "
+                  "tests; models in one group are not significantly different from its first.", ""]  # fmt: skip
+    categories = sorted({c for row in envelope.leaderboard for c in row.by_category})
+    if categories:
+        header = ["Model", *(_cell(c) for c in categories)]
+        rows = [
+            [_cell(row.model_id)]
+            + [
+                f"{_cell(row.by_category[c].mean_score)} ({row.by_category[c].n_items})"
+                if c in row.by_category else "-"
+                for c in categories
+            ]
+            for row in envelope.leaderboard
+        ]  # fmt: skip
+        lines += ["## By category (mean score, items)", "", *_table(header, rows), ""]
     if envelope.pairwise:
-        header = ["A", "B", "Items", "Mean diff A-B [95% CI]", "Win/tie/loss",
-                  "Only A / only B passed", "p (McNemar)"]  # fmt: skip
+        header = ["A", "B", "Items", "Mean diff A-B [95% CI]", "CI method", "Win/tie/loss",
+                  "Only A / only B passed", "p (McNemar)", "p Holm", "r", "MDE 80%"]  # fmt: skip
         rows = [
             [_cell(p.model_a), _cell(p.model_b), str(p.n_items),
-             _interval(p.mean_diff, p.ci_low, p.ci_high), f"{p.wins}/{p.ties}/{p.losses}",
-             f"{p.a_only}/{p.b_only}",
-             f"{_cell(p.p_value)} ({p.test})" if p.p_value is not None else "-"]
+             _interval(p.mean_diff, p.ci_low, p.ci_high), _cell(p.ci_method),
+             f"{p.wins}/{p.ties}/{p.losses}", f"{p.a_only}/{p.b_only}",
+             f"{_cell(p.p_value)} ({p.test})" if p.p_value is not None else "-",
+             _cell(p.p_holm) + (" *" if p.significant else ""), _cell(p.correlation, 2),
+             _cell(p.mde_80)]
             for p in envelope.pairwise
         ]  # fmt: skip
-        lines += ["## Pairwise", "", *_table(header, rows), ""]
+        lines += ["## Pairwise", "", *_table(header, rows), "",
+                  "r: correlation of the two models' item scores; MDE 80%: the smallest "
+                  "difference this comparison detects with 80% power; * significant after Holm.",
+                  ""]  # fmt: skip
     if envelope.calibration:
         header = ["Model", "ECE", "Brier", "Populated bins", "With confidence", "Without"]
         rows = [
@@ -441,7 +519,24 @@ def markdown_table(envelope: Envelope) -> str:
     lines.append(
         f"{summary.tasks} tasks, {summary.models} models, {summary.sessions} sessions{wall}"
     )
+    lines += _provenance_lines(summary.provenance)
     return "\n".join(lines) + "\n"
+
+
+def _provenance_lines(provenance: Mapping[str, Any]) -> list[str]:
+    runs = provenance.get("runs") or {}
+    report = provenance.get("report") or {}
+    if not runs and not report:
+        return []
+    first = next(iter(runs.values()), {})
+    parts = [f"APE {report.get('ape_version') or first.get('ape_version') or '?'}"]
+    if first.get("config_sha256"):
+        parts.append(f"config sha256 {first['config_sha256'][:12]}")
+    if first.get("data_sha256"):
+        parts.append(f"data sha256 {first['data_sha256'][:12]}")
+    if first.get("git_commit"):
+        parts.append(f"git {first['git_commit'][:10]}" + (" (dirty)" if first.get("git_dirty") else ""))
+    return ["", "Provenance: " + ", ".join(parts) + " (full record in report.json)"]
 
 
 # --- Parquet -----------------------------------------------------------------------------
@@ -452,6 +547,8 @@ def _frame_schema(frame: pd.DataFrame, ints: set[str]) -> pa.Schema:
     for column in frame.columns:
         if column in _STRING_COLUMNS:
             kind = pa.string()
+        elif column in _BOOL_COLUMNS:
+            kind = pa.bool_()
         elif column in ints:
             kind = pa.int64()
         else:
@@ -495,17 +592,22 @@ def build_report(
         summary = summary_of(sessions, wall_seconds=wall_seconds, extra_summary=extra_summary)
         partial["summary"] = summary
 
+        summary.provenance = {"report": environment(), "runs": run_provenance(output_dirs)}
+
         stage = "aggregating the leaderboard"
         leaderboard = aggregate(sessions)
         categories = category_breakdown(sessions)
-        write_frame(leaderboard, report_dir / "leaderboard.parquet", _INT_LEADERBOARD)
         write_frame(categories[CATEGORY_COLUMNS], report_dir / "categories.parquet", {"n_items"})
         partial["leaderboard"] = leaderboard_rows(leaderboard, categories)
 
         stage = "comparing models pairwise"
         pairwise = pairwise_diffs(sessions)
-        write_frame(pairwise[PAIRWISE_COLUMNS], report_dir / "pairwise.parquet", _INT_PAIRWISE)
+        write_frame(pairwise[PAIRWISE_COLUMNS], report_dir / "pairwise.parquet",
+                    _INT_PAIRWISE)  # fmt: skip
         partial["pairwise"] = pairwise_rows(pairwise)
+        leaderboard = rank_intervals(leaderboard, pairwise)
+        write_frame(leaderboard, report_dir / "leaderboard.parquet", _INT_LEADERBOARD)
+        partial["leaderboard"] = leaderboard_rows(leaderboard, categories)
 
         stage = "calibration"
         calibration = calibration_by_model(sessions)

@@ -33,12 +33,29 @@ from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch, Outcome
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where Linux reports it (else set back)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so readers see the old or the new file, never half."""
+    """Replace ``path`` with ``text`` so readers see the old or the new file, never half.
+
+    The file gets the permissions of any file the user creates (0666 less the umask;
+    mkstemp alone would leave it readable by its owner only).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        os.fchmod(fd, 0o644)
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

@@ -109,10 +109,14 @@ class BuiltinChecker:
                 raise NoTestsError(f"item {describe_item(item)} has no tests to run: {exc}") from None
             score = result.score
             metadata.update(result.model_dump(exclude={"score"}))
+            reference = None
         else:
-            score = float(METRICS[self.metric](solution, item_value(item, self.args.field)))
+            reference = item_value(item, self.args.field)
+            score = float(METRICS[self.metric](solution, reference))
         if correct_from_score(self.metric, score):
             return Passed(score=score, metadata=metadata)
+        if reference is not None:  # shown next to the answer in sessions.log / sessions.parquet
+            metadata["expected"] = as_text(reference)
         reason = metadata.get("error") or f"{self.metric} score {score:.3f} is below the pass mark"
         return Failed(score=score, reason=reason, metadata=metadata)
 

@@ -44,6 +44,7 @@ def closing_entries(
                 content=check.status.value,
                 data=to_jsonable_python(
                     {
+                        **_answer_and_expected(result),
                         "score": check.score,
                         "runtime_s": check.runtime_s,
                         "metadata": check.metadata,
@@ -65,6 +66,7 @@ def closing_entries(
                 "latency_s": result.latency_s,
                 "input_tokens": result.input_tokens,
                 "output_tokens": result.output_tokens,
+                **({"cost": result.cost} if result.cost is not None else {}),
                 "confidence": result.confidence,
                 "cached": result.cached,
             },
@@ -72,6 +74,15 @@ def closing_entries(
         )
     )
     return entries
+
+
+def _answer_and_expected(result: SessionResult) -> dict[str, Any]:
+    """For a failed check whose checker named the reference (``metadata["expected"]``):
+    the parsed answer and the expected value, side by side."""
+    check = result.check
+    if check is None or check.status.value != "FAILED" or "expected" not in check.metadata:
+        return {}
+    return {"answer": result.solution, "expected": check.metadata["expected"]}
 
 
 def session_transcript(

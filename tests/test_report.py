@@ -248,12 +248,16 @@ def test_markdown_table(run_dir: Path, tmp_path: Path):
     assert text == (tmp_path / "report" / "leaderboard.md").read_text()
     lines = text.splitlines()
     header = lines.index("## Leaderboard") + 2
-    assert lines[header].startswith("| Rank | Model |")
-    assert lines[header + 2].startswith("| 1 | rules | 6 | 1.000")
-    assert lines[header + 3].startswith("| 2 | noisy | 6 | 0.167")
+    assert lines[header].startswith("| Rank (range) | Group | Model | Items | Mean score [95% CI] | CI method |")
+    # 5 items only A passed, none only B: exact McNemar p = 2/32 = 0.0625, not significant,
+    # so the two models share a group and either could rank first
+    assert lines[header + 2].startswith("| 1 (1-2) | 1 | rules | 6 | 1.000 [")
+    assert lines[header + 3].startswith("| 2 (1-2) | 1 | noisy | 6 | 0.167 [")
+    assert "| wilson |" in lines[header + 2]
     assert "## Pairwise" in lines and "## Calibration" in lines
     assert "| rules | noisy | 6 |" in text
-    assert lines[-1] == "6 tasks, 2 models, 12 sessions, 2.0 s"
+    assert "6 tasks, 2 models, 12 sessions, 2.0 s" in lines
+    assert lines[-1].startswith("Provenance: APE ")
 
 
 def test_markdown_escapes_pipes_and_shows_errors():

@@ -1,0 +1,250 @@
+"""Confidence intervals that keep their coverage, for pass rates and graded scores.
+
+Why not the percentile bootstrap everywhere: for a pass rate near 1 on a small
+benchmark (the usual leaderboard case) it covers the true rate far less often than
+its nominal 95% (about 78% at p = 0.95, n = 30), because the resampled means cannot
+leave the few observed values. So:
+
+- **Pass rates** (every score 0 or 1) get the *modified Wilson* interval of Brown, Cai &
+  DasGupta (2001): Wilson's score interval, with the Poisson bound for the one or two
+  (three above n = 50) successes or failures next to the boundary, where plain Wilson
+  is too short. ``method = "wilson"``.
+- **Graded scores** get the BCa bootstrap (``scipy.stats.bootstrap``), which corrects the
+  percentile interval's bias and skew. ``method = "bca"``.
+- **Related observations** (several runs of one item, several questions on one passage:
+  ``[data] cluster_field``) are not independent. Their standard error is the clustered
+  one recommended in "Adding Error Bars to Evals" (Miller, 2024):
+  ``SE^2 = G/(G-1) * sum_c (sum_{i in c} (x_i - mean))^2 / n^2`` over G clusters. A pass
+  rate then uses Wilson with the *effective* sample size ``p(1-p)/SE^2`` (clamped to
+  between G and n) (``method = "wilson-clustered"``); a graded score resamples whole clusters
+  (``method = "bca-clustered"``).
+
+``benchmarks/coverage.py`` measures the coverage of these intervals by simulation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+CONFIDENCE_LEVEL = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 20240917
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate, its interval, standard error and how they were computed."""
+
+    estimate: float
+    low: float
+    high: float
+    se: float
+    method: str
+    n_effective: float
+
+
+NAN_INTERVAL = Interval(math.nan, math.nan, math.nan, math.nan, "none", 0.0)
+
+
+def is_binary(values: np.ndarray) -> bool:
+    """True when every (non-NaN) value is 0 or 1: a pass rate, not a graded score."""
+    finite = values[~np.isnan(values)]
+    return bool(finite.size) and bool(np.all((finite == 0.0) | (finite == 1.0)))
+
+
+def clustered_se(values: np.ndarray, clusters: np.ndarray | None = None) -> tuple[float, int]:
+    """(standard error of the mean, number of clusters); plain SE without clusters.
+
+    With clusters: the cluster-robust SE of a mean (Miller 2024), with the small-sample
+    factor G/(G-1) (CR1). Without: the usual ``std(ddof=1) / sqrt(n)``.
+    """
+    n = values.size
+    if n == 0:
+        return math.nan, 0
+    if clusters is None:
+        return (float(values.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan), n
+    codes, groups = np.unique(clusters, return_inverse=True)
+    g = codes.size
+    if g < 2:
+        return math.nan, g
+    residual_sums = np.bincount(groups, weights=values - values.mean(), minlength=g)
+    variance = g / (g - 1) * float(np.sum(residual_sums**2)) / n**2
+    return math.sqrt(variance), g
+
+
+def wilson(
+    successes: float,
+    n: float,
+    *,
+    level: float = CONFIDENCE_LEVEL,
+    dof: float | None = None,
+    modified: bool = True,
+) -> tuple[float, float]:
+    """Modified Wilson interval (Brown, Cai & DasGupta 2001) for ``successes`` out of ``n``.
+
+    ``n`` may be an effective (non-integer) sample size; ``dof`` switches z for Student's
+    t; ``modified=False`` gives plain Wilson (no Poisson bound at the edges).
+    """
+    from scipy import stats  # imported here: scipy.stats takes a second to load
+
+    if n <= 0:
+        return math.nan, math.nan
+    alpha = 1.0 - level
+    z = stats.t.ppf(1 - alpha / 2, dof) if dof else stats.norm.ppf(1 - alpha / 2)
+    p = min(max(successes / n, 0.0), 1.0)
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    low, high = max(0.0, centre - half), min(1.0, centre + half)
+    # next to the boundary Wilson is too short; there the Poisson bound holds its coverage
+    edge = 2 if n <= 50 else 3
+    x, y = p * n, (1 - p) * n
+    if not modified:
+        return low, high
+    if 0 < x <= edge + 1e-9:
+        low = 0.5 * float(stats.chi2.ppf(alpha, 2 * x)) / n
+    if 0 < y <= edge + 1e-9:
+        high = 1.0 - 0.5 * float(stats.chi2.ppf(alpha, 2 * y)) / n
+    return low, high
+
+
+def rate_interval(
+    values: Sequence[float] | np.ndarray,
+    clusters: Sequence[object] | np.ndarray | None = None,
+    *,
+    level: float = CONFIDENCE_LEVEL,
+) -> Interval:
+    """Interval of the share of 0/1 ``values`` (clustered when ``clusters`` is given)."""
+    data = np.asarray(values, dtype=float)
+    keep = ~np.isnan(data)
+    data = data[keep]
+    n = data.size
+    if n == 0:
+        return NAN_INTERVAL
+    p = float(data.mean())
+    labels = None if clusters is None else np.asarray(clusters, dtype=object)[keep]
+    if labels is not None and len(set(labels.tolist())) == n:
+        labels = None  # every cluster a singleton: independent observations
+    if labels is None:
+        low, high = wilson(p * n, n, level=level)
+        return Interval(p, low, high, math.sqrt(p * (1 - p) / n), "wilson", float(n))
+    se, g = clustered_se(data, labels)
+    if p in (0.0, 1.0) or not se or math.isnan(se):
+        n_eff = float(g)  # no spread to measure: count only the independent clusters
+    else:
+        n_eff = min(float(n), max(float(g), p * (1 - p) / se**2))
+    # with an estimated effective n the Poisson edge bound over-covers (measured by
+    # benchmarks/coverage.py), so clustered rates use plain Wilson
+    low, high = wilson(p * n_eff, n_eff, level=level, modified=False)
+    se_out = se if se and not math.isnan(se) else math.sqrt(p * (1 - p) / n_eff)
+    return Interval(p, low, high, se_out, "wilson-clustered", n_eff)
+
+
+def score_interval(
+    values: Sequence[float] | np.ndarray,
+    clusters: Sequence[object] | np.ndarray | None = None,
+    *,
+    level: float = CONFIDENCE_LEVEL,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    binary: bool | None = None,
+) -> Interval:
+    """Interval of a mean score: Wilson for 0/1 values, otherwise BCa (over clusters if given).
+
+    ``binary`` forces the choice (None: decided from the values); differences of scores,
+    for instance, are never pass rates even when they happen to be 0 or 1.
+    """
+    data = np.asarray(values, dtype=float)
+    keep = ~np.isnan(data)
+    if binary or (binary is None and is_binary(data)):
+        return rate_interval(data, clusters, level=level)
+    data = data[keep]
+    n = data.size
+    if n == 0:
+        return NAN_INTERVAL
+    mean = float(data.mean())
+    labels = None if clusters is None else np.asarray(clusters, dtype=object)[keep]
+    if labels is not None and len(set(labels.tolist())) == n:
+        labels = None
+    if labels is None:
+        se = float(data.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+        low, high = _bca((data,), _mean, level, resamples, seed)
+        return Interval(mean, low, high, se, "bca", float(n))
+    se, g = clustered_se(data, labels)
+    _, groups = np.unique(labels, return_inverse=True)
+    sums = np.bincount(groups, weights=data)
+    sizes = np.bincount(groups).astype(float)
+
+    def ratio(s: np.ndarray, m: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.sum(s, axis=axis) / np.sum(m, axis=axis)
+
+    low, high = _bca((sums, sizes), ratio, level, resamples, seed, paired=True)
+    return Interval(mean, low, high, se, "bca-clustered", float(g))
+
+
+def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(x, axis=axis)
+
+
+def _bca(samples, statistic, level, resamples, seed, paired: bool = False) -> tuple[float, float]:
+    import warnings
+
+    from scipy import stats
+
+    first = samples[0]
+    if first.size < 2:
+        return math.nan, math.nan  # one item (or cluster) says nothing about the spread
+    if not paired and np.all(first == first[0]):
+        value = float(statistic(*samples))
+        return value, value  # no spread: every resample gives the same mean
+    options = dict(paired=paired, vectorized=True, confidence_level=level, n_resamples=resamples)
+    with warnings.catch_warnings():
+        # a degenerate jackknife (e.g. all but one value equal) makes BCa return NaN with a
+        # warning; the percentile interval below is the answer then
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        result = stats.bootstrap(samples, statistic, method="BCa",
+                                 random_state=np.random.default_rng(seed), **options)
+        low, high = result.confidence_interval
+        if math.isnan(low) or math.isnan(high):
+            result = stats.bootstrap(samples, statistic, method="percentile",
+                                     random_state=np.random.default_rng(seed), **options)
+            low, high = result.confidence_interval
+    return float(low), float(high)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (controls the family-wise error rate).
+
+    Sorted ascending, the i-th (0-based) of m p-values is multiplied by m - i, made
+    monotone with a running maximum and capped at 1. NaN stays NaN.
+    """
+    values = np.asarray(p_values, dtype=float)
+    adjusted = np.full(values.shape, math.nan)
+    valid = np.flatnonzero(~np.isnan(values))
+    m = valid.size
+    order = valid[np.argsort(values[valid], kind="stable")]
+    running = 0.0
+    for i, index in enumerate(order):
+        running = max(running, min(1.0, (m - i) * values[index]))
+        adjusted[index] = running
+    return adjusted.tolist()
+
+
+def minimum_detectable_difference(
+    sd_diff: float, n: float, *, level: float = CONFIDENCE_LEVEL, power: float = 0.8
+) -> float:
+    """Smallest true mean difference a two-sided paired test at ``level`` detects with ``power``.
+
+    ``(z_{1-alpha/2} + z_power) * sd_diff / sqrt(n)``: the normal-approximation power
+    formula for a paired difference of means (``sd_diff`` over items or clusters).
+    """
+    from scipy import stats
+
+    if n <= 0 or math.isnan(sd_diff):
+        return math.nan
+    z = stats.norm.ppf(1 - (1 - level) / 2) + stats.norm.ppf(power)
+    return float(z * sd_diff / math.sqrt(n))
