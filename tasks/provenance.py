@@ -32,7 +32,6 @@ PACKAGES = (
     "ape-bench", "prefect", "pydantic", "langchain-core", "langchain-openai", "numpy", "scipy",
     "pandas", "pyarrow", "sacrebleu", "rouge-score", "prefect-dask",
 )  # fmt: skip
-SANDBOX = "subprocess"  # code_exec: a child Python process with rlimits and a temporary folder
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
@@ -116,5 +115,18 @@ def run_provenance(config: ApeConfig) -> dict[str, Any]:
             "models": {m.model_id: m.args.get("seed") for m in config.model if "seed" in m.args},
         },
         "models": models,
-        "sandbox": SANDBOX,
+        "sandbox": sandbox_of(config),
     }
+
+
+def sandbox_of(config: ApeConfig) -> str | None:
+    """The sandbox kind model-written code runs in (bwrap, unshare, none), or None when the
+    checker runs no code."""
+    if config.checker.implementation not in {"code_exec", "taskspec"}:
+        return None
+    from ape.tasks.sandbox import SandboxUnavailable, resolve
+
+    try:
+        return resolve(config.checker.args.get("sandbox", "auto"))
+    except SandboxUnavailable as exc:
+        return f"unavailable: {exc}"
