@@ -144,7 +144,7 @@ def serve(config_path: Path, cron: str | None, name: str | None) -> int:
     config_path = config_path.resolve()
     load_config(config_path)  # fail fast on a bad config
     _use_prefect_server(True)
-    serve_deployment(config_path, cron, name)
+    serve_deployment(config_path, cron, name, on_status=log.info)
     return 0
 
 
@@ -158,9 +158,30 @@ def server(action: str, port: int | None) -> int:
     if action == "stop":
         print("stopped" if srv.stop() else "no APE-managed server running")
         return 0
+    if action == "env":
+        return server_env(port)
     info = srv.status(port=port)
     if info is None:
         print("not running")
         return 1
     print(f"running: UI {info.ui_url}  API {info.api_url}")
+    return 0
+
+
+def server_env(port: int | None) -> int:
+    """Print the line that points a new shell's ``prefect`` commands at the server APE uses.
+
+    ``eval "$(ape server env)"`` then makes ``prefect deployment run ...`` reach it instead
+    of timing out on Prefect's temporary in-process server.
+    """
+    from ape import server as srv
+
+    api_url = srv.configured_api_url() if port is None else None
+    if not api_url:
+        info = srv.status(port=port)
+        if info is None:
+            print("no Prefect server running; start one with 'ape server start'", file=sys.stderr)
+            return 1
+        api_url = info.api_url
+    print(srv.env_line(api_url))
     return 0

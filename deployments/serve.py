@@ -13,6 +13,7 @@ The flow is not hard-coded in :func:`deployment_for`, so any flow taking
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -102,8 +103,23 @@ def serve_config(
 
     deployment = deployment_for(flow, config, cron, name, timezone=timezone)  # checks cron first
     # Served runs must land on a persistent server: the ephemeral one would lose them.
-    ensure_api_url(on_status=on_status)
+    api_url = ensure_api_url(on_status=on_status)
+    if on_status is not None:
+        for line in run_hint(api_url, flow.name, name):
+            on_status(line)
     prefect_serve(deployment)
+
+
+def run_hint(api_url: str, flow_name: str, name: str) -> list[str]:
+    """How to trigger the served deployment from a new shell, which needs the API URL:
+    without it ``prefect deployment run`` looks for a temporary in-process server and
+    times out."""
+    from ape.server import env_line
+
+    target = shlex.quote(f"{flow_name}/{name}")
+    return ["To start a run from another shell:",
+            f"    {env_line(api_url)}",
+            f"    prefect deployment run {target}"]
 
 
 def load_benchmark_flow() -> Flow[..., Any]:
