@@ -80,16 +80,18 @@ def child_inspect(n: int, latency: float, workers: int, log_dir: str, process_st
 
     from inspect_ai import Task, eval
     from inspect_ai.dataset import Sample
-    from inspect_ai.scorer import match
+    from inspect_ai.scorer import Score, Target, accuracy, match, scorer
     from inspect_ai.solver import Generate, TaskState, solver
 
     first: list[float] = []
+    span: list[float] = []  # perf_counter of the first solver start and the last scored sample
 
     @solver
     def sleeping_solver():
         async def solve(state: TaskState, generate: Generate) -> TaskState:
             if not first:
                 first.append(time.time())
+                span.append(time.perf_counter())
             if latency:
                 await asyncio.sleep(latency)
             a, b = state.metadata["a"], state.metadata["b"]
@@ -103,11 +105,24 @@ def child_inspect(n: int, latency: float, workers: int, log_dir: str, process_st
         a, b = i % 97, (i * 7) % 89
         samples.append(Sample(input=f"What is {a} + {b}?", target=str(a + b), id=f"i{i}",
                               metadata={"a": a, "b": b}))
-    task = Task(dataset=samples, solver=sleeping_solver(), scorer=match())
-    started = time.perf_counter()
+    @scorer(metrics=[accuracy()])
+    def timed_match():
+        inner = match()
+
+        async def score(state: TaskState, target: Target) -> Score:
+            result = await inner(state, target)
+            del span[1:]
+            span.append(time.perf_counter())
+            return result
+
+        return score
+
+    task = Task(dataset=samples, solver=sleeping_solver(), scorer=timed_match())
     logs = eval(task, model="mockllm/model", max_samples=workers, max_connections=workers,
                 display="none", log_dir=log_dir, log_samples=True)
-    loop = time.perf_counter() - started
+    # the item loop, as APE's wall_seconds: first sample started to last sample scored
+    # (eval's own start-up is reported apart, as start-up to the first call)
+    loop = span[-1] - span[0]
     assert logs and logs[0].status == "success", logs[0].error if logs else "no log"
     print("RESULT " + json.dumps({"loop_s": loop,
                                   "startup_s": first[0] - process_start if first else None}))
