@@ -4,6 +4,8 @@ The same workloads run through:
 
 - ``ape``: APE with its defaults (one live task run per session, every stage recorded
   as a task run, so the chain is visible in the UI);
+- ``ape-no-chain``: APE with ``stage_runs = false`` (only the live session task runs: the
+  cost of showing the chain is the difference to ``ape``);
 - ``ape-stage``: APE with ``task_granularity = "stage"`` (five live task runs per session);
 - ``inspect_ai``: inspect_ai's ``eval`` with a solver that sleeps the same latency
   (``max_samples`` = workers, mockllm model, no display, logs to a temp folder);
@@ -33,8 +35,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SYSTEMS = ("ape", "ape-stage", "inspect_ai", "pool")
-RUN_EXTRA = {"ape": "", "ape-stage": 'task_granularity = "stage"\n'}
+SYSTEMS = ("ape", "ape-no-chain", "ape-stage", "inspect_ai", "pool")
+RUN_EXTRA = {"ape": "", "ape-no-chain": "stage_runs = false\n",
+             "ape-stage": 'task_granularity = "stage"\n'}
 
 
 def _speed_module():

@@ -36,10 +36,9 @@ def child(mode: str, n: int) -> None:
     import contextvars
     from concurrent.futures import ThreadPoolExecutor
 
+    from ape.tasks.stage_runs import StageMark, current_flow_run_id, record_stage_runs
     from prefect import flow, task
     from prefect.cache_policies import NO_CACHE
-
-    from ape.tasks.stage_runs import StageMark, current_flow_run_id, record_stage_runs
 
     @task(name="trivial", cache_policy=NO_CACHE, persist_result=False)
     def trivial(i: int) -> int:

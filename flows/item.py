@@ -23,6 +23,7 @@ from ape.tasks.stages import (
     adapt_task,
     cached_variant,
     check_task,
+    mark_adapt,
     render_task,
     score_task,
     session_task,
@@ -89,7 +90,10 @@ class ItemProcessor:
             record, cached = unwrap(stage(spec, return_state=True))
             if clock is not None and cached:
                 clock.mark("solve", state_name="Cached", message="generation from the run's cache")
-                clock.mark("adapt", state_name="Cached")
+                if record.outcome is Outcome.PARSING_FAILED:
+                    mark_adapt(clock, record, solve_failed=False)  # still a parse failure
+                else:
+                    clock.mark("adapt", state_name="Cached")
         check = None
         if clock is not None:
             clock.last = time.time()
