@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome
 from ape.schemas.transcript import SolveRecord
 from ape.tasks.stage_runs import (
@@ -69,11 +70,11 @@ def test_run_records_every_stage_of_every_session(prefect_server: str, tmp_path:
     """A real run on a real server: six task runs per session (the live session run and its
     five recorded stages); a checker that raises is a Failed check run, a wrong answer an
     Incorrect one."""
-    from ape.flows.benchmark import benchmark
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter
 
     from ape.config import load_config
+    from ape.flows.benchmark import benchmark
 
     config_path = make_benchmark(tmp_path, n=4, run="runs_per_data = 2\n",
                                  model_args='behaviour = "arithmetic", accuracy = 1.0',

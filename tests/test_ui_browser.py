@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import free_port
 
 CHROMIUM = os.environ.get("APE_TEST_CHROMIUM", "/usr/bin/chromium")
