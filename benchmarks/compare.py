@@ -17,8 +17,9 @@ items/s with an instant model at N=2000, and start-up to the first model call (p
 start to first call, with a Prefect server already running for APE). Each system runs in
 a fresh child process. Needs the ``bench`` extra (inspect-ai) and ``psutil``.
 
-    python benchmarks/compare.py            # about 5 minutes on 2 cores
+    python benchmarks/compare.py            # 10-25 minutes on 2 busy cores
     python benchmarks/compare.py --quick    # smaller sizes, a smoke test
+    python benchmarks/compare.py --systems ape,inspect_ai,pool   # a subset
 """
 
 from __future__ import annotations
