@@ -75,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--name", default=None, help="deployment name (default: the benchmark name)")
 
     srv = sub.add_parser("server", help="manage the local Prefect server (UI) that runs use by default")
-    srv.add_argument("action", choices=("start", "stop", "status"))
+    srv.add_argument("action", choices=("start", "stop", "status", "env"),
+                     help="env: print the PREFECT_API_URL export line for a new shell")
     srv.add_argument("--port", type=int, default=None, help="port (default 4200)")
     for command in (run, val, rep, ret, demo, serve, srv, pln):  # --debug also after the command
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,25 @@ from ape.schemas.results import Outcome
 log = logging.getLogger("ape")
 
 
-def _use_prefect_server(use_server: bool) -> None:
-    """Make runs visible in a Prefect UI that keeps their history (see ape.server)."""
+def _use_prefect_server(use_server: bool) -> str | None:
+    """Make runs visible in a Prefect UI that keeps their history (see ape.server); the API URL."""
     if not use_server:
-        return
+        return None
     from ape.server import ensure_api_url
 
-    ensure_api_url(on_status=log.info)
+    return ensure_api_url(on_status=log.info)
+
+
+def run_hint(api_url: str, flow_name: str, name: str) -> list[str]:
+    """How to trigger a served deployment from a new shell, which needs the API URL:
+    without it ``prefect deployment run`` looks for a temporary in-process server and
+    times out."""
+    from ape.server import env_line
+
+    target = shlex.quote(f"{flow_name}/{name}")
+    return ["To start a run from another shell:",
+            f"    {env_line(api_url)}",
+            f"    prefect deployment run {target}"]
 
 
 def _log_level(config: ApeConfig) -> None:
@@ -255,10 +268,13 @@ def serve(config_path: Path, cron: str | None, name: str | None, *, timezone: st
     from ape.deployments.serve import serve as serve_deployment
 
     config_path = config_path.resolve()
-    load_config(config_path)  # fail fast on a bad config
     if cron:
         cron_schedule(cron, timezone)  # and on a bad schedule, before any server starts
-    _use_prefect_server(True)
+    api_url = _use_prefect_server(True)
+    config = load_config(config_path)
+    if api_url:
+        for line in run_hint(api_url, "benchmark", name or config.name):
+            log.info("%s", line)
     serve_deployment(config_path, cron, name, timezone=timezone, on_status=log.info)
     return 0
 
@@ -273,9 +289,30 @@ def server(action: str, port: int | None) -> int:
     if action == "stop":
         print("stopped" if srv.stop() else "no APE-managed server running")
         return 0
+    if action == "env":
+        return server_env(port)
     info = srv.status(port=port)
     if info is None:
         print("not running")
         return 1
     print(f"running: UI {info.ui_url}  API {info.api_url}")
+    return 0
+
+
+def server_env(port: int | None) -> int:
+    """Print the line that points a new shell's ``prefect`` commands at the server APE uses.
+
+    ``eval "$(ape server env)"`` then makes ``prefect deployment run ...`` reach it instead
+    of timing out on Prefect's temporary in-process server.
+    """
+    from ape import server as srv
+
+    api_url = srv.configured_api_url() if port is None else None
+    if not api_url:
+        info = srv.status(port=port)
+        if info is None:
+            print("no Prefect server running; start one with 'ape server start'", file=sys.stderr)
+            return 1
+        api_url = info.api_url
+    print(srv.env_line(api_url))
     return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -31,6 +32,8 @@ from ape.schemas.errors import ApeError
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4200
 STATE_FILE = "server.json"
+# Prefect's names for the API URL its UI calls (a user's own setting is kept).
+UI_API_URL_KEYS = ("PREFECT_SERVER_UI_API_URL", "PREFECT_UI_API_URL")
 LOG_FILE = "server.log"
 LOCK_FILE = "server.lock"
 
@@ -99,6 +102,22 @@ def default_port() -> int:
 def api_url_for(host: str, port: int) -> str:
     """The API URL a client uses to reach a server bound to ``host:port``."""
     return f"{_base_url(host, port)}/api"
+
+
+def ui_api_url_for(host: str, port: int) -> str:
+    """The API URL the browser UI of a server bound to ``host:port`` calls.
+
+    A server bound to one address is reached there; one bound to every interface may be
+    opened by any of its names, so its UI calls the API relative to the page it loaded.
+    """
+    if host in ("0.0.0.0", "", "::", "[::]"):
+        return "/api"
+    return api_url_for(host, port)
+
+
+def env_line(api_url: str) -> str:
+    """The shell line that points a new shell's Prefect commands at ``api_url``."""
+    return f"export PREFECT_API_URL={shlex.quote(api_url)}"
 
 
 def _connect_host(host: str) -> str:
@@ -375,6 +394,10 @@ def _spawn(home: Path, host: str, port: int) -> subprocess.Popen[bytes]:
         env.pop(key, None)
     env["PREFECT_HOME"] = str(home / "prefect")
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    # Without this the UI it serves calls the API on Prefect's default port 4200 (its
+    # /ui-settings answer), whatever --port says: another server's data, or nothing.
+    if not any(env.get(key) for key in UI_API_URL_KEYS):
+        env["PREFECT_SERVER_UI_API_URL"] = ui_api_url_for(host, port)
     command = [sys.executable, "-m", "prefect", "server", "start"]
     command += ["--host", host, "--port", str(port)]
     detach: dict[str, object] = (
@@ -485,10 +508,12 @@ __all__ = [
     "configured_api_url",
     "default_port",
     "ensure_api_url",
+    "env_line",
     "flow_run_url",
     "preferred_port",
     "server_home",
     "start",
     "status",
     "stop",
+    "ui_api_url_for",
 ]

@@ -17,11 +17,13 @@ from pydantic import BaseModel
 from ape.flows.plan import Plan
 from ape.schemas.data import id_field_name
 from ape.schemas.results import ErrorInfo, Outcome, OutputBatch, SessionResult
+from ape.tasks.stage_runs import StageClock, current_flow_run_id, record_stage_runs, start_clock
 from ape.tasks.stages import (
     SessionSpec,
     adapt_task,
     cached_variant,
     check_task,
+    mark_adapt,
     render_task,
     score_task,
     session_task,
@@ -46,6 +48,8 @@ class ItemProcessor:
         self.plan = plan
         cfg = plan.config
         self.granularity = cfg.run.task_granularity
+        # the chain as recorded task runs (tasks.stage_runs); stage granularity runs it live
+        self.record_stages = self.granularity == "session" and cfg.run.stage_runs
         cache_dir = plan.cache_dir if cfg.run.cache else None
         if cache_dir is not None:
             cache_dir.mkdir(parents=True, exist_ok=True)
@@ -70,8 +74,11 @@ class ItemProcessor:
 
         plan = self.plan
         started = time.perf_counter()
+        clock = start_clock() if self.record_stages else None
         prompt = self._render(plan.template, item, key)
         system = self._render(plan.system, item, key) if plan.system else None
+        if clock is not None:
+            clock.mark("render")
         spec = SessionSpec(item_id=key, run_index=run_index, item=item.model_dump_json(by_alias=True),
                            prompt=prompt, system=system, fingerprint=plan.fingerprint_key)
         if self.granularity == "stage":
@@ -87,7 +94,15 @@ class ItemProcessor:
         else:
             stage = self.session_stage.with_options(refresh_cache=True) if refresh else self.session_stage
             record, cached = unwrap(stage(spec, return_state=True))
+            if clock is not None and cached:
+                clock.mark("solve", state_name="Cached", message="generation from the run's cache")
+                if record.outcome is Outcome.PARSING_FAILED:
+                    mark_adapt(clock, record, solve_failed=False)  # still a parse failure
+                else:
+                    clock.mark("adapt", state_name="Cached")
         check = None
+        if clock is not None:
+            clock.last = time.time()
         if record.outcome is Outcome.SOLVED:
             with self.carousel.borrow() as checker:
                 if self.granularity == "stage":
@@ -100,6 +115,9 @@ class ItemProcessor:
             score, correct = score_task(record.outcome, check, metric, key, run_index)
         else:
             score, correct = score_session(record.outcome, check, metric)
+        if clock is not None:
+            _close_chain(clock, record.outcome, check, score)
+            record_stage_runs(current_flow_run_id(), key, run_index, clock.marks)
         category = None
         if plan.config.data.category_field:
             value = getattr(item, plan.config.data.category_field, None)
@@ -136,3 +154,21 @@ class ItemProcessor:
             else:
                 transcripts.append(transcript)
         return OutputBatch(item_id=key, model_id=self.plan.model_id, sessions=sessions), transcripts
+
+
+def _close_chain(clock: StageClock, outcome: Outcome, check: Any, score: float | None) -> None:
+    """Mark the check and score stages: a checker that raised is Failed, a wrong answer
+    Completed as ``Incorrect`` (a result, not a failure), an unchecked session Skipped."""
+    from ape.schemas.results import CheckStatus
+
+    if check is None:
+        clock.skipped("check", f"no solution to check ({outcome.value})")
+    elif check.status is CheckStatus.ERROR:
+        error = check.error
+        clock.failed("check", f"check error: {error.type}: {error.message}" if error else "check error")
+    elif check.status is CheckStatus.FAILED:
+        reason = check.metadata.get("reason") if isinstance(check.metadata, dict) else None
+        clock.mark("check", state_name="Incorrect", message=str(reason) if reason else None)
+    else:
+        clock.mark("check", state_name="Passed")
+    clock.mark("score", message=None if score is None else f"score {score:g}")

@@ -173,6 +173,12 @@ class RunConfig(Section):
         description="'session': one Prefect task run per session (fast); 'stage': one task run per "
         "stage (render, solve, adapt, check, score) per session, for a detailed UI graph.",
     )
+    stage_runs: bool = Field(
+        default=True,
+        description="With task_granularity 'session': also show every session's render, solve, "
+        "adapt, check and score in the Prefect UI as task runs recorded after they ran "
+        "(real times and states, failed stages Failed), at a fraction of a live task run's cost.",
+    )
     window: int | None = Field(
         default=None, ge=1, description="Items in flight at once (default 4 x solver_workers)."
     )

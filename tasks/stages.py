@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ape.schemas.results import CheckResult, Outcome
 from ape.schemas.transcript import SolveRecord, SolverState
+from ape.tasks.stage_runs import StageClock, current_clock
 
 
 class SessionSpec(BaseModel):
@@ -101,16 +102,47 @@ def _checked(record: SolveRecord) -> SolveRecord:
 
 
 # -- model-calling stages (cached) ----------------------------------------------------------
-@task(name="session", task_run_name="solve[{spec.item_id}]#{spec.run_index}", persist_result=True)
+@task(name="session", task_run_name="session[{spec.item_id}]#{spec.run_index}", persist_result=True)
 def session_task(spec: SessionSpec) -> SolveRecord:
-    """render -> solve -> adapt in one task run (the fast default granularity)."""
-    from ape.tasks.solve import solve_session
+    """solve -> adapt in one task run (the fast default granularity).
+
+    When the session's stages are recorded (tasks.stage_runs), the solve and adapt
+    stages are marked on this thread's clock as they end, failed ones as Failed.
+    """
+    from ape.tasks.solve import run_adaption, run_solver
 
     worker = current_worker()
     item = worker.item(spec)
-    record = solve_session(worker.model, spec.prompt, spec.system, tools=worker.tools_for(item),
-                           adapter=worker.plan.adapter, settings=worker.plan.config.solver, item=item)
+    tools = worker.tools_for(item)
+    settings = worker.plan.config.solver
+    clock = current_clock()
+    state = run_solver(worker.model, spec.prompt, spec.system, tools=tools, settings=settings, item=item)
+    if clock is not None:
+        if state.error is not None:
+            clock.failed("solve", f"{state.error.type}: {state.error.message}")
+        else:
+            clock.mark("solve")
+    record = run_adaption(worker.model, state, adapter=worker.plan.adapter, settings=settings,
+                          tools=tools, item=item)
+    if clock is not None:
+        mark_adapt(clock, record, solve_failed=state.error is not None)
     return _checked(record)
+
+
+def mark_adapt(clock: StageClock, record: SolveRecord, solve_failed: bool) -> None:
+    """Close the adapt stage on ``clock`` with the state its outcome deserves."""
+    if solve_failed:
+        clock.skipped("adapt", "the solve stage failed")
+    elif record.outcome is Outcome.ERROR:
+        error = record.error
+        clock.failed("adapt", f"{error.type}: {error.message}" if error else "model error")
+    elif record.outcome is Outcome.PARSING_FAILED:
+        error = record.error
+        clock.failed("adapt", "parse failure" + (f": {error.message}" if error else ""))
+    elif record.outcome is Outcome.GAVE_UP:
+        clock.mark("adapt", state_name="Gave up", message="the answer contained I_GIVE_UP")
+    else:
+        clock.mark("adapt")
 
 
 @task(name="solve", task_run_name="solve[{spec.item_id}]#{spec.run_index}", persist_result=True)

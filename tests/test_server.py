@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from prefect import context as prefect_context
 from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -198,3 +199,40 @@ def test_start_reuse_status_stop(
     assert server.status(port) is None
     assert not server._alive(info.pid)
     assert server.stop() is False
+
+
+def test_ui_api_url_and_env_line() -> None:
+    # the UI calls the API where the server listens; bound to every interface, it calls
+    # the API relative to the page, so any name the browser used works
+    assert server.ui_api_url_for("127.0.0.1", 4311) == "http://127.0.0.1:4311/api"
+    assert server.ui_api_url_for("0.0.0.0", 4311) == "/api"
+    assert server.env_line("http://127.0.0.1:4311/api") == "export PREFECT_API_URL=http://127.0.0.1:4311/api"
+    assert server.env_line("http://h/a b") == "export PREFECT_API_URL='http://h/a b'"
+
+
+def test_serve_hint_names_the_api_url() -> None:
+    from ape.commands import run_hint
+
+    lines = run_hint("http://127.0.0.1:4311/api", "benchmark", "my bench")
+    assert lines[1].strip() == "export PREFECT_API_URL=http://127.0.0.1:4311/api"
+    assert lines[2].strip() == "prefect deployment run 'benchmark/my bench'"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_server_on_another_port_serves_a_ui_that_calls_it(
+    ape_home: Path, quiet_settings: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ape import commands
+
+    port = free_port()
+    info = server.start(port=port)
+    try:
+        settings = httpx.get(f"{info.ui_url}/ui-settings", timeout=10, trust_env=False).json()
+        assert settings["api_url"] == f"http://127.0.0.1:{port}/api"
+        os.environ.pop("PREFECT_API_URL", None)
+        assert commands.server_env(port) == 0
+        assert capsys.readouterr().out.strip() == f"export PREFECT_API_URL=http://127.0.0.1:{port}/api"
+    finally:
+        server.stop()
+    assert commands.server_env(port) == 1
