@@ -34,8 +34,24 @@ def _cache_storage(config: ApeConfig) -> None:
 
 
 def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
+    """The benchmark flow, holding the output folder's lock and watching the Prefect API."""
+    from contextlib import ExitStack
+
+    from ape.tasks.outdir import OutputLock
+    from ape.watchdog import api_watchdog
+
+    with ExitStack() as stack:
+        stack.enter_context(OutputLock(config.run.output))  # a second run exits 2 here, at once
+        watchdog = api_watchdog(config.run.output)
+        if watchdog is not None:
+            stack.enter_context(watchdog)
+        return _run_benchmark(config, redo_outcomes)
+
+
+def _run_benchmark(config: ApeConfig, redo_outcomes: list[str] | None) -> int:
     from ape.flows.benchmark import benchmark
     from ape.flows.evaluate import ItemsFailed
+    from ape.tasks.save import SaveFailed
 
     if config.run.task_runner == "dask":
         from ape.flows.feeders import dask_task_runner
@@ -56,6 +72,9 @@ def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
     if isinstance(exc, ItemsFailed):
         print(f"error: {exc}", file=sys.stderr)
         print("       `ape retry " + str(config.run.output) + "` redoes only the failed items", file=sys.stderr)
+        return 1
+    if isinstance(exc, SaveFailed):
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     if isinstance(exc, BaseException):
         raise exc
