@@ -37,9 +37,12 @@ def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
     """The benchmark flow, holding the output folder's lock and watching the Prefect API."""
     from contextlib import ExitStack
 
+    from ape.flows.logs import quiet_prefect_console
     from ape.tasks.outdir import OutputLock
     from ape.watchdog import api_watchdog
 
+    if not log.isEnabledFor(logging.DEBUG):  # --debug keeps Prefect's tracebacks
+        quiet_prefect_console()
     with ExitStack() as stack:
         stack.enter_context(OutputLock(config.run.output))  # a second run exits 2 here, at once
         watchdog = api_watchdog(config.run.output)

@@ -114,31 +114,43 @@ class Runner:
         feeder = DaskFeeder(self) if cfg.run.task_runner == "dask" else ThreadFeeder(self)
         items = (item for item in provider if str(getattr(item, self.id_name)) not in skip)
         try:
-            with saver, self.session_log, ProgressView(label, tally, enabled=cfg.cli.progress) as view:
-                exhausted = False
-                while feeder.pending or not exhausted:
-                    while not exhausted and len(feeder.pending) < window:
-                        item = next(items, None)
-                        if item is None:
-                            exhausted = True
-                            break
-                        feeder.submit(item)
-                    if not feeder.pending:
-                        break
-                    batches = feeder.next_done()
-                    saver.save(batches)
-                    for batch in batches:
-                        tally.done += 1
-                        tally.sessions += len(batch.sessions)
-                        tally.passed += sum(s.correct for s in batch.sessions)
-                        tally.errors += sum(s.outcome is Outcome.ERROR for s in batch.sessions)
-                        tally.check_errors += batch.check_errors
-                        report_errors(batch, tally)
-                        if plan.hook is not None:
-                            self._call_hook(batch)
-                    view.update()
+            self._loop(saver, feeder, items, window, tally, label)
+        except OSError as exc:  # a transcript or log write failed (disk full, folder gone)
+            raise SaveFailed(f"writing to {plan.out_dir} failed: {exc.strerror or exc}; the "
+                             f"{len(saver.completed)} items saved before are kept") from exc
         finally:
             feeder.close()
+        return self._finish(saver, tally, started)
+
+    def _loop(self, saver: SaveHandler, feeder: Any, items: Any, window: int, tally: Tally,
+              label: str) -> None:
+        plan, cfg = self.plan, self.plan.config
+        with saver, self.session_log, ProgressView(label, tally, enabled=cfg.cli.progress) as view:
+            exhausted = False
+            while feeder.pending or not exhausted:
+                while not exhausted and len(feeder.pending) < window:
+                    item = next(items, None)
+                    if item is None:
+                        exhausted = True
+                        break
+                    feeder.submit(item)
+                if not feeder.pending:
+                    break
+                batches = feeder.next_done()
+                saver.save(batches)
+                for batch in batches:
+                    tally.done += 1
+                    tally.sessions += len(batch.sessions)
+                    tally.passed += sum(s.correct for s in batch.sessions)
+                    tally.errors += sum(s.outcome is Outcome.ERROR for s in batch.sessions)
+                    tally.check_errors += batch.check_errors
+                    report_errors(batch, tally)
+                    if plan.hook is not None:
+                        self._call_hook(batch)
+                view.update()
+
+    def _finish(self, saver: SaveHandler, tally: Tally, started: float) -> dict[str, Any]:
+        plan, cfg = self.plan, self.plan.config
         errored = len(saver.errored_ids())
         summary = {"model": plan.model_id, "output": str(plan.out_dir), "items": tally.total,
                    "done": tally.done, "errored_items": errored, "sessions": tally.sessions,

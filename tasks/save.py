@@ -276,5 +276,9 @@ class SaveHandler:
     def __enter__(self) -> SaveHandler:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        try:
+            self.close()
+        except SaveFailed:
+            if exc_type is None:  # otherwise the error already on its way says more
+                raise
