@@ -8,8 +8,10 @@ few seconds. Those threads cannot be taken back, so finishing the evaluation
 locally is not feasible without replacing Prefect's task engine; ending the run is.
 
 :class:`ApiWatchdog` probes the API's ``/health`` once a second. After
-``failures`` failed probes in a row it silences Prefect's loggers, waits for a save
-in progress to finish (:data:`ape.tasks.save.WRITE_GUARD`, so no line is torn),
+``failures`` failed probes in a row (five: a refused connection fails at once, a
+server too busy to answer gets ten seconds per probe, so a loaded machine is not
+mistaken for a dead server and the run still ends within a minute) it silences
+Prefect's loggers, waits for a save in progress to finish (:data:`ape.tasks.save.WRITE_GUARD`, so no line is torn),
 prints one line and ends the process with exit code 1. Everything saved before is
 intact (results.jsonl is fsynced per group; metadata.json is rebuilt from it on
 start), the output folder's lock is released by the kernel, and the same command
@@ -22,7 +24,6 @@ import logging
 import os
 import sys
 import threading
-
 import urllib.request
 from pathlib import Path
 
@@ -30,8 +31,10 @@ EXIT_API_LOST = 1
 
 
 class ApiWatchdog:
-    def __init__(self, api_url: str, output: Path, *, interval_s: float = 1.0, failures: int = 3,
-                 probe_timeout_s: float = 3.0):
+    """A daemon thread that ends the process when the Prefect API is gone (see above)."""
+
+    def __init__(self, api_url: str, output: Path, *, interval_s: float = 1.0, failures: int = 5,
+                 probe_timeout_s: float = 10.0):
         self.health = api_url.rstrip("/") + "/health"
         self.api_url = api_url
         self.output = output

@@ -234,8 +234,9 @@ def test_killed_prefect_server_ends_the_run_with_one_line_and_a_rerun_resumes(tm
 @pytest.mark.slow
 def test_second_run_on_one_folder_exits_2_and_a_stale_lock_is_taken_over(tmp_path, prefect_server):
     log = tmp_path / "calls.log"
-    config = bench(tmp_path, n=30, run="solver_workers = 2",
-                   model_args=f'behaviour = "arithmetic", latency_s = 0.15, call_log = "{log}"')
+    # long enough that the first run is still going while the others start (then killed)
+    config = bench(tmp_path, n=200, run="solver_workers = 2",
+                   model_args=f'behaviour = "arithmetic", latency_s = 0.3, call_log = "{log}"')
     results = tmp_path / "out" / "results.jsonl"
     first = ape_bg("run", str(config), "--no-server", api=prefect_server)
     wait_saved(results, 3, first)
@@ -252,9 +253,10 @@ def test_second_run_on_one_folder_exits_2_and_a_stale_lock_is_taken_over(tmp_pat
     first.communicate()
     lock = json.loads((tmp_path / "out" / ".ape.lock").read_text())
     assert lock["pid"] == first.pid
-    third = ape("run", str(config), "--no-server", api=prefect_server)
+    assert first.returncode == -signal.SIGKILL, "the first run ended before the checks"
+    third = ape("run", str(config), "--no-server", "--workers", "16", api=prefect_server)
     assert third.returncode == 0, third.stdout + third.stderr
-    every_item_once(results, 30)
+    every_item_once(results, 200)
 
 
 # --- 4: damaged lines ----------------------------------------------------------------------------
