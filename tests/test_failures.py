@@ -469,3 +469,56 @@ def test_plugin_module_that_exits_or_raises_on_import_is_one_line(tmp_path, caps
     assert main(["run", str(config), "--no-server"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "[checker] implementation" in err and "broken plugin" in err
+
+
+# --- the parts, without Prefect -------------------------------------------------------------------
+
+
+def test_save_handler_quarantines_damaged_lines_anywhere_and_keeps_the_good(tmp_path, caplog):
+    from ape.schemas.results import OutputBatch, Outcome, SessionResult
+    from ape.tasks.save import SaveHandler, read_batches
+
+    def batch(key: str) -> OutputBatch:
+        return OutputBatch(item_id=key, model_id="m", sessions=[
+            SessionResult(item_id=key, run_index=0, model_id="m", outcome=Outcome.SOLVED)])
+
+    with SaveHandler(tmp_path) as saver:
+        saver.save([batch("a"), batch("b"), batch("c")])
+    path = tmp_path / "results.jsonl"
+    good = path.read_text().splitlines()
+    path.write_text("\n".join([good[0], '{"item_id": "b", "sessi', good[2], "garbage"]) + "\n" + '{"torn')
+    saver = SaveHandler(tmp_path)
+    saver.load()
+    assert [b.item_id for b in read_batches(path)] == ["a", "c"]
+    assert sorted(saver.completed) == ["a", "c"]
+    assert (tmp_path / "results.jsonl.damaged").read_text().splitlines() == ['{"item_id": "b", "sessi', "garbage"]
+    warned = [r.getMessage() for r in caplog.records if "is damaged" in r.getMessage()]
+    assert len(warned) == 2 and "results.jsonl:2 is damaged" in warned[0] and "results.jsonl:4" in warned[1]
+
+
+def test_output_lock_is_exclusive_across_processes_and_reentrant_within_one(tmp_path):
+    from ape.schemas.errors import ApeError
+    from ape.tasks.outdir import OutputLock
+
+    other = ("import sys\nfrom ape.tasks.outdir import OutputLock\nfrom ape.schemas.errors import ApeError\n"
+             "try:\n    OutputLock(sys.argv[1]).acquire()\nexcept ApeError as e:\n    print(e); sys.exit(2)\n")
+    with OutputLock(tmp_path), OutputLock(tmp_path):  # re-entrant in this process
+        taken = subprocess.run([sys.executable, "-c", other, str(tmp_path)], capture_output=True, text=True)
+        assert taken.returncode == 2 and f"pid {os.getpid()} on " in taken.stdout
+    free = subprocess.run([sys.executable, "-c", other, str(tmp_path)], capture_output=True, text=True)
+    assert free.returncode == 0, free.stdout + free.stderr
+    with pytest.raises(ApeError, match="is a file"):
+        from ape.tasks.outdir import check_output_folder
+
+        (tmp_path / "f").write_text("x")
+        check_output_folder(tmp_path / "f")
+
+
+def test_call_with_timeout_gives_up_on_a_hung_call():
+    from ape.tasks.deadline import PluginTimeout, call_with_timeout
+
+    assert call_with_timeout(lambda x: x + 1, 1, limit_s=5, label="f", key="k") == 2
+    with pytest.raises(PluginTimeout, match=r"the checker did not return within 0.2 s \(raise the limit with k\)"):
+        call_with_timeout(time.sleep, 3600, limit_s=0.2, label="the checker", key="k")
+    with pytest.raises(ZeroDivisionError):
+        call_with_timeout(lambda: 1 / 0, limit_s=5, label="f", key="k")
