@@ -33,6 +33,13 @@ def _cache_storage(config: ApeConfig) -> None:
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(config.run.output / ".cache" / "results"))
 
 
+def _output_lock(config: ApeConfig) -> Any:
+    """The output folder's lock (re-entrant: the flow takes it again; see ape.tasks.outdir)."""
+    from ape.tasks.outdir import OutputLock
+
+    return OutputLock(config.run.output)
+
+
 def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
     """The benchmark flow, holding the output folder's lock and watching the Prefect API."""
     from contextlib import ExitStack
@@ -88,8 +95,9 @@ def run(config_path: Path, overrides: dict, *, use_server: bool = True) -> int:
     config = load_config(config_path, overrides)
     preflight(config)
     _cache_storage(config)
-    _use_prefect_server(use_server)
-    return _run_flow(config)
+    with _output_lock(config):  # before a server start, so a second run is refused at once
+        _use_prefect_server(use_server)
+        return _run_flow(config)
 
 
 def validate(config_path: Path) -> int:
@@ -150,8 +158,9 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
     config = load_config(recorded, overrides)
     preflight(config)
     _cache_storage(config)
-    _use_prefect_server(use_server)
-    return _run_flow(config, redo_outcomes=wanted)
+    with _output_lock(config):
+        _use_prefect_server(use_server)
+        return _run_flow(config, redo_outcomes=wanted)
 
 
 def demo(out: Path, *, parallel: bool = True) -> int:
