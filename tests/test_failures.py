@@ -8,6 +8,7 @@ two tests are skipped with the reason.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -474,7 +475,17 @@ def test_plugin_module_that_exits_or_raises_on_import_is_one_line(tmp_path, caps
 # --- the parts, without Prefect -------------------------------------------------------------------
 
 
-def test_save_handler_quarantines_damaged_lines_anywhere_and_keeps_the_good(tmp_path, caplog):
+@pytest.fixture
+def ape_records(caplog):
+    """caplog for the 'ape' logger, which the command line sets not to propagate."""
+    logger = logging.getLogger("ape")
+    logger.addHandler(caplog.handler)
+    yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+def test_save_handler_quarantines_damaged_lines_anywhere_and_keeps_the_good(tmp_path, ape_records):
+    caplog = ape_records
     from ape.schemas.results import OutputBatch, Outcome, SessionResult
     from ape.tasks.save import SaveHandler, read_batches
 
