@@ -21,15 +21,22 @@ def preflight(config: ApeConfig) -> tuple[Any, list[Any], list[str]]:
     Returns:
         The first model's plan, the tools and the item ids.
     """
-    from ape.flows.plan import make_plan
+    from ape.flows.plan import make_plan, resume_fingerprints
+    from ape.flows.resume import recorded, refuse_mixing
     from ape.tasks.models import build_model
+    from ape.tasks.outdir import check_output_folder
     from ape.tasks.tools import load_tools
 
     try:
+        check_output_folder(config.run.output)
         plans = [make_plan(config, model) for model in config.model]
         for model in config.model:
             build_model(model, config.base_dir)
         tools = load_tools(config.tools, config.base_dir)
+        if config.run.load_save:  # refuse to mix results now, not in a failed flow run
+            for plan in plans:
+                previous = recorded(plan.out_dir / config.run.metadata_file)
+                refuse_mixing(previous, resume_fingerprints(plan), plan.out_dir)
         return plans[0], tools, plans[0].provider().scan()
     except ApeError as exc:
         raise locate(exc, config) from None

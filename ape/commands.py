@@ -53,10 +53,37 @@ def _cache_storage(config: ApeConfig) -> None:
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(config.run.output / ".cache" / "results"))
 
 
+def _output_lock(config: ApeConfig) -> Any:
+    """The output folder's lock (re-entrant: the flow takes it again; see ape.tasks.outdir)."""
+    from ape.tasks.outdir import OutputLock
+
+    return OutputLock(config.run.output)
+
+
 def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None,
               only_models: list[str] | None = None) -> int:
+    """The benchmark flow, holding the output folder's lock and watching the Prefect API."""
+    from contextlib import ExitStack
+
+    from ape.flows.logs import quiet_prefect_console
+    from ape.tasks.outdir import OutputLock
+    from ape.watchdog import api_watchdog
+
+    if not log.isEnabledFor(logging.DEBUG):  # --debug keeps Prefect's tracebacks
+        quiet_prefect_console()
+    with ExitStack() as stack:
+        stack.enter_context(OutputLock(config.run.output))  # a second run exits 2 here, at once
+        watchdog = api_watchdog(config.run.output)
+        if watchdog is not None:
+            stack.enter_context(watchdog)
+        return _run_benchmark(config, redo_outcomes, only_models)
+
+
+def _run_benchmark(config: ApeConfig, redo_outcomes: list[str] | None,
+                   only_models: list[str] | None = None) -> int:
     from ape.flows.benchmark import benchmark
     from ape.flows.states import items_failed
+    from ape.tasks.save import SaveFailed
 
     if config.run.task_runner == "dask":
         from ape.flows.feeders import dask_task_runner
@@ -69,7 +96,11 @@ def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None,
     report = config.run.output / "leaderboard.md"
     if report.exists():
         print(report.read_text(encoding="utf-8"))
-    failed = items_failed(state)
+    try:
+        failed = items_failed(state)
+    except SaveFailed as exc:  # the disk filled up: what was saved stays, one line
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if failed is None:
         log.info("outputs in %s (report.json, leaderboard.parquet, summary.png, sessions.jsonl, ...)",
                  config.run.output)
@@ -84,8 +115,9 @@ def run(config_path: Path, overrides: dict, *, use_server: bool = True) -> int:
     _log_level(config)
     preflight(config)
     _cache_storage(config)
-    _use_prefect_server(use_server)
-    return _run_flow(config)
+    with _output_lock(config):  # before a server start, so a second run is refused at once
+        _use_prefect_server(use_server)
+        return _run_flow(config)
 
 
 def validate(config_path: Path, *, estimate: bool = False) -> int:
@@ -246,8 +278,9 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
                  ", ".join(models), top)
     preflight(config)
     _cache_storage(config)
-    _use_prefect_server(use_server)
-    return _run_flow(config, redo_outcomes=wanted, only_models=models)
+    with _output_lock(config):
+        _use_prefect_server(use_server)
+        return _run_flow(config, redo_outcomes=wanted, only_models=models)
 
 
 def demo(out: Path, *, parallel: bool = True) -> int:

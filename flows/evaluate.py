@@ -29,14 +29,16 @@ from pydantic import BaseModel
 from ape.flows.feeders import DaskFeeder, ThreadFeeder, dask_task_runner
 from ape.flows.item import ItemProcessor
 from ape.flows.logs import CONSOLE_SKIP, run_logs
-from ape.flows.plan import Plan, make_plan, run_label
-from ape.flows.progress import ProgressView, Tally
+from ape.flows.plan import Plan, make_plan, resume_fingerprints, run_label
+from ape.flows.progress import ProgressView, Tally, report_errors
+from ape.flows.resume import apply_changes, recorded, refuse_mixing
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.cost import Budget
+from ape.tasks.outdir import OutputLock
 from ape.tasks.provenance import run_provenance
-from ape.tasks.save import SaveHandler
+from ape.tasks.save import SaveFailed, SaveHandler
 from ape.tasks.transcripts import JSONL_FILE, LOG_FILE, SessionLog
 
 __all__ = ["ItemsFailed", "ItemProcessor", "Runner", "dask_task_runner", "evaluate"]
@@ -71,20 +73,31 @@ class Runner:
 
     # -- the loop (flow thread) ----------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        plan, cfg = self.plan, self.plan.config
+        plan = self.plan
         started = time.perf_counter()
+        with OutputLock(plan.out_dir):  # one writer per output folder (see tasks.outdir)
+            return self._run_locked(started)
+
+    def _run_locked(self, started: float) -> dict[str, Any]:
+        plan, cfg = self.plan, self.plan.config
+        fingerprints = resume_fingerprints(plan)
         saver = SaveHandler(plan.out_dir, save_file=cfg.run.save_file, metadata_file=cfg.run.metadata_file,
                             run_info={"benchmark": cfg.name, "model": plan.model_id,
                                       "model_config": plan.fingerprint["model"],
                                       "solver_config": cfg.solver.model_dump(mode="json"),
                                       "runs_per_data": cfg.run.runs_per_data,
+                                      "fingerprints": fingerprints,
                                       "config_file": str(cfg.config_file) if cfg.config_file else None,
                                       "provenance": run_provenance(cfg)})
         if cfg.run.load_save:
+            previous = recorded(plan.out_dir / cfg.run.metadata_file)
+            refuse_mixing(previous, fingerprints, plan.out_dir)  # before anything is rewritten
             saver.load()
+            apply_changes(saver, previous, fingerprints, plan.model_id, cached=cfg.run.cache)
             redo = saver.discard(saver.errored_ids())
             if redo:
-                log.info("%s: redoing %d item(s) that errored last time", plan.model_id, redo)
+                log.info("%s: redoing %d item(s) whose session or check errored last time",
+                         plan.model_id, redo)
             others = self.redo_outcomes - {Outcome.ERROR}
             if others:
                 self.refresh = set(saver.ids_with_outcomes(others))
@@ -109,45 +122,61 @@ class Runner:
         items = (item for item in provider if str(getattr(item, self.id_name)) not in skip)
         budget = Budget.for_run(cfg)  # [run] max_cost: checked before each item starts
         try:
-            with saver, self.session_log, ProgressView(label, tally, enabled=cfg.cli.progress) as view:
-                exhausted = False
-                while feeder.pending or not exhausted:
-                    while not exhausted and len(feeder.pending) < window:
-                        if not budget.allow(len(feeder.pending)):
-                            exhausted = budget.stopped  # else: wait for items in flight, ask again
-                            break
-                        item = next(items, None)
-                        if item is None:
-                            exhausted = True
-                            break
-                        feeder.submit(item)
-                    if not feeder.pending:
-                        break
-                    batches = feeder.next_done()
-                    saver.save(batches)
-                    budget.add(batches)
-                    for batch in batches:
-                        tally.done += 1
-                        tally.sessions += len(batch.sessions)
-                        tally.passed += sum(s.correct for s in batch.sessions)
-                        tally.errors += sum(s.outcome is Outcome.ERROR for s in batch.sessions)
-                        if plan.hook is not None:
-                            self._call_hook(batch)
-                    view.update()
+            self._loop(saver, feeder, items, window, tally, label, budget)
+        except OSError as exc:  # a transcript or log write failed (disk full, folder gone)
+            raise SaveFailed(f"writing to {plan.out_dir} failed: {exc.strerror or exc}; the "
+                             f"{len(saver.completed)} items saved before are kept") from exc
         finally:
             feeder.close()
         if budget.stopped and tally.done < tally.total:
             raise BudgetReached(budget.message(plan.model_id, tally.total - tally.done))
+        return self._finish(saver, tally, started)
+
+    def _loop(self, saver: SaveHandler, feeder: Any, items: Any, window: int, tally: Tally,
+              label: str, budget: Budget) -> None:
+        plan, cfg = self.plan, self.plan.config
+        with saver, self.session_log, ProgressView(label, tally, enabled=cfg.cli.progress) as view:
+            exhausted = False
+            while feeder.pending or not exhausted:
+                while not exhausted and len(feeder.pending) < window:
+                    if not budget.allow(len(feeder.pending)):
+                        exhausted = budget.stopped  # else: wait for items in flight, ask again
+                        break
+                    item = next(items, None)
+                    if item is None:
+                        exhausted = True
+                        break
+                    feeder.submit(item)
+                if not feeder.pending:
+                    break
+                batches = feeder.next_done()
+                saver.save(batches)
+                budget.add(batches)
+                for batch in batches:
+                    tally.done += 1
+                    tally.sessions += len(batch.sessions)
+                    tally.passed += sum(s.correct for s in batch.sessions)
+                    tally.errors += sum(s.outcome is Outcome.ERROR for s in batch.sessions)
+                    tally.check_errors += batch.check_errors
+                    report_errors(batch, tally)
+                    if plan.hook is not None:
+                        self._call_hook(batch)
+                view.update()
+
+    def _finish(self, saver: SaveHandler, tally: Tally, started: float) -> dict[str, Any]:
+        plan, cfg = self.plan, self.plan.config
         errored = len(saver.errored_ids())
         summary = {"model": plan.model_id, "output": str(plan.out_dir), "items": tally.total,
                    "done": tally.done, "errored_items": errored, "sessions": tally.sessions,
+                   "errored_sessions": tally.errors, "check_errors": tally.check_errors,
                    "passed": tally.passed, "wall_seconds": round(time.perf_counter() - started, 3)}
         log.info("%s: %s", plan.model_id, tally.line())
         tolerance = cfg.run.fail_on_error
         share = errored / tally.total if tally.total else 0.0
         if errored and (tolerance is True or (not isinstance(tolerance, bool) and share > tolerance)):
             raise ItemsFailed(
-                f"{errored} of {tally.total} items of {plan.model_id} errored; rerun or retry the flow "
+                f"{errored} of {tally.total} items of {plan.model_id} errored ({tally.errors} session "
+                f"error(s), {tally.check_errors} check error(s) in this run); rerun or retry the flow "
                 f"run to redo only those (see {plan.out_dir / cfg.run.save_file})")
         return summary
 
@@ -176,7 +205,7 @@ def evaluate(config: ApeConfig, model_index: int = 0,
     with run_logs(plan.out_dir):
         try:
             return Runner(plan, redo_outcomes).run()
-        except ItemsFailed as exc:
+        except (ItemsFailed, SaveFailed) as exc:
             # an expected end, not a crash: a Failed state without a traceback in the log
             log.error("%s", exc, extra={CONSOLE_SKIP: True})  # the CLI prints it once itself
             return Failed(message=str(exc), data=exc)

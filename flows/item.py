@@ -56,7 +56,8 @@ class ItemProcessor:
         self.session_stage = cached_variant(session_task, cache_dir)
         self.solve_stage = cached_variant(solve_task, cache_dir)
         self.adapt_stage = cached_variant(adapt_task, cache_dir)
-        self.carousel = CheckerCarousel(plan.checker_factory, cfg.run.checker_workers)
+        self.carousel = CheckerCarousel(plan.checker_factory, cfg.run.checker_workers,
+                                        cfg.checker.timeout_s)
         self.id_name = id_field_name(plan.data_model)
 
     def _render(self, template: str, item: BaseModel, key: str) -> str:
@@ -68,7 +69,6 @@ class ItemProcessor:
 
     def run_session(self, item: BaseModel, key: str, run_index: int,
                     refresh: bool = False) -> tuple[SessionResult, list[Any]]:
-        from ape.tasks.check import run_check
         from ape.tasks.cost import session_cost
         from ape.tasks.score import score_session
 
@@ -104,11 +104,10 @@ class ItemProcessor:
         if clock is not None:
             clock.last = time.time()
         if record.outcome is Outcome.SOLVED:
-            with self.carousel.borrow() as checker:
-                if self.granularity == "stage":
-                    check = check_task(checker, item, record.value, key, run_index)
-                else:
-                    check = run_check(checker, item, record.value)
+            if self.granularity == "stage":
+                check = check_task(self.carousel, item, record.value, key, run_index)
+            else:
+                check = self.carousel.check(item, record.value)
         # a checker may grade each item with its own metric (the seed-3 task specs do)
         metric = (check.metadata.get("metric") if check is not None else None) or plan.metric
         if self.granularity == "stage":
@@ -144,7 +143,9 @@ class ItemProcessor:
             try:
                 result, transcript = self.run_session(item, key, run_index, refresh)
             except Exception as exc:  # infrastructure failure outside the solver: keep going
-                log.exception("item %s run %d failed", key, run_index)
+                # one line (the Runner prints it with the other session errors); the
+                # traceback goes to the debug log (--debug)
+                log.debug("item %s run %d failed", key, run_index, exc_info=True)
                 result = SessionResult(item_id=key, run_index=run_index, model_id=self.plan.model_id,
                                        outcome=Outcome.ERROR, error=ErrorInfo.from_exception(exc))
                 transcript = []

@@ -50,3 +50,38 @@ def run_logs(folder: Path | None) -> Iterator[logging.Logger]:
             logger.removeHandler(handler)
             if isinstance(handler, logging.FileHandler):
                 handler.close()
+
+
+class _OneLine(logging.Formatter):
+    """Wraps a console formatter: the first line of the message, no traceback (``--debug``
+    shows them). Leaves the record itself untouched, so run.log and the UI keep everything."""
+
+    def __init__(self, inner: logging.Formatter | None):
+        super().__init__()
+        self.inner = inner or logging.Formatter("%(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        saved = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        try:
+            text = self.inner.format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
+        first = text.split("\n", 1)[0]
+        return first if len(first) <= 400 else first[:400] + " ..."
+
+
+def quiet_prefect_console() -> None:
+    """Prefect's terminal output as one line per record, without tracebacks: a failed
+    task or a failed cache write must not print pages of Prefect internals (the run
+    reports what the user should act on itself). Call after Prefect is imported."""
+    from prefect.logging.configuration import PROCESS_LOGGING_CONFIG, setup_logging
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    if not PROCESS_LOGGING_CONFIG:
+        setup_logging()  # later set-ups are incremental: they keep the formatters set here
+    for name in ["", *logging.root.manager.loggerDict]:
+        logger = logging.getLogger(name)
+        for handler in getattr(logger, "handlers", []):
+            if isinstance(handler, PrefectConsoleHandler) and not isinstance(handler.formatter, _OneLine):
+                handler.setFormatter(_OneLine(handler.formatter))

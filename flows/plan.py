@@ -7,6 +7,7 @@ here first with a clear error.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -17,9 +18,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from ape.schemas.config import ApeConfig, ModelConfig
-from ape.schemas.errors import ApeError
+from ape.schemas.errors import ApeError, did_you_mean
 from ape.schemas.plugins import load_object
 from ape.tasks.data import DataProvider
+from ape.tasks.deadline import call_with_timeout
 from ape.tasks.render import check_template
 
 # Bump when the meaning of cached generations changes, to invalidate old caches.
@@ -102,12 +104,15 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
         raise ApeError("[run] max_cost needs a price for every model",
                        where=f"{src} [run] max_cost",
                        hint="set price_input_per_mtok and price_output_per_mtok in each [[model]]")
-    adapter = load_adapter(config.adapter, config.base_dir)
+    adapter = functools.partial(call_with_timeout, load_adapter(config.adapter, config.base_dir),
+                                limit_s=config.adapter.timeout_s, label="the adapter",
+                                key="[adapter] timeout_s")
 
     def checker_factory() -> Any:
         return load_checker(config.checker, config.base_dir)
 
     probe = checker_factory()  # fail now on a bad checker, not in a worker thread
+    check_checker_fields(probe, data_model, where=f"{src} [checker] args")
     hook = None
     if config.hooks.on_batch_saved:
         hook = load_object(config.hooks.on_batch_saved, where=f"{src} [hooks] on_batch_saved",
@@ -119,16 +124,68 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
         "version": CACHE_VERSION,
         "model": model_fingerprint(model_cfg),
         "system": system,
-        "solver": config.solver.model_dump(mode="json"),
-        "adapter": config.adapter.model_dump(mode="json"),
+        # time limits change no answer, so they stay out of the key
+        "solver": config.solver.model_dump(mode="json", exclude={"tool_timeout_s"}),
+        "adapter": config.adapter.model_dump(mode="json", exclude={"timeout_s"}),
         "tools": {k: v.model_dump(mode="json") for k, v in sorted(config.tools.items())},
         # the checker shapes the conversation only when the model can call it
-        "checker": config.checker.model_dump(mode="json") if config.checker.expose_as_tool else None,
+        "checker": config.checker.model_dump(mode="json", exclude={"timeout_s"})
+        if config.checker.expose_as_tool else None,
     }
     return Plan(config=config, model_cfg=model_cfg, data_model=data_model, template=template,
                 system=system, adapter=adapter, checker_factory=checker_factory,
                 metric=getattr(probe, "metric", None), hook=hook, fingerprint=fingerprint,
                 fingerprint_key=fingerprint_hash(fingerprint, size=32))
+
+
+def resume_fingerprints(plan: Plan) -> dict[str, Any]:
+    """What a saved result depends on, part by part, as recorded in metadata.json.
+
+    On resume (see :mod:`ape.flows.resume`) a changed ``generation`` part refuses to mix
+    results, a changed ``checker`` re-scores, and ``runs_per_data`` is compared as a number.
+    """
+    fp = plan.fingerprint
+    cfg = plan.config
+    generation = {
+        "prompt": fingerprint_hash([plan.template, fp.get("system")]),
+        "model": fingerprint_hash(fp.get("model")),
+        "data": file_digest(cfg.data.file),
+        "solver": fingerprint_hash([fp.get("solver"), fp.get("adapter"), fp.get("tools"),
+                                    fp.get("checker")]),
+    }
+    checker = cfg.checker.model_dump(mode="json", exclude={"timeout_s"})
+    return {"generation": generation, "checker": fingerprint_hash([checker, plan.metric]),
+            "runs_per_data": cfg.run.runs_per_data}
+
+
+def check_checker_fields(checker: Any, data_model: type[BaseModel], where: str) -> None:
+    """A built-in checker's reference field (``args.field``, ``args.tests_field``) must be a
+    field of the DataModel: otherwise every check of the run would be a check error."""
+    from ape.tasks.score import BuiltinChecker
+
+    if not isinstance(checker, BuiltinChecker):
+        return
+    key = "tests_field" if hasattr(checker.args, "tests_field") else "field"
+    name = getattr(checker.args, key)
+    known = {n for n, f in data_model.model_fields.items()} | {
+        f.alias for f in data_model.model_fields.values() if f.alias}
+    if name not in known:
+        raise ApeError(f"the checker reads the reference from '{name}', which is not a field of "
+                       f"{data_model.__name__} (fields: {', '.join(data_model.model_fields)})",
+                       where=f"{where} {key}", hint=did_you_mean(name, sorted(known))
+                       or f"set args.{key} to the field that holds the reference")
+
+
+def file_digest(path: Path) -> str | None:
+    """sha256 of a file's bytes (None when unreadable: the data loader reports that)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
 
 
 def fingerprint_hash(data: Any, size: int = 16) -> str:

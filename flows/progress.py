@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 
 from rich.console import Console
+from ape.flows.logs import CONSOLE_SKIP
+from ape.schemas.results import CheckStatus, Outcome, OutputBatch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 log = logging.getLogger("ape")
@@ -24,6 +26,8 @@ class Tally:
     sessions: int = 0
     passed: int = 0
     errors: int = 0
+    check_errors: int = 0
+    shown_errors: int = 0  # error lines printed on the terminal so far
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -32,7 +36,30 @@ class Tally:
 
     def line(self) -> str:
         return (f"{self.done}/{self.total} items, pass {self.pass_rate:.1%}, "
-                f"{self.errors} errored sessions, {time.monotonic() - self.started:.1f} s")
+                f"{self.errors} errored sessions, {self.check_errors} check errors, "
+                f"{time.monotonic() - self.started:.1f} s")
+
+
+MAX_ERROR_LINES = 20  # on the terminal; run.log and the Prefect UI get every line
+
+
+def report_errors(batch: OutputBatch, tally: Tally) -> None:
+    """One line per errored session or check of a saved item (never a traceback)."""
+    for session in batch.sessions:
+        if session.outcome is Outcome.ERROR:
+            what, error = "session error", session.error
+        elif session.check is not None and session.check.status is CheckStatus.ERROR:
+            what, error = "check error", session.check.error
+        else:
+            continue
+        detail = f"{error.type}: {error.message}" if error else "unknown error"
+        detail = " ".join(detail.split())[:300]
+        tally.shown_errors += 1
+        quiet = tally.shown_errors > MAX_ERROR_LINES
+        log.warning("item %s run %d: %s: %s", batch.item_id, session.run_index, what, detail,
+                    extra={CONSOLE_SKIP: True} if quiet else None)
+        if tally.shown_errors == MAX_ERROR_LINES + 1:
+            log.warning("further error lines go to run.log only")
 
 
 class ProgressView:
@@ -76,7 +103,8 @@ class ProgressView:
     def update(self, force: bool = False) -> None:
         t = self.tally
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, completed=t.done, rate=f"{t.pass_rate:.1%}", errors=t.errors)
+            self._bar.update(self._task, completed=t.done, rate=f"{t.pass_rate:.1%}",
+                             errors=f"{t.errors}, check errors {t.check_errors}")
         now = time.monotonic()
         if self._log_progress and not force and now - self._last_log >= 10.0:
             # without a terminal, a line every 10 s; the runner logs the final tally itself

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 GIVE_UP_TOKEN = "I_GIVE_UP"
+MAX_TIMEOUT_S = 86_400.0  # a day: any time limit above it is a typo
 
 DEFAULT_FORCE_FINISH_PROMPT = (
     "You have used all the steps available. Stop calling tools and give your final answer now, "
@@ -92,8 +93,8 @@ class ModelConfig(Section):
     )
     temperature: float | None = None
     max_tokens: int | None = None
-    timeout_s: float = Field(default=120.0, gt=0, description="Per-request timeout.")
-    max_retries: int = Field(default=4, ge=0, description="Retries of transient failures.")
+    timeout_s: float = Field(default=120.0, gt=0, le=MAX_TIMEOUT_S, description="Per-request timeout.")
+    max_retries: int = Field(default=4, ge=0, le=100, description="Retries of transient failures.")
     retry_initial_s: float = Field(default=1.0, ge=0, description="First backoff delay.")
     retry_max_s: float = Field(default=30.0, ge=0, description="Longest backoff delay.")
     requests_per_second: float | None = Field(default=None, gt=0)
@@ -129,6 +130,8 @@ class AdapterConfig(Section):
         description="Built-in adapter (raw, strip, regex, last_number, json) or a dotted path.",
     )
     args: dict[str, Any] = Field(default_factory=dict)
+    timeout_s: float = Field(default=60.0, gt=0, le=MAX_TIMEOUT_S,
+                             description="Time limit of one parse; a hung adapter ends the session.")
 
 
 class SolverConfig(Section):
@@ -140,6 +143,8 @@ class SolverConfig(Section):
     reformat_prompt: str = Field(
         default=DEFAULT_REFORMAT_PROMPT, description="May use {error} for the parse error."
     )
+    tool_timeout_s: float = Field(default=300.0, gt=0, le=MAX_TIMEOUT_S,
+                                  description="Time limit of one tool call; a hung tool ends the session.")
 
 
 class ToolConfig(Section):
@@ -152,12 +157,14 @@ class CheckerConfig(Section):
     args: dict[str, Any] = Field(default_factory=dict)
     expose_as_tool: bool = False
     checker_tool: str = Field(default="check_solution", pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+    timeout_s: float = Field(default=60.0, gt=0, le=MAX_TIMEOUT_S,
+                             description="Time limit of one check; a hung check is a check error.")
 
 
 class RunConfig(Section):
     solver_workers: int = Field(default=4, ge=1, le=1024)
     checker_workers: int = Field(default=1, ge=1, le=256)
-    runs_per_data: int = Field(default=1, ge=1)
+    runs_per_data: int = Field(default=1, ge=1, le=10_000)
     output: Path = Field(default=Path("output"), description="Output folder.")
     save_file: str = "results.jsonl"
     metadata_file: str = "metadata.json"
@@ -180,11 +187,11 @@ class RunConfig(Section):
         "(real times and states, failed stages Failed), at a fraction of a live task run's cost.",
     )
     window: int | None = Field(
-        default=None, ge=1, description="Items in flight at once (default 4 x solver_workers)."
+        default=None, ge=1, le=100_000, description="Items in flight at once (default 4 x solver_workers)."
     )
     task_runner: Literal["thread", "dask"] = "thread"
     dask_address: str | None = None
-    dask_workers: int = Field(default=2, ge=1)
+    dask_workers: int = Field(default=2, ge=1, le=1024)
     max_cost: float | None = Field(
         default=None, gt=0,
         description="Stop submitting items once the sessions saved in the output folder cost "

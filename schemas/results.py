@@ -89,6 +89,16 @@ class OutputBatch(Record):
     def has_error(self) -> bool:
         return any(s.outcome is Outcome.ERROR for s in self.sessions)
 
+    @property
+    def check_errors(self) -> int:
+        """Sessions whose checker raised, returned no verdict, or ran past its time limit."""
+        return sum(s.check is not None and s.check.status is CheckStatus.ERROR for s in self.sessions)
+
+    @property
+    def needs_redo(self) -> bool:
+        """A rerun (and ``ape retry``) redoes this item: a session or a check errored."""
+        return self.has_error or self.check_errors > 0
+
 
 class Generation(BaseModel):
     """What a seed-3 ModelAdapter returns for one prompt."""

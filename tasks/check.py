@@ -29,6 +29,7 @@ from ape.schemas.errors import ApeError
 from ape.schemas.plugins import call_plugin, load_object
 from ape.schemas.registry import is_short_name, resolve
 from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo
+from ape.tasks.deadline import PluginTimeout, call_with_timeout
 
 Checker = Callable[[Any, Any], Any]
 
@@ -83,11 +84,16 @@ def _same(checker: Checker) -> Checker:
     return checker
 
 
-def run_check(checker: Checker, item: Any, solution: Any) -> CheckResult:
-    """Run one check; never raises. bool, Passed, Failed and CheckResult are accepted."""
+def run_check(checker: Checker, item: Any, solution: Any, timeout_s: float | None = None) -> CheckResult:
+    """Run one check; never raises. bool, Passed, Failed and CheckResult are accepted.
+
+    A checker that raises, returns anything else or runs past ``timeout_s`` gives a check
+    ERROR: the session scores nothing, and the item counts as errored (see the Runner).
+    """
     start = time.perf_counter()
     try:
-        verdict = checker(item, solution)
+        verdict = call_with_timeout(checker, item, solution, limit_s=timeout_s, label="the checker",
+                                    key="[checker] timeout_s")
     except Exception as exc:
         return CheckResult(
             status=CheckStatus.ERROR,
@@ -151,10 +157,12 @@ class CheckerCarousel:
     threads at the same time.
     """
 
-    def __init__(self, factory: Callable[[], Checker], size: int):
+    def __init__(self, factory: Callable[[], Checker], size: int, timeout_s: float | None = None):
         if size < 1:
             raise ValueError(f"a checker carousel needs at least one checker, got size={size}")
         self.size = size
+        self.timeout_s = timeout_s
+        self._factory = factory
         self._pool: queue.Queue[Checker] = queue.Queue(maxsize=size)
         for _ in range(size):
             self._pool.put(factory())
@@ -168,9 +176,22 @@ class CheckerCarousel:
             self._pool.put(checker)
 
     def check(self, item: Any, solution: Any) -> CheckResult:
-        """:func:`run_check` with a borrowed checker."""
-        with self.borrow() as checker:
-            return run_check(checker, item, solution)
+        """:func:`run_check` with a borrowed checker and the carousel's time limit. An
+        instance that timed out may still be running, so a fresh one takes its slot."""
+        checker = self._pool.get()
+        result = None
+        try:
+            result = run_check(checker, item, solution, self.timeout_s)
+        finally:
+            timed_out = result is not None and result.error is not None \
+                and result.error.type == PluginTimeout.__name__
+            if timed_out:
+                try:
+                    checker = self._factory()
+                except Exception:  # keep the old one rather than shrink the pool
+                    pass
+            self._pool.put(checker)
+        return result
 
 
 class CandidateAnswer(BaseModel):

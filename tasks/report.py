@@ -72,7 +72,6 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import ValidationError
 
 from ape.schemas.errors import ApeError
 from ape.schemas.report import (
@@ -98,7 +97,7 @@ from ape.tasks.aggregate import (
 from ape.tasks.calibrate import bins_frame, calibration_by_model
 from ape.tasks.chart import write_summary_chart
 from ape.tasks.provenance import environment
-from ape.tasks.save import atomic_write_text
+from ape.tasks.save import atomic_write_text, scan_results
 
 log = logging.getLogger(__name__)
 
@@ -200,30 +199,17 @@ def _expected(check: Any) -> str | None:
 def read_batches(path: Path) -> dict[tuple[str, str], tuple[OutputBatch, int]]:
     """The batches of one results file keyed by (model, item); a later line replaces an earlier one.
 
-    A last line without its newline that does not parse is an interrupted write and is
-    skipped with a warning; any other bad line is an error naming the file and line.
+    Read by :func:`ape.tasks.save.scan_results`, the same reader a resumed run uses, so the
+    report counts exactly what the run considers saved: a torn last line and damaged lines
+    are left out with a warning naming the file and line (the next run moves damaged lines
+    to a quarantine file and redoes their items).
     """
-    batches: dict[tuple[str, str], tuple[OutputBatch, int]] = {}
-    with path.open(encoding="utf-8") as handle:
-        lines = handle.readlines()
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        try:
-            batch = OutputBatch.model_validate_json(text)
-        except ValidationError as exc:
-            if number == len(lines) and not text.endswith("\n"):
-                log.warning("%s:%d: skipping a partly written last line", path, number)
-                continue
-            first = exc.errors()[0]
-            key = ".".join(str(part) for part in first["loc"]) or "line"
-            raise ApeError(
-                f"not a saved result batch: {key}: {first['msg']}",
-                where=f"{path}:{number}",
-                hint="results.jsonl must hold one OutputBatch JSON object per line",
-            ) from None
-        batches[(batch.model_id, batch.item_id)] = (batch, number)
-    return batches
+    scan = scan_results(path)
+    for number, _, reason in scan.damaged:
+        log.warning("%s:%d: skipping a damaged line (%s)", path, number, reason[:200])
+    if scan.torn:
+        log.warning("%s: skipping a partly written last line", path)
+    return {(batch.model_id, batch.item_id): (batch, number) for number, batch in scan.batches}
 
 
 def session_table(output_dirs: Iterable[Path]) -> pa.Table:
@@ -458,7 +444,8 @@ def markdown_table(envelope: Envelope) -> str:
         header = ["Rank (range)", "Group", "Model", "Items", "Mean score [95% CI]", "CI method",
                   "Pass rate [95% CI]"]  # fmt: skip
         header += ["pass@k"] if with_k else []
-        header += ["Solved", "Parse failed", "Gave up", "Error", "Latency s", "Tokens in/out"]
+        header += ["Solved", "Parse failed", "Gave up", "Error", "Check errors", "Latency s",
+                   "Tokens in/out"]
         header += ["Cost", "Cost/correct"] if with_cost else []
         rows = []
         for row in envelope.leaderboard:
@@ -469,7 +456,7 @@ def markdown_table(envelope: Envelope) -> str:
                 cells.append(", ".join(f"@{k} {v:.3f}" for k, v in row.pass_at_k.items()) or "-")
             tokens = f"{_cell(row.mean_input_tokens, 0)}/{_cell(row.mean_output_tokens, 0)}"
             cells += [str(row.outcomes.SOLVED), str(row.outcomes.PARSING_FAILED),
-                      str(row.outcomes.GAVE_UP), str(row.outcomes.ERROR),
+                      str(row.outcomes.GAVE_UP), str(row.outcomes.ERROR), str(row.check_errors),
                       _cell(row.mean_latency_s, 2), tokens]  # fmt: skip
             if with_cost:
                 cells += [_money(row.total_cost), _money(row.cost_per_correct)]

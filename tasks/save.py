@@ -20,17 +20,27 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
+import logging
+import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch, Outcome
+
+log = logging.getLogger("ape")
+
+QUARANTINE_SUFFIX = ".damaged"
+# Held while results or metadata are written, so that a process that must end at once
+# (the Prefect API watchdog) can wait for a write to finish and never leave a torn line.
+WRITE_GUARD = threading.RLock()
 
 
 def _umask() -> int:
@@ -66,22 +76,55 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+@dataclass
+class ResultsScan:
+    """What one results file holds: its good batches (with line numbers) and its damage."""
+
+    path: Path
+    batches: list[tuple[int, OutputBatch]] = field(default_factory=list)
+    damaged: list[tuple[int, str, str]] = field(default_factory=list)  # (line, text, reason)
+    torn: bool = False  # the last line was cut off by a crash (its item was not saved)
+
+    def latest(self) -> dict[str, tuple[int, OutputBatch]]:
+        """The last batch of each item (a rerun of an item replaces its earlier line)."""
+        return {batch.item_id: (number, batch) for number, batch in self.batches}
+
+
+def scan_results(path: Path) -> ResultsScan:
+    """The one reader of results.jsonl (the save handler and the report both use it).
+
+    A line that does not parse as an OutputBatch is *damaged* wherever it is, except a
+    last line without its newline, which is a write torn by a crash (``torn``).
+    """
+    scan = ResultsScan(Path(path))
+    if not scan.path.exists():
+        return scan
+    raw = scan.path.read_bytes()
+    lines = raw.split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with a newline
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            scan.batches.append((number, OutputBatch.model_validate_json(line)))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            key = ".".join(str(part) for part in first["loc"])
+            reason = f"{key}: {first['msg']}" if key else first["msg"]
+            scan.damaged.append((number, line.decode("utf-8", "replace"), reason))
+    if tail.strip():
+        scan.torn = True
+    return scan
+
+
 def read_batches(path: Path) -> Iterator[OutputBatch]:
-    """Complete batches of a results file, skipping a torn last line."""
-    if not path.exists():
-        return
-    with path.open("r", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.endswith("\n"):
-                return  # torn write from a crash: that item was not saved
-            if not line.strip():
-                continue
-            try:
-                yield OutputBatch.model_validate_json(line)
-            except ValidationError as exc:
-                raise ApeError(f"corrupt results line: {exc.errors()[0]['msg']}",
-                               where=f"{path}:{number}",
-                               hint="move the file away to start this output folder afresh") from None
+    """The good batches of a results file, in file order (damaged and torn lines left out)."""
+    for _, batch in scan_results(path).batches:
+        yield batch
+
+
+class SaveFailed(Exception):
+    """Writing results failed mid-run (disk full, folder gone): the run must end."""
 
 
 class SaveHandler:
@@ -94,7 +137,7 @@ class SaveHandler:
         self.results_path = self.folder / save_file
         self.metadata_path = self.folder / metadata_file
         self.run_info = dict(run_info or {})
-        self.completed: dict[str, bool] = {}  # item id -> batch has an ERROR session
+        self.completed: dict[str, bool] = {}  # item id -> batch has an ERROR session or check error
         self.outcomes: dict[str, int] = {o.value: 0 for o in Outcome}
         self._handle = None
         self._interval = metadata_interval_s
@@ -102,22 +145,47 @@ class SaveHandler:
         self._meta_dirty = False
 
     # -- start ---------------------------------------------------------------------------
-    def load(self) -> None:
-        """Reconcile results.jsonl and metadata.json after a previous (maybe crashed) run."""
+    def load(self) -> dict[str, Any]:
+        """Reconcile results.jsonl and metadata.json after a previous (maybe crashed) run.
+
+        A torn last line is dropped; damaged lines anywhere are moved to
+        ``results.jsonl.damaged`` (appended, never overwritten) with a warning naming the
+        line, so their items are redone while every good line is kept; a duplicate line of
+        an item keeps its last batch. Returns the previous metadata.json (empty if none).
+        """
         self.folder.mkdir(parents=True, exist_ok=True)
-        keep: dict[str, str] = {}
-        torn = False
-        if self.results_path.exists():
-            raw = self.results_path.read_bytes()
-            torn = bool(raw) and not raw.endswith(b"\n")
-            for batch in read_batches(self.results_path):
-                keep[batch.item_id] = batch.model_dump_json()
-                self.completed[batch.item_id] = batch.has_error
-            complete_lines = [line for line in raw.split(b"\n")[:-1] if line.strip()]
-            if torn or len(complete_lines) != len(keep):
-                # drop the torn tail (and any duplicate line), keeping the last batch per item
-                atomic_write_text(self.results_path, "".join(v + "\n" for v in keep.values()))
+        previous: dict[str, Any] = {}
+        try:
+            previous = json.loads(self.metadata_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            previous = {}
+        scan = scan_results(self.results_path)
+        keep = scan.latest()
+        if scan.damaged:
+            self._quarantine(scan)
+        for _, batch in keep.values():
+            self.completed[batch.item_id] = batch.needs_redo
+        if scan.torn or scan.damaged or len(keep) != len(scan.batches):
+            ordered = sorted(keep.values(), key=lambda pair: pair[0])
+            self._rewrite([batch for _, batch in ordered])
         self._write_metadata()
+        return previous if isinstance(previous, dict) else {}
+
+    def _quarantine(self, scan: ResultsScan) -> None:
+        target = self.results_path.with_name(self.results_path.name + QUARANTINE_SUFFIX)
+        with WRITE_GUARD, target.open("a", encoding="utf-8") as handle:
+            for number, text, _ in scan.damaged:
+                handle.write(text.rstrip("\n") + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        for number, _, reason in scan.damaged:
+            log.warning("%s:%d is damaged (%s); moved to %s, its item will be redone",
+                        self.results_path, number, reason[:200], target.name)
+
+    def _rewrite(self, batches: list[OutputBatch]) -> None:
+        self.close()  # the append handle would keep writing to the replaced file
+        with WRITE_GUARD:
+            atomic_write_text(self.results_path, "".join(b.model_dump_json() + "\n" for b in batches))
 
     def reset(self, also: Iterable[str] = ()) -> None:
         """Start the output folder afresh (load_save = false): old results, and the files
@@ -135,14 +203,30 @@ class SaveHandler:
         drop = set(item_ids) & set(self.completed)
         if not drop:
             return 0
-        self.close()  # the append handle would keep writing to the replaced file
-        lines = [b.model_dump_json() + "\n" for b in read_batches(self.results_path)
-                 if b.item_id not in drop]
-        atomic_write_text(self.results_path, "".join(lines))
+        self._rewrite([b for b in read_batches(self.results_path) if b.item_id not in drop])
         for key in drop:
             del self.completed[key]
         self._write_metadata()
         return len(drop)
+
+    def ids_with_fewer_sessions(self, runs: int) -> list[str]:
+        return [b.item_id for b in read_batches(self.results_path) if len(b.sessions) < runs]
+
+    def keep_first_runs(self, runs: int) -> Path:
+        """Keep only sessions with run_index < ``runs``; the full file is kept as a .bak."""
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+        backup = self.results_path.with_name(f"{self.results_path.name}.{stamp}.bak")
+        batches = list(read_batches(self.results_path))
+        self.close()
+        with WRITE_GUARD:
+            shutil.copy2(self.results_path, backup)
+        trimmed = [b.model_copy(update={"sessions": [s for s in b.sessions if s.run_index < runs]})
+                   for b in batches]
+        self._rewrite(trimmed)
+        for batch in trimmed:
+            self.completed[batch.item_id] = batch.needs_redo
+        self._write_metadata()
+        return backup
 
     def errored_ids(self) -> list[str]:
         return [key for key, err in self.completed.items() if err]
@@ -156,13 +240,20 @@ class SaveHandler:
         """Append ``batches`` durably, then update metadata.json. One fsync per call."""
         if not batches:
             return
-        if self._handle is None:
-            self._handle = self.results_path.open("a", encoding="utf-8")
-        self._handle.write("".join(b.model_dump_json() + "\n" for b in batches))
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        text = "".join(b.model_dump_json() + "\n" for b in batches)
+        try:
+            with WRITE_GUARD:
+                if self._handle is None:
+                    self._handle = self.results_path.open("a", encoding="utf-8")
+                self._handle.write(text)
+                self._handle.flush()
+                os.fsync(self._handle.fileno())
+        except OSError as exc:
+            self._abandon_partial()
+            raise SaveFailed(f"cannot write {self.results_path}: {exc.strerror or exc}; the "
+                             f"{len(self.completed)} items saved before are kept") from exc
         for batch in batches:
-            self.completed[batch.item_id] = batch.has_error
+            self.completed[batch.item_id] = batch.needs_redo
         self._meta_dirty = True
         if time.monotonic() - self._meta_at >= self._interval:
             self._write_metadata()
@@ -176,7 +267,21 @@ class SaveHandler:
             "errored_ids": self.errored_ids(),
             "updated_at": datetime.now(timezone.utc).isoformat(),
         }
-        atomic_write_text(self.metadata_path, json.dumps(meta, indent=1, default=str))
+        try:
+            with WRITE_GUARD:
+                atomic_write_text(self.metadata_path, json.dumps(meta, indent=1, default=str))
+        except OSError as exc:
+            raise SaveFailed(f"cannot write {self.metadata_path}: {exc.strerror or exc}") from exc
+
+    def _abandon_partial(self) -> None:
+        """After a failed append: drop the handle (its buffer may hold part of a line); the
+        next load treats a partial last line as torn, so nothing saved before is harmed."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            try:
+                handle.close()
+            except OSError:
+                pass
 
     def close(self) -> None:
         if self._meta_dirty:
@@ -188,5 +293,9 @@ class SaveHandler:
     def __enter__(self) -> SaveHandler:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        try:
+            self.close()
+        except SaveFailed:
+            if exc_type is None:  # otherwise the error already on its way says more
+                raise

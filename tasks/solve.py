@@ -55,6 +55,7 @@ from ape.schemas.errors import ApeError
 from ape.schemas.models import ModelAdapter
 from ape.schemas.results import ErrorInfo, Outcome
 from ape.schemas.transcript import EntryKind, SolveRecord, SolverState, TranscriptEntry
+from ape.tasks.deadline import PluginTimeout, call_with_timeout
 
 NOT_EXECUTED = "Not executed: no more tool calls now. Reply with your final answer as text."
 
@@ -204,8 +205,10 @@ class _ChatDialogue:
         messages: list[BaseMessage],
         recorder: _Recorder,
         stats: _Stats,
+        tool_timeout_s: float | None = None,
     ):
         self.model = model
+        self.tool_timeout_s = tool_timeout_s
         self.tools = list(tools)
         self.by_name = {tool.name: tool for tool in self.tools}
         self.messages = messages
@@ -288,7 +291,13 @@ class _ChatDialogue:
                 )
                 continue
             try:
-                output = tool.invoke({**call, "id": call_id, "type": "tool_call"})
+                output = call_with_timeout(
+                    tool.invoke, {**call, "id": call_id, "type": "tool_call"},
+                    limit_s=self.tool_timeout_s, label=f"tool '{name}'", key="[solver] tool_timeout_s")
+            except PluginTimeout as exc:  # a hung tool ends the session, with this reason
+                self.rec.add(EntryKind.TOOL_ERROR, name=name, data={"id": call_id},
+                             error=ErrorInfo.from_exception(exc))
+                raise
             except Exception as exc:
                 info = ErrorInfo.from_exception(exc)
                 self._tool_error(call_id, name, info, f"Error: {info.type}: {info.message}")
@@ -408,7 +417,8 @@ def run_solver(
     answer: str | None = None
     forced = False
     if is_chat_model(model):
-        chat = _ChatDialogue(model, tools, build_messages(prompt, system), rec, stats)
+        chat = _ChatDialogue(model, tools, build_messages(prompt, system), rec, stats,
+                             settings.tool_timeout_s)
         messages: list[BaseMessage] = chat.messages
         try:
             while True:
@@ -488,7 +498,8 @@ def run_adaption(
 
     dialogue: _ChatDialogue | _AdapterDialogue
     if is_chat_model(model):
-        dialogue = _ChatDialogue(model, tools, messages_from_dict(state.messages), rec, stats)
+        dialogue = _ChatDialogue(model, tools, messages_from_dict(state.messages), rec, stats,
+                                 settings.tool_timeout_s)
     else:
         dialogue = _AdapterDialogue(model, state.prompt, state.system, item, rec, stats)
         dialogue.messages = messages_from_dict(state.messages)
@@ -500,6 +511,8 @@ def run_adaption(
         rec.add(EntryKind.PARSE_ATTEMPT, answer, data={"attempt": attempt, "of": attempts})
         try:
             value = adapter(answer)
+        except PluginTimeout as exc:  # a hung adapter ends the session, not a parse failure
+            return record(Outcome.ERROR, answer, ErrorInfo.from_exception(exc))
         except Exception as exc:
             last_error = ErrorInfo.from_exception(exc)
             rec.add(EntryKind.PARSE_FAILED, data={"attempt": attempt}, error=last_error)

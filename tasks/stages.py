@@ -176,10 +176,9 @@ def render_task(template: str, item: BaseModel, item_id: str) -> str:
 
 @task(name="check", task_run_name="check[{item_id}]#{run_index}", cache_policy=NO_CACHE,
       persist_result=False)
-def check_task(checker: Any, item: BaseModel, solution: Any, item_id: str, run_index: int) -> CheckResult:
-    from ape.tasks.check import run_check
-
-    return run_check(checker, item, solution)
+def check_task(carousel: Any, item: BaseModel, solution: Any, item_id: str, run_index: int) -> CheckResult:
+    """``carousel`` is the run's CheckerCarousel (it lends a checker and applies the time limit)."""
+    return carousel.check(item, solution)
 
 
 @task(name="score", task_run_name="score[{item_id}]#{run_index}", cache_policy=NO_CACHE,

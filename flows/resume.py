@@ -1,0 +1,81 @@
+"""Resuming after the config changed: what saved results can still be used.
+
+A run records :func:`ape.flows.plan.resume_fingerprints` in metadata.json. When a
+later run resumes the same output folder:
+
+- a changed prompt, model, data file or solver/adapter/tool setting would mix
+  answers to different questions in one leaderboard: refused with one line, before
+  any flow starts (``ape run`` exits 2);
+- a changed checker or metric re-scores every saved item: the items are redone, and
+  their generations come from the run's cache (``[run] cache``, on by default), so
+  no model is called;
+- a larger ``runs_per_data`` redoes the items that have fewer sessions; the sessions
+  they already have come from the cache, so only the missing ones call the model;
+- a smaller ``runs_per_data`` keeps the first k sessions of each item (the full file is
+  kept beside it as ``results.jsonl.<time>.bak``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from ape.schemas.errors import ApeError
+from ape.tasks.save import SaveHandler
+
+log = logging.getLogger("ape")
+
+PARTS = {"prompt": "prompt", "model": "model", "data": "data file",
+         "solver": "solver, adapter or tool setting"}
+
+
+def recorded(metadata_path: Path) -> dict[str, Any] | None:
+    """The fingerprints a previous run recorded in ``metadata_path`` (None if none)."""
+    try:
+        meta = json.loads(Path(metadata_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    fingerprints = meta.get("fingerprints") if isinstance(meta, dict) else None
+    if not isinstance(fingerprints, dict) or not meta.get("completed_ids"):
+        return None
+    return fingerprints
+
+
+def refuse_mixing(previous: dict[str, Any] | None, current: dict[str, Any], folder: Path) -> None:
+    """ApeError when the saved results in ``folder`` answered different questions."""
+    if not previous:
+        return
+    before = previous.get("generation") or {}
+    changed = [label for key, label in PARTS.items() if before.get(key) != current["generation"][key]]
+    if changed:
+        raise ApeError(f"{folder} holds results made with a different {', '.join(changed)}; "
+                       "resuming would mix them into one leaderboard", where="[run] output",
+                       hint="give this run a new output folder (--output), or pass --no-load-save "
+                       "to start afresh (the old results are kept as .bak files)")
+
+
+def apply_changes(saver: SaveHandler, previous: dict[str, Any] | None, current: dict[str, Any],
+                  model_id: str, cached: bool) -> None:
+    """Bring the loaded results in line with the current config (see the module docstring)."""
+    if not previous or not saver.completed:
+        return
+    refuse_mixing(previous, current, saver.folder)
+    source = "their cached generations" if cached else "new model calls ([run] cache is off)"
+    if previous.get("checker") != current["checker"]:
+        count = saver.discard(list(saver.completed))
+        log.info("%s: the checker or metric changed: re-scoring %d saved item(s) from %s",
+                 model_id, count, source)
+        return
+    before, now = previous.get("runs_per_data"), current["runs_per_data"]
+    if not isinstance(before, int) or before == now:
+        return
+    if now > before:
+        count = saver.discard(saver.ids_with_fewer_sessions(now))
+        log.info("%s: runs_per_data grew from %d to %d: running the missing sessions of %d item(s)",
+                 model_id, before, now, count)
+    else:
+        backup = saver.keep_first_runs(now)
+        log.info("%s: runs_per_data shrank from %d to %d: reporting the first %d session(s) of "
+                 "each item (all of them kept in %s)", model_id, before, now, now, backup.name)
