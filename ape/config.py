@@ -50,6 +50,9 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ap
         raise _config_error(exc, path, text) from None
     if not config.run.output.is_absolute():  # the default, when [run] output is not set
         config.run.output = (base / config.run.output).resolve()
+    for model in config.model:  # [model] model_path (provider "llama-cpp"), like the other paths
+        if model.model_path is not None:
+            model.model_path = (base / model.model_path.expanduser()).resolve()
     _check_files(config, path, text)
     return config
 

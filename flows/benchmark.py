@@ -73,8 +73,11 @@ def benchmark(config: ApeConfig, redo_outcomes: list[str] | None = None) -> dict
     ``redo_outcomes`` (used by ``ape retry``) re-runs saved items whose sessions ended with
     one of these outcomes; items that errored are always redone on a rerun.
     """
-    with run_logs(None):
-        return _evaluate_all(config, redo_outcomes)
+    from ape.tasks.llama_server import local_model_servers
+
+    # local GGUF models (provider "llama-cpp") are served for the length of the run
+    with run_logs(None), local_model_servers(config) as served:
+        return _evaluate_all(served, redo_outcomes)
 
 
 def _evaluate_all(config: ApeConfig, redo_outcomes: list[str] | None) -> Any:

@@ -71,10 +71,14 @@ class ModelConfig(Section):
     )
     provider: str | None = Field(
         default=None,
-        description="Shortcut: 'mock', 'openai' (any OpenAI-compatible endpoint), or an installed "
-        "LangChain integration such as 'anthropic'.",
+        description="Shortcut: 'mock', 'openai' (any OpenAI-compatible endpoint), 'llama-cpp' (a local "
+        "GGUF model APE serves itself), or an installed LangChain integration such as 'anthropic'.",
     )
     model: str | None = Field(default=None, description="The provider's model name.")
+    model_path: Path | None = Field(
+        default=None,
+        description="provider 'llama-cpp': a GGUF file APE serves itself (relative to the config file).",
+    )
     class_: str | None = Field(
         default=None,
         alias="class",
@@ -94,7 +98,7 @@ class ModelConfig(Section):
     requests_per_second: float | None = Field(default=None, gt=0)
     max_concurrency: int | None = Field(default=None, ge=1)
     logprobs: bool | None = Field(
-        default=None, description="Ask for token log-probabilities (default: on for 'openai')."
+        default=None, description="Ask for token log-probabilities (default: on for 'openai', off for 'llama-cpp')."
     )
 
     @model_validator(mode="after")
