@@ -142,12 +142,17 @@ class ServerSpec:
     logits_all: bool = False
     chat_format: str | None = None
 
+    @property
+    def threads(self) -> int:
+        return self.n_threads or max(1, _cpus() // 2)
+
     def command(self, port: int) -> list[str]:
         argv = [
             sys.executable, "-m", "llama_cpp.server",
             "--model", str(self.file), "--model_alias", ALIAS,
             "--host", "127.0.0.1", "--port", str(port),
-            "--n_ctx", str(self.n_ctx), "--n_threads", str(self.n_threads or max(1, _cpus() // 2)),
+            "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads),
+            "--n_threads_batch", str(self.threads),
             "--logits_all", "true" if self.logits_all else "false",
         ]  # fmt: skip
         if self.chat_format:

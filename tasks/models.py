@@ -286,7 +286,12 @@ def _llama_cpp(cfg: ModelConfig) -> BaseChatModel:
     }
     if cfg.logprobs:
         kwargs.update(logprobs=True, top_logprobs=1)
-    _add_sampling(cfg, kwargs)
+    if cfg.temperature is not None:
+        kwargs["temperature"] = cfg.temperature
+    if cfg.max_tokens is not None:
+        # langchain-openai sends max_tokens as max_completion_tokens, which llama-cpp-python's
+        # server ignores (it would generate to the end of the context); send the old name
+        kwargs["extra_body"] = {"max_tokens": cfg.max_tokens}
     kwargs.update({k: v for k, v in cfg.args.items() if k not in SERVER_ARGS})
     return _construct(ChatOpenAI, kwargs, cfg)
 

@@ -105,7 +105,9 @@ def test_built_before_the_run_points_nowhere_and_asks_no_logprobs() -> None:
     model = build_model(local(temperature=0.0, max_tokens=16, args={"n_ctx": 4096}), Path("."))
     inner: Any = model.inner  # type: ignore[union-attr]
     assert str(inner.openai_api_base).rstrip("/") == NOT_STARTED_URL
-    assert not inner.logprobs and inner.max_tokens == 16
+    assert not inner.logprobs and inner.temperature == 0.0
+    # llama-cpp-python's server knows max_tokens, not langchain-openai's max_completion_tokens
+    assert inner.max_tokens is None and inner.extra_body == {"max_tokens": 16}
     assert "n_ctx" not in inner.model_kwargs  # a server setting, not a request argument
     asked = build_model(local(logprobs=True, base_url="http://127.0.0.1:1234/v1"), Path("."))
     assert asked.inner.logprobs and asked.inner.top_logprobs == 1  # type: ignore[union-attr]
