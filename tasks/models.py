@@ -253,6 +253,11 @@ def _openai(cfg: ModelConfig) -> BaseChatModel:
     if cfg.logprobs is not False:
         kwargs.update(logprobs=True, top_logprobs=1)
     _add_sampling(cfg, kwargs)
+    if cfg.base_url and cfg.max_tokens is not None:
+        # langchain-openai sends max_completion_tokens; servers that only know the older
+        # max_tokens (llama-cpp-python's, Ollama's) would otherwise not stop early.
+        # args.extra_body replaces this where a server rejects it.
+        kwargs["extra_body"] = {"max_tokens": cfg.max_tokens}
     kwargs.update(cfg.args)
     return _construct(ChatOpenAI, kwargs, cfg)
 
