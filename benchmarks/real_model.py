@@ -54,14 +54,21 @@ def ape_config(folder: Path, base_url: str, problems: int, max_tokens: int, logp
     return folder / "config.toml"
 
 
-def run_ape(config: Path, out: Path) -> dict[str, Any]:
+def run_ape(config: Path, out: Path, attempts: int = 2) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "ape", "run", str(config), "--no-server", "--no-progress",
-                           "--output", str(out)], cwd=ROOT, env=env, capture_output=True, text=True)
-    process_s = time.perf_counter() - started
-    if proc.returncode not in (0, 1):
-        raise RuntimeError(f"ape run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    for attempt in range(attempts):
+        shutil.rmtree(out, ignore_errors=True)
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "ape", "run", str(config), "--no-server", "--no-progress",
+                               "--output", str(out)], cwd=ROOT, env=env, capture_output=True, text=True)
+        process_s = time.perf_counter() - started
+        if (out / "report.json").is_file():
+            break
+        # Prefect's temporary server can fail to start on a loaded machine: say so, try again
+        print(f"ape run ended {proc.returncode} without a report (attempt {attempt + 1}):\n"
+              f"{proc.stderr[-1500:]}", file=sys.stderr, flush=True)
+    else:
+        raise RuntimeError("ape run failed every attempt")
     envelope = json.loads((out / "report.json").read_text())
     sessions = [s for line in (out / "results.jsonl").read_text().splitlines() if line.strip()
                 for s in json.loads(line)["sessions"]]
