@@ -193,14 +193,17 @@ class _nothing:
 def write_example(tmp_path: Path, model_lines: str, *, items: int = 3) -> Path:
     rows = [{"id": f"q{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(items)]
     (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "qa.py").write_text(
+        "from pydantic import BaseModel\n\n\nclass Question(BaseModel):\n"
+        "    id: str\n    question: str\n    answer: str\n")
     config = tmp_path / "config.toml"
     config.write_text(
-        'name = "local"\n[data]\nfile = "data.jsonl"\nschema = "taskspec"\n'
+        'name = "local"\n[data]\nfile = "data.jsonl"\nschema = "qa:Question"\n'
         '[prompt]\ntemplate = "{{ question }} Answer with a number."\n'
         f"[model]\n{model_lines}\n"
         '[adapter]\nimplementation = "last_number"\n'
         '[solver]\nmax_steps = 1\nsolution_adaption_attempts = 1\n'
-        '[checker]\nimplementation = "exact_match"\n'
+        '[checker]\nimplementation = "exact_match"\nargs = { field = "answer" }\n'
         '[run]\nsolver_workers = 2\n')
     return config
 
