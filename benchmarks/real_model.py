@@ -213,7 +213,7 @@ def measure(args: argparse.Namespace, work: Path) -> int:
           f"(median {statistics.median(ratios):.2f}; goal <= 1.15)")
     print(f"identical generations: {same}/{len(ins[0]['outputs'])}")
     print(f"start-up, not in the ratio: APE process {statistics.median(r['process_s'] for r in ape):.1f} s in all "
-          f"(Python, Prefect's temporary server); inspect_ai task set-up {inspect_import_s:.1f} s")
+          f"(Python, imports, Prefect client and flow set-up); inspect_ai task set-up {inspect_import_s:.1f} s")
 
     if args.logprobs:
         server = start_server(True, work / "server-logits.log")
