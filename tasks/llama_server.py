@@ -12,16 +12,17 @@ same file share one server. The server's output goes to ``llama-server.log`` (on
 
 llama-cpp-python's server answers one request at a time, so a run's solver workers
 queue on it. It computes with half the CPUs this process may use (at least one;
-``args.n_threads`` overrides): llama.cpp's threads wait for each other by spinning, and
-on a busy machine a thread that loses its core stalls the others (measured here: one
-token per second with two threads on two cores shared with other work, against
-25-70 with one), while the other half keeps APE and the ``code_exec`` checkers going.
+``args.n_threads`` overrides), prompt and generation alike: llama.cpp's threads spin
+while they wait for each other, so on a busy machine more threads than free cores
+stall (one run here with two threads on two shared cores managed one token per second),
+and the other half keeps APE and the ``code_exec`` checkers going.
 
 Log-probabilities are off by default for this provider: llama-cpp-python computes
 them in Python over the whole vocabulary for every generated token, which made
 generation several times slower (see the README's "Evaluate a real model"). A model
 that sets ``logprobs = true`` gets them (and a confidence); its server then keeps the
-logits of every position (``logits_all``), which costs memory and prompt time.
+logits of every position (``logits_all``: context length x vocabulary floats, 400 MB
+for SmolLM2 at n_ctx 2048).
 """
 
 from __future__ import annotations
