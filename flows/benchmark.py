@@ -76,8 +76,11 @@ def benchmark(config: ApeConfig, redo_outcomes: list[str] | None = None,
     one of these outcomes; items that errored are always redone on a rerun.
     ``only_models`` (model ids) evaluates just those; the report still covers every model.
     """
-    with run_logs(None):
-        return _evaluate_all(config, redo_outcomes, only_models)
+    from ape.tasks.llama_server import local_model_servers
+
+    # local GGUF models (provider "llama-cpp") are served for the length of the run
+    with run_logs(None), local_model_servers(config) as served:
+        return _evaluate_all(served, redo_outcomes, only_models)
 
 
 def _evaluate_all(config: ApeConfig, redo_outcomes: list[str] | None,

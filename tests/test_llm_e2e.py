@@ -1,9 +1,10 @@
-"""A real LLM through the real command line: SmolLM2-135M on a local llama.cpp server.
+"""A real LLM through the real command line: SmolLM2-135M served by APE itself.
 
-The test copies ``examples/llm`` (so the example itself is what runs), points its
-``base_url`` at a server started on a free loopback port, and runs
+The test runs ``examples/llm`` as shipped (``provider = "llama-cpp"``: APE starts
+llama-cpp-python's server on a free port and stops it at the end) with
 ``python -m ape run`` as a subprocess against the test Prefect server. It then
-reads what a user would read: results.jsonl, sessions.jsonl and report.json.
+reads what a user would read: results.jsonl, sessions.jsonl, report.json and the
+server's log in the output folder.
 The cheap tests at the top keep the example valid on machines without the
 ``llm`` extra.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_server import MODEL_NAME, llama_server, llm_missing  # noqa: F401  (llama_server: a fixture)
+from llm_server import llm_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "llm"
@@ -36,14 +37,10 @@ def ape(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=timeout)
 
 
-def copy_example(target: Path, base_url: str) -> Path:
-    """The example in ``target`` with its endpoint replaced by ``base_url``; returns the config."""
+def copy_example(target: Path) -> Path:
+    """The example, unchanged, in ``target``; returns its config."""
     shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns("__pycache__"))
-    config = target / "config.toml"
-    text, count = re.subn(r'(?m)^base_url = ".*"', f'base_url = "{base_url}"', config.read_text())
-    assert count == 1, "examples/llm/config.toml should set base_url exactly once"
-    config.write_text(text)
-    return config
+    return target / "config.toml"
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -63,13 +60,14 @@ def test_example_config_validates() -> None:
     assert main(["validate", str(EXAMPLE / "config.toml")]) == 0
 
 
-def test_example_config_names_the_endpoint_and_the_model() -> None:
+def test_example_config_names_the_managed_local_model() -> None:
     from ape.config import load_config
 
     config = load_config(EXAMPLE / "config.toml")
     (model,) = config.model
-    assert model.provider == "openai" and model.model == MODEL_NAME
-    assert model.base_url and model.base_url.startswith("http://127.0.0.1:")
+    assert model.provider == "llama-cpp" and model.model == "smollm2-135m"
+    assert model.base_url is None  # APE fills it in when it has started the server
+    assert model.logprobs is True  # the example shows calibration, so it asks for them
     assert model.temperature == 0.0 and model.max_tokens is not None and model.max_tokens <= 64
 
 
@@ -100,14 +98,23 @@ def test_example_checker_accepts_phrasing_not_other_words(answer: str, passed: b
 @pytest.mark.llm
 @pytest.mark.slow
 @pytest.mark.skipif(llm_missing() is not None, reason=llm_missing() or "")
-def test_real_model_through_ape_run(
-    tmp_path: Path, prefect_server: str, llama_server: str  # noqa: F811
-) -> None:
-    config = copy_example(tmp_path / "bench", llama_server)
+def test_real_model_through_ape_run(tmp_path: Path, prefect_server: str) -> None:
+    import psutil
+
+    config = copy_example(tmp_path / "bench")
     out = tmp_path / "out"
     proc = ape("run", str(config), "--no-server", "--no-progress", "--output", str(out))
     assert proc.returncode == 0, f"ape run failed:\n{proc.stdout}\n{proc.stderr}"
     assert "smollm2-135m" in proc.stdout  # the leaderboard table
+    # APE started the server, logged it into the output folder, and stopped it
+    log = (out / "llama-server.log").read_text(encoding="utf-8", errors="replace")
+    assert "llama_cpp.server" in log and log.count("POST /v1/chat/completions") == len(example_ids())
+    port = re.search(r"--port (\d+)", log)
+    assert port, log[:500]
+    left = [p for p in psutil.process_iter(["cmdline"])
+            if "llama_cpp.server" in " ".join(p.info["cmdline"] or []) and f"--port {port.group(1)} " in
+            " ".join(p.info["cmdline"] or []) + " "]
+    assert not left, f"server left running: {left}"
 
     # every item exactly once, none errored
     batches = read_jsonl(out / "results.jsonl")
