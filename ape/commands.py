@@ -33,7 +33,11 @@ def _cache_storage(config: ApeConfig) -> None:
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(config.run.output / ".cache" / "results"))
 
 
-def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
+EXIT_REGRESSED = 3  # `ape run --fail-on-regression`: a model got worse
+
+
+def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None, *, new_run: bool | None = None,
+              run_id: str | None = None, fail_on_regression: bool = False) -> int:
     from ape.flows.benchmark import benchmark
     from ape.flows.evaluate import ItemsFailed
 
@@ -44,30 +48,50 @@ def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None) -> int:
             dask_task_runner(config)  # a clear error now, rather than a failed flow run
         except ApeError as exc:
             raise locate(exc, config) from None
-    state = benchmark(config, redo_outcomes=redo_outcomes, return_state=True)
-    report = config.run.output / "leaderboard.md"
+    state = benchmark(config, redo_outcomes=redo_outcomes, new_run=new_run, run_id=run_id,
+                      return_state=True)
+    output = _run_output(config, state, new_run or bool(run_id))
+    report = output / "leaderboard.md"
     if report.exists():
         print(report.read_text(encoding="utf-8"))
     if state.is_completed():
         log.info("outputs in %s (report.json, leaderboard.parquet, summary.png, sessions.jsonl, ...)",
-                 config.run.output)
-        return 0
+                 output)
+        return _regression_exit(state.result(), fail_on_regression)
     exc = state.result(raise_on_failure=False)
     if isinstance(exc, ItemsFailed):
         print(f"error: {exc}", file=sys.stderr)
-        print("       `ape retry " + str(config.run.output) + "` redoes only the failed items", file=sys.stderr)
+        print("       `ape retry " + str(output) + "` redoes only the failed items", file=sys.stderr)
         return 1
     if isinstance(exc, BaseException):
         raise exc
     raise RuntimeError(str(exc))
 
 
-def run(config_path: Path, overrides: dict, *, use_server: bool = True) -> int:
+def _run_output(config: ApeConfig, state: Any, new_run: bool) -> Path:
+    """The folder this run wrote: the output folder, or its run folder for a new run."""
+    if not new_run:
+        return config.run.output
+    from ape.tasks.runs import find_by_flow_run
+
+    return find_by_flow_run(config.run.output, str(state.state_details.flow_run_id)) or config.run.output
+
+
+def _regression_exit(result: Any, fail_on_regression: bool) -> int:
+    regressed = [r for r in (result or {}).get("regressions") or [] if r["verdict"] == "regressed"]
+    for row in regressed:
+        print(f"regression: {row['model_id']} against its {row['against']} run {row['reference_run_id']}: "
+              f"score {row['mean_diff']:+.3f}, p={row['p_value']:.3g}", file=sys.stderr)
+    return EXIT_REGRESSED if regressed and fail_on_regression else 0
+
+
+def run(config_path: Path, overrides: dict, *, use_server: bool = True, new_run: bool = False,
+        fail_on_regression: bool = False) -> int:
     config = load_config(config_path, overrides)
     preflight(config)
     _cache_storage(config)
     _use_prefect_server(use_server)
-    return _run_flow(config)
+    return _run_flow(config, new_run=new_run, fail_on_regression=fail_on_regression)
 
 
 def validate(config_path: Path) -> int:
@@ -123,13 +147,47 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
     for name in wanted:
         if name not in valid:
             raise ApeError(f"unknown outcome '{name}'", where="--outcomes", hint=f"use {', '.join(valid)}")
+    from ape.tasks.runs import split_run_folder
+
     recorded, top = _recorded_config(output) if config_path is None else (config_path, output)
+    top, run_id = split_run_folder(top)  # a run folder continues that run
     overrides = {"run.output": str(top.resolve()), **overrides, "run.load_save": True}
+    if run_id is not None:
+        overrides["run.output"] = str(top.resolve())
     config = load_config(recorded, overrides)
     preflight(config)
     _cache_storage(config)
     _use_prefect_server(use_server)
-    return _run_flow(config, redo_outcomes=wanted)
+    return _run_flow(config, redo_outcomes=wanted, run_id=run_id)
+
+
+def history(output: Path, model: str | None, chart: bool) -> int:
+    """Print each model's score per run with CIs and verdicts; write OUTPUT/trend.png."""
+    from ape.tasks.history import history_dir, read_runs
+    from ape.tasks.trend import history_markdown, write_trend_chart
+
+    if not history_dir(output).is_dir():
+        raise ApeError("no run history here", where=str(output),
+                       hint="runs started with `ape run --new-run` or by a schedule record one")
+    runs = read_runs(output)
+    if model is not None:
+        if model not in set(runs["model_id"]):
+            raise ApeError(f"no model '{model}' in the history", where="--model",
+                           hint=f"models: {', '.join(sorted(set(runs['model_id'])))}")
+        runs = runs[runs["model_id"] == model]
+    print(history_markdown(runs))
+    if chart:
+        path = write_trend_chart(runs, output / "trend.png")
+        log.info("trend chart written to %s", path)
+    return 0
+
+
+def baseline(output: Path, run_id: str) -> int:
+    from ape.tasks.history import set_baseline
+
+    pinned = set_baseline(output, run_id)
+    print(f"baseline: {pinned} (every new run is now also compared with it)")
+    return 0
 
 
 def demo(out: Path, *, parallel: bool = True) -> int:

@@ -22,6 +22,7 @@ from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from ape.flows.logs import run_logs
 from ape.flows.plan import run_label
 from ape.schemas.config import ApeConfig
+from ape.tasks.runs import RunInfo, config_for_run, finish_run, start_run
 
 log = logging.getLogger("ape")
 
@@ -33,13 +34,13 @@ def _run_name() -> str:
 
 
 @task(name="report", task_run_name="report[{config.name}]", cache_policy=NO_CACHE, persist_result=False)
-def report_task(config: ApeConfig, wall_seconds: float) -> dict[str, Any]:
+def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Leaderboard, pairwise comparison and calibration from the saved results (no model calls)."""
     from ape.tasks.report import build_report, markdown_table
 
     files = [config.output_dir_for(m) / config.run.save_file for m in config.model]
     envelope = build_report([f for f in files if f.exists()], config.run.output, wall_seconds=wall_seconds,
-                            extra_summary={"benchmark": config.name})
+                            extra_summary={"benchmark": config.name, **(extra or {})})
     table = markdown_table(envelope)
     try:
         from prefect.artifacts import create_markdown_artifact
@@ -66,23 +67,52 @@ def _calibration_markdown(envelope: Any) -> str:
     return "\n".join(lines)
 
 
+@task(name="record-run", task_run_name="record-run[{info.run_id}]", cache_policy=NO_CACHE,
+      persist_result=False)
+def record_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dict[str, Any]) -> list[dict[str, Any]]:
+    """History entry, comparisons with the previous run and the baseline, ``latest``, alerts."""
+    from ape.flows.alerts import publish
+    from ape.flows.recurring import record_run
+    from ape.schemas.report import Envelope
+    from ape.tasks.report import markdown_table, write_envelope
+
+    report = Envelope.model_validate(envelope)
+    rows = record_run(config, top, info, report)
+    report = report.model_copy(update={"regressions": rows})
+    write_envelope(config.run.output / "report.json", report)
+    (config.run.output / "leaderboard.md").write_text(markdown_table(report), encoding="utf-8")
+    finish_run(top, info)
+    publish(config, top, info.run_id, rows)
+    return [row.model_dump(mode="json") for row in rows]
+
+
 @flow(name="benchmark", flow_run_name=_run_name, persist_result=False)
-def benchmark(config: ApeConfig, redo_outcomes: list[str] | None = None) -> dict[str, Any]:
+def benchmark(config: ApeConfig, redo_outcomes: list[str] | None = None, new_run: bool | None = None,
+              run_id: str | None = None) -> dict[str, Any]:
     """Evaluate every model of ``config`` and write the report into its output folder.
 
     ``redo_outcomes`` (used by ``ape retry``) re-runs saved items whose sessions ended with
     one of these outcomes; items that errored are always redone on a rerun.
+    ``new_run``: write a new run folder ``OUTPUT/runs/<run id>`` (true), or into the output
+    folder itself (false); by default, runs of a deployment (scheduled ones included) are
+    new runs and runs by hand are not. ``run_id`` continues that run (``ape retry``).
     """
     with run_logs(None):
-        return _evaluate_all(config, redo_outcomes)
+        return _evaluate_all(config, redo_outcomes, new_run, run_id)
 
 
-def _evaluate_all(config: ApeConfig, redo_outcomes: list[str] | None) -> Any:
-    from prefect.runtime import flow_run
+def _evaluate_all(config: ApeConfig, redo_outcomes: list[str] | None, new_run: bool | None = None,
+                  run_id: str | None = None) -> Any:
+    from prefect.runtime import deployment, flow_run
 
     started = time.perf_counter()
     if flow_run.ui_url:
         log.info("Flow run: %s", flow_run.ui_url)
+    top, info = Path(config.run.output), None
+    if run_id or (new_run if new_run is not None else bool(deployment.id)):
+        info = start_run(config, flow_run_id=flow_run.id, run_id=run_id)
+        config = config_for_run(config, info)
+        log.info("run %s (cache scope: %s) in %s", info.run_id, info.cache_scope, config.run.output)
     failures: list[str] = []
     summaries = []
     runner = evaluate
@@ -101,9 +131,15 @@ def _evaluate_all(config: ApeConfig, redo_outcomes: list[str] | None) -> Any:
             failures.append(str(exc))
             continue
         raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
-    envelope = report_task(config, round(time.perf_counter() - started, 3))
+    extra = {"cache_scope": config.run.cache_scope}
+    if info is not None:
+        extra["run_id"] = info.run_id
+    envelope = report_task(config, round(time.perf_counter() - started, 3), extra)
     result = {"models": summaries, "report": str(Path(config.run.output) / "report.json"),
-              "summary": envelope.get("summary")}
+              "summary": envelope.get("summary"), "output": str(config.run.output)}
     if failures:
         return Failed(message="; ".join(failures), data=ItemsFailed("; ".join(failures)))
+    if info is not None:
+        result["run_id"] = info.run_id
+        result["regressions"] = record_task(config, top, info, envelope)
     return result

@@ -52,7 +52,9 @@ class Plan:
 
     @property
     def cache_dir(self) -> Path:
-        return self.config.run.output / ".cache"
+        from ape.tasks.runs import cache_dir
+
+        return cache_dir(self.config)
 
     def provider(self) -> DataProvider:
         d = self.config.data
@@ -82,6 +84,7 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
     from ape.tasks.adapt import load_adapter
     from ape.tasks.check import load_checker
     from ape.tasks.models import model_fingerprint
+    from ape.tasks.runs import cache_scope_key
 
     data_model = load_data_model(config)
     template = _read(config.prompt.template_file, config.prompt.template, "template") or ""
@@ -115,6 +118,7 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
         "tools": {k: v.model_dump(mode="json") for k, v in sorted(config.tools.items())},
         # the checker shapes the conversation only when the model can call it
         "checker": config.checker.model_dump(mode="json") if config.checker.expose_as_tool else None,
+        "cache_scope": cache_scope_key(config),  # a new run calls the model afresh
     }
     return Plan(config=config, model_cfg=model_cfg, data_model=data_model, template=template,
                 system=system, adapter=adapter, checker_factory=checker_factory,
