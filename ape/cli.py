@@ -61,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("config", type=Path)
     serve.add_argument("--cron", default=None, help='schedule, e.g. "0 3 * * *" (none: manual runs)')
     serve.add_argument("--name", default=None, help="deployment name (default: the benchmark name)")
+    serve.add_argument("--interval", type=float, default=None,
+                       help="schedule: a run every this many seconds (instead of, or besides, --cron)")
 
     srv = sub.add_parser("server", help="manage the local Prefect server (UI) that runs use by default")
     srv.add_argument("action", choices=("start", "stop", "status"))
@@ -189,7 +191,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         return commands.demo(args.out, parallel=not args.sequential)
     if args.command == "serve":
-        return commands.serve(args.config, args.cron, args.name)
+        return commands.serve(args.config, args.cron, args.name, getattr(args, "interval", None))
     if args.command == "history":
         return commands.history(args.output, args.model, chart=not args.no_chart)
     if args.command == "baseline":

@@ -196,13 +196,13 @@ def demo(out: Path, *, parallel: bool = True) -> int:
     return run_demo_cli(out, parallel=parallel)
 
 
-def serve(config_path: Path, cron: str | None, name: str | None) -> int:
+def serve(config_path: Path, cron: str | None, name: str | None, interval: float | None = None) -> int:
     from ape.deployments.serve import serve as serve_deployment
 
     config_path = config_path.resolve()
     load_config(config_path)  # fail fast on a bad config
     _use_prefect_server(True)
-    serve_deployment(config_path, cron, name)
+    serve_deployment(config_path, cron, name, interval=interval)
     return 0
 
 

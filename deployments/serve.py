@@ -63,10 +63,13 @@ def deployment_for(
     timezone: str | None = None,
     tags: Sequence[str] = DEFAULT_TAGS,
     description: str | None = None,
+    interval: float | None = None,
 ) -> RunnerDeployment:
     """A deployment of ``flow`` named ``name`` with ``config`` as its default parameter.
 
-    ``cron`` (optional) becomes the deployment's schedule. Parameters are
+    ``cron`` or ``interval`` (seconds; optional) becomes the deployment's schedule. Every
+    run of a deployment is a new run of the benchmark (``OUTPUT/runs/<run id>``), measured
+    afresh and compared with the one before (see ``ape.flows.benchmark``). Parameters are
     validated against the flow's signature by the server, so a form edit in the
     UI that breaks the config is rejected before a run starts.
     """
@@ -77,6 +80,12 @@ def deployment_for(
             hint="deploy a flow whose signature is (config: ApeConfig)",
         )
     schedules = [cron_schedule(cron, timezone)] if cron else None
+    if interval is not None:
+        if interval <= 0:
+            raise ApeError(f"invalid interval {interval}: must be positive seconds", where="--interval")
+        from prefect.schedules import Interval
+
+        schedules = [*(schedules or []), Interval(interval, timezone=timezone)]
     return flow.to_deployment(
         name=name,
         schedules=schedules,
@@ -94,16 +103,21 @@ def serve_config(
     *,
     timezone: str | None = None,
     on_status: Callable[[str], None] | None = None,
+    interval: float | None = None,
 ) -> None:
-    """Register the deployment and run its scheduled and manual runs until interrupted."""
+    """Register the deployment and run its scheduled and manual runs until interrupted.
+
+    One run at a time: runs of one benchmark share its output folder and history, and
+    each is compared with the one that finished before it.
+    """
     from prefect import serve as prefect_serve
 
     from ape.server import ensure_api_url
 
-    deployment = deployment_for(flow, config, cron, name, timezone=timezone)  # checks cron first
+    deployment = deployment_for(flow, config, cron, name, timezone=timezone, interval=interval)
     # Served runs must land on a persistent server: the ephemeral one would lose them.
     ensure_api_url(on_status=on_status)
-    prefect_serve(deployment)
+    prefect_serve(deployment, limit=1)
 
 
 def load_benchmark_flow() -> Flow[..., Any]:
@@ -120,6 +134,7 @@ def serve(
     *,
     timezone: str | None = None,
     on_status: Callable[[str], None] | None = None,
+    interval: float | None = None,
 ) -> None:
     """What ``ape serve config.toml --cron ...`` calls: load the config, serve the benchmark."""
     from ape.config import load_config
@@ -132,6 +147,7 @@ def serve(
         name or config.name,
         timezone=timezone,
         on_status=on_status,
+        interval=interval,
     )
 
 
@@ -144,13 +160,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cron", help="schedule, e.g. '0 3 * * *' (none: run only on demand)")
     parser.add_argument("--timezone", help="IANA timezone of the schedule (default UTC)")
     parser.add_argument("--name", help="deployment name (default: the config's name)")
+    parser.add_argument("--interval", type=float, help="a run every this many seconds")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        serve(args.config, args.cron, args.name, timezone=args.timezone, on_status=print)
+        serve(args.config, args.cron, args.name, timezone=args.timezone, on_status=print,
+              interval=args.interval)
     except ApeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

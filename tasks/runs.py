@@ -55,9 +55,13 @@ class RunInfo(BaseModel):
 
 
 def short_id(flow_run_id: str | None) -> str:
-    """The first 8 hex digits of a flow run id (a random one without a flow run)."""
+    """The last 8 hex digits of a flow run id (a random one without a flow run).
+
+    The last, not the first: Prefect's flow run ids are UUIDv7, whose leading digits are
+    a time stamp shared by runs created close together.
+    """
     text = (str(flow_run_id) if flow_run_id else uuid.uuid4().hex).replace("-", "")
-    return text[:8].lower()
+    return text[-8:].lower()
 
 
 def make_run_id(flow_run_id: str | None, now: datetime | None = None) -> str:
