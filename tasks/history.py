@@ -1,12 +1,13 @@
-"""The run history: every finished new run, as a Parquet dataset read with pandas or pyarrow.
+"""The run history: every finished new run, as Parquet files read with pandas or pyarrow.
 
-Layout (one file per run in each table, named after the run id)::
+Layout::
 
-    OUTPUT/history/runs/<run id>.parquet    one row per model: the run's summary
+    OUTPUT/history/runs.parquet             one row per run and model: the run's summary
     OUTPUT/history/items/<run id>.parquet   one row per model and item: its correctness
     OUTPUT/history/baseline.json            {"run_id": ...}, set by ``ape baseline``
 
-Read it directly: ``pandas.read_parquet("OUTPUT/history/runs")`` (or ``.../items``).
+Read it directly: ``pandas.read_parquet("OUTPUT/history/runs.parquet")`` and
+``pandas.read_parquet("OUTPUT/history/items")`` (a dataset of one file per run).
 
 ``runs`` columns: run_id, benchmark, model_id, flow_run_id, cache_scope (string);
 started_at, finished_at (timestamp[us, UTC]); n_items, n_sessions (int64); mean_score,
@@ -21,27 +22,34 @@ data_fingerprint, checker_fingerprint (string); and for ``previous`` and ``basel
 score (float64: mean over its sessions); passed (bool: at least half correct);
 n, c (int64: sessions, correct sessions).
 
-Crash safety: a run's two files are each written under a hidden temporary name, fsynced
-and renamed into place, items first and the run's summary last. Readers take a run to
-exist only when its summary exists (readers skip names starting with "."), so a run is in
-the history once (a rerun of the same run id replaces its files) or not at all.
+Crash safety: every file is written under a hidden temporary name, fsynced and renamed
+into place (readers skip names starting with "."). A run's items are written first; the
+run enters the history when ``runs.parquet`` is replaced by a copy holding its rows, in
+one rename. So a run is in the history once (recording the same run id again replaces
+its rows) or not at all; the items file of a run that crashed in between is removed by
+the next run that is recorded. The summaries live in one small file, rewritten per run
+(a year of nightly runs of three models is about a thousand rows), so reading the
+history opens one file, not one per run. Writers take a lock on ``history/.lock``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.dataset as ds
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ape.schemas.errors import ApeError
 
 HISTORY_DIR = "history"
-RUNS = "runs"
+RUNS_FILE = "runs.parquet"
 ITEMS = "items"
 BASELINE_FILE = "baseline.json"
 AGAINST = ("previous", "baseline")
@@ -96,23 +104,43 @@ def _write_atomically(table: pa.Table, path: Path) -> None:
         os.close(descriptor)
 
 
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def append_run(top: Path, run_id: str, runs: list[dict], items: pd.DataFrame) -> None:
     """Add (or replace) one run: its per-item rows first, then its summary rows."""
     root = history_dir(top)
     item_rows = pa.Table.from_pandas(items.assign(run_id=run_id)[ITEMS_SCHEMA.names],
                                      schema=ITEMS_SCHEMA, preserve_index=False)
-    _write_atomically(item_rows, root / ITEMS / f"{run_id}.parquet")
-    run_rows = pa.Table.from_pylist([{**row, "run_id": run_id} for row in runs], schema=RUNS_SCHEMA)
-    _write_atomically(run_rows, root / RUNS / f"{run_id}.parquet")
+    new_rows = pa.Table.from_pylist([{**row, "run_id": run_id} for row in runs], schema=RUNS_SCHEMA)
+    with _locked(root):
+        _write_atomically(item_rows, root / ITEMS / f"{run_id}.parquet")
+        path = root / RUNS_FILE
+        if path.is_file():
+            old = pq.read_table(path, schema=RUNS_SCHEMA)
+            old = old.filter(pc.not_equal(old["run_id"], run_id))
+            new_rows = pa.concat_tables([old, new_rows])
+        _write_atomically(new_rows, path)
+        known = set(new_rows["run_id"].to_pylist())
+        for leftover in (root / ITEMS).glob("*.parquet"):
+            if leftover.stem not in known:  # items of a run that crashed before it was recorded
+                leftover.unlink(missing_ok=True)
 
 
 def read_runs(top: Path, columns: list[str] | None = None) -> pd.DataFrame:
     """Every run's summary rows, oldest first (empty with the schema's columns when none)."""
-    folder = history_dir(top) / RUNS
-    if not folder.is_dir() or not any(folder.glob("*.parquet")):
+    path = history_dir(top) / RUNS_FILE
+    if not path.is_file():
         return RUNS_SCHEMA.empty_table().to_pandas()[columns or RUNS_SCHEMA.names]
-    table = ds.dataset(folder, format="parquet", schema=RUNS_SCHEMA).to_table(columns=columns)
-    frame = table.to_pandas()
+    frame = pq.read_table(path, columns=columns, schema=RUNS_SCHEMA).to_pandas()
     order = [c for c in ("run_id", "model_id") if c in frame.columns]
     return frame.sort_values(order).reset_index(drop=True) if order else frame
 
@@ -132,11 +160,8 @@ def previous_run(top: Path, model_id: str, before: str) -> dict | None:
 
 
 def run_row(top: Path, run_id: str, model_id: str) -> dict | None:
-    path = history_dir(top) / RUNS / f"{run_id}.parquet"
-    if not path.is_file():
-        return None
-    frame = pq.read_table(path).to_pandas()
-    match = frame[frame["model_id"] == model_id]
+    runs = read_runs(top)
+    match = runs[(runs["run_id"] == run_id) & (runs["model_id"] == model_id)]
     return None if match.empty else match.iloc[0].to_dict()
 
 

@@ -170,6 +170,11 @@ class MockChatModel(BaseChatModel):
         description="Draw right/wrong per call instead of per prompt, so the runs of one item "
         "differ (deterministic per instance and call order).",
     )
+    consistency: float = Field(
+        default=0.0, ge=0.0, le=1.0,
+        description="With sampling: the share of prompts answered alike on every call and for "
+        "every seed (a model's easy and hard items stay so across runs); the rest are drawn per call.",
+    )
     responses: list[str] = Field(default_factory=list, description="For behaviour 'scripted'.")
     logprobs: bool = Field(default=False, description="Also report OpenAI-shaped logprobs.")
     call_log: str | None = Field(
@@ -317,6 +322,8 @@ class MockChatModel(BaseChatModel):
         # sampling: each call of this instance draws afresh, so repeated sessions of one
         # prompt can differ (what pass@k measures); otherwise the prompt decides
         key = (self.seed, source, number) if self.sampling else (self.seed, source)
+        if self.sampling and _unit(source, "consistent") < self.consistency:
+            key = ("consistent", source)
         if _unit(*key, "right") < self._accuracy():
             return self._reply(f"The answer is {format_number(value)}", 0.85 + 0.14 * _unit(*key, "c"))
         offset = 1 + int(_unit(*key, "offset") * 3)  # 1, 2 or 3

@@ -6,28 +6,23 @@ matplotlib ``Figure`` (Agg canvas), like :mod:`ape.tasks.chart`: no display need
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 MARKS = {"regressed": "▼ regressed", "improved": "▲ improved", "no detectable change": "=",
          "not comparable": "n/c"}
 
 
-def _num(value: object, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}f}"
+def _num(value: object) -> str:
+    return "-" if value is None or pd.isna(value) else f"{value:.3f}"
 
 
 def _verdict(verdict: object, diff: object, p: object) -> str:
     if not isinstance(verdict, str):
         return "-"
     text = MARKS.get(verdict, verdict)
-    if verdict in ("regressed", "improved"):
+    if verdict in ("regressed", "improved") and not pd.isna(diff) and not pd.isna(p):
         text += f" {diff:+.3f} (p={p:.2g})"
     return text
 
@@ -37,21 +32,24 @@ def history_markdown(runs: pd.DataFrame, title: str | None = None) -> str:
     lines = [f"# {title}", ""] if title else []
     if runs.empty:
         return "\n".join([*lines, "no runs recorded yet"]) + "\n"
+    runs = runs.sort_values(["model_id", "run_id"])
+    finished = runs["finished_at"].dt.strftime("%Y-%m-%d %H:%M").fillna("-")
+    columns = [runs[c].tolist() for c in (
+        "model_id", "run_id", "n_items", "mean_score", "ci_low", "ci_high", "previous_verdict",
+        "previous_diff", "previous_p", "baseline_verdict", "baseline_diff", "baseline_p")]
     lines += ["| Model | Run | Finished | Items | Score [95% CI] | vs previous | vs baseline |",
               "|---|---|---|---|---|---|---|"]
-    for row in runs.sort_values(["model_id", "run_id"]).itertuples(index=False):
-        finished = row.finished_at.strftime("%Y-%m-%d %H:%M") if pd.notna(row.finished_at) else "-"
-        lines.append(
-            f"| {row.model_id} | {row.run_id} | {finished} | {row.n_items} | "
-            f"{_num(row.mean_score)} [{_num(row.ci_low)}, {_num(row.ci_high)}] | "
-            f"{_verdict(row.previous_verdict, row.previous_diff, row.previous_p)} | "
-            f"{_verdict(row.baseline_verdict, row.baseline_diff, row.baseline_p)} |"
-        )
+    for when, (model, run, n, mean, low, high, pv, pd_, pp, bv, bd, bp) in zip(finished, zip(*columns)):
+        lines.append(f"| {model} | {run} | {when} | {n} | {_num(mean)} [{_num(low)}, {_num(high)}] | "
+                     f"{_verdict(pv, pd_, pp)} | {_verdict(bv, bd, bp)} |")
     return "\n".join(lines) + "\n"
 
 
 def write_trend_chart(runs: pd.DataFrame, path: Path, title: str = "Score per run") -> Path:
     """Score with its CI band over time, one line per model; regressions marked with a red ▼."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # only when drawing
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(10, 5), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()

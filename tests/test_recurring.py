@@ -74,7 +74,7 @@ def test_new_runs_measure_afresh_and_report_a_regression(tmp_path: Path) -> None
     (alert,) = read_results(tmp_path / "alerts.jsonl")
     assert alert["verdict"] == "regressed" and alert["run_id"] == second["run_id"]
 
-    runs = pd.read_parquet(top / "history" / "runs")
+    runs = pd.read_parquet(top / "history" / "runs.parquet")
     assert list(runs["run_id"]) == [first["run_id"], second["run_id"]]
     assert runs["mean_score"].iloc[0] == 1.0 and runs["mean_score"].iloc[1] < 0.8
     assert runs["previous_verdict"].iloc[1] == "regressed"
@@ -107,7 +107,7 @@ def test_cli_gate_history_baseline_and_retry_of_a_run(tmp_path: Path, capsys) ->
     assert "regression: m against its previous run" in capsys.readouterr().err
     accuracy.write_text("0.6")
     assert main(["run", str(path), "--new-run", "--no-server"]) == 0  # no gate: exit 0
-    runs = pd.read_parquet(out / "history" / "runs")
+    runs = pd.read_parquet(out / "history" / "runs.parquet")
     assert len(runs) == 3
     # the third run: unchanged against the second, still regressed against the pinned baseline
     assert runs["previous_verdict"].iloc[2] == "no detectable change"

@@ -25,10 +25,10 @@ INTERVAL_S = 6
 
 
 def _history(out: Path) -> pd.DataFrame:
-    folder = out / "history" / "runs"
-    if not folder.is_dir() or not any(folder.glob("*.parquet")):
+    path = out / "history" / "runs.parquet"
+    if not path.is_file():
         return pd.DataFrame(columns=["run_id", "mean_score"])
-    return pd.read_parquet(folder)
+    return pd.read_parquet(path)
 
 
 @pytest.mark.slow
