@@ -22,7 +22,7 @@ from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from ape.flows.logs import run_logs
 from ape.flows.plan import run_label
 from ape.schemas.config import ApeConfig
-from ape.tasks.runs import RunInfo, config_for_run, finish_run, start_run
+from ape.tasks.runs import IN_PLACE, RunInfo, config_for_run, finish_run, start_run
 
 log = logging.getLogger("ape")
 
@@ -131,7 +131,9 @@ def _evaluate_all(config: ApeConfig, redo_outcomes: list[str] | None, new_run: b
             failures.append(str(exc))
             continue
         raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
-    extra = {"cache_scope": config.run.cache_scope}
+    # by hand, in place, the cache lives as long as the output folder does (the seeds' behaviour)
+    extra = {"cache_scope": config.run.cache_scope if info is not None or config.run.cache_scope == "shared"
+             else IN_PLACE}
     if info is not None:
         extra["run_id"] = info.run_id
     envelope = report_task(config, round(time.perf_counter() - started, 3), extra)

@@ -109,6 +109,10 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
         if not callable(hook):
             raise ApeError(f"'{config.hooks.on_batch_saved}' is not callable",
                            where=f"{src} [hooks] on_batch_saved")
+    if config.hooks.on_regression:
+        from ape.flows.alerts import load_hook
+
+        load_hook(config)  # fail now, not after the run
     fingerprint = {
         "version": CACHE_VERSION,
         "model": model_fingerprint(model_cfg),

@@ -4,7 +4,6 @@ with a shared cache), the history, regressions in report.json, ``latest``, the C
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -136,4 +135,6 @@ def test_in_place_runs_keep_the_seeds_behaviour(tmp_path: Path) -> None:
     assert state.is_completed()
     assert (config.run.output / "results.jsonl").is_file()
     assert not (config.run.output / "runs").exists() and not (config.run.output / "history").exists()
-    assert os.path.exists(config.run.output / "report.json")
+    report = json.loads((config.run.output / "report.json").read_text())
+    assert report["summary"]["cache_scope"] == "in-place" and "run_id" not in report["summary"]
+    assert report["regressions"] == []
