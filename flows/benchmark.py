@@ -4,6 +4,9 @@ This is the flow users run (``ape run``), deploy (``ape serve``) and retry in
 the Prefect UI. It takes the whole config as one pydantic parameter, so a
 deployment's run form shows every setting. The report is built even when some
 items errored; the flow run then ends Failed so that a retry redoes only those.
+Runs of a deployment (and ``new_run=True``) are new runs in ``OUTPUT/runs/<run id>``
+that, once finished, join the run history and are compared with earlier runs
+(``ape.tasks.runs``, ``ape.flows.recurring``, ``ape.flows.alerts``).
 """
 
 from __future__ import annotations
