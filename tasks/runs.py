@@ -17,7 +17,6 @@ so a Prefect retry of that flow run continues the same folder instead of startin
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import uuid
