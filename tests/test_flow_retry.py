@@ -29,7 +29,7 @@ def test_prefect_flow_run_retry_redoes_only_errored_items(tmp_path, prefect_serv
 
     heal.write_text("ok")
     retry = subprocess.run(
-        ["prefect", "flow-run", "retry", flow_run_id, "--entrypoint",
+        [sys.executable, "-m", "prefect", "flow-run", "retry", flow_run_id, "--entrypoint",
          "ape.flows.benchmark:benchmark"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert retry.returncode == 0, retry.stdout + retry.stderr
