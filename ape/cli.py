@@ -1,8 +1,8 @@
-"""The command line: ``ape run|validate|report|retry|demo|serve|server``.
+"""The command line: ``ape run|validate|report|retry|demo|serve|server|history|baseline``.
 
 Errors print one line naming the file and key (``--debug`` adds the
 traceback) and exit non-zero: 2 for bad input, 1 for a run whose items
-failed, 0 on success.
+failed, 3 for a regression under ``--fail-on-regression``, 0 on success.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from ape.schemas.errors import ApeError
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-COMMANDS = ("run", "validate", "report", "retry", "demo", "serve", "server", "plan")
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REGRESSED = 0, 1, 2, 3
+COMMANDS = ("run", "validate", "report", "retry", "demo", "serve", "server", "plan", "history", "baseline")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a benchmark from a TOML config")
     run.add_argument("config", type=Path, help="path to the config .toml")
     _run_options(run)
+    _recurring_options(run)
 
     val = sub.add_parser("validate", help="check a config, its plugins, data and template; calls no model")
     val.add_argument("config", type=Path)
@@ -73,12 +74,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--timezone", default=None,
                        help='IANA timezone of the schedule, e.g. "Europe/Berlin" (default UTC)')
     serve.add_argument("--name", default=None, help="deployment name (default: the benchmark name)")
+    serve.add_argument("--interval", type=float, default=None,
+                       help="schedule: a run every this many seconds (instead of, or besides, --cron)")
 
     srv = sub.add_parser("server", help="manage the local Prefect server (UI) that runs use by default")
     srv.add_argument("action", choices=("start", "stop", "status", "env"),
                      help="env: print the PREFECT_API_URL export line for a new shell")
     srv.add_argument("--port", type=int, default=None, help="port (default 4200)")
-    for command in (run, val, rep, ret, demo, serve, srv, pln):  # --debug also after the command
+    hist, base = _history_commands(sub)
+    for command in (run, val, rep, ret, demo, serve, srv, pln, hist, base):  # --debug also after the command
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show tracebacks and debug logs")
     return parser
@@ -94,6 +98,26 @@ def _run_options(p: argparse.ArgumentParser, *, output: bool = True) -> None:
     p.add_argument("--no-server", action="store_true",
                    help="do not start a local Prefect server; use PREFECT_API_URL or Prefect's "
                    "temporary server (which keeps no history)")
+
+
+def _recurring_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--new-run", action="store_true",
+                   help="measure afresh in a new run folder OUTPUT/runs/<run id> (as scheduled runs do), "
+                   "add it to OUTPUT/history and compare it with the previous run and the baseline")
+    p.add_argument("--fail-on-regression", action="store_true",
+                   help=f"exit with code {EXIT_REGRESSED} when a model regressed (for CI gates)")
+
+
+def _history_commands(sub: argparse._SubParsersAction) -> tuple[argparse.ArgumentParser, ...]:
+    hist = sub.add_parser("history", help="each model's score per run with CIs and regression verdicts; "
+                          "writes OUTPUT/trend.png")
+    hist.add_argument("output", type=Path, help="output folder holding history/")
+    hist.add_argument("--model", default=None, help="only this model")
+    hist.add_argument("--no-chart", action="store_true", help="do not write trend.png")
+    base = sub.add_parser("baseline", help="pin a run as the baseline new runs are compared with")
+    base.add_argument("output", type=Path, help="output folder holding history/")
+    base.add_argument("run_id", help="a run id from `ape history`, or 'latest'")
+    return hist, base
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -170,7 +194,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     from ape import commands
 
     if args.command == "run":
-        return commands.run(args.config, _overrides(args), use_server=not args.no_server)
+        return commands.run(args.config, _overrides(args), use_server=not args.no_server,
+                            new_run=args.new_run, fail_on_regression=args.fail_on_regression)
     if args.command == "validate":
         return commands.validate(args.config, estimate=args.estimate)
     if args.command == "plan":
@@ -183,7 +208,12 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         return commands.demo(args.out, parallel=not args.sequential)
     if args.command == "serve":
-        return commands.serve(args.config, args.cron, args.name, timezone=args.timezone)
+        return commands.serve(args.config, args.cron, args.name, timezone=args.timezone,
+                              interval=getattr(args, "interval", None))
+    if args.command == "history":
+        return commands.history(args.output, args.model, chart=not args.no_chart)
+    if args.command == "baseline":
+        return commands.baseline(args.output, args.run_id)
     if args.command == "server":
         return commands.server(args.action, args.port)
     raise AssertionError(args.command)

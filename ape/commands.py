@@ -53,6 +53,9 @@ def _cache_storage(config: ApeConfig) -> None:
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(config.run.output / ".cache" / "results"))
 
 
+EXIT_REGRESSED = 3  # `ape run --fail-on-regression`: a model got worse
+
+
 def _output_lock(config: ApeConfig) -> Any:
     """The output folder's lock (re-entrant: the flow takes it again; see ape.tasks.outdir)."""
     from ape.tasks.outdir import OutputLock
@@ -61,7 +64,8 @@ def _output_lock(config: ApeConfig) -> Any:
 
 
 def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None,
-              only_models: list[str] | None = None) -> int:
+              only_models: list[str] | None = None, *, new_run: bool | None = None,
+              run_id: str | None = None, fail_on_regression: bool = False) -> int:
     """The benchmark flow, holding the output folder's lock and watching the Prefect API."""
     from contextlib import ExitStack
 
@@ -76,11 +80,13 @@ def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None,
         watchdog = api_watchdog(config.run.output)
         if watchdog is not None:
             stack.enter_context(watchdog)
-        return _run_benchmark(config, redo_outcomes, only_models)
+        return _run_benchmark(config, redo_outcomes, only_models, new_run=new_run, run_id=run_id,
+                              fail_on_regression=fail_on_regression)
 
 
 def _run_benchmark(config: ApeConfig, redo_outcomes: list[str] | None,
-                   only_models: list[str] | None = None) -> int:
+                   only_models: list[str] | None = None, *, new_run: bool | None = None,
+                   run_id: str | None = None, fail_on_regression: bool = False) -> int:
     from ape.flows.benchmark import benchmark
     from ape.flows.states import items_failed
     from ape.tasks.save import SaveFailed
@@ -92,8 +98,10 @@ def _run_benchmark(config: ApeConfig, redo_outcomes: list[str] | None,
             dask_task_runner(config)  # a clear error now, rather than a failed flow run
         except ApeError as exc:
             raise locate(exc, config) from None
-    state = benchmark(config, redo_outcomes=redo_outcomes, only_models=only_models, return_state=True)
-    report = config.run.output / "leaderboard.md"
+    state = benchmark(config, redo_outcomes=redo_outcomes, only_models=only_models, new_run=new_run,
+                      run_id=run_id, return_state=True)
+    output = _run_output(config, state, bool(new_run or run_id))
+    report = output / "leaderboard.md"
     if report.exists():
         print(report.read_text(encoding="utf-8"))
     try:
@@ -103,21 +111,39 @@ def _run_benchmark(config: ApeConfig, redo_outcomes: list[str] | None,
         return 1
     if failed is None:
         log.info("outputs in %s (report.json, leaderboard.parquet, summary.png, sessions.jsonl, ...)",
-                 config.run.output)
-        return 0
+                 output)
+        return _regression_exit(state.result(), fail_on_regression)
     print(f"error: {failed}", file=sys.stderr)
-    print("       `ape retry " + str(config.run.output) + "` redoes only the failed items", file=sys.stderr)
+    print("       `ape retry " + str(output) + "` redoes only the failed items", file=sys.stderr)
     return 1
 
 
-def run(config_path: Path, overrides: dict, *, use_server: bool = True) -> int:
+def _run_output(config: ApeConfig, state: Any, new_run: bool) -> Path:
+    """The folder this run wrote: the output folder, or its run folder for a new run."""
+    if not new_run:
+        return config.run.output
+    from ape.tasks.runs import find_by_flow_run
+
+    return find_by_flow_run(config.run.output, str(state.state_details.flow_run_id)) or config.run.output
+
+
+def _regression_exit(result: Any, fail_on_regression: bool) -> int:
+    regressed = [r for r in (result or {}).get("regressions") or [] if r["verdict"] == "regressed"]
+    for row in regressed:
+        print(f"regression: {row['model_id']} against its {row['against']} run {row['reference_run_id']}: "
+              f"score {row['mean_diff']:+.3f}, p={row['p_value']:.3g}", file=sys.stderr)
+    return EXIT_REGRESSED if regressed and fail_on_regression else 0
+
+
+def run(config_path: Path, overrides: dict, *, use_server: bool = True, new_run: bool = False,
+        fail_on_regression: bool = False) -> int:
     config = load_config(config_path, overrides)
     _log_level(config)
     preflight(config)
     _cache_storage(config)
     with _output_lock(config):  # before a server start, so a second run is refused at once
         _use_prefect_server(use_server)
-        return _run_flow(config)
+        return _run_flow(config, new_run=new_run, fail_on_regression=fail_on_regression)
 
 
 def validate(config_path: Path, *, estimate: bool = False) -> int:
@@ -268,8 +294,11 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
     for name in wanted:
         if name not in valid:
             raise ApeError(f"unknown outcome '{name}'", where="--outcomes", hint=f"use {', '.join(valid)}")
+    from ape.tasks.runs import split_run_folder
+
     recorded, top, models = (_recorded_config(output) if config_path is None
                              else (config_path, output, None))
+    top, run_id = split_run_folder(top)  # a run folder continues that run
     overrides = {"run.output": str(top.resolve()), **overrides, "run.load_save": True}
     config = load_config(recorded, overrides)
     _log_level(config)
@@ -280,7 +309,36 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
     _cache_storage(config)
     with _output_lock(config):
         _use_prefect_server(use_server)
-        return _run_flow(config, redo_outcomes=wanted, only_models=models)
+        return _run_flow(config, redo_outcomes=wanted, only_models=models, run_id=run_id)
+
+
+def history(output: Path, model: str | None, chart: bool) -> int:
+    """Print each model's score per run with CIs and verdicts; write OUTPUT/trend.png."""
+    from ape.tasks.history import history_dir, read_runs
+    from ape.tasks.trend import history_markdown, write_trend_chart
+
+    if not history_dir(output).is_dir():
+        raise ApeError("no run history here", where=str(output),
+                       hint="runs started with `ape run --new-run` or by a schedule record one")
+    runs = read_runs(output)
+    if model is not None:
+        if model not in set(runs["model_id"]):
+            raise ApeError(f"no model '{model}' in the history", where="--model",
+                           hint=f"models: {', '.join(sorted(set(runs['model_id'])))}")
+        runs = runs[runs["model_id"] == model]
+    print(history_markdown(runs))
+    if chart:
+        path = write_trend_chart(runs, output / "trend.png")
+        log.info("trend chart written to %s", path)
+    return 0
+
+
+def baseline(output: Path, run_id: str) -> int:
+    from ape.tasks.history import set_baseline
+
+    pinned = set_baseline(output, run_id)
+    print(f"baseline: {pinned} (every new run is now also compared with it)")
+    return 0
 
 
 def demo(out: Path, *, parallel: bool = True) -> int:
@@ -296,19 +354,20 @@ def demo(out: Path, *, parallel: bool = True) -> int:
     return demo_exit(out, parallel=parallel)
 
 
-def serve(config_path: Path, cron: str | None, name: str | None, *, timezone: str | None = None) -> int:
+def serve(config_path: Path, cron: str | None, name: str | None, *, timezone: str | None = None,
+          interval: float | None = None) -> int:
     from ape.deployments.serve import cron_schedule
     from ape.deployments.serve import serve as serve_deployment
 
     config_path = config_path.resolve()
+    config = load_config(config_path)  # fail fast on a bad config
     if cron:
         cron_schedule(cron, timezone)  # and on a bad schedule, before any server starts
     api_url = _use_prefect_server(True)
-    config = load_config(config_path)
     if api_url:
         for line in run_hint(api_url, "benchmark", name or config.name):
             log.info("%s", line)
-    serve_deployment(config_path, cron, name, timezone=timezone, on_status=log.info)
+    serve_deployment(config_path, cron, name, timezone=timezone, on_status=log.info, interval=interval)
     return 0
 
 

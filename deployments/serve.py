@@ -61,10 +61,13 @@ def deployment_for(
     timezone: str | None = None,
     tags: Sequence[str] = DEFAULT_TAGS,
     description: str | None = None,
+    interval: float | None = None,
 ) -> RunnerDeployment:
     """A deployment of ``flow`` named ``name`` with ``config`` as its default parameter.
 
-    ``cron`` (optional) becomes the deployment's schedule. Parameters are
+    ``cron`` or ``interval`` (seconds; optional) becomes the deployment's schedule. Every
+    run of a deployment is a new run of the benchmark (``OUTPUT/runs/<run id>``), measured
+    afresh and compared with the one before (see ``ape.flows.benchmark``). Parameters are
     validated against the flow's signature by the server, so a form edit in the
     UI that breaks the config is rejected before a run starts.
     """
@@ -75,6 +78,12 @@ def deployment_for(
             hint="deploy a flow whose signature is (config: ApeConfig)",
         )
     schedules = [cron_schedule(cron, timezone)] if cron else None
+    if interval is not None:
+        if interval <= 0:
+            raise ApeError(f"invalid interval {interval}: must be positive seconds", where="--interval")
+        from prefect.schedules import Interval
+
+        schedules = [*(schedules or []), Interval(interval, timezone=timezone)]
     return flow.to_deployment(
         name=name,
         schedules=schedules,
@@ -92,19 +101,23 @@ def serve_config(
     *,
     timezone: str | None = None,
     on_status: Callable[[str], None] | None = None,
+    interval: float | None = None,
 ) -> None:
     """Register the deployment and run its scheduled and manual runs until interrupted.
 
     The caller points Prefect at a persistent server first (``ape serve`` starts or reuses
-    the local one): served runs on Prefect's temporary server would be lost.
+    the local one): served runs on Prefect's temporary server would be lost. One run at a
+    time: runs of one benchmark share its output folder and history, and each is compared
+    with the one that finished before it.
     """
     from prefect import serve as prefect_serve
 
-    deployment = deployment_for(flow, config, cron, name, timezone=timezone)  # checks cron first
+    deployment = deployment_for(flow, config, cron, name, timezone=timezone, interval=interval)
     if on_status is not None:
-        on_status(f"serving deployment '{flow.name}/{name}'"
-                  + (f" on schedule '{cron}' ({timezone or 'UTC'})" if cron else ""))
-    prefect_serve(deployment)
+        schedule = (f" on schedule '{cron}' ({timezone or 'UTC'})" if cron
+                    else f" every {interval:g} s" if interval else "")
+        on_status(f"serving deployment '{flow.name}/{name}'{schedule}")
+    prefect_serve(deployment, limit=1)
 
 
 def load_benchmark_flow() -> Flow[..., Any]:
@@ -121,6 +134,7 @@ def serve(
     *,
     timezone: str | None = None,
     on_status: Callable[[str], None] | None = None,
+    interval: float | None = None,
 ) -> None:
     """What ``ape serve config.toml --cron ...`` calls: load the config, serve the benchmark."""
     from ape.config import load_config
@@ -133,4 +147,5 @@ def serve(
         name or config.name,
         timezone=timezone,
         on_status=on_status,
+        interval=interval,
     )

@@ -54,7 +54,9 @@ class Plan:
 
     @property
     def cache_dir(self) -> Path:
-        return self.config.run.output / ".cache"
+        from ape.tasks.runs import cache_dir
+
+        return cache_dir(self.config)
 
     def provider(self) -> DataProvider:
         d = self.config.data
@@ -84,6 +86,7 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
     from ape.tasks.adapt import load_adapter
     from ape.tasks.check import load_checker
     from ape.tasks.models import model_fingerprint
+    from ape.tasks.runs import cache_scope_key
 
     data_model = load_data_model(config)
     template = _read(config.prompt.template_file, config.prompt.template, "template") or ""
@@ -120,6 +123,10 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
         if not callable(hook):
             raise ApeError(f"'{config.hooks.on_batch_saved}' is not callable",
                            where=f"{src} [hooks] on_batch_saved")
+    if config.hooks.on_regression:
+        from ape.flows.alerts import load_hook
+
+        load_hook(config)  # fail now, not after the run
     fingerprint = {
         "version": CACHE_VERSION,
         "model": model_fingerprint(model_cfg),
@@ -131,6 +138,7 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
         # the checker shapes the conversation only when the model can call it
         "checker": config.checker.model_dump(mode="json", exclude={"timeout_s"})
         if config.checker.expose_as_tool else None,
+        "cache_scope": cache_scope_key(config),  # a new run calls the model afresh
     }
     return Plan(config=config, model_cfg=model_cfg, data_model=data_model, template=template,
                 system=system, adapter=adapter, checker_factory=checker_factory,

@@ -187,6 +187,12 @@ class RunConfig(Section):
         "the share of errored items tolerated.",
     )
     cache: bool = Field(default=True, description="Cache model-calling stages with Prefect.")
+    cache_scope: Literal["run", "shared"] = Field(
+        default="run",
+        description="'run': a new run (scheduled, or --new-run) calls the model afresh and caches "
+        "only within itself; 'shared': new runs reuse generations of earlier runs (for "
+        "deterministic models and cost control).",
+    )
     task_granularity: Literal["session", "stage"] = Field(
         default="session",
         description="'session': one Prefect task run per session (fast); 'stage': one task run per "
@@ -233,6 +239,11 @@ class CliConfig(Section):
 class HooksConfig(Section):
     on_batch_saved: str | None = Field(
         default=None, description="Dotted path to a callable(batch) run after each saved item."
+    )
+    on_regression: str | None = Field(
+        default=None,
+        description="Dotted path to a callable(regression) run for each model a new run found "
+        "worse than its previous run or its baseline.",
     )
 
 

@@ -168,6 +168,42 @@ class ErrorDetail(ReportModel):
     details: Any = None
 
 
+Verdict = Literal["regressed", "improved", "no detectable change", "not comparable"]
+
+
+class RegressionRow(ReportModel):
+    """One model of a run compared with an earlier run, paired item by item (``current - reference``).
+
+    ``verdict`` comes from the exact McNemar test on pass/fail at ``alpha``; the
+    difference and its interval are of mean item scores. ``min_detectable_change`` is
+    the smallest drop or gain in pass rate this comparison would flag four times in
+    five, given its items and discordance: a "no detectable change" says nothing about
+    smaller changes.
+    """
+
+    model_id: str
+    run_id: str
+    against: Literal["previous", "baseline"]
+    reference_run_id: str
+    verdict: Verdict
+    n_items: int = Field(default=0, description="Items both runs answered, unchanged in between.")
+    mean_current: float | None = None
+    mean_reference: float | None = None
+    mean_diff: float | None = None
+    ci_low: float | None = Field(default=None, description="95% paired bootstrap, low end.")
+    ci_high: float | None = Field(default=None, description="95% paired bootstrap, high end.")
+    pass_rate_diff: float | None = None
+    current_only: int = Field(default=0, description="Items passed now and failed before.")
+    reference_only: int = Field(default=0, description="Items passed before and failed now.")
+    p_value: float | None = Field(default=None, description="Exact McNemar, two-sided.")
+    alpha: float = 0.05
+    min_detectable_change: float | None = None
+    changed_items: int = Field(default=0, description="Items whose content changed; left out.")
+    new_items: int = Field(default=0, description="Items only the current run has; left out.")
+    removed_items: int = Field(default=0, description="Items only the reference run has.")
+    note: str | None = Field(default=None, description="Why the comparison is partial or void.")
+
+
 class Envelope(ReportModel):
     """The whole report, as written to ``report.json``."""
 
@@ -176,7 +212,11 @@ class Envelope(ReportModel):
     calibration: dict[str, CalibrationEntry] = Field(default_factory=dict)
     summary: Summary = Field(default_factory=Summary)
     error: ErrorDetail | None = None
+    regressions: list[RegressionRow] = Field(
+        default_factory=list, description="New runs only: each model against its previous run "
+        "and its pinned baseline.")
 
     @property
     def ok(self) -> bool:
         return self.error is None
+

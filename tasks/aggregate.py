@@ -288,16 +288,16 @@ def category_breakdown(sessions: pd.DataFrame) -> pd.DataFrame:
     return frame[CATEGORY_COLUMNS]
 
 
-def mcnemar(a_only: int, b_only: int) -> tuple[str, float | None, float]:
+def mcnemar(a_only: int, b_only: int, *, exact: bool = False) -> tuple[str, float | None, float]:
     """Paired pass/fail test from the discordant counts: (test, statistic, two-sided p).
 
-    Exact binomial test when there are fewer than 25 discordant items, otherwise the
-    chi-square statistic with continuity correction; "none" (p = 1) without any.
+    Exact binomial test when there are fewer than 25 discordant items (or ``exact``),
+    otherwise the chi-square statistic with continuity correction; "none" (p = 1) without any.
     """
     n = a_only + b_only
     if n == 0:
         return "none", None, 1.0
-    if n < EXACT_TEST_BELOW:
+    if n < EXACT_TEST_BELOW or exact:
         tail = sum(math.comb(n, i) for i in range(min(a_only, b_only) + 1)) / 2**n
         return "exact", None, min(1.0, 2.0 * tail)
     statistic = (abs(a_only - b_only) - 1) ** 2 / n

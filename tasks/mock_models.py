@@ -13,7 +13,9 @@ Behaviours:
   in the human messages, computes it safely and answers "The answer is N".
   With ``accuracy`` < 1 a share ``1 - accuracy`` of prompts, chosen
   deterministically from the prompt text and ``seed``, gets a slightly wrong
-  answer (with ``sampling = true``, of calls instead, like a sampled model). With tools bound and ``use_tools``, the first step calls a tool
+  answer (with ``sampling = true``, of calls instead, like a sampled model);
+  ``accuracy_file`` reads the accuracy from a file at every call, so a served
+  model can change between scheduled runs. With tools bound and ``use_tools``, the first step calls a tool
   named ``calculator`` and the next step answers from its result.
 - ``echo``: answers with the last human message.
 - ``scripted``: answers with ``responses`` in turn (cycled, per instance).
@@ -168,10 +170,20 @@ class MockChatModel(BaseChatModel):
         description="Draw right/wrong per call instead of per prompt, so the runs of one item "
         "differ (deterministic per instance and call order).",
     )
+    consistency: float = Field(
+        default=0.0, ge=0.0, le=1.0,
+        description="With sampling: the share of prompts answered alike on every call and for "
+        "every seed (a model's easy and hard items stay so across runs); the rest are drawn per call.",
+    )
     responses: list[str] = Field(default_factory=list, description="For behaviour 'scripted'.")
     logprobs: bool = Field(default=False, description="Also report OpenAI-shaped logprobs.")
     call_log: str | None = Field(
         default=None, description="File that gets one line per call (counts calls across processes)."
+    )
+    accuracy_file: str | None = Field(
+        default=None,
+        description="File holding the accuracy as a number, read at every call instead of "
+        "'accuracy' (a served model whose quality changes between scheduled runs).",
     )
     transient_failures: int = Field(
         default=0, ge=0, description="The first N calls of this instance fail like a dropped connection."
@@ -310,11 +322,22 @@ class MockChatModel(BaseChatModel):
         # sampling: each call of this instance draws afresh, so repeated sessions of one
         # prompt can differ (what pass@k measures); otherwise the prompt decides
         key = (self.seed, source, number) if self.sampling else (self.seed, source)
-        if _unit(*key, "right") < self.accuracy:
+        if self.sampling and _unit(source, "consistent") < self.consistency:
+            key = ("consistent", source)
+        if _unit(*key, "right") < self._accuracy():
             return self._reply(f"The answer is {format_number(value)}", 0.85 + 0.14 * _unit(*key, "c"))
         offset = 1 + int(_unit(*key, "offset") * 3)  # 1, 2 or 3
         wrong = value - offset if _unit(*key, "sign") < 0.5 else value + offset
         return self._reply(f"The answer is {format_number(wrong)}", 0.2 + 0.6 * _unit(*key, "c"))
+
+    def _accuracy(self) -> float:
+        if self.accuracy_file is None:
+            return self.accuracy
+        with open(self.accuracy_file, encoding="utf-8") as handle:
+            value = float(handle.read().strip())
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{self.accuracy_file}: accuracy {value} is not within [0, 1]")
+        return value
 
     def _reply(self, text: str, confidence: float) -> AIMessage:
         return self._with_metadata(AIMessage(content=text), confidence, finish="stop")

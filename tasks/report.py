@@ -501,6 +501,17 @@ def markdown_table(envelope: Envelope) -> str:
             for model_id, c in envelope.calibration.items()
         ]  # fmt: skip
         lines += ["## Calibration", "", *_table(header, rows), ""]
+    if envelope.regressions:
+        header = ["Model", "Against run", "Verdict", "Items", "Score diff [95% CI]", "Passed now/before only",
+                  "p (exact McNemar)", "Detectable change"]  # fmt: skip
+        rows = [
+            [_cell(r.model_id), f"{r.against} {r.reference_run_id}", f"**{r.verdict}**", str(r.n_items),
+             _interval(r.mean_diff, r.ci_low, r.ci_high), f"{r.current_only}/{r.reference_only}",
+             _cell(r.p_value), _cell(r.min_detectable_change)]
+            for r in envelope.regressions
+        ]  # fmt: skip
+        notes = [f"- {r.model_id} vs {r.against}: {_cell(r.note)}" for r in envelope.regressions if r.note]
+        lines += ["## Changes since earlier runs", "", *_table(header, rows), *notes, ""]
     summary = envelope.summary
     wall = f", {summary.wall_seconds:.1f} s" if summary.wall_seconds is not None else ""
     lines.append(

@@ -1,0 +1,112 @@
+"""Where a new run's verdicts go besides report.json: the Prefect UI, Prefect events, a hook.
+
+- A markdown artifact ``<benchmark>-regressions`` with this run's comparisons, and
+  ``<benchmark>-history`` (a stable key: the UI keeps every version) with the table
+  ``ape history`` prints.
+- One Prefect event per model that regressed or improved: ``ape.evaluation.regressed``
+  or ``ape.evaluation.improved``. Its resource is ``ape.evaluation.<benchmark>.<model>``;
+  related resources are the benchmark (``ape.benchmark.<name>``, role "benchmark") and
+  the model (``ape.model.<id>``, role "model"), so a Prefect Automation can match either
+  and send a notification without code. The payload holds the comparison's fields.
+- ``[hooks] on_regression``: called with each regressed :class:`RegressionRow`; a
+  failing hook is logged, never loses the run.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ape.schemas.config import ApeConfig
+from ape.schemas.plugins import load_object
+from ape.schemas.report import RegressionRow
+from ape.tasks.history import read_runs
+from ape.tasks.trend import history_markdown
+
+log = logging.getLogger("ape")
+
+EVENT_PREFIX = "ape.evaluation"
+
+
+def artifact_key(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-") or "benchmark"
+
+
+def event_payload(row: RegressionRow) -> dict:
+    return row.model_dump(mode="json")
+
+
+def resources(benchmark: str, model_id: str) -> tuple[dict[str, str], list[dict[str, str]]]:
+    resource = {"prefect.resource.id": f"{EVENT_PREFIX}.{benchmark}.{model_id}",
+                "prefect.resource.name": f"{benchmark} · {model_id}",
+                "ape.benchmark": benchmark, "ape.model": model_id}
+    related = [{"prefect.resource.id": f"ape.benchmark.{benchmark}", "prefect.resource.role": "benchmark",
+                "prefect.resource.name": benchmark},
+               {"prefect.resource.id": f"ape.model.{model_id}", "prefect.resource.role": "model",
+                "prefect.resource.name": model_id}]
+    return resource, related
+
+
+def regressions_markdown(config: ApeConfig, run_id: str, rows: list[RegressionRow]) -> str:
+    from ape.flows.recurring import describe
+
+    lines = [f"# {config.name}: run {run_id} against earlier runs", ""]
+    if not rows:
+        return "\n".join([*lines, "first run: nothing to compare with yet"]) + "\n"
+    lines += ["| Model | Against | Reference run | Verdict | Details |", "|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row.model_id} | {row.against} | {row.reference_run_id} | **{row.verdict}** | "
+                     f"{describe(row)} |")
+    return "\n".join(lines) + "\n"
+
+
+def publish(config: ApeConfig, top: Path, run_id: str, rows: list[RegressionRow]) -> None:
+    """Artifacts, events and the hook for one finished new run."""
+    key = artifact_key(config.name)
+    try:
+        from prefect.artifacts import create_markdown_artifact
+
+        create_markdown_artifact(markdown=regressions_markdown(config, run_id, rows),
+                                 key=f"{key}-regressions", description="APE regression check")
+        create_markdown_artifact(markdown=history_markdown(read_runs(top), f"{config.name}: history"),
+                                 key=f"{key}-history", description="APE run history")
+    except Exception as exc:  # no API available: report.json and the history hold it all
+        log.debug("artifacts unavailable: %s", exc)
+    emit(config.name, rows)
+    call_hook(config, [row for row in rows if row.verdict == "regressed"])
+
+
+def emit(benchmark: str, rows: list[RegressionRow]) -> None:
+    from prefect.events import emit_event
+
+    for row in rows:
+        if row.verdict not in ("regressed", "improved"):
+            continue
+        resource, related = resources(benchmark, row.model_id)
+        emit_event(event=f"{EVENT_PREFIX}.{row.verdict}", resource=resource, related=related,
+                   payload=event_payload(row))
+
+
+def load_hook(config: ApeConfig):  # noqa: ANN201 - any callable
+    if not config.hooks.on_regression:
+        return None
+    where = f"{config.config_file or 'config'} [hooks] on_regression"
+    hook = load_object(config.hooks.on_regression, where=where, base_dir=config.base_dir)
+    if not callable(hook):
+        from ape.schemas.errors import ApeError
+
+        raise ApeError(f"'{config.hooks.on_regression}' is not callable", where=where)
+    return hook
+
+
+def call_hook(config: ApeConfig, regressed: list[RegressionRow]) -> None:
+    if not regressed:
+        return
+    hook = load_hook(config)
+    for row in regressed:
+        if hook is None:
+            break
+        try:
+            hook(row)
+        except Exception as exc:  # a broken hook must not lose the run
+            log.warning("on_regression hook failed for %s: %s: %s", row.model_id, type(exc).__name__, exc)

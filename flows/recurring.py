@@ -1,0 +1,143 @@
+"""What a new run adds after its report: the history entry, the comparisons, ``latest``.
+
+Runs on the benchmark flow's thread once every model finished and the report was
+written. The comparisons are taken before the run joins the history (its previous run
+is the newest one already there), then the run is appended, then ``latest`` moves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ape.flows.plan import _read, fingerprint_hash, load_data_model
+from ape.schemas.config import ApeConfig
+from ape.schemas.report import Envelope, RegressionRow
+from ape.tasks import history
+from ape.tasks.aggregate import item_table
+from ape.tasks.data import DataProvider
+from ape.tasks.regression import compare
+from ape.tasks.runs import RunInfo
+
+log = logging.getLogger("ape")
+
+
+def item_hashes(config: ApeConfig) -> dict[str, str]:
+    """item id -> hash of the item's content, so a later run pairs only unchanged items."""
+    model = load_data_model(config)
+    provider = DataProvider(config.data.file, model, config.data.start_id, config.data.end_id)
+    return {str(getattr(item, provider.id_name)):
+            hashlib.sha256(item.model_dump_json(by_alias=True).encode()).hexdigest()[:16]
+            for item in provider}
+
+
+def fingerprints(config: ApeConfig, model_index: int) -> dict[str, str]:
+    """Hashes of what shapes the answers (model, prompt, solver) and what grades them."""
+    from ape.tasks.models import model_fingerprint
+
+    prompt = config.prompt
+    answers = {
+        "model": model_fingerprint(config.model[model_index]),
+        "template": _read(prompt.template_file, prompt.template, "template"),
+        "system": _read(prompt.system_file, prompt.system, "system"),
+        "solver": config.solver.model_dump(mode="json"),
+        "adapter": config.adapter.model_dump(mode="json"),
+        "tools": {k: v.model_dump(mode="json") for k, v in sorted(config.tools.items())},
+    }
+    return {"config_fingerprint": fingerprint_hash(answers),
+            "checker_fingerprint": fingerprint_hash(config.checker.model_dump(mode="json"))}
+
+
+def run_items(sessions: pd.DataFrame, hashes: dict[str, str]) -> pd.DataFrame:
+    """Per model and item: mean score, passed (at least half correct), sessions, item hash."""
+    items = item_table(sessions)
+    return pd.DataFrame({
+        "model_id": items["model_id"].astype(str), "item_id": items["item_id"].astype(str),
+        "item_hash": items["item_id"].astype(str).map(hashes).fillna(""),
+        "score": items["score"].astype(float), "passed": items["correct_share"] >= 0.5,
+        "n": items["n"].astype("int64"), "c": items["c"].astype("int64"),
+    })  # fmt: skip
+
+
+def _summary(envelope: Envelope, model_id: str, sessions: pd.DataFrame) -> dict[str, Any]:
+    row = next(r for r in envelope.leaderboard if r.model_id == model_id)
+    calibration = envelope.calibration.get(model_id)
+    mine = sessions[sessions["model_id"] == model_id]
+    return {
+        "model_id": model_id, "n_items": row.n_items, "n_sessions": row.n_sessions,
+        "mean_score": row.mean_score, "score_se": row.score_se, "ci_low": row.ci_low,
+        "ci_high": row.ci_high, "pass_rate": row.pass_rate,
+        "pass_at_k": pd.Series(row.pass_at_k).to_json() if row.pass_at_k else "{}",
+        "ece": calibration.ece if calibration else None,
+        "brier": calibration.brier if calibration else None,
+        "input_tokens": int(mine["input_tokens"].fillna(0).sum()),
+        "output_tokens": int(mine["output_tokens"].fillna(0).sum()),
+        "cost": None, "errors": row.outcomes.ERROR, "check_errors": row.check_errors,
+    }  # fmt: skip
+
+
+def _comparison_columns(against: str, row: RegressionRow | None) -> dict[str, Any]:
+    if row is None:
+        return {}
+    return {f"{against}_run": row.reference_run_id, f"{against}_verdict": row.verdict,
+            f"{against}_diff": row.mean_diff, f"{against}_ci_low": row.ci_low,
+            f"{against}_ci_high": row.ci_high, f"{against}_p": row.p_value,
+            f"{against}_mdc": row.min_detectable_change, f"{against}_note": row.note}
+
+
+def record_run(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) -> list[RegressionRow]:
+    """Compare each model with its previous run and the baseline, then append the run to the history."""
+    sessions = pd.read_parquet(Path(config.run.output) / "sessions.parquet")
+    hashes = item_hashes(config)
+    items = run_items(sessions, hashes)
+    data_fp = fingerprint_hash(sorted(hashes.items()))
+    pinned = history.baseline(top)
+    rows, comparisons = [], []
+    for index, model in enumerate(config.model):
+        model_id = model.model_id
+        if not any(r.model_id == model_id for r in envelope.leaderboard):
+            continue
+        prints = fingerprints(config, index)
+        mine = items[items["model_id"] == model_id]
+        summary = {**_summary(envelope, model_id, sessions), **prints, "benchmark": config.name,
+                   "flow_run_id": info.flow_run_id, "cache_scope": info.cache_scope,
+                   "started_at": pd.Timestamp(info.started_at),
+                   "finished_at": pd.Timestamp.now(tz="UTC"), "data_fingerprint": data_fp}
+        references = [("previous", history.previous_run(top, model_id, info.run_id))]
+        if pinned and pinned != info.run_id:
+            references.append(("baseline", history.run_row(top, pinned, model_id)))
+        for against, ref in references:
+            if ref is None:
+                continue
+            result = compare(mine, history.read_items(top, ref["run_id"], model_id), model_id=model_id,
+                             run_id=info.run_id, reference_run_id=ref["run_id"], against=against,
+                             checker_changed=ref["checker_fingerprint"] != prints["checker_fingerprint"],
+                             config_changed=ref["config_fingerprint"] != prints["config_fingerprint"])
+            comparisons.append(result)
+            summary.update(_comparison_columns(against, result))
+        rows.append(summary)
+    history.append_run(top, info.run_id, rows, items)
+    for row in comparisons:
+        log.info("%s vs %s run %s: %s (%s)", row.model_id, row.against, row.reference_run_id,
+                 row.verdict, describe(row))
+    return comparisons
+
+
+def describe(row: RegressionRow) -> str:
+    """One line: the difference, its interval, the p-value and what could have been detected."""
+    if row.verdict == "not comparable":
+        return row.note or "not comparable"
+    parts = [f"diff {row.mean_diff:+.3f}"]
+    if row.ci_low is not None and row.ci_high is not None:
+        parts[0] += f" [{row.ci_low:+.3f}, {row.ci_high:+.3f}]"
+    parts.append(f"McNemar p={row.p_value:.3g}" if row.p_value is not None else "no test")
+    if row.min_detectable_change is not None:
+        parts.append(f"detectable {row.min_detectable_change:.3f}")
+    parts.append(f"{row.n_items} items")
+    if row.note:
+        parts.append(row.note)
+    return ", ".join(parts)
