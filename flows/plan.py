@@ -177,6 +177,9 @@ def check_checker_fields(checker: Any, data_model: type[BaseModel], where: str) 
     name = getattr(checker.args, key)
     known = {n for n, f in data_model.model_fields.items()} | {
         f.alias for f in data_model.model_fields.values() if f.alias}
+    # a property or computed field also holds a value the checker can read
+    known |= set(data_model.model_computed_fields) | {
+        n for n in dir(data_model) if isinstance(getattr(data_model, n, None), property)}
     if name not in known:
         raise ApeError(f"the checker reads the reference from '{name}', which is not a field of "
                        f"{data_model.__name__} (fields: {', '.join(data_model.model_fields)})",

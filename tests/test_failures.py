@@ -176,6 +176,26 @@ def test_validate_finds_a_checker_field_missing_from_the_schema(tmp_path, capsys
     assert "[checker] args field" in err and "'answr'" in err and "did you mean 'answer'" in err
 
 
+def test_a_property_of_the_schema_is_a_valid_checker_field():
+    from pydantic import BaseModel
+
+    from ape.flows.plan import check_checker_fields
+    from ape.schemas.errors import ApeError
+    from ape.tasks.score import builtin_checker
+
+    class Problem(BaseModel):
+        id: str
+        test: str
+
+        @property
+        def tests(self) -> str:
+            return self.test + "\n"
+
+    check_checker_fields(builtin_checker("code_exec", {"tests_field": "tests"}), Problem, "[checker] args")
+    with pytest.raises(ApeError, match="'testz'"):
+        check_checker_fields(builtin_checker("code_exec", {"tests_field": "testz"}), Problem, "[checker] args")
+
+
 def test_session_errors_print_one_line_each_without_traceback(tmp_path, prefect_server):
     model = ('[model]\nname = "flaky"\nclass = "benchschema:Flaky"\nmax_retries = 0\n'
              'args = { fail_marker = "4 + 7" }\n')
