@@ -12,7 +12,7 @@ from typing import Any
 
 from ape.api import preflight
 from ape.config import load_config, locate
-from ape.schemas.config import ApeConfig
+from ape.schemas.config import ApeConfig, slug
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome
 
@@ -275,12 +275,17 @@ def _recorded_config(output: Path) -> tuple[Path, Path, list[str] | None]:
         data = json.loads(meta.read_text(encoding="utf-8"))
         if not data.get("config_file"):
             continue
-        if meta.parent != output:
-            return Path(data["config_file"]), output, None
-        sibling_runs = [p for p in output.parent.glob("*/metadata.json") if p.parent != output]
-        if data.get("model") and (sibling_runs or (output.parent / "report.json").is_file()):
-            return Path(data["config_file"]), output.parent, [str(data["model"])]
-        return Path(data["config_file"]), output, None
+        config_file = Path(data["config_file"])
+        if meta.parent != output or not data.get("model"):
+            return config_file, output, None
+        # one model's folder of a several-model benchmark: <output>/<slug of the model id>
+        try:
+            several = len(load_config(config_file).model) > 1
+        except ApeError:
+            several = False
+        if several and output.name == slug(str(data["model"])):
+            return config_file, output.parent, [str(data["model"])]
+        return config_file, output, None
     raise ApeError("no metadata.json with a recorded config found", where=str(output),
                    hint="pass --config CONFIG.toml")
 

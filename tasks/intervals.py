@@ -100,6 +100,11 @@ def wilson(
     centre = (p + z * z / (2 * n)) / denominator
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
     low, high = max(0.0, centre - half), min(1.0, centre + half)
+    # at the edges the bound is exact: rounding would put it a hair past the estimate
+    if successes <= 0:
+        low = 0.0
+    if successes >= n:
+        high = 1.0
     # next to the boundary Wilson is too short; there the Poisson bound holds its coverage
     edge = 2 if n <= 50 else 3
     x, y = p * n, (1 - p) * n

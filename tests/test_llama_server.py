@@ -143,8 +143,14 @@ def test_a_run_without_local_models_starts_nothing(tmp_path: Path) -> None:
 
 
 def servers_of(pid: int) -> list[psutil.Process]:
-    return [p for p in psutil.Process(pid).children(recursive=True)
-            if "llama_cpp.server" in " ".join(p.cmdline())]
+    found = []
+    for process in psutil.Process(pid).children(recursive=True):
+        try:
+            if "llama_cpp.server" in " ".join(process.cmdline()):
+                found.append(process)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue  # a child that is exiting (a zombie has no command line) is no server
+    return found
 
 
 def ask(base_url: str) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def test_served_schedule_runs_afresh_and_alerts_on_a_drop(prefect_server: str, t
     env = dict(os.environ, PREFECT_API_URL=prefect_server, PREFECT_RUNNER_POLL_FREQUENCY="1")
     with open(tmp_path / "serve.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ape.deployments.serve", str(config_path), "--interval", str(INTERVAL_S),
+            [sys.executable, "-m", "ape", "serve", str(config_path), "--interval", str(INTERVAL_S),
              "--name", "every-few-seconds"],
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
