@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 class _Terminal(logging.StreamHandler):
     """Writes to whatever sys.stderr is at the time (it may be replaced after set-up)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self):  # noqa: D401
         return sys.stderr
 
@@ -177,8 +177,8 @@ def _setup_logging(debug: bool) -> None:
     logger.propagate = False
 
 
-def _overrides(args: argparse.Namespace) -> dict:
-    out = {}
+def _overrides(args: argparse.Namespace) -> dict[str, str | int | bool]:
+    out: dict[str, str | int | bool] = {}
     if getattr(args, "output", None) is not None:
         out["run.output"] = str(args.output.resolve())
     if getattr(args, "workers", None) is not None:

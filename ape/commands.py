@@ -388,11 +388,11 @@ def server(action: str, port: int | None) -> int:
         return 0
     if action == "env":
         return server_env(port)
-    info = srv.status(port=port)
-    if info is None:
+    running = srv.status(port=port)
+    if running is None:
         print("not running")
         return 1
-    print(f"running: UI {info.ui_url}  API {info.api_url}")
+    print(f"running: UI {running.ui_url}  API {running.api_url}")
     return 0
 
 

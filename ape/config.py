@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,13 +137,13 @@ def _line_of(text: str, loc: list[str]) -> int | None:
     return None
 
 
-def _where(path: Path, text: str, loc: list[str]) -> str:
+def _where(path: Path, text: str, loc: Sequence[int | str]) -> str:
     key = _toml_key(loc)
     line = _line_of(text, [str(p) for p in loc if not isinstance(p, int)])
     return f"{path}:{line} [{key}]" if line else f"{path} [{key}]"
 
 
-def _toml_key(loc: list[Any]) -> str:
+def _toml_key(loc: Sequence[int | str]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):

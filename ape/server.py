@@ -400,11 +400,10 @@ def _spawn(home: Path, host: str, port: int) -> subprocess.Popen[bytes]:
         env["PREFECT_SERVER_UI_API_URL"] = ui_api_url_for(host, port)
     command = [sys.executable, "-m", "prefect", "server", "start"]
     command += ["--host", host, "--port", str(port)]
-    detach: dict[str, object] = (
-        {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}  # type: ignore[attr-defined]
-        if os.name == "nt"
-        else {"start_new_session": True}
-    )
+    # a process group of its own, so a Ctrl-C in the caller's terminal does not stop it
+    creationflags = 0
+    if sys.platform == "win32":
+        creationflags = subprocess.CREATE_NEW_PROCESS_GROUP
     with open(home / LOG_FILE, "wb") as log:
         proc = subprocess.Popen(
             command,
@@ -413,7 +412,8 @@ def _spawn(home: Path, host: str, port: int) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
             env=env,
             cwd=home,
-            **detach,  # type: ignore[arg-type]
+            creationflags=creationflags,
+            start_new_session=sys.platform != "win32",
         )
     _SPAWNED[proc.pid] = proc
     _write_state(home, _State(pid=proc.pid, host=host, port=port, started_at=time.time()))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ValidationError
 
@@ -84,13 +84,14 @@ def deployment_for(
         from prefect.schedules import Interval
 
         schedules = [*(schedules or []), Interval(interval, timezone=timezone)]
-    return flow.to_deployment(
+    # called from synchronous code, so Prefect's sync_compatible method returns the deployment itself
+    return cast("RunnerDeployment", flow.to_deployment(
         name=name,
         schedules=schedules,
         parameters={"config": config_parameter(config)},
         tags=list(tags),
         description=description or f"APE benchmark '{config.name}' ({len(config.model)} model(s))",
-    )
+    ))
 
 
 def serve_config(

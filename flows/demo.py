@@ -380,7 +380,7 @@ def run_demo(
 
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    adapters = list(adapters) if adapters is not None else demo_adapters()
+    line_up: list[ModelAdapter] = list(adapters if adapters is not None else demo_adapters())
     try:
         tasks = load_tasks(tasks_file or DEMO_TASKS)
     except ApeError as exc:
@@ -389,16 +389,16 @@ def run_demo(
                         problems=[{"where": exc.where, "error": exc.message, "hint": exc.hint}])
         return finish(Envelope(), breach, out)
     try:
-        envelope = run_eval(adapters, tasks, parallel, out=out)
+        envelope = run_eval(line_up, tasks, parallel, out=out)
     except Exception as exc:
         log.debug("demo run failed", exc_info=True)
         breach = Breach(criterion=Criterion.RUN_COMPLETED,
                         message=f"{type(exc).__name__}: {exc}",
                         problems=[{"type": type(exc).__name__, "error": str(exc)}])
         return finish(Envelope(), breach, out)
-    model_ids = [adapter.model_id for adapter in adapters]
-    breach = judge(tasks, model_ids, envelope, _read_sessions(out), outrank)
-    return finish(envelope, breach, out)
+    model_ids = [adapter.model_id for adapter in line_up]
+    verdict = judge(tasks, model_ids, envelope, _read_sessions(out), outrank)
+    return finish(envelope, verdict, out)
 
 
 def demo_exit(

@@ -22,7 +22,7 @@ import logging
 import time
 from typing import Any
 
-from prefect import flow
+from prefect import State, flow
 from prefect.states import Failed
 from pydantic import BaseModel
 
@@ -135,6 +135,7 @@ class Runner:
     def _loop(self, saver: SaveHandler, feeder: Any, items: Any, window: int, tally: Tally,
               label: str, budget: Budget) -> None:
         plan, cfg = self.plan, self.plan.config
+        assert self.session_log is not None  # opened by run() before the loop
         with saver, self.session_log, ProgressView(label, tally, enabled=cfg.cli.progress) as view:
             exhausted = False
             while feeder.pending or not exhausted:
@@ -181,8 +182,10 @@ class Runner:
         return summary
 
     def _call_hook(self, batch: OutputBatch) -> None:
+        hook = self.plan.hook
+        assert hook is not None  # called only when the plan has a hook
         try:
-            self.plan.hook(batch)
+            hook(batch)
         except Exception as exc:  # a broken hook must not lose the run
             log.warning("on_batch_saved hook failed for item %s: %s: %s", batch.item_id,
                         type(exc).__name__, exc)
@@ -197,7 +200,7 @@ def _run_name() -> str:
 
 @flow(name="evaluate", flow_run_name=_run_name, persist_result=False, validate_parameters=True)
 def evaluate(config: ApeConfig, model_index: int = 0,
-             redo_outcomes: list[str] | None = None) -> dict[str, Any]:
+             redo_outcomes: list[str] | None = None) -> dict[str, Any] | State:
     """Evaluate one configured model (``config.model[model_index]``) over the data."""
     if not 0 <= model_index < len(config.model):
         raise ApeError(f"model_index {model_index} out of range (config has {len(config.model)} models)")

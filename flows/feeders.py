@@ -86,10 +86,12 @@ class DaskFeeder:
             time.sleep(0.02)
         self.pending -= done
         batches = []
+        session_log = self.runner.session_log
+        assert session_log is not None  # opened by Runner.run() before any item is submitted
         for future in done:
             batch, transcripts = future.result()
             for session, transcript in zip(batch.sessions, transcripts):
-                self.runner.session_log.write(session, transcript)
+                session_log.write(session, transcript)
             batches.append(batch)
         return batches
 

@@ -10,11 +10,15 @@ import logging
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import cast
+from uuid import UUID
 
 from rich.console import Console
 from ape.flows.logs import CONSOLE_SKIP
 from ape.schemas.results import CheckStatus, Outcome, OutputBatch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+)
 
 log = logging.getLogger("ape")
 
@@ -67,8 +71,8 @@ class ProgressView:
         self.tally = tally
         self.label = label
         self._bar: Progress | None = None
-        self._task = None
-        self._artifact_id = None
+        self._task: TaskID | None = None
+        self._artifact_id: UUID | None = None
         self._artifact_at = 0.0
         self._last_log = time.monotonic()
         self._use_artifact = artifact
@@ -91,8 +95,9 @@ class ProgressView:
             try:
                 from prefect.artifacts import create_progress_artifact
 
-                self._artifact_id = create_progress_artifact(
-                    progress=self._percent(), description=f"{self.label}: items done")
+                # called from synchronous code, so the sync_compatible function returns the id itself
+                self._artifact_id = cast(UUID, create_progress_artifact(
+                    progress=self._percent(), description=f"{self.label}: items done"))
             except Exception as exc:  # no API (unit tests) or a server hiccup: UI only
                 log.debug("progress artifact unavailable: %s", exc)
         return self

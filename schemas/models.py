@@ -11,7 +11,10 @@ from ape.schemas.results import Generation
 class ModelAdapter(Protocol):
     """Any model with one call: a prompt in, one Generation out (mock, local or API)."""
 
-    model_id: str
+    @property
+    def model_id(self) -> str:
+        """Read-only here, so frozen models and plain attributes both satisfy the protocol."""
+        ...
 
     def generate(self, prompt: str, task: Any) -> Generation: ...
 

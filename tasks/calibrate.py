@@ -58,6 +58,7 @@ class CalibrationReport(CalibrationEntry):
             if _is_missing(confidence):
                 missing += 1
                 continue
+            assert confidence is not None  # _is_missing skipped None
             confidence = float(confidence)
             if not 0.0 <= confidence <= 1.0:
                 raise ValueError(
@@ -83,7 +84,7 @@ class CalibrationReport(CalibrationEntry):
             for i in range(n_bins)
         ]
         ece = (
-            sum(b.count / n * abs(b.accuracy - b.mean_confidence) for b in bins if b.count)
+            sum(counts[i] / n * abs(hits[i] / counts[i] - sums[i] / counts[i]) for i in range(n_bins) if counts[i])
             if n
             else None
         )

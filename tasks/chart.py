@@ -23,9 +23,9 @@ def _draw_scores(axes, envelope: Envelope) -> None:
         axes.set_axis_off()
         return
     rows = list(reversed(rows))  # best at the top
-    means = [row.mean_score for row in rows]
-    below = [max(0.0, row.mean_score - row.ci_low) if row.ci_low is not None else 0.0 for row in rows]
-    above = [max(0.0, row.ci_high - row.mean_score) if row.ci_high is not None else 0.0 for row in rows]
+    means = [row.mean_score for row in rows if row.mean_score is not None]  # all of them: filtered above
+    below = [max(0.0, mean - row.ci_low) if row.ci_low is not None else 0.0 for row, mean in zip(rows, means)]
+    above = [max(0.0, row.ci_high - mean) if row.ci_high is not None else 0.0 for row, mean in zip(rows, means)]
     positions = range(len(rows))
     axes.barh(positions, means, xerr=[below, above], capsize=4, color="#4c72b0")
     axes.set_yticks(list(positions), [row.model_id for row in rows])

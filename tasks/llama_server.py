@@ -271,7 +271,7 @@ def _stop_on_signals(servers: list[LlamaServer]) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
 
     def handler(signum: int, frame: Any) -> None:
         for server in servers:

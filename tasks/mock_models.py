@@ -297,7 +297,7 @@ class MockChatModel(BaseChatModel):
         return self._arithmetic(messages, humans, tools, number)
 
     def _arithmetic(
-        self, messages: list[BaseMessage], humans: list[BaseMessage], tools: set[str], number: int
+        self, messages: list[BaseMessage], humans: Sequence[BaseMessage], tools: set[str], number: int
     ) -> AIMessage:
         last = messages[-1] if messages else None
         if isinstance(last, ToolMessage) and _called_tool(last, messages) == CALCULATOR_TOOL:
@@ -321,7 +321,7 @@ class MockChatModel(BaseChatModel):
             return self._with_metadata(message, 0.9, finish="tool_calls")
         # sampling: each call of this instance draws afresh, so repeated sessions of one
         # prompt can differ (what pass@k measures); otherwise the prompt decides
-        key = (self.seed, source, number) if self.sampling else (self.seed, source)
+        key: tuple[object, ...] = (self.seed, source, number) if self.sampling else (self.seed, source)
         if self.sampling and _unit(source, "consistent") < self.consistency:
             key = ("consistent", source)
         if _unit(*key, "right") < self._accuracy():

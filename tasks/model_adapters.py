@@ -257,9 +257,10 @@ def model_entry(adapter: Any) -> tuple[dict[str, Any], str | None]:
             where="adapters",
         )
     entry: dict[str, Any] = {"name": adapter.model_id, "max_retries": 0}
-    path = importable_path(adapter) if isinstance(adapter, BaseModel) else None
-    if path is not None:
-        return {**entry, "class": path, "args": adapter.model_dump(mode="json")}, None
+    if isinstance(adapter, BaseModel):
+        path = importable_path(adapter)
+        if path is not None:
+            return {**entry, "class": path, "args": adapter.model_dump(mode="json")}, None
     key = register_adapter(adapter)
     return {**entry, "class": REGISTRY_PATH, "args": {"key": key}}, key
 

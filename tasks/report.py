@@ -526,7 +526,7 @@ def _provenance_lines(provenance: Mapping[str, Any]) -> list[str]:
     report = provenance.get("report") or {}
     if not runs and not report:
         return []
-    first = next(iter(runs.values()), {})
+    first: Mapping[str, Any] = next(iter(runs.values()), {})
     parts = [f"APE {report.get('ape_version') or first.get('ape_version') or '?'}"]
     if first.get("config_sha256"):
         parts.append(f"config sha256 {first['config_sha256'][:12]}")

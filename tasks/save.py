@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from pydantic import ValidationError
 
@@ -139,7 +139,7 @@ class SaveHandler:
         self.run_info = dict(run_info or {})
         self.completed: dict[str, bool] = {}  # item id -> batch has an ERROR session or check error
         self.outcomes: dict[str, int] = {o.value: 0 for o in Outcome}
-        self._handle = None
+        self._handle: TextIO | None = None
         self._interval = metadata_interval_s
         self._meta_at = 0.0
         self._meta_dirty = False

@@ -121,7 +121,7 @@ def stage_run_events(flow_run_id: str, item_id: str, run_index: int, marks: list
             "end_time": _iso(mark.end),
             "total_run_time": max(0.0, mark.end - mark.start),
         }
-        state = {"type": mark.state_type, "name": mark.state_name, "message": mark.message or "",
+        state: dict[str, Any] = {"type": mark.state_type, "name": mark.state_name, "message": mark.message or "",
                  "state_details": {}, "data": None}
         events.append({
             "event": f"prefect.task-run.{mark.state_name}",
