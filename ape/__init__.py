@@ -48,7 +48,24 @@ _EXPORTS: dict[str, str] = {
     "id_field": "ape.schemas.data",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "ApeConfig",
+    "ApeError",
+    "Checker",
+    "Envelope",
+    "Failed",
+    "Generation",
+    "ModelAdapter",
+    "Passed",
+    "TaskSpec",
+    "ToolProvider",
+    "__version__",
+    "build_report",
+    "id_field",
+    "load_config",
+    "run",
+    "run_eval",
+]
 
 if TYPE_CHECKING:
     from ape.api import run

@@ -68,8 +68,7 @@ def run(config: ApeConfig | str | Path, overrides: dict[str, Any] | None = None)
     if not isinstance(config, ApeConfig):
         config = load_config(config, overrides)
     elif overrides:
-        raise ApeError("overrides apply to a config file; edit the ApeConfig instead",
-                       where="ape.run(overrides=...)")
+        raise ApeError("overrides apply to a config file; edit the ApeConfig instead", where="ape.run(overrides=...)")
     preflight(config)
     failed = items_failed(benchmark(config, return_state=True))
     if failed is not None:

@@ -36,32 +36,54 @@ def _parser() -> argparse.ArgumentParser:
 
     val = sub.add_parser("validate", help="check a config, its plugins, data and template; calls no model")
     val.add_argument("config", type=Path)
-    val.add_argument("--estimate", action="store_true",
-                     help="also estimate tokens and cost from the prompt lengths and max_tokens")
+    val.add_argument(
+        "--estimate", action="store_true", help="also estimate tokens and cost from the prompt lengths and max_tokens"
+    )
 
-    pln = sub.add_parser("plan", help="items and runs_per_data needed to detect a difference "
-                         "between two models at 80%% power (from earlier runs when there are some)")
+    pln = sub.add_parser(
+        "plan",
+        help="items and runs_per_data needed to detect a difference "
+        "between two models at 80%% power (from earlier runs when there are some)",
+    )
     pln.add_argument("config", type=Path)
-    pln.add_argument("--difference", type=float, required=True,
-                     help="the smallest difference in mean score worth detecting, e.g. 0.03")
-    pln.add_argument("--output", type=Path, default=None,
-                     help="earlier runs to measure variances from (default: the config's output)")
+    pln.add_argument(
+        "--difference",
+        type=float,
+        required=True,
+        help="the smallest difference in mean score worth detecting, e.g. 0.03",
+    )
+    pln.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="earlier runs to measure variances from (default: the config's output)",
+    )
 
-    rep = sub.add_parser("report", help="rebuild leaderboard, calibration, Parquet, JSON and chart "
-                         "from saved results of one or more runs (no model calls)")
+    rep = sub.add_parser(
+        "report",
+        help="rebuild leaderboard, calibration, Parquet, JSON and chart "
+        "from saved results of one or more runs (no model calls)",
+    )
     rep.add_argument("outputs", type=Path, nargs="+", help="output folders of earlier runs")
-    rep.add_argument("--out", type=Path, default=None,
-                     help="where to write the report (default: the first output folder)")
+    rep.add_argument(
+        "--out", type=Path, default=None, help="where to write the report (default: the first output folder)"
+    )
 
-    ret = sub.add_parser("retry", help="re-run only the items that ended ERROR (or other outcomes) "
-                         "in an output folder, then rebuild the report")
-    ret.add_argument("folder", metavar="OUTPUT", type=Path,
-                     help="output folder of an earlier run, or one model's folder in it")
-    ret.add_argument("--outcomes", default="ERROR",
-                     help="comma-separated outcomes to redo: ERROR, PARSING_FAILED, GAVE_UP, SOLVED "
-                     "(default: ERROR)")
-    ret.add_argument("--config", type=Path, default=None,
-                     help="config to use (default: the one recorded in metadata.json)")
+    ret = sub.add_parser(
+        "retry",
+        help="re-run only the items that ended ERROR (or other outcomes) in an output folder, then rebuild the report",
+    )
+    ret.add_argument(
+        "folder", metavar="OUTPUT", type=Path, help="output folder of an earlier run, or one model's folder in it"
+    )
+    ret.add_argument(
+        "--outcomes",
+        default="ERROR",
+        help="comma-separated outcomes to redo: ERROR, PARSING_FAILED, GAVE_UP, SOLVED (default: ERROR)",
+    )
+    ret.add_argument(
+        "--config", type=Path, default=None, help="config to use (default: the one recorded in metadata.json)"
+    )
     _run_options(ret, output=False)
 
     demo = sub.add_parser("demo", help="run the mock adapters over the ten-task fixture (seed 3 demo)")
@@ -71,20 +93,29 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the benchmark as a scheduled Prefect deployment")
     serve.add_argument("config", type=Path)
     serve.add_argument("--cron", default=None, help='schedule, e.g. "0 3 * * *" (none: manual runs)')
-    serve.add_argument("--timezone", default=None,
-                       help='IANA timezone of the schedule, e.g. "Europe/Berlin" (default UTC)')
+    serve.add_argument(
+        "--timezone", default=None, help='IANA timezone of the schedule, e.g. "Europe/Berlin" (default UTC)'
+    )
     serve.add_argument("--name", default=None, help="deployment name (default: the benchmark name)")
-    serve.add_argument("--interval", type=float, default=None,
-                       help="schedule: a run every this many seconds (instead of, or besides, --cron)")
+    serve.add_argument(
+        "--interval",
+        type=float,
+        default=None,
+        help="schedule: a run every this many seconds (instead of, or besides, --cron)",
+    )
 
     srv = sub.add_parser("server", help="manage the local Prefect server (UI) that runs use by default")
-    srv.add_argument("action", choices=("start", "stop", "status", "env"),
-                     help="env: print the PREFECT_API_URL export line for a new shell")
+    srv.add_argument(
+        "action",
+        choices=("start", "stop", "status", "env"),
+        help="env: print the PREFECT_API_URL export line for a new shell",
+    )
     srv.add_argument("--port", type=int, default=None, help="port (default 4200)")
     hist, base = _history_commands(sub)
     for command in (run, val, rep, ret, demo, serve, srv, pln, hist, base):  # --debug also after the command
-        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                             help="show tracebacks and debug logs")
+        command.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and debug logs"
+        )
     return parser
 
 
@@ -92,25 +123,36 @@ def _run_options(p: argparse.ArgumentParser, *, output: bool = True) -> None:
     if output:
         p.add_argument("--output", type=Path, default=None, help="output folder (overrides [run] output)")
     p.add_argument("--workers", type=int, default=None, help="solver workers (overrides [run] solver_workers)")
-    p.add_argument("--no-load-save", action="store_true",
-                   help="start afresh instead of resuming from the saved results")
+    p.add_argument(
+        "--no-load-save", action="store_true", help="start afresh instead of resuming from the saved results"
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--no-server", action="store_true",
-                   help="do not start a local Prefect server; use PREFECT_API_URL or Prefect's "
-                   "temporary server (which keeps no history)")
+    p.add_argument(
+        "--no-server",
+        action="store_true",
+        help="do not start a local Prefect server; use PREFECT_API_URL or Prefect's "
+        "temporary server (which keeps no history)",
+    )
 
 
 def _recurring_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--new-run", action="store_true",
-                   help="measure afresh in a new run folder OUTPUT/runs/<run id> (as scheduled runs do), "
-                   "add it to OUTPUT/history and compare it with the previous run and the baseline")
-    p.add_argument("--fail-on-regression", action="store_true",
-                   help=f"exit with code {EXIT_REGRESSED} when a model regressed (for CI gates)")
+    p.add_argument(
+        "--new-run",
+        action="store_true",
+        help="measure afresh in a new run folder OUTPUT/runs/<run id> (as scheduled runs do), "
+        "add it to OUTPUT/history and compare it with the previous run and the baseline",
+    )
+    p.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help=f"exit with code {EXIT_REGRESSED} when a model regressed (for CI gates)",
+    )
 
 
 def _history_commands(sub: argparse._SubParsersAction) -> tuple[argparse.ArgumentParser, ...]:
-    hist = sub.add_parser("history", help="each model's score per run with CIs and regression verdicts; "
-                          "writes OUTPUT/trend.png")
+    hist = sub.add_parser(
+        "history", help="each model's score per run with CIs and regression verdicts; writes OUTPUT/trend.png"
+    )
     hist.add_argument("output", type=Path, help="output folder holding history/")
     hist.add_argument("--model", default=None, help="only this model")
     hist.add_argument("--no-chart", action="store_true", help="do not write trend.png")
@@ -140,8 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("interrupted: finished items are saved; run the same command again to resume",
-              file=sys.stderr)
+        print("interrupted: finished items are saved; run the same command again to resume", file=sys.stderr)
         return 130
     except Exception as exc:
         if args.debug:
@@ -194,8 +235,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     from ape import commands
 
     if args.command == "run":
-        return commands.run(args.config, _overrides(args), use_server=not args.no_server,
-                            new_run=args.new_run, fail_on_regression=args.fail_on_regression)
+        return commands.run(
+            args.config,
+            _overrides(args),
+            use_server=not args.no_server,
+            new_run=args.new_run,
+            fail_on_regression=args.fail_on_regression,
+        )
     if args.command == "validate":
         return commands.validate(args.config, estimate=args.estimate)
     if args.command == "plan":
@@ -203,13 +249,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "report":
         return commands.report(args.outputs, args.out)
     if args.command == "retry":
-        return commands.retry(args.folder, args.outcomes, args.config, _overrides(args),
-                              use_server=not args.no_server)
+        return commands.retry(args.folder, args.outcomes, args.config, _overrides(args), use_server=not args.no_server)
     if args.command == "demo":
         return commands.demo(args.out, parallel=not args.sequential)
     if args.command == "serve":
-        return commands.serve(args.config, args.cron, args.name, timezone=args.timezone,
-                              interval=getattr(args, "interval", None))
+        return commands.serve(
+            args.config, args.cron, args.name, timezone=args.timezone, interval=getattr(args, "interval", None)
+        )
     if args.command == "history":
         return commands.history(args.output, args.model, chart=not args.no_chart)
     if args.command == "baseline":

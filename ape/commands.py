@@ -35,9 +35,7 @@ def run_hint(api_url: str, flow_name: str, name: str) -> list[str]:
     from ape.server import env_line
 
     target = shlex.quote(f"{flow_name}/{name}")
-    return ["To start a run from another shell:",
-            f"    {env_line(api_url)}",
-            f"    prefect deployment run {target}"]
+    return ["To start a run from another shell:", f"    {env_line(api_url)}", f"    prefect deployment run {target}"]
 
 
 def _log_level(config: ApeConfig) -> None:
@@ -63,9 +61,15 @@ def _output_lock(config: ApeConfig) -> Any:
     return OutputLock(config.run.output)
 
 
-def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None,
-              only_models: list[str] | None = None, *, new_run: bool | None = None,
-              run_id: str | None = None, fail_on_regression: bool = False) -> int:
+def _run_flow(
+    config: ApeConfig,
+    redo_outcomes: list[str] | None = None,
+    only_models: list[str] | None = None,
+    *,
+    new_run: bool | None = None,
+    run_id: str | None = None,
+    fail_on_regression: bool = False,
+) -> int:
     """The benchmark flow, holding the output folder's lock and watching the Prefect API."""
     from contextlib import ExitStack
 
@@ -80,13 +84,20 @@ def _run_flow(config: ApeConfig, redo_outcomes: list[str] | None = None,
         watchdog = api_watchdog(config.run.output)
         if watchdog is not None:
             stack.enter_context(watchdog)
-        return _run_benchmark(config, redo_outcomes, only_models, new_run=new_run, run_id=run_id,
-                              fail_on_regression=fail_on_regression)
+        return _run_benchmark(
+            config, redo_outcomes, only_models, new_run=new_run, run_id=run_id, fail_on_regression=fail_on_regression
+        )
 
 
-def _run_benchmark(config: ApeConfig, redo_outcomes: list[str] | None,
-                   only_models: list[str] | None = None, *, new_run: bool | None = None,
-                   run_id: str | None = None, fail_on_regression: bool = False) -> int:
+def _run_benchmark(
+    config: ApeConfig,
+    redo_outcomes: list[str] | None,
+    only_models: list[str] | None = None,
+    *,
+    new_run: bool | None = None,
+    run_id: str | None = None,
+    fail_on_regression: bool = False,
+) -> int:
     from ape.flows.benchmark import benchmark
     from ape.flows.states import items_failed
     from ape.tasks.save import SaveFailed
@@ -98,8 +109,9 @@ def _run_benchmark(config: ApeConfig, redo_outcomes: list[str] | None,
             dask_task_runner(config)  # a clear error now, rather than a failed flow run
         except ApeError as exc:
             raise locate(exc, config) from None
-    state = benchmark(config, redo_outcomes=redo_outcomes, only_models=only_models, new_run=new_run,
-                      run_id=run_id, return_state=True)
+    state = benchmark(
+        config, redo_outcomes=redo_outcomes, only_models=only_models, new_run=new_run, run_id=run_id, return_state=True
+    )
     output = _run_output(config, state, bool(new_run or run_id))
     report = output / "leaderboard.md"
     if report.exists():
@@ -110,8 +122,7 @@ def _run_benchmark(config: ApeConfig, redo_outcomes: list[str] | None,
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if failed is None:
-        log.info("outputs in %s (report.json, leaderboard.parquet, summary.png, sessions.jsonl, ...)",
-                 output)
+        log.info("outputs in %s (report.json, leaderboard.parquet, summary.png, sessions.jsonl, ...)", output)
         return _regression_exit(state.result(), fail_on_regression)
     print(f"error: {failed}", file=sys.stderr)
     print("       `ape retry " + str(output) + "` redoes only the failed items", file=sys.stderr)
@@ -130,13 +141,22 @@ def _run_output(config: ApeConfig, state: Any, new_run: bool) -> Path:
 def _regression_exit(result: Any, fail_on_regression: bool) -> int:
     regressed = [r for r in (result or {}).get("regressions") or [] if r["verdict"] == "regressed"]
     for row in regressed:
-        print(f"regression: {row['model_id']} against its {row['against']} run {row['reference_run_id']}: "
-              f"score {row['mean_diff']:+.3f}, p={row['p_value']:.3g}", file=sys.stderr)
+        print(
+            f"regression: {row['model_id']} against its {row['against']} run {row['reference_run_id']}: "
+            f"score {row['mean_diff']:+.3f}, p={row['p_value']:.3g}",
+            file=sys.stderr,
+        )
     return EXIT_REGRESSED if regressed and fail_on_regression else 0
 
 
-def run(config_path: Path, overrides: dict, *, use_server: bool = True, new_run: bool = False,
-        fail_on_regression: bool = False) -> int:
+def run(
+    config_path: Path,
+    overrides: dict,
+    *,
+    use_server: bool = True,
+    new_run: bool = False,
+    fail_on_regression: bool = False,
+) -> int:
     config = load_config(config_path, overrides)
     _log_level(config)
     preflight(config)
@@ -153,12 +173,13 @@ def validate(config_path: Path, *, estimate: bool = False) -> int:
     plan, tools, ids = preflight(config)
     variables = ", ".join(sorted(template_variables(plan.template))) or "none"
     print(f"ok: {config_path}")
-    print(f"  data: {len(ids)} items from {config.data.file.name}"
-          + (f" ({ids[0]} .. {ids[-1]})" if ids else ""))
+    print(f"  data: {len(ids)} items from {config.data.file.name}" + (f" ({ids[0]} .. {ids[-1]})" if ids else ""))
     print(f"  template variables: {variables}")
     print(f"  models: {', '.join(m.model_id for m in config.model)}")
-    print(f"  tools: {', '.join(t.name for t in tools) or 'none'}"
-          + (f" + checker tool '{config.checker.checker_tool}'" if config.checker.expose_as_tool else ""))
+    print(
+        f"  tools: {', '.join(t.name for t in tools) or 'none'}"
+        + (f" + checker tool '{config.checker.checker_tool}'" if config.checker.expose_as_tool else "")
+    )
     print(f"  checker: {config.checker.implementation}; adapter: {config.adapter.implementation}")
     print(f"  output: {config.run.output}")
     if estimate:
@@ -182,18 +203,24 @@ def _print_estimate(config: ApeConfig, plan: Any) -> None:
     priced = True
     for model in config.model:
         e = estimate(model, lengths, config.run.runs_per_data, config.solver.max_steps)
-        out = (f"at most {e.output_tokens:,.0f}" if e.output_bound
-               else f"about {e.output_tokens:,.0f} (no max_tokens: 256 per session assumed)")
+        out = (
+            f"at most {e.output_tokens:,.0f}"
+            if e.output_bound
+            else f"about {e.output_tokens:,.0f} (no max_tokens: 256 per session assumed)"
+        )
         cost = f"cost {e.cost:.4f}" if e.cost is not None else "no prices set"
-        print(f"    {e.model_id}: {e.sessions} sessions, {e.input_tokens:,.0f} input tokens, "
-              f"{out} output tokens, {cost}")
+        print(
+            f"    {e.model_id}: {e.sessions} sessions, {e.input_tokens:,.0f} input tokens, {out} output tokens, {cost}"
+        )
         if e.cost is None:
             priced = False
         else:
             total += e.cost
     if priced:
-        print(f"    total: {total:.4f}" + (f" of max_cost {config.run.max_cost:g}"
-                                           if config.run.max_cost is not None else ""))
+        print(
+            f"    total: {total:.4f}"
+            + (f" of max_cost {config.run.max_cost:g}" if config.run.max_cost is not None else "")
+        )
     print("    tool calls, reformat prompts and max_steps > 1 add to this")
 
 
@@ -203,8 +230,11 @@ def plan(config_path: Path, difference: float, output: Path | None = None) -> in
     from ape.tasks.report import load_sessions, results_files
 
     if not 0 < difference < 1:
-        raise ApeError(f"--difference must be between 0 and 1, got {difference}", where="--difference",
-                       hint="a difference in mean score, e.g. 0.03 for three points")
+        raise ApeError(
+            f"--difference must be between 0 and 1, got {difference}",
+            where="--difference",
+            hint="a difference in mean score, e.g. 0.03 for three points",
+        )
     config = load_config(config_path)
     _, _, ids = preflight(config)
     variance = ASSUMED
@@ -212,18 +242,25 @@ def plan(config_path: Path, difference: float, output: Path | None = None) -> in
     if output.is_dir() and results_files([output]):
         variance = variance_from_sessions(load_sessions([output]))
     rows = plan_table(difference, variance, len(ids))
-    print(f"To detect a difference of {difference:g} in mean score between two models "
-          "(paired, two-sided 5%, 80% power):")
+    print(
+        f"To detect a difference of {difference:g} in mean score between two models (paired, two-sided 5%, 80% power):"
+    )
     print(f"  variances: {variance.source}")
-    print(f"    between items {variance.between_a:.4f} / {variance.between_b:.4f}, "
-          f"within an item (per run) {variance.within_a:.4f} / {variance.within_b:.4f}, "
-          f"correlation {variance.correlation:.2f}")
-    print(f"  {'runs_per_data':>13}  {'items needed':>12}  {'sessions/model':>14}  "
-          f"{'detectable with the ' + str(len(ids)) + ' items':>30}")
+    print(
+        f"    between items {variance.between_a:.4f} / {variance.between_b:.4f}, "
+        f"within an item (per run) {variance.within_a:.4f} / {variance.within_b:.4f}, "
+        f"correlation {variance.correlation:.2f}"
+    )
+    print(
+        f"  {'runs_per_data':>13}  {'items needed':>12}  {'sessions/model':>14}  "
+        f"{'detectable with the ' + str(len(ids)) + ' items':>30}"
+    )
     for row in rows:
         mark = "  <- more items than the data has" if row.items > len(ids) else ""
-        print(f"  {row.runs_per_data:>13}  {row.items:>12,}  {row.sessions_per_model:>14,}  "
-              f"{row.detectable_with_data:>30.4f}{mark}")
+        print(
+            f"  {row.runs_per_data:>13}  {row.items:>12,}  {row.sessions_per_model:>14,}  "
+            f"{row.detectable_with_data:>30.4f}{mark}"
+        )
     return 0
 
 
@@ -235,11 +272,14 @@ def report(outputs: list[Path], out: Path | None) -> int:
             raise ApeError("output folder not found", where=str(folder))
     benchmarks = _benchmarks_of(outputs)
     if len(benchmarks) > 1:
-        named = "; ".join(f"{name}: {', '.join(str(f) for f in folders)}"
-                          for name, folders in sorted(benchmarks.items()))
-        raise ApeError(f"these outputs hold different benchmarks ({named}); a leaderboard "
-                       "ranks models on the same items only", where="ape report",
-                       hint="report each benchmark on its own")
+        named = "; ".join(
+            f"{name}: {', '.join(str(f) for f in folders)}" for name, folders in sorted(benchmarks.items())
+        )
+        raise ApeError(
+            f"these outputs hold different benchmarks ({named}); a leaderboard ranks models on the same items only",
+            where="ape report",
+            hint="report each benchmark on its own",
+        )
     target = out or outputs[0]
     envelope = build_report(list(outputs), target)
     print(markdown_table(envelope))
@@ -286,12 +326,10 @@ def _recorded_config(output: Path) -> tuple[Path, Path, list[str] | None]:
         if several and output.name == slug(str(data["model"])):
             return config_file, output.parent, [str(data["model"])]
         return config_file, output, None
-    raise ApeError("no metadata.json with a recorded config found", where=str(output),
-                   hint="pass --config CONFIG.toml")
+    raise ApeError("no metadata.json with a recorded config found", where=str(output), hint="pass --config CONFIG.toml")
 
 
-def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict, *,
-          use_server: bool = True) -> int:
+def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict, *, use_server: bool = True) -> int:
     if not output.is_dir():
         raise ApeError("output folder not found", where=str(output))
     wanted = [o.strip().upper() for o in outcomes.split(",") if o.strip()]
@@ -301,15 +339,13 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
             raise ApeError(f"unknown outcome '{name}'", where="--outcomes", hint=f"use {', '.join(valid)}")
     from ape.tasks.runs import split_run_folder
 
-    recorded, top, models = (_recorded_config(output) if config_path is None
-                             else (config_path, output, None))
+    recorded, top, models = _recorded_config(output) if config_path is None else (config_path, output, None)
     top, run_id = split_run_folder(top)  # a run folder continues that run
     overrides = {"run.output": str(top.resolve()), **overrides, "run.load_save": True}
     config = load_config(recorded, overrides)
     _log_level(config)
     if models:
-        log.info("retrying model %s of %s (the other models' results stay as they are)",
-                 ", ".join(models), top)
+        log.info("retrying model %s of %s (the other models' results stay as they are)", ", ".join(models), top)
     preflight(config)
     _cache_storage(config)
     with _output_lock(config):
@@ -323,13 +359,19 @@ def history(output: Path, model: str | None, chart: bool) -> int:
     from ape.tasks.trend import history_markdown, write_trend_chart
 
     if not history_dir(output).is_dir():
-        raise ApeError("no run history here", where=str(output),
-                       hint="runs started with `ape run --new-run` or by a schedule record one")
+        raise ApeError(
+            "no run history here",
+            where=str(output),
+            hint="runs started with `ape run --new-run` or by a schedule record one",
+        )
     runs = read_runs(output)
     if model is not None:
         if model not in set(runs["model_id"]):
-            raise ApeError(f"no model '{model}' in the history", where="--model",
-                           hint=f"models: {', '.join(sorted(set(runs['model_id'])))}")
+            raise ApeError(
+                f"no model '{model}' in the history",
+                where="--model",
+                hint=f"models: {', '.join(sorted(set(runs['model_id'])))}",
+            )
         runs = runs[runs["model_id"] == model]
     print(history_markdown(runs))
     if chart:
@@ -359,8 +401,9 @@ def demo(out: Path, *, parallel: bool = True) -> int:
     return demo_exit(out, parallel=parallel)
 
 
-def serve(config_path: Path, cron: str | None, name: str | None, *, timezone: str | None = None,
-          interval: float | None = None) -> int:
+def serve(
+    config_path: Path, cron: str | None, name: str | None, *, timezone: str | None = None, interval: float | None = None
+) -> int:
     from ape.deployments.serve import cron_schedule
     from ape.deployments.serve import serve as serve_deployment
 

@@ -101,15 +101,19 @@ def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def _check_files(config: ApeConfig, path: Path, text: str) -> None:
-    checks = [("data.file", config.data.file), ("prompt.template_file", config.prompt.template_file),
-              ("prompt.system_file", config.prompt.system_file)]
+    checks = [
+        ("data.file", config.data.file),
+        ("prompt.template_file", config.prompt.template_file),
+        ("prompt.system_file", config.prompt.system_file),
+    ]
     for key, file in checks:
         if file is not None and not file.is_file():
             raise ApeError(
                 f"file not found: {file}",
                 where=_where(path, text, key.split(".")),
-                hint=f"paths are relative to the package '{config.data.package}'" if key == "data.file"
-                and config.data.package else "paths are relative to the config file's folder",
+                hint=f"paths are relative to the package '{config.data.package}'"
+                if key == "data.file" and config.data.package
+                else "paths are relative to the config file's folder",
             )
 
 
@@ -159,17 +163,14 @@ def _allowed_keys(loc: list[Any]) -> list[str]:
     for part in loc:
         if model is None or isinstance(part, int):
             continue
-        field = model.model_fields.get(part) or next(
-            (f for f in model.model_fields.values() if f.alias == part), None
-        )
+        field = model.model_fields.get(part) or next((f for f in model.model_fields.values() if f.alias == part), None)
         if field is None:
             return []
         annotation = field.annotation
         model = _model_in(annotation)
     if model is None:
         return []
-    return [f.alias or name for name, f in model.model_fields.items()
-            if name not in {"base_dir", "config_file"}]
+    return [f.alias or name for name, f in model.model_fields.items() if name not in {"base_dir", "config_file"}]
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
@@ -201,7 +202,7 @@ def _config_error(exc: ValidationError, path: Path, text: str) -> ApeError:
         return ApeError(f"missing required key '{loc[-1]}'", where=_where(path, text, loc))
     message = first["msg"]
     if message.startswith("Value error, "):
-        message = message[len("Value error, "):]
+        message = message[len("Value error, ") :]
     got = first.get("input")
     if kind not in {"value_error", "model_attributes_type"} and not isinstance(got, dict):
         message += f" (got {got!r})"

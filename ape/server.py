@@ -308,8 +308,7 @@ def start(
             return _wait_healthy(home, host, port, mine.pid, None, wait_s)
         if ours is not None:
             raise ApeError(
-                f"ape already runs a Prefect server on port {ours.port} (pid {ours.pid}); "
-                f"it manages one at a time",
+                f"ape already runs a Prefect server on port {ours.port} (pid {ours.pid}); it manages one at a time",
                 where="ape server",
                 hint=f"use that one (drop --port, or set APE_SERVER_PORT={ours.port}), "
                 "or stop it first with 'ape server stop'",
@@ -446,8 +445,7 @@ def _wait_healthy(
     _terminate(pid, 10.0)
     _clear_state(home)
     raise ApeError(
-        f"the Prefect server did not answer at {api_url} within {wait_s:g} s and was stopped:\n"
-        f"{_log_tail(log_file)}",
+        f"the Prefect server did not answer at {api_url} within {wait_s:g} s and was stopped:\n{_log_tail(log_file)}",
         where=str(log_file),
         hint="a busy machine may need longer; retry, or start one yourself with "
         "'prefect server start' and set PREFECT_API_URL",

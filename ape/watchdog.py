@@ -33,8 +33,9 @@ EXIT_API_LOST = 1
 class ApiWatchdog:
     """A daemon thread that ends the process when the Prefect API is gone (see above)."""
 
-    def __init__(self, api_url: str, output: Path, *, interval_s: float = 1.0, failures: int = 5,
-                 probe_timeout_s: float = 10.0):
+    def __init__(
+        self, api_url: str, output: Path, *, interval_s: float = 1.0, failures: int = 5, probe_timeout_s: float = 10.0
+    ):
         self.health = api_url.rstrip("/") + "/health"
         self.api_url = api_url
         self.output = output
@@ -68,7 +69,8 @@ class ApiWatchdog:
         sys.stderr.write(
             f"error: lost the Prefect API ({self.api_url}) mid-run; stopped. Results saved so far "
             f"in {self.output} are intact: start the server again and rerun the same command to "
-            "resume\n")
+            "resume\n"
+        )
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(EXIT_API_LOST)

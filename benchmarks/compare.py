@@ -37,8 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SYSTEMS = ("ape", "ape-no-chain", "ape-stage", "inspect_ai", "pool")
-RUN_EXTRA = {"ape": "", "ape-no-chain": "stage_runs = false\n",
-             "ape-stage": 'task_granularity = "stage"\n'}
+RUN_EXTRA = {"ape": "", "ape-no-chain": "stage_runs = false\n", "ape-stage": 'task_granularity = "stage"\n'}
 
 
 def _speed_module():
@@ -107,8 +106,8 @@ def child_inspect(n: int, latency: float, workers: int, log_dir: str, process_st
     samples = []
     for i in range(n):
         a, b = i % 97, (i * 7) % 89
-        samples.append(Sample(input=f"What is {a} + {b}?", target=str(a + b), id=f"i{i}",
-                              metadata={"a": a, "b": b}))
+        samples.append(Sample(input=f"What is {a} + {b}?", target=str(a + b), id=f"i{i}", metadata={"a": a, "b": b}))
+
     @scorer(metrics=[accuracy()])
     def timed_match():
         inner = match()
@@ -122,14 +121,20 @@ def child_inspect(n: int, latency: float, workers: int, log_dir: str, process_st
         return score
 
     task = Task(dataset=samples, solver=sleeping_solver(), scorer=timed_match())
-    logs = eval(task, model="mockllm/model", max_samples=workers, max_connections=workers,
-                display="none", log_dir=log_dir, log_samples=True)
+    logs = eval(
+        task,
+        model="mockllm/model",
+        max_samples=workers,
+        max_connections=workers,
+        display="none",
+        log_dir=log_dir,
+        log_samples=True,
+    )
     # the item loop, as APE's wall_seconds: first sample started to last sample scored
     # (eval's own start-up is reported apart, as start-up to the first call)
     loop = span[-1] - span[0]
     assert logs and logs[0].status == "success", logs[0].error if logs else "no log"
-    print("RESULT " + json.dumps({"loop_s": loop,
-                                  "startup_s": first[0] - process_start if first else None}))
+    print("RESULT " + json.dumps({"loop_s": loop, "startup_s": first[0] - process_start if first else None}))
 
 
 def child_pool(n: int, latency: float, workers: int, process_start: float) -> None:
@@ -157,24 +162,34 @@ def child_pool(n: int, latency: float, workers: int, process_start: float) -> No
 
 def run_one(system: str, folder: Path, n: int, latency: float, workers: int, env: dict) -> dict:
     speed.wait_until_idle(speed.SERVER_PID)
-    args = ["--child", system, "--n", str(n), "--latency", str(latency), "--workers", str(workers),
-            "--folder", str(folder)]
+    args = [
+        "--child",
+        system,
+        "--n",
+        str(n),
+        "--latency",
+        str(latency),
+        "--workers",
+        str(workers),
+        "--folder",
+        str(folder),
+    ]
     if system.startswith("ape"):
         config = speed.make_workload(folder, n, latency, workers)
         text = config.read_text().replace('output = "out"\n', 'output = "out"\n' + RUN_EXTRA[system])
         config.write_text(text)
     folder.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, __file__, *args, "--t0", repr(time.time())], env=env,
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, __file__, *args, "--t0", repr(time.time())], env=env, capture_output=True, text=True, cwd=ROOT
+    )
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     raise RuntimeError(f"{system} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--latency", type=float, help=argparse.SUPPRESS)
@@ -201,19 +216,29 @@ def main() -> None:
     os.environ["APE_HOME"] = str(work / "ape-home")
     info = server.start(port=4251)
     speed.SERVER_PID = info.pid
-    env = dict(os.environ, PREFECT_API_URL=info.api_url, PREFECT_LOGGING_LEVEL="WARNING",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PREFECT_LOCAL_STORAGE_PATH=str(work / "storage"), INSPECT_LOG_DIR=str(work / "inspect"))
+    env = dict(
+        os.environ,
+        PREFECT_API_URL=info.api_url,
+        PREFECT_LOGGING_LEVEL="WARNING",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_LOCAL_STORAGE_PATH=str(work / "storage"),
+        INSPECT_LOG_DIR=str(work / "inspect"),
+    )
     q = args.quick
-    workloads = [("wall/ideal", *((64, 0.5, 16) if q else (200, 0.5, 16))),
-                 ("wall/ideal", *((192, 0.5, 64) if q else (640, 0.5, 64))),
-                 ("items/s", 500 if q else 2000, 0.0, 16)]
+    workloads = [
+        ("wall/ideal", *((64, 0.5, 16) if q else (200, 0.5, 16))),
+        ("wall/ideal", *((192, 0.5, 64) if q else (640, 0.5, 64))),
+        ("items/s", 500 if q else 2000, 0.0, 16),
+    ]
     table: dict[str, dict[str, str]] = {}
     startup: dict[str, str] = {}
     try:
         for index, (measure, n, latency, workers) in enumerate(workloads):
-            label = (f"{measure} N={n}, {latency:g} s, {workers} workers" if latency
-                     else f"{measure} N={n}, instant, {workers} workers")
+            label = (
+                f"{measure} N={n}, {latency:g} s, {workers} workers"
+                if latency
+                else f"{measure} N={n}, instant, {workers} workers"
+            )
             row = table.setdefault(label, {})
             for system in systems:
                 r = run_one(system, work / f"{system}-{index}", n, latency, workers, env)
@@ -232,8 +257,9 @@ def main() -> None:
     print("|---" * (len(systems) + 1) + "|")
     for label, row in table.items():
         print(f"| {label} | " + " | ".join(row.get(s, "") for s in systems) + " |")
-    ratios = [(label, row) for label, row in table.items() if "ape" in row and "inspect_ai" in row
-              and "wall/ideal" in label]
+    ratios = [
+        (label, row) for label, row in table.items() if "ape" in row and "inspect_ai" in row and "wall/ideal" in label
+    ]
     for label, row in ratios:
         pool = float(row["pool"]) if "pool" in row else None
         ape = float(row["ape"])

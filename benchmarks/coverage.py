@@ -109,10 +109,14 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
-    print(f"95% intervals for a pass rate, {args.replicates} replicates per cell; "
-          f"clustered: {args.cluster_size} items per cluster, ICC {args.icc}")
-    print(f"{'p':>5} {'n':>5} | {'indep. APE':>10} {'exact':>6} {'percentile':>10} {'attainable':>14} | "
-          f"{'clust. APE':>10} {'percentile':>10} {'n_eff':>7}")
+    print(
+        f"95% intervals for a pass rate, {args.replicates} replicates per cell; "
+        f"clustered: {args.cluster_size} items per cluster, ICC {args.icc}"
+    )
+    print(
+        f"{'p':>5} {'n':>5} | {'indep. APE':>10} {'exact':>6} {'percentile':>10} {'attainable':>14} | "
+        f"{'clust. APE':>10} {'percentile':>10} {'n_eff':>7}"
+    )
     inside = total = 0
     for p in PS:
         for n in NS:
@@ -122,11 +126,12 @@ def main() -> None:
             for value in (ape_i, ape_c):
                 total += 1
                 inside += 0.93 <= value <= 0.97
-            print(f"{p:>5} {n:>5} | {ape_i:>10.3f} {exact(p, n):>6.3f} {pct_i:>10.3f} "
-                  f"{below:>6.3f}/{above:<7.3f} | "
-                  f"{ape_c:>10.3f} {pct_c:>10.3f} {n_eff:>7.1f}")
-    print(f"cells with APE coverage in [0.93, 0.97]: {inside} of {total} "
-          f"({time.perf_counter() - started:.0f} s)")
+            print(
+                f"{p:>5} {n:>5} | {ape_i:>10.3f} {exact(p, n):>6.3f} {pct_i:>10.3f} "
+                f"{below:>6.3f}/{above:<7.3f} | "
+                f"{ape_c:>10.3f} {pct_c:>10.3f} {n_eff:>7.1f}"
+            )
+    print(f"cells with APE coverage in [0.93, 0.97]: {inside} of {total} ({time.perf_counter() - started:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,7 @@ def build(top: Path, runs: int, models: int, items: int) -> None:
     rng = np.random.default_rng(1)
     item_ids = [f"item-{i:05d}" for i in range(items)]
     hashes = [f"{h:016x}" for h in rng.integers(0, 2**63, size=items)]
-    start = datetime(2026, 1, 1, 3, tzinfo=timezone.utc)
+    start = datetime(2026, 1, 1, 3, tzinfo=UTC)
     for r in range(runs):
         when = start + timedelta(days=r)
         run_id = f"{when:%Y%m%dT%H%M%SZ}-{r:08x}"
@@ -40,20 +40,50 @@ def build(top: Path, runs: int, models: int, items: int) -> None:
         for m in range(models):
             accuracy = 0.6 + 0.1 * m
             passed = rng.random(items) < accuracy
-            frames.append(pd.DataFrame({"model_id": f"model-{m}", "item_id": item_ids, "item_hash": hashes,
-                                        "score": passed.astype(float), "passed": passed, "n": 1,
-                                        "c": passed.astype("int64")}))
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "model_id": f"model-{m}",
+                        "item_id": item_ids,
+                        "item_hash": hashes,
+                        "score": passed.astype(float),
+                        "passed": passed,
+                        "n": 1,
+                        "c": passed.astype("int64"),
+                    }
+                )
+            )
             mean = float(passed.mean())
             half = 1.96 * (mean * (1 - mean) / items) ** 0.5
-            rows.append({"benchmark": "scale", "model_id": f"model-{m}", "flow_run_id": None,
-                         "cache_scope": "run", "started_at": when, "finished_at": when + timedelta(minutes=20),
-                         "n_items": items, "n_sessions": items, "mean_score": mean, "score_se": half / 1.96,
-                         "ci_low": mean - half, "ci_high": mean + half, "pass_rate": mean, "pass_at_k": "{}",
-                         "input_tokens": 100 * items, "output_tokens": 20 * items, "errors": 0,
-                         "check_errors": 0, "config_fingerprint": "c", "data_fingerprint": "d",
-                         "checker_fingerprint": "k", "previous_run": "x" if r else None,
-                         "previous_verdict": ("no detectable change" if r % 50 else "regressed") if r else None,
-                         "previous_diff": 0.0 if r else None, "previous_p": 0.5 if r else None})
+            rows.append(
+                {
+                    "benchmark": "scale",
+                    "model_id": f"model-{m}",
+                    "flow_run_id": None,
+                    "cache_scope": "run",
+                    "started_at": when,
+                    "finished_at": when + timedelta(minutes=20),
+                    "n_items": items,
+                    "n_sessions": items,
+                    "mean_score": mean,
+                    "score_se": half / 1.96,
+                    "ci_low": mean - half,
+                    "ci_high": mean + half,
+                    "pass_rate": mean,
+                    "pass_at_k": "{}",
+                    "input_tokens": 100 * items,
+                    "output_tokens": 20 * items,
+                    "errors": 0,
+                    "check_errors": 0,
+                    "config_fingerprint": "c",
+                    "data_fingerprint": "d",
+                    "checker_fingerprint": "k",
+                    "previous_run": "x" if r else None,
+                    "previous_verdict": ("no detectable change" if r % 50 else "regressed") if r else None,
+                    "previous_diff": 0.0 if r else None,
+                    "previous_p": 0.5 if r else None,
+                }
+            )
         append_run(top, run_id, rows, pd.concat(frames, ignore_index=True))
 
 
@@ -71,13 +101,14 @@ def main() -> None:
         top = Path(tmp)
         started = time.perf_counter()
         build(top, args.runs, args.models, args.items)
-        print(f"wrote {args.runs} runs x {args.models} models x {args.items} items in "
-              f"{time.perf_counter() - started:.1f} s")
+        print(
+            f"wrote {args.runs} runs x {args.models} models x {args.items} items in "
+            f"{time.perf_counter() - started:.1f} s"
+        )
         times, cpu = [], []
         for _ in range(3):
             started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-            done = subprocess.run([sys.executable, "-m", "ape", "history", str(top)], capture_output=True,
-                                  text=True)
+            done = subprocess.run([sys.executable, "-m", "ape", "history", str(top)], capture_output=True, text=True)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             times.append(time.perf_counter() - started)
             cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -87,10 +118,12 @@ def main() -> None:
         started = time.perf_counter()
         items = pd.read_parquet(history_dir(top) / "items")
         read_s = time.perf_counter() - started
-        print(f"`ape history`: {min(times):.2f} s best, {max(times):.2f} s worst of 3 "
-              f"({lines} rows printed, trend.png {(top / 'trend.png').stat().st_size / 1e3:.0f} kB); "
-              f"goal < 3 s: {'met' if max(times) < 3 else 'NOT met'}; CPU time {min(cpu):.2f} s best, "
-              f"{max(cpu):.2f} s worst (wall above CPU is waiting for a busy machine's cores or disk)")
+        print(
+            f"`ape history`: {min(times):.2f} s best, {max(times):.2f} s worst of 3 "
+            f"({lines} rows printed, trend.png {(top / 'trend.png').stat().st_size / 1e3:.0f} kB); "
+            f"goal < 3 s: {'met' if max(times) < 3 else 'NOT met'}; CPU time {min(cpu):.2f} s best, "
+            f"{max(cpu):.2f} s worst (wall above CPU is waiting for a busy machine's cores or disk)"
+        )
         print(f"history on disk: {size:.1f} MB; goal < 50 MB: {'met' if size < 50 else 'NOT met'}")
         print(f"pandas.read_parquet of every per-item row: {len(items):,} rows in {read_s:.2f} s")
 

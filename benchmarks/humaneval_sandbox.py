@@ -55,7 +55,7 @@ class CanonicalModel:
         return Generation(text=task.prompt + body, confidence=1.0)
 '''
 
-CONFIG = '''name = "humaneval-{label}"
+CONFIG = """name = "humaneval-{label}"
 
 [data]
 file = "problems.jsonl"
@@ -93,7 +93,7 @@ fail_on_error = true
 
 [cli]
 progress = false
-'''
+"""
 
 
 def problems(limit: int | None = None) -> list[dict]:
@@ -111,8 +111,7 @@ def problems(limit: int | None = None) -> list[dict]:
     return rows[:limit] if limit else rows
 
 
-def write_benchmark(folder: Path, rows: list[dict], *, sandbox: str, label: str,
-                    checker_workers: int = 2) -> Path:
+def write_benchmark(folder: Path, rows: list[dict], *, sandbox: str, label: str, checker_workers: int = 2) -> Path:
     """The benchmark folder (data, plugin, config); returns the config's path."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "humaneval_plugin.py").write_text(PLUGIN)
@@ -150,8 +149,14 @@ def run_benchmark(config: Path, env: dict[str, str] | None = None) -> dict:
                 if kind:
                     sandboxes.add(kind)
         passes[model] = count
-    return {"returncode": done.returncode, "wall": wall, "envelope": envelope, "passes": passes,
-            "sandboxes": sorted(sandboxes), "output": done.stdout[-3000:] + done.stderr[-3000:]}
+    return {
+        "returncode": done.returncode,
+        "wall": wall,
+        "envelope": envelope,
+        "passes": passes,
+        "sandboxes": sorted(sandboxes),
+        "output": done.stdout[-3000:] + done.stderr[-3000:],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,11 +176,13 @@ def main(argv: list[str] | None = None) -> int:
             config = write_benchmark(folder, rows, sandbox=sandbox, label=label)
             runs[label] = result = run_benchmark(config, env)
             wall_s = result["envelope"].get("summary", {}).get("wall_seconds")
-            print(f"{label:12s} sandbox={','.join(result['sandboxes']) or '?':8s} "
-                  f"canonical {result['passes']['canonical']}/{len(rows)}  "
-                  f"return None {result['passes']['return-none']}/{len(rows)}  "
-                  f"run {wall_s if wall_s is None else round(wall_s, 2)} s, "
-                  f"process {result['wall']:.2f} s, exit code {result['returncode']}")
+            print(
+                f"{label:12s} sandbox={','.join(result['sandboxes']) or '?':8s} "
+                f"canonical {result['passes']['canonical']}/{len(rows)}  "
+                f"return None {result['passes']['return-none']}/{len(rows)}  "
+                f"run {wall_s if wall_s is None else round(wall_s, 2)} s, "
+                f"process {result['wall']:.2f} s, exit code {result['returncode']}"
+            )
             if result["passes"] != {"canonical": len(rows), "return-none": 0}:
                 ok = False
                 print(result["output"])
@@ -183,8 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     plain_s = plain["envelope"].get("summary", {}).get("wall_seconds")
     boxed_s = boxed["envelope"].get("summary", {}).get("wall_seconds")
     if plain_s and boxed_s:
-        print(f"sandboxed / unsandboxed: run {boxed_s / plain_s:.2f}x, "
-              f"process {boxed['wall'] / plain['wall']:.2f}x (goal: at most 1.5x)")
+        print(
+            f"sandboxed / unsandboxed: run {boxed_s / plain_s:.2f}x, "
+            f"process {boxed['wall'] / plain['wall']:.2f}x (goal: at most 1.5x)"
+        )
     return 0 if ok else 1
 
 

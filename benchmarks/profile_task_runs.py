@@ -11,8 +11,8 @@ copy of the flow's context):
   Prefect's background events worker;
 - ``none``: the same loop without Prefect, the baseline.
 
-Client CPU is the child's process CPU time (flow plus sending every queued event); server CPU is the server's process-tree CPU
-time from the flow's start until the server is idle again (events ingested). Both are
+Client CPU is the child's process CPU time (flow plus sending every queued event); server CPU
+is the server's process-tree CPU time from the flow's start until the server is idle again (events ingested). Both are
 printed per task run, and the recorded runs are checked to have reached the server.
 
     python benchmarks/profile_task_runs.py [--n 2000]
@@ -36,9 +36,10 @@ def child(mode: str, n: int) -> None:
     import contextvars
     from concurrent.futures import ThreadPoolExecutor
 
-    from ape.tasks.stage_runs import StageMark, current_flow_run_id, record_stage_runs
     from prefect import flow, task
     from prefect.cache_policies import NO_CACHE
+
+    from ape.tasks.stage_runs import StageMark, current_flow_run_id, record_stage_runs
 
     @task(name="trivial", cache_policy=NO_CACHE, persist_result=False)
     def trivial(i: int) -> int:
@@ -92,8 +93,7 @@ def count_task_runs(api_url: str, flow_run_id: str) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, default=2000)
     args = parser.parse_args()
@@ -112,19 +112,24 @@ def main() -> None:
     os.environ["APE_HOME"] = str(work / "ape-home")
     info = server.start(port=4252)
     assert info.pid is not None
-    env = dict(os.environ, PREFECT_API_URL=info.api_url, PREFECT_LOGGING_LEVEL="WARNING",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    env = dict(
+        os.environ,
+        PREFECT_API_URL=info.api_url,
+        PREFECT_LOGGING_LEVEL="WARNING",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+    )
     rows = []
     try:
         for mode in ("none", "live", "recorded"):
             speed.wait_until_idle(info.pid)
             before = server_cpu(info.pid)
-            proc = subprocess.run([sys.executable, __file__, "--child", mode, "--n", str(args.n)],
-                                  env=env, capture_output=True, text=True)
+            proc = subprocess.run(
+                [sys.executable, __file__, "--child", mode, "--n", str(args.n)], env=env, capture_output=True, text=True
+            )
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
             if line is None:
                 raise RuntimeError(proc.stdout[-2000:] + proc.stderr[-2000:])
-            result = json.loads(line[len("RESULT "):])
+            result = json.loads(line[len("RESULT ") :])
             speed.wait_until_idle(info.pid)
             result["server_s"] = server_cpu(info.pid) - before
             result["task_runs"] = count_task_runs(info.api_url, result["flow_run_id"])
@@ -137,8 +142,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for mode, r in rows:
         client = (r["cpu_s"] - (base["cpu_s"] if mode != "none" else 0)) / args.n * 1000
-        print(f"| {mode} | {client:.2f} | {r['server_s'] / args.n * 1000:.2f} | {r['task_runs']} "
-              f"| {r['wall_s']:.2f} |")
+        print(f"| {mode} | {client:.2f} | {r['server_s'] / args.n * 1000:.2f} | {r['task_runs']} | {r['wall_s']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -48,32 +48,50 @@ def ape_config(folder: Path, base_url: str, problems: int, max_tokens: int, logp
     head, _, rest = text.partition("\n[model]\n")
     _, _, tail = rest.partition("\n[adapter]\n")
     head = head.replace('end_id = "HumanEval/19"', f'end_id = "HumanEval/{problems - 1}"')
-    model = (f'[model]\nname = "smollm2-135m"\nprovider = "openai"\nmodel = "local"\nbase_url = "{base_url}"\n'
-             f"temperature = 0.0\nmax_tokens = {max_tokens}\ntimeout_s = 600\n"
-             f"logprobs = {'true' if logprobs else 'false'}\n\n")
+    model = (
+        f'[model]\nname = "smollm2-135m"\nprovider = "openai"\nmodel = "local"\nbase_url = "{base_url}"\n'
+        f"temperature = 0.0\nmax_tokens = {max_tokens}\ntimeout_s = 600\n"
+        f"logprobs = {'true' if logprobs else 'false'}\n\n"
+    )
     (folder / "config.toml").write_text(head + "\n" + model + "[adapter]\n" + tail)
     return folder / "config.toml"
 
 
 def run_ape(config: Path, out: Path, attempts: int = 2) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-               PREFECT_LOGGING_LEVEL="WARNING", PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        PREFECT_LOGGING_LEVEL="WARNING",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+    )
     for attempt in range(attempts):
         shutil.rmtree(out, ignore_errors=True)
         started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "ape", "run", str(config), "--no-progress",
-                               "--output", str(out)], cwd=ROOT, env=env, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "ape", "run", str(config), "--no-progress", "--output", str(out)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         process_s = time.perf_counter() - started
         if (out / "report.json").is_file():
             break
         # say why, and try again: a loaded machine can time out a Prefect client
-        print(f"ape run ended {proc.returncode} without a report (attempt {attempt + 1}):\n"
-              f"{proc.stderr[-1500:]}", file=sys.stderr, flush=True)
+        print(
+            f"ape run ended {proc.returncode} without a report (attempt {attempt + 1}):\n{proc.stderr[-1500:]}",
+            file=sys.stderr,
+            flush=True,
+        )
     else:
         raise RuntimeError("ape run failed every attempt")
     envelope = json.loads((out / "report.json").read_text())
-    sessions = [s for line in (out / "results.jsonl").read_text().splitlines() if line.strip()
-                for s in json.loads(line)["sessions"]]
+    sessions = [
+        s
+        for line in (out / "results.jsonl").read_text().splitlines()
+        if line.strip()
+        for s in json.loads(line)["sessions"]
+    ]
     return {
         "wall_s": float(envelope["summary"]["wall_seconds"]),
         "process_s": process_s,
@@ -106,8 +124,10 @@ def inspect_task(problems: int) -> Any:
     data = Path(spec.submodule_search_locations[0]) / "data" / "HumanEval.jsonl.gz"
     with gzip.open(data, "rt", encoding="utf-8") as handle:
         rows = [HumanEvalProblem(**json.loads(line)) for line, _ in zip(handle, range(problems))]
-    samples = [Sample(id=row.task_id, input=template.replace("{{ prompt }}", row.prompt),
-                      metadata={"tests": row.tests}) for row in rows]
+    samples = [
+        Sample(id=row.task_id, input=template.replace("{{ prompt }}", row.prompt), metadata={"tests": row.tests})
+        for row in rows
+    ]
 
     @scorer(metrics=[accuracy()])
     def runs_tests() -> Any:
@@ -116,8 +136,9 @@ def inspect_task(problems: int) -> Any:
                 code = extract_function(state.output.completion)
             except ValueError as exc:
                 return Score(value=INCORRECT, explanation=str(exc))
-            result = await run_subprocess([sys.executable, "-I", "-c", code + "\n" + state.metadata["tests"]],
-                                          timeout=10)
+            result = await run_subprocess(
+                [sys.executable, "-I", "-c", code + "\n" + state.metadata["tests"]], timeout=10
+            )
             return Score(value=CORRECT if result.success else INCORRECT)
 
         return score
@@ -129,9 +150,17 @@ def run_inspect(task: Any, base_url: str, max_tokens: int, log_dir: Path) -> dic
     from inspect_ai import eval as inspect_eval
 
     started = time.perf_counter()
-    (log,) = inspect_eval(task, model="llama-cpp-python/local", model_base_url=base_url, temperature=0.0,
-                          max_tokens=max_tokens, max_connections=1, log_dir=str(log_dir), display="none",
-                          log_samples=True)
+    (log,) = inspect_eval(
+        task,
+        model="llama-cpp-python/local",
+        model_base_url=base_url,
+        temperature=0.0,
+        max_tokens=max_tokens,
+        max_connections=1,
+        log_dir=str(log_dir),
+        display="none",
+        log_samples=True,
+    )
     wall = time.perf_counter() - started
     samples = log.samples or []
     return {
@@ -146,8 +175,9 @@ def start_server(logits_all: bool, log: Path) -> Any:
     from ape.schemas.config import ModelConfig
     from ape.tasks.llama_server import LlamaServer, ServerSpec, model_file
 
-    server = LlamaServer(ServerSpec(file=model_file(ModelConfig(provider="llama-cpp", model="smollm2-135m")),
-                                    logits_all=logits_all), log)
+    server = LlamaServer(
+        ServerSpec(file=model_file(ModelConfig(provider="llama-cpp", model="smollm2-135m")), logits_all=logits_all), log
+    )
     server.start()
     return server
 
@@ -192,28 +222,39 @@ def measure(args: argparse.Namespace, work: Path) -> int:
             config = ape_config(work / "ape", server.base_url, args.problems, args.max_tokens, logprobs=False)
             rows["ape"].append(run_ape(config, work / f"ape-out-{repeat}"))
             rows["inspect_ai"].append(run_inspect(task, server.base_url, args.max_tokens, work / f"inspect-{repeat}"))
-            print(f"repeat {repeat + 1}: APE {rows['ape'][-1]['wall_s']:.1f} s, "
-                  f"inspect_ai {rows['inspect_ai'][-1]['wall_s']:.1f} s, "
-                  f"ratio {rows['ape'][-1]['wall_s'] / rows['inspect_ai'][-1]['wall_s']:.2f}", flush=True)
+            print(
+                f"repeat {repeat + 1}: APE {rows['ape'][-1]['wall_s']:.1f} s, "
+                f"inspect_ai {rows['inspect_ai'][-1]['wall_s']:.1f} s, "
+                f"ratio {rows['ape'][-1]['wall_s'] / rows['inspect_ai'][-1]['wall_s']:.2f}",
+                flush=True,
+            )
     finally:
         server.stop()
 
     ape, ins = rows["ape"], rows["inspect_ai"]
     same = sum(ape[0]["outputs"].get(k) == v for k, v in ins[0]["outputs"].items())
     ratios = [a["wall_s"] / i["wall_s"] for a, i in zip(ape, ins)]
-    print(f"\nHumanEval/0..{args.problems - 1}, SmolLM2-135M Q4_1, temperature 0, max_tokens {args.max_tokens}, "
-          "one connection, one llama.cpp server (logits_all off)")
+    print(
+        f"\nHumanEval/0..{args.problems - 1}, SmolLM2-135M Q4_1, temperature 0, max_tokens {args.max_tokens}, "
+        "one connection, one llama.cpp server (logits_all off)"
+    )
     print("| tool | wall s (each repeat) | median | passed | output tokens |")
     print("|---|---|---|---|---|")
     for name, runs in rows.items():
         walls = ", ".join(f"{r['wall_s']:.1f}" for r in runs)
-        print(f"| {name} | {walls} | {statistics.median(r['wall_s'] for r in runs):.1f} | "
-              f"{runs[0]['passed']}/{args.problems} | {runs[0]['output_tokens']} |")
-    print(f"\nAPE / inspect_ai wall time, per repeat: {', '.join(f'{r:.2f}' for r in ratios)} "
-          f"(median {statistics.median(ratios):.2f}; goal <= 1.15)")
+        print(
+            f"| {name} | {walls} | {statistics.median(r['wall_s'] for r in runs):.1f} | "
+            f"{runs[0]['passed']}/{args.problems} | {runs[0]['output_tokens']} |"
+        )
+    print(
+        f"\nAPE / inspect_ai wall time, per repeat: {', '.join(f'{r:.2f}' for r in ratios)} "
+        f"(median {statistics.median(ratios):.2f}; goal <= 1.15)"
+    )
     print(f"identical generations: {same}/{len(ins[0]['outputs'])}")
-    print(f"start-up, not in the ratio: APE process {statistics.median(r['process_s'] for r in ape):.1f} s in all "
-          f"(Python, imports, Prefect client and flow set-up); inspect_ai task set-up {inspect_import_s:.1f} s")
+    print(
+        f"start-up, not in the ratio: APE process {statistics.median(r['process_s'] for r in ape):.1f} s in all "
+        f"(Python, imports, Prefect client and flow set-up); inspect_ai task set-up {inspect_import_s:.1f} s"
+    )
 
     if args.logprobs:
         server = start_server(True, work / "server-logits.log")
@@ -226,9 +267,12 @@ def measure(args: argparse.Namespace, work: Path) -> int:
         finally:
             server.stop()
         print("\nlog-probabilities (server with logits_all on, llama-cpp-python's default):")
-        print(f"  APE logprobs on {with_lp['wall_s']:.1f} s, APE off {without['wall_s']:.1f} s, "
-              f"inspect_ai {ins_all['wall_s']:.1f} s; on/off {with_lp['wall_s'] / without['wall_s']:.2f}x, "
-              f"logits_all on/off for APE without logprobs {without['wall_s'] / statistics.median(r['wall_s'] for r in ape):.2f}x")
+        print(
+            f"  APE logprobs on {with_lp['wall_s']:.1f} s, APE off {without['wall_s']:.1f} s, "
+            f"inspect_ai {ins_all['wall_s']:.1f} s; on/off {with_lp['wall_s'] / without['wall_s']:.2f}x, "
+            "logits_all on/off for APE without logprobs "
+            f"{without['wall_s'] / statistics.median(r['wall_s'] for r in ape):.2f}x"
+        )
     return 0
 
 

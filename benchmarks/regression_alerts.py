@@ -43,20 +43,26 @@ def problems(n: int) -> list[tuple[str, int]]:
 
 
 def one_run(items: list[tuple[str, int]], accuracy: float, seed: int, consistency: float) -> pd.DataFrame:
-    model = MockChatModel(behaviour="arithmetic", accuracy=accuracy, sampling=True, seed=seed,
-                          consistency=consistency, use_tools=False)
+    model = MockChatModel(
+        behaviour="arithmetic", accuracy=accuracy, sampling=True, seed=seed, consistency=consistency, use_tools=False
+    )
     passed = []
     for prompt, answer in items:
         text = model._generate([HumanMessage(prompt)]).generations[0].message.content
         passed.append(int(re.findall(r"-?\d+", text)[-1]) == answer)
     flags = np.array(passed)
-    return pd.DataFrame({"item_id": [str(i) for i in range(len(items))], "score": flags.astype(float),
-                         "passed": flags, "item_hash": "same"})
+    return pd.DataFrame(
+        {
+            "item_id": [str(i) for i in range(len(items))],
+            "score": flags.astype(float),
+            "passed": flags,
+            "item_hash": "same",
+        }
+    )
 
 
 def verdict(current: pd.DataFrame, reference: pd.DataFrame) -> str:
-    return compare(current, reference, model_id="m", run_id="b", reference_run_id="a",
-                   against="previous").verdict
+    return compare(current, reference, model_id="m", run_id="b", reference_run_id="a", against="previous").verdict
 
 
 def false_alarms(trials: int, consistency: float, seed0: int) -> tuple[int, int, int, int, float]:
@@ -108,14 +114,18 @@ def main() -> None:
         rate = alerts / runs
         hits, trials = power(args.power_trials, consistency, seed0=7_000_000)
         share = hits / trials
-        print(f"consistency {consistency:.1f}: unchanged model: alerts in {alerts}/{runs} runs = {rate:.3f} "
-              f"+- {1.96 * se:.3f} across trials "
-              f"(nominal {NOMINAL:.2f}: {'within its error' if rate - 1.96 * se <= NOMINAL else 'ABOVE'}); "
-              f"'regressed' against the previous run {vs_previous / runs:.3f}, against the baseline "
-              f"{vs_baseline / runs:.3f} (each test's nominal share: {NOMINAL / 2:.3f})")
-        print(f"consistency {consistency:.1f}: drop 0.90 -> 0.85 flagged in the first run after it in "
-              f"{hits}/{trials} trials = {share:.2f} (goal >= 0.80: {'met' if share >= 0.8 else 'NOT met'}) "
-              f"[{time.perf_counter() - started:.0f} s]")
+        print(
+            f"consistency {consistency:.1f}: unchanged model: alerts in {alerts}/{runs} runs = {rate:.3f} "
+            f"+- {1.96 * se:.3f} across trials "
+            f"(nominal {NOMINAL:.2f}: {'within its error' if rate - 1.96 * se <= NOMINAL else 'ABOVE'}); "
+            f"'regressed' against the previous run {vs_previous / runs:.3f}, against the baseline "
+            f"{vs_baseline / runs:.3f} (each test's nominal share: {NOMINAL / 2:.3f})"
+        )
+        print(
+            f"consistency {consistency:.1f}: drop 0.90 -> 0.85 flagged in the first run after it in "
+            f"{hits}/{trials} trials = {share:.2f} (goal >= 0.80: {'met' if share >= 0.8 else 'NOT met'}) "
+            f"[{time.perf_counter() - started:.0f} s]"
+        )
 
 
 if __name__ == "__main__":

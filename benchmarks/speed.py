@@ -66,18 +66,18 @@ def make_workload(folder: Path, n: int, latency: float, workers: int) -> Path:
         for i in range(n):
             a, b = i % 97, (i * 7) % 89
             handle.write(json.dumps({"id": f"i{i}", "question": f"{a} + {b}", "answer": a + b}) + "\n")
-    (folder / "config.toml").write_text(
-        CONFIG.format(latency=latency, workers=workers, call_log=folder / "calls.log"))
+    (folder / "config.toml").write_text(CONFIG.format(latency=latency, workers=workers, call_log=folder / "calls.log"))
     return folder / "config.toml"
 
 
 def child(config: str) -> None:
     """Run one benchmark flow in this process and print its measurements as JSON."""
     started = time.perf_counter()
+    from prefect import flow
+
     from ape.config import load_config
     from ape.flows.evaluate import Runner
     from ape.flows.plan import make_plan
-    from prefect import flow
 
     cfg = load_config(config)
     imported = time.perf_counter()
@@ -89,14 +89,19 @@ def child(config: str) -> None:
     state = speed_flow(return_state=True)
     summary = state.result()
     done = time.perf_counter()
-    print("RESULT " + json.dumps({
-        "summary": summary,
-        "import_s": imported - started,
-        "process_s": done - started,
-        "loop_s": summary["wall_seconds"],
-        "flow_overhead_s": (done - imported) - summary["wall_seconds"],
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }))
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "summary": summary,
+                "import_s": imported - started,
+                "process_s": done - started,
+                "loop_s": summary["wall_seconds"],
+                "flow_overhead_s": (done - imported) - summary["wall_seconds"],
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
 
 
 def wait_until_idle(pid: int | None, limit_s: float = 120.0) -> float:
@@ -124,11 +129,12 @@ def wait_until_idle(pid: int | None, limit_s: float = 120.0) -> float:
 
 def run_child(config: Path, env: dict) -> dict:
     wait_until_idle(SERVER_PID)
-    proc = subprocess.run([sys.executable, __file__, "--child", str(config)], env=env,
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", str(config)], env=env, capture_output=True, text=True, cwd=ROOT
+    )
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     raise RuntimeError(f"scenario failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
 
 
@@ -157,9 +163,14 @@ def main() -> None:
     global SERVER_PID
     SERVER_PID = info.pid
     print(f"prefect server start-up: {time.perf_counter() - t0:.1f} s ({info.api_url})")
-    env = dict(os.environ, PREFECT_API_URL=info.api_url, PREFECT_LOGGING_LEVEL="WARNING",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(ROOT),
-               PREFECT_LOCAL_STORAGE_PATH=str(work / "storage"))
+    env = dict(
+        os.environ,
+        PREFECT_API_URL=info.api_url,
+        PREFECT_LOGGING_LEVEL="WARNING",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PYTHONPATH=str(ROOT),
+        PREFECT_LOCAL_STORAGE_PATH=str(work / "storage"),
+    )
     only = set(filter(None, args.only.split(",")))
     q = args.quick
     rows = []
@@ -168,41 +179,54 @@ def main() -> None:
             n, lat, w = (64, 0.5, 16) if q else (200, 0.5, 16)
             r = run_child(make_workload(work / "l16", n, lat, w), env)
             ideal = n * lat / w
-            rows.append(("wall/ideal", f"N={n}, {lat} s, {w} workers", f"{r['loop_s'] / ideal:.3f}",
-                         "<= 1.10", r))
+            rows.append(("wall/ideal", f"N={n}, {lat} s, {w} workers", f"{r['loop_s'] / ideal:.3f}", "<= 1.10", r))
         if not only or "latency64" in only:
             n, lat, w = (192, 0.5, 64) if q else (640, 0.5, 64)
             r = run_child(make_workload(work / "l64", n, lat, w), env)
             ideal = n * lat / w
-            rows.append(("wall/ideal", f"N={n}, {lat} s, {w} workers", f"{r['loop_s'] / ideal:.3f}",
-                         "<= 1.25", r))
+            rows.append(("wall/ideal", f"N={n}, {lat} s, {w} workers", f"{r['loop_s'] / ideal:.3f}", "<= 1.25", r))
         if not only or {"throughput", "resume"} & only:
             n = 500 if q else 2000
             folder = work / "tp"
             r = run_child(make_workload(folder, n, 0.0, 16), env)
-            rows.append(("items/s", f"N={n}, instant model, 16 workers", f"{n / r['loop_s']:.0f}",
-                         ">= 150", r))
+            rows.append(("items/s", f"N={n}, instant model, 16 workers", f"{n / r['loop_s']:.0f}", ">= 150", r))
             first_calls = calls(folder)
             again = run_child(folder / "config.toml", env)
-            rows.append(("resume/first (loop)", f"N={n}, finished run",
-                         f"{again['loop_s'] / r['loop_s']:.3f}", "< 0.05", again))
-            rows.append(("resume/first (process)", f"N={n}, finished run",
-                         f"{again['process_s'] / r['process_s']:.3f}", "", again))
+            rows.append(
+                ("resume/first (loop)", f"N={n}, finished run", f"{again['loop_s'] / r['loop_s']:.3f}", "< 0.05", again)
+            )
+            rows.append(
+                (
+                    "resume/first (process)",
+                    f"N={n}, finished run",
+                    f"{again['process_s'] / r['process_s']:.3f}",
+                    "",
+                    again,
+                )
+            )
             rows.append(("model calls on resume", f"N={n}", str(calls(folder) - first_calls), "0", again))
         if not only or "memory" in only:
             small, big = (500, 5000) if q else (2000, 20000)
             a = run_child(make_workload(work / "m1", small, 0.0, 16), env)
             b = run_child(make_workload(work / "m2", big, 0.0, 16), env)
-            rows.append(("peak RSS ratio", f"N={big} vs N={small}",
-                         f"{b['peak_rss_mb'] / a['peak_rss_mb']:.2f} ({b['peak_rss_mb']:.0f} / "
-                         f"{a['peak_rss_mb']:.0f} MB)", "<= 1.5", b))
+            rows.append(
+                (
+                    "peak RSS ratio",
+                    f"N={big} vs N={small}",
+                    f"{b['peak_rss_mb'] / a['peak_rss_mb']:.2f} ({b['peak_rss_mb']:.0f} / {a['peak_rss_mb']:.0f} MB)",
+                    "<= 1.5",
+                    b,
+                )
+            )
     finally:
         server.stop()
     print()
     print(f"{'measure':<24} {'workload':<34} {'value':<22} goal")
     for name, workload, value, goal, r in rows:
-        print(f"{name:<24} {workload:<34} {value:<22} {goal}   "
-              f"(loop {r['loop_s']:.2f} s, process {r['process_s']:.1f} s, imports {r['import_s']:.1f} s)")
+        print(
+            f"{name:<24} {workload:<34} {value:<22} {goal}   "
+            f"(loop {r['loop_s']:.2f} s, process {r['process_s']:.1f} s, imports {r['import_s']:.1f} s)"
+        )
 
 
 if __name__ == "__main__":

@@ -85,13 +85,16 @@ def deployment_for(
 
         schedules = [*(schedules or []), Interval(interval, timezone=timezone)]
     # called from synchronous code, so Prefect's sync_compatible method returns the deployment itself
-    return cast("RunnerDeployment", flow.to_deployment(
-        name=name,
-        schedules=schedules,
-        parameters={"config": config_parameter(config)},
-        tags=list(tags),
-        description=description or f"APE benchmark '{config.name}' ({len(config.model)} model(s))",
-    ))
+    return cast(
+        "RunnerDeployment",
+        flow.to_deployment(
+            name=name,
+            schedules=schedules,
+            parameters={"config": config_parameter(config)},
+            tags=list(tags),
+            description=description or f"APE benchmark '{config.name}' ({len(config.model)} model(s))",
+        ),
+    )
 
 
 def serve_config(
@@ -115,8 +118,9 @@ def serve_config(
 
     deployment = deployment_for(flow, config, cron, name, timezone=timezone, interval=interval)
     if on_status is not None:
-        schedule = (f" on schedule '{cron}' ({timezone or 'UTC'})" if cron
-                    else f" every {interval:g} s" if interval else "")
+        schedule = (
+            f" on schedule '{cron}' ({timezone or 'UTC'})" if cron else f" every {interval:g} s" if interval else ""
+        )
         on_status(f"serving deployment '{flow.name}/{name}'{schedule}")
     prefect_serve(deployment, limit=1)
 

@@ -37,13 +37,24 @@ def event_payload(row: RegressionRow) -> dict:
 
 
 def resources(benchmark: str, model_id: str) -> tuple[dict[str, str], list[dict[str, str]]]:
-    resource = {"prefect.resource.id": f"{EVENT_PREFIX}.{benchmark}.{model_id}",
-                "prefect.resource.name": f"{benchmark} · {model_id}",
-                "ape.benchmark": benchmark, "ape.model": model_id}
-    related = [{"prefect.resource.id": f"ape.benchmark.{benchmark}", "prefect.resource.role": "benchmark",
-                "prefect.resource.name": benchmark},
-               {"prefect.resource.id": f"ape.model.{model_id}", "prefect.resource.role": "model",
-                "prefect.resource.name": model_id}]
+    resource = {
+        "prefect.resource.id": f"{EVENT_PREFIX}.{benchmark}.{model_id}",
+        "prefect.resource.name": f"{benchmark} · {model_id}",
+        "ape.benchmark": benchmark,
+        "ape.model": model_id,
+    }
+    related = [
+        {
+            "prefect.resource.id": f"ape.benchmark.{benchmark}",
+            "prefect.resource.role": "benchmark",
+            "prefect.resource.name": benchmark,
+        },
+        {
+            "prefect.resource.id": f"ape.model.{model_id}",
+            "prefect.resource.role": "model",
+            "prefect.resource.name": model_id,
+        },
+    ]
     return resource, related
 
 
@@ -55,8 +66,9 @@ def regressions_markdown(config: ApeConfig, run_id: str, rows: list[RegressionRo
         return "\n".join([*lines, "first run: nothing to compare with yet"]) + "\n"
     lines += ["| Model | Against | Reference run | Verdict | Details |", "|---|---|---|---|---|"]
     for row in rows:
-        lines.append(f"| {row.model_id} | {row.against} | {row.reference_run_id} | **{row.verdict}** | "
-                     f"{describe(row)} |")
+        lines.append(
+            f"| {row.model_id} | {row.against} | {row.reference_run_id} | **{row.verdict}** | {describe(row)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -66,10 +78,16 @@ def publish(config: ApeConfig, top: Path, run_id: str, rows: list[RegressionRow]
     try:
         from prefect.artifacts import create_markdown_artifact
 
-        create_markdown_artifact(markdown=regressions_markdown(config, run_id, rows),
-                                 key=f"{key}-regressions", description="APE regression check")
-        create_markdown_artifact(markdown=history_markdown(read_runs(top), f"{config.name}: history"),
-                                 key=f"{key}-history", description="APE run history")
+        create_markdown_artifact(
+            markdown=regressions_markdown(config, run_id, rows),
+            key=f"{key}-regressions",
+            description="APE regression check",
+        )
+        create_markdown_artifact(
+            markdown=history_markdown(read_runs(top), f"{config.name}: history"),
+            key=f"{key}-history",
+            description="APE run history",
+        )
     except Exception as exc:  # no API available: report.json and the history hold it all
         log.debug("artifacts unavailable: %s", exc)
     emit(config.name, rows)
@@ -83,8 +101,9 @@ def emit(benchmark: str, rows: list[RegressionRow]) -> None:
         if row.verdict not in ("regressed", "improved"):
             continue
         resource, related = resources(benchmark, row.model_id)
-        emit_event(event=f"{EVENT_PREFIX}.{row.verdict}", resource=resource, related=related,
-                   payload=event_payload(row))
+        emit_event(
+            event=f"{EVENT_PREFIX}.{row.verdict}", resource=resource, related=related, payload=event_payload(row)
+        )
 
 
 def load_hook(config: ApeConfig):  # noqa: ANN201 - any callable

@@ -43,17 +43,23 @@ def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | 
     from ape.tasks.report import build_report, markdown_table
 
     files = [config.output_dir_for(m) / config.run.save_file for m in config.model]
-    envelope = build_report([f for f in files if f.exists()], config.run.output, wall_seconds=wall_seconds,
-                            extra_summary={"benchmark": config.name, **(extra or {})})
+    envelope = build_report(
+        [f for f in files if f.exists()],
+        config.run.output,
+        wall_seconds=wall_seconds,
+        extra_summary={"benchmark": config.name, **(extra or {})},
+    )
     table = markdown_table(envelope)
     try:
         from prefect.artifacts import create_markdown_artifact
 
         key = "".join(c if c.isalnum() else "-" for c in config.name.lower()).strip("-") or "benchmark"
-        create_markdown_artifact(markdown=f"# {config.name}: leaderboard\n\n{table}",
-                                 key=f"{key}-leaderboard", description="APE leaderboard")
-        create_markdown_artifact(markdown=_calibration_markdown(envelope),
-                                 key=f"{key}-calibration", description="APE calibration")
+        create_markdown_artifact(
+            markdown=f"# {config.name}: leaderboard\n\n{table}", key=f"{key}-leaderboard", description="APE leaderboard"
+        )
+        create_markdown_artifact(
+            markdown=_calibration_markdown(envelope), key=f"{key}-calibration", description="APE calibration"
+        )
     except Exception as exc:  # no API available: the files are the report
         log.debug("artifacts unavailable: %s", exc)
     return envelope.model_dump(mode="json")
@@ -61,18 +67,25 @@ def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | 
 
 def _calibration_markdown(envelope: Any) -> str:
     data = envelope.model_dump(mode="json").get("calibration") or {}
-    lines = ["# Calibration", "", "| model | ECE | Brier | populated bins | n | without confidence |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "# Calibration",
+        "",
+        "| model | ECE | Brier | populated bins | n | without confidence |",
+        "|---|---|---|---|---|---|",
+    ]
     for model, rep in data.items():
+
         def fmt(v: Any) -> str:
             return "-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
-        lines.append(f"| {model} | {fmt(rep.get('ece'))} | {fmt(rep.get('brier'))} | "
-                     f"{fmt(rep.get('populated_bins'))} | {fmt(rep.get('n'))} | {fmt(rep.get('missing'))} |")
+
+        lines.append(
+            f"| {model} | {fmt(rep.get('ece'))} | {fmt(rep.get('brier'))} | "
+            f"{fmt(rep.get('populated_bins'))} | {fmt(rep.get('n'))} | {fmt(rep.get('missing'))} |"
+        )
     return "\n".join(lines)
 
 
-@task(name="record-run", task_run_name="record-run[{info.run_id}]", cache_policy=NO_CACHE,
-      persist_result=False)
+@task(name="record-run", task_run_name="record-run[{info.run_id}]", cache_policy=NO_CACHE, persist_result=False)
 def record_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dict[str, Any]) -> list[dict[str, Any]]:
     """History entry, comparisons with the previous run and the baseline, ``latest``, alerts."""
     from ape.flows.alerts import publish
@@ -91,9 +104,13 @@ def record_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dict[str,
 
 
 @flow(name="benchmark", flow_run_name=_run_name, persist_result=False)
-def benchmark(config: ApeConfig, redo_outcomes: list[str] | None = None,
-              only_models: list[str] | None = None, new_run: bool | None = None,
-              run_id: str | None = None) -> dict[str, Any]:
+def benchmark(
+    config: ApeConfig,
+    redo_outcomes: list[str] | None = None,
+    only_models: list[str] | None = None,
+    new_run: bool | None = None,
+    run_id: str | None = None,
+) -> dict[str, Any]:
     """Evaluate every model of ``config`` and write the report into its output folder.
 
     ``redo_outcomes`` (used by ``ape retry``) re-runs saved items whose sessions ended with
@@ -110,9 +127,13 @@ def benchmark(config: ApeConfig, redo_outcomes: list[str] | None = None,
         return _evaluate_all(served, redo_outcomes, only_models, new_run, run_id)
 
 
-def _evaluate_all(config: ApeConfig, redo_outcomes: list[str] | None,
-                  only_models: list[str] | None = None, new_run: bool | None = None,
-                  run_id: str | None = None) -> Any:
+def _evaluate_all(
+    config: ApeConfig,
+    redo_outcomes: list[str] | None,
+    only_models: list[str] | None = None,
+    new_run: bool | None = None,
+    run_id: str | None = None,
+) -> Any:
     from prefect.runtime import deployment, flow_run
 
     started = time.perf_counter()
@@ -141,13 +162,18 @@ def _evaluate_all(config: ApeConfig, redo_outcomes: list[str] | None,
         else:
             failures.append(str(failed))
     # by hand, in place, the cache lives as long as the output folder does (the seeds' behaviour)
-    extra = {"cache_scope": config.run.cache_scope if info is not None or config.run.cache_scope == "shared"
-             else IN_PLACE}
+    extra = {
+        "cache_scope": config.run.cache_scope if info is not None or config.run.cache_scope == "shared" else IN_PLACE
+    }
     if info is not None:
         extra["run_id"] = info.run_id
     envelope = report_task(config, round(time.perf_counter() - started, 3), extra)
-    result = {"models": summaries, "report": str(Path(config.run.output) / "report.json"),
-              "summary": envelope.get("summary"), "output": str(config.run.output)}
+    result = {
+        "models": summaries,
+        "report": str(Path(config.run.output) / "report.json"),
+        "summary": envelope.get("summary"),
+        "output": str(config.run.output),
+    }
     if failures:
         return Failed(message="; ".join(failures), data=ItemsFailed("; ".join(failures)))
     if info is not None:

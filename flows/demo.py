@@ -120,9 +120,7 @@ def as_tasks(tasks: Path | str | Iterable[TaskSpec | dict[str, Any]]) -> list[Ta
     """Task specs from a JSONL path or objects; ApeError naming the task and field if invalid."""
     if isinstance(tasks, (str, Path)):
         return load_tasks(Path(tasks))
-    return check_unique(
-        (validate_task(row, f"tasks[{index}]") for index, row in enumerate(tasks)), "tasks"
-    )
+    return check_unique((validate_task(row, f"tasks[{index}]") for index, row in enumerate(tasks)), "tasks")
 
 
 def workers_for(task_count: int, parallel: bool) -> int:
@@ -201,8 +199,7 @@ def run_eval(
             entries.append(entry)
             if key is not None:
                 keys.append(key)
-        config = demo_config(entries, tasks_file, out, workers=workers_for(len(specs), parallel),
-                             name=name)
+        config = demo_config(entries, tasks_file, out, workers=workers_for(len(specs), parallel), name=name)
         state = benchmark(config, return_state=True)
     finally:
         for key in keys:
@@ -223,8 +220,7 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def unscored(tasks: Sequence[TaskSpec], model_ids: Sequence[str],
-             sessions: pd.DataFrame) -> list[dict[str, Any]]:
+def unscored(tasks: Sequence[TaskSpec], model_ids: Sequence[str], sessions: pd.DataFrame) -> list[dict[str, Any]]:
     """Every (model, task) pair without a metric score, with the reason."""
     problems = []
     groups = {key: frame for key, frame in sessions.groupby(["model_id", "item_id"])}
@@ -237,12 +233,10 @@ def unscored(tasks: Sequence[TaskSpec], model_ids: Sequence[str],
             else:
                 for row in rows.to_dict("records"):
                     if row["outcome"] != "SOLVED":
-                        error = ("" if _missing(row["error_type"])
-                                 else f": {row['error_type']}: {row['error_message']}")
+                        error = "" if _missing(row["error_type"]) else f": {row['error_type']}: {row['error_message']}"
                         reason = f"the session ended {row['outcome']}{error}"
                     elif row["check_status"] not in ("PASSED", "FAILED"):
-                        reason = (f"the checker raised {row['check_error_type']}: "
-                                  f"{row['check_error_message']}")
+                        reason = f"the checker raised {row['check_error_type']}: {row['check_error_message']}"
                     elif row["metric"] != task.metric:
                         reason = f"scored with '{row['metric']}' instead of '{task.metric}'"
                     elif _missing(row["check_score"]):
@@ -254,8 +248,7 @@ def unscored(tasks: Sequence[TaskSpec], model_ids: Sequence[str],
     return problems
 
 
-def uncalibrated(envelope: Envelope, model_ids: Sequence[str],
-                 sessions: pd.DataFrame) -> list[dict[str, Any]]:
+def uncalibrated(envelope: Envelope, model_ids: Sequence[str], sessions: pd.DataFrame) -> list[dict[str, Any]]:
     """Models whose calibration is missing, partial (sessions without confidence) or empty."""
     problems = []
     counts = sessions.groupby("model_id").size().to_dict() if len(sessions) else {}
@@ -286,34 +279,48 @@ def ranking_breach(envelope: Envelope, better: str, worse: str) -> str | None:
         return f"'{better}' or '{worse}' has no mean score"
     if top.rank < bottom.rank and top.mean_score > bottom.mean_score:
         return None
-    return (f"'{better}' (rank {top.rank}, mean score {top.mean_score:.3f}) is not strictly above "
-            f"'{worse}' (rank {bottom.rank}, mean score {bottom.mean_score:.3f})")
+    return (
+        f"'{better}' (rank {top.rank}, mean score {top.mean_score:.3f}) is not strictly above "
+        f"'{worse}' (rank {bottom.rank}, mean score {bottom.mean_score:.3f})"
+    )
 
 
-def judge(tasks: Sequence[TaskSpec], model_ids: Sequence[str], envelope: Envelope,
-          sessions: pd.DataFrame | None, outrank: tuple[str, str]) -> Breach | None:
+def judge(
+    tasks: Sequence[TaskSpec],
+    model_ids: Sequence[str],
+    envelope: Envelope,
+    sessions: pd.DataFrame | None,
+    outrank: tuple[str, str],
+) -> Breach | None:
     """The first broken criterion after the run, or None for a clean run."""
     report_error = envelope.error
     details = report_error.details if report_error is not None else None
     stage = details.get("stage") if isinstance(details, dict) else None
     if sessions is None:
         message = report_error.message if report_error else "no sessions were saved"
-        return Breach(criterion=Criterion.RUN_COMPLETED,
-                      message=f"the report could not read the results: {message}")
+        return Breach(criterion=Criterion.RUN_COMPLETED, message=f"the report could not read the results: {message}")
     problems = unscored(tasks, model_ids, sessions)
     if problems:
-        return Breach(criterion=Criterion.TASKS_SCORED, problems=problems,
-                      message=f"{len(problems)} (model, task) pair(s) have no metric score")
+        return Breach(
+            criterion=Criterion.TASKS_SCORED,
+            problems=problems,
+            message=f"{len(problems)} (model, task) pair(s) have no metric score",
+        )
     if report_error is not None and stage == "calibration":
-        return Breach(criterion=Criterion.CALIBRATION,
-                      message=f"calibration failed: {report_error.type}: {report_error.message}")
+        return Breach(
+            criterion=Criterion.CALIBRATION, message=f"calibration failed: {report_error.type}: {report_error.message}"
+        )
     problems = uncalibrated(envelope, model_ids, sessions)
     if problems:
-        return Breach(criterion=Criterion.CALIBRATION, problems=problems,
-                      message=f"calibration is incomplete for {len(problems)} model(s)")
+        return Breach(
+            criterion=Criterion.CALIBRATION,
+            problems=problems,
+            message=f"calibration is incomplete for {len(problems)} model(s)",
+        )
     if report_error is not None:
-        return Breach(criterion=Criterion.RUN_COMPLETED,
-                      message=f"the report failed while {stage}: {report_error.message}")
+        return Breach(
+            criterion=Criterion.RUN_COMPLETED, message=f"the report failed while {stage}: {report_error.message}"
+        )
     reason = ranking_breach(envelope, *outrank)
     if reason:
         return Breach(criterion=Criterion.RANKING, message=reason)
@@ -342,13 +349,22 @@ def finish(envelope: Envelope, breach: Breach | None, out: Path) -> DemoResult:
 
     summary = Summary(**{**envelope.summary.model_dump(), "criteria": _criteria_status(breach)})
     if breach is not None:
-        details: dict[str, Any] = {"criterion": breach.criterion.value,
-                                   "exit_code": breach.exit_code, "problems": breach.problems}
+        details: dict[str, Any] = {
+            "criterion": breach.criterion.value,
+            "exit_code": breach.exit_code,
+            "problems": breach.problems,
+        }
         if envelope.error is not None:
             details["report_error"] = envelope.error.model_dump(mode="json")
-        envelope = error_envelope(ERROR_TYPES[breach.criterion], breach.message, details,
-                                  leaderboard=envelope.leaderboard, pairwise=envelope.pairwise,
-                                  calibration=envelope.calibration, summary=summary)
+        envelope = error_envelope(
+            ERROR_TYPES[breach.criterion],
+            breach.message,
+            details,
+            leaderboard=envelope.leaderboard,
+            pairwise=envelope.pairwise,
+            calibration=envelope.calibration,
+            summary=summary,
+        )
     else:
         envelope = envelope.model_copy(update={"summary": summary})
     report = write_envelope(out / "report.json", envelope)
@@ -385,16 +401,21 @@ def run_demo(
         tasks = load_tasks(tasks_file or DEMO_TASKS)
     except ApeError as exc:
         _stale_report(out)
-        breach = Breach(criterion=Criterion.TASKS_VALIDATED, message=str(exc),
-                        problems=[{"where": exc.where, "error": exc.message, "hint": exc.hint}])
+        breach = Breach(
+            criterion=Criterion.TASKS_VALIDATED,
+            message=str(exc),
+            problems=[{"where": exc.where, "error": exc.message, "hint": exc.hint}],
+        )
         return finish(Envelope(), breach, out)
     try:
         envelope = run_eval(line_up, tasks, parallel, out=out)
     except Exception as exc:
         log.debug("demo run failed", exc_info=True)
-        breach = Breach(criterion=Criterion.RUN_COMPLETED,
-                        message=f"{type(exc).__name__}: {exc}",
-                        problems=[{"type": type(exc).__name__, "error": str(exc)}])
+        breach = Breach(
+            criterion=Criterion.RUN_COMPLETED,
+            message=f"{type(exc).__name__}: {exc}",
+            problems=[{"type": type(exc).__name__, "error": str(exc)}],
+        )
         return finish(Envelope(), breach, out)
     model_ids = [adapter.model_id for adapter in line_up]
     verdict = judge(tasks, model_ids, envelope, _read_sessions(out), outrank)
@@ -419,9 +440,11 @@ def demo_exit(
     if wall is not None and wall > WALL_BUDGET_S:
         log.warning("the evaluation took %.1f s, over the %.0f s budget", wall, WALL_BUDGET_S)
     if result.breach is not None:
-        print(f"error: demo criterion '{result.breach.criterion.value}' failed: "
-              f"{result.breach.message} (exit code {result.exit_code}; details in {result.report})",
-              file=sys.stderr)
+        print(
+            f"error: demo criterion '{result.breach.criterion.value}' failed: "
+            f"{result.breach.message} (exit code {result.exit_code}; details in {result.report})",
+            file=sys.stderr,
+        )
     else:
         log.info("clean run; report in %s", result.report)
     return result.exit_code

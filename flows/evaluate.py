@@ -81,14 +81,21 @@ class Runner:
     def _run_locked(self, started: float) -> dict[str, Any]:
         plan, cfg = self.plan, self.plan.config
         fingerprints = resume_fingerprints(plan)
-        saver = SaveHandler(plan.out_dir, save_file=cfg.run.save_file, metadata_file=cfg.run.metadata_file,
-                            run_info={"benchmark": cfg.name, "model": plan.model_id,
-                                      "model_config": plan.fingerprint["model"],
-                                      "solver_config": cfg.solver.model_dump(mode="json"),
-                                      "runs_per_data": cfg.run.runs_per_data,
-                                      "fingerprints": fingerprints,
-                                      "config_file": str(cfg.config_file) if cfg.config_file else None,
-                                      "provenance": run_provenance(cfg)})
+        saver = SaveHandler(
+            plan.out_dir,
+            save_file=cfg.run.save_file,
+            metadata_file=cfg.run.metadata_file,
+            run_info={
+                "benchmark": cfg.name,
+                "model": plan.model_id,
+                "model_config": plan.fingerprint["model"],
+                "solver_config": cfg.solver.model_dump(mode="json"),
+                "runs_per_data": cfg.run.runs_per_data,
+                "fingerprints": fingerprints,
+                "config_file": str(cfg.config_file) if cfg.config_file else None,
+                "provenance": run_provenance(cfg),
+            },
+        )
         if cfg.run.load_save:
             previous = recorded(plan.out_dir / cfg.run.metadata_file)
             refuse_mixing(previous, fingerprints, plan.out_dir)  # before anything is rewritten
@@ -96,14 +103,17 @@ class Runner:
             apply_changes(saver, previous, fingerprints, plan.model_id, cached=cfg.run.cache)
             redo = saver.discard(saver.errored_ids())
             if redo:
-                log.info("%s: redoing %d item(s) whose session or check errored last time",
-                         plan.model_id, redo)
+                log.info("%s: redoing %d item(s) whose session or check errored last time", plan.model_id, redo)
             others = self.redo_outcomes - {Outcome.ERROR}
             if others:
                 self.refresh = set(saver.ids_with_outcomes(others))
                 saver.discard(self.refresh)
-                log.info("%s: redoing %d item(s) with outcome %s", plan.model_id, len(self.refresh),
-                         "/".join(sorted(o.value for o in others)))
+                log.info(
+                    "%s: redoing %d item(s) with outcome %s",
+                    plan.model_id,
+                    len(self.refresh),
+                    "/".join(sorted(o.value for o in others)),
+                )
         else:
             saver.reset(also=(LOG_FILE, JSONL_FILE))
         self.session_log = SessionLog(plan.out_dir)
@@ -114,9 +124,15 @@ class Runner:
         if tally.done:
             log.info("%s: resuming, %d of %d items already saved", plan.model_id, tally.done, tally.total)
         window = cfg.run.window or 4 * cfg.run.solver_workers
-        log.info("%s: %d items, %d to run, %d session(s) each, %d solver worker(s), output %s",
-                 plan.model_id, tally.total, tally.total - tally.done, cfg.run.runs_per_data,
-                 cfg.run.solver_workers, plan.out_dir)
+        log.info(
+            "%s: %d items, %d to run, %d session(s) each, %d solver worker(s), output %s",
+            plan.model_id,
+            tally.total,
+            tally.total - tally.done,
+            cfg.run.runs_per_data,
+            cfg.run.solver_workers,
+            plan.out_dir,
+        )
         label = f"{cfg.name} · {plan.model_id}"
         feeder = DaskFeeder(self) if cfg.run.task_runner == "dask" else ThreadFeeder(self)
         items = (item for item in provider if str(getattr(item, self.id_name)) not in skip)
@@ -124,16 +140,19 @@ class Runner:
         try:
             self._loop(saver, feeder, items, window, tally, label, budget)
         except OSError as exc:  # a transcript or log write failed (disk full, folder gone)
-            raise SaveFailed(f"writing to {plan.out_dir} failed: {exc.strerror or exc}; the "
-                             f"{len(saver.completed)} items saved before are kept") from exc
+            raise SaveFailed(
+                f"writing to {plan.out_dir} failed: {exc.strerror or exc}; the "
+                f"{len(saver.completed)} items saved before are kept"
+            ) from exc
         finally:
             feeder.close()
         if budget.stopped and tally.done < tally.total:
             raise BudgetReached(budget.message(plan.model_id, tally.total - tally.done))
         return self._finish(saver, tally, started)
 
-    def _loop(self, saver: SaveHandler, feeder: Any, items: Any, window: int, tally: Tally,
-              label: str, budget: Budget) -> None:
+    def _loop(
+        self, saver: SaveHandler, feeder: Any, items: Any, window: int, tally: Tally, label: str, budget: Budget
+    ) -> None:
         plan, cfg = self.plan, self.plan.config
         assert self.session_log is not None  # opened by run() before the loop
         with saver, self.session_log, ProgressView(label, tally, enabled=cfg.cli.progress) as view:
@@ -167,10 +186,18 @@ class Runner:
     def _finish(self, saver: SaveHandler, tally: Tally, started: float) -> dict[str, Any]:
         plan, cfg = self.plan, self.plan.config
         errored = len(saver.errored_ids())
-        summary = {"model": plan.model_id, "output": str(plan.out_dir), "items": tally.total,
-                   "done": tally.done, "errored_items": errored, "sessions": tally.sessions,
-                   "errored_sessions": tally.errors, "check_errors": tally.check_errors,
-                   "passed": tally.passed, "wall_seconds": round(time.perf_counter() - started, 3)}
+        summary = {
+            "model": plan.model_id,
+            "output": str(plan.out_dir),
+            "items": tally.total,
+            "done": tally.done,
+            "errored_items": errored,
+            "sessions": tally.sessions,
+            "errored_sessions": tally.errors,
+            "check_errors": tally.check_errors,
+            "passed": tally.passed,
+            "wall_seconds": round(time.perf_counter() - started, 3),
+        }
         log.info("%s: %s", plan.model_id, tally.line())
         tolerance = cfg.run.fail_on_error
         share = errored / tally.total if tally.total else 0.0
@@ -178,7 +205,8 @@ class Runner:
             raise ItemsFailed(
                 f"{errored} of {tally.total} items of {plan.model_id} errored ({tally.errors} session "
                 f"error(s), {tally.check_errors} check error(s) in this run); rerun or retry the flow "
-                f"run to redo only those (see {plan.out_dir / cfg.run.save_file})")
+                f"run to redo only those (see {plan.out_dir / cfg.run.save_file})"
+            )
         return summary
 
     def _call_hook(self, batch: OutputBatch) -> None:
@@ -187,8 +215,7 @@ class Runner:
         try:
             hook(batch)
         except Exception as exc:  # a broken hook must not lose the run
-            log.warning("on_batch_saved hook failed for item %s: %s: %s", batch.item_id,
-                        type(exc).__name__, exc)
+            log.warning("on_batch_saved hook failed for item %s: %s: %s", batch.item_id, type(exc).__name__, exc)
 
 
 def _run_name() -> str:
@@ -199,8 +226,7 @@ def _run_name() -> str:
 
 
 @flow(name="evaluate", flow_run_name=_run_name, persist_result=False, validate_parameters=True)
-def evaluate(config: ApeConfig, model_index: int = 0,
-             redo_outcomes: list[str] | None = None) -> dict[str, Any] | State:
+def evaluate(config: ApeConfig, model_index: int = 0, redo_outcomes: list[str] | None = None) -> dict[str, Any] | State:
     """Evaluate one configured model (``config.model[model_index]``) over the data."""
     if not 0 <= model_index < len(config.model):
         raise ApeError(f"model_index {model_index} out of range (config has {len(config.model)} models)")

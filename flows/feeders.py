@@ -38,8 +38,9 @@ class ThreadFeeder:
             bind_worker(Worker(plan, carousel))
 
         self.runner = runner
-        self.pool = ThreadPoolExecutor(max_workers=plan.config.run.solver_workers,
-                                       initializer=start_worker, thread_name_prefix="solver")
+        self.pool = ThreadPoolExecutor(
+            max_workers=plan.config.run.solver_workers, initializer=start_worker, thread_name_prefix="solver"
+        )
         self.pending: set[Future] = set()
 
     def submit(self, item: BaseModel) -> None:
@@ -75,7 +76,8 @@ class DaskFeeder:
         key = str(getattr(item, self.runner.id_name))
         payload = item.model_dump(mode="json", by_alias=True)
         future = dask_item_task.with_options(task_run_name=f"item[{key}]").submit(
-            self.config, self.model_index, payload, key in self.runner.refresh)
+            self.config, self.model_index, payload, key in self.runner.refresh
+        )
         self.pending.add(future)
 
     def next_done(self) -> list[OutputBatch]:
@@ -108,8 +110,9 @@ _processors_lock = threading.Lock()
 _thread_workers = threading.local()
 
 
-def run_item_on_worker(config: ApeConfig, model_index: int, item: dict[str, Any],
-                       refresh: bool) -> tuple[OutputBatch, list[list[Any]]]:
+def run_item_on_worker(
+    config: ApeConfig, model_index: int, item: dict[str, Any], refresh: bool
+) -> tuple[OutputBatch, list[list[Any]]]:
     """One item on a Dask worker: the plan is built once per worker process, the solver
     worker (model client, tools) once per worker thread."""
     key = fingerprint_hash(config.model_dump(mode="json")) + f"#{model_index}"
@@ -137,19 +140,28 @@ def dask_task_runner(config: ApeConfig) -> Any:
     try:
         from prefect_dask import DaskTaskRunner
     except ImportError:
-        raise ApeError("task_runner = 'dask' needs prefect-dask", where="[run] task_runner",
-                       hint="pip install 'ape-bench[dask]'") from None
+        raise ApeError(
+            "task_runner = 'dask' needs prefect-dask", where="[run] task_runner", hint="pip install 'ape-bench[dask]'"
+        ) from None
     from prefect.settings import PREFECT_API_URL
 
     if not PREFECT_API_URL.value():
         # without one, every Dask worker process would start a temporary Prefect server of
         # its own, which outlives the flow and loses the task runs
-        raise ApeError("task_runner = 'dask' needs a Prefect server for the workers to report to",
-                       where="[run] task_runner",
-                       hint="run without --no-server, or set PREFECT_API_URL")
+        raise ApeError(
+            "task_runner = 'dask' needs a Prefect server for the workers to report to",
+            where="[run] task_runner",
+            hint="run without --no-server, or set PREFECT_API_URL",
+        )
     run = config.run
     if run.dask_address:
         return DaskTaskRunner(address=run.dask_address)
     threads = max(1, -(-run.solver_workers // run.dask_workers))
-    return DaskTaskRunner(cluster_kwargs={"n_workers": run.dask_workers, "processes": True,
-                                          "threads_per_worker": threads, "dashboard_address": None})
+    return DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": run.dask_workers,
+            "processes": True,
+            "threads_per_worker": threads,
+            "dashboard_address": None,
+        }
+    )

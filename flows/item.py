@@ -56,8 +56,7 @@ class ItemProcessor:
         self.session_stage = cached_variant(session_task, cache_dir)
         self.solve_stage = cached_variant(solve_task, cache_dir)
         self.adapt_stage = cached_variant(adapt_task, cache_dir)
-        self.carousel = CheckerCarousel(plan.checker_factory, cfg.run.checker_workers,
-                                        cfg.checker.timeout_s)
+        self.carousel = CheckerCarousel(plan.checker_factory, cfg.run.checker_workers, cfg.checker.timeout_s)
         self.id_name = id_field_name(plan.data_model)
 
     def _render(self, template: str, item: BaseModel, key: str) -> str:
@@ -67,8 +66,9 @@ class ItemProcessor:
             return render_task(template, item, key)
         return render(template, item)
 
-    def run_session(self, item: BaseModel, key: str, run_index: int,
-                    refresh: bool = False) -> tuple[SessionResult, list[Any]]:
+    def run_session(
+        self, item: BaseModel, key: str, run_index: int, refresh: bool = False
+    ) -> tuple[SessionResult, list[Any]]:
         from ape.tasks.cost import session_cost
         from ape.tasks.score import score_session
 
@@ -79,8 +79,14 @@ class ItemProcessor:
         system = self._render(plan.system, item, key) if plan.system else None
         if clock is not None:
             clock.mark("render")
-        spec = SessionSpec(item_id=key, run_index=run_index, item=item.model_dump_json(by_alias=True),
-                           prompt=prompt, system=system, fingerprint=plan.fingerprint_key)
+        spec = SessionSpec(
+            item_id=key,
+            run_index=run_index,
+            item=item.model_dump_json(by_alias=True),
+            prompt=prompt,
+            system=system,
+            fingerprint=plan.fingerprint_key,
+        )
         if self.granularity == "stage":
             solve, adapt = self.solve_stage, self.adapt_stage
             if refresh:
@@ -122,19 +128,34 @@ class ItemProcessor:
             value = getattr(item, plan.config.data.category_field, None)
             category = None if value is None else str(value)
         result = SessionResult(
-            item_id=key, run_index=run_index, model_id=plan.model_id, outcome=record.outcome,
-            solution=record.solution, raw_output=record.raw_output, error=record.error, check=check,
-            metric=metric, score=score, correct=correct, confidence=record.confidence,
-            token_nll=record.token_nll, token_count=record.token_count,
-            input_tokens=record.input_tokens, output_tokens=record.output_tokens, steps=record.steps,
+            item_id=key,
+            run_index=run_index,
+            model_id=plan.model_id,
+            outcome=record.outcome,
+            solution=record.solution,
+            raw_output=record.raw_output,
+            error=record.error,
+            check=check,
+            metric=metric,
+            score=score,
+            correct=correct,
+            confidence=record.confidence,
+            token_nll=record.token_nll,
+            token_count=record.token_count,
+            input_tokens=record.input_tokens,
+            output_tokens=record.output_tokens,
+            steps=record.steps,
             latency_s=record.latency_s if not cached else time.perf_counter() - started,
-            category=category, cached=cached, cluster=_field_text(item, plan.config.data.cluster_field),
+            category=category,
+            cached=cached,
+            cluster=_field_text(item, plan.config.data.cluster_field),
             cost=session_cost(plan.model_cfg, record.input_tokens, record.output_tokens),
         )
         return result, record.transcript
 
-    def run_item(self, item: BaseModel, refresh: bool = False,
-                 session_log: Any | None = None) -> tuple[OutputBatch, list[list[Any]]]:
+    def run_item(
+        self, item: BaseModel, refresh: bool = False, session_log: Any | None = None
+    ) -> tuple[OutputBatch, list[list[Any]]]:
         """All runs of ``item``. Transcripts go to ``session_log`` as each session closes,
         or are returned (for a Dask worker, whose parent writes them)."""
         key = str(getattr(item, self.id_name))
@@ -146,8 +167,13 @@ class ItemProcessor:
                 # one line (the Runner prints it with the other session errors); the
                 # traceback goes to the debug log (--debug)
                 log.debug("item %s run %d failed", key, run_index, exc_info=True)
-                result = SessionResult(item_id=key, run_index=run_index, model_id=self.plan.model_id,
-                                       outcome=Outcome.ERROR, error=ErrorInfo.from_exception(exc))
+                result = SessionResult(
+                    item_id=key,
+                    run_index=run_index,
+                    model_id=self.plan.model_id,
+                    outcome=Outcome.ERROR,
+                    error=ErrorInfo.from_exception(exc),
+                )
                 transcript = []
             sessions.append(result)
             if session_log is not None:

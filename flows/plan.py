@@ -96,20 +96,30 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
     if system:
         check_template(system, data_model, where=f"{src} [prompt] system")
     if config.data.category_field and config.data.category_field not in data_model.model_fields:
-        raise ApeError(f"'{config.data.category_field}' is not a field of {data_model.__name__}",
-                       where=f"{src} [data] category_field")
+        raise ApeError(
+            f"'{config.data.category_field}' is not a field of {data_model.__name__}",
+            where=f"{src} [data] category_field",
+        )
     if config.data.cluster_field and config.data.cluster_field not in data_model.model_fields:
-        raise ApeError(f"'{config.data.cluster_field}' is not a field of {data_model.__name__}",
-                       where=f"{src} [data] cluster_field")
+        raise ApeError(
+            f"'{config.data.cluster_field}' is not a field of {data_model.__name__}",
+            where=f"{src} [data] cluster_field",
+        )
     if config.run.max_cost is not None and not all(
         m.price_input_per_mtok is not None or m.price_output_per_mtok is not None for m in config.model
     ):
-        raise ApeError("[run] max_cost needs a price for every model",
-                       where=f"{src} [run] max_cost",
-                       hint="set price_input_per_mtok and price_output_per_mtok in each [[model]]")
-    adapter = functools.partial(call_with_timeout, load_adapter(config.adapter, config.base_dir),
-                                limit_s=config.adapter.timeout_s, label="the adapter",
-                                key="[adapter] timeout_s")
+        raise ApeError(
+            "[run] max_cost needs a price for every model",
+            where=f"{src} [run] max_cost",
+            hint="set price_input_per_mtok and price_output_per_mtok in each [[model]]",
+        )
+    adapter = functools.partial(
+        call_with_timeout,
+        load_adapter(config.adapter, config.base_dir),
+        limit_s=config.adapter.timeout_s,
+        label="the adapter",
+        key="[adapter] timeout_s",
+    )
 
     def checker_factory() -> Any:
         return load_checker(config.checker, config.base_dir)
@@ -118,11 +128,9 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
     check_checker_fields(probe, data_model, where=f"{src} [checker] args")
     hook = None
     if config.hooks.on_batch_saved:
-        hook = load_object(config.hooks.on_batch_saved, where=f"{src} [hooks] on_batch_saved",
-                           base_dir=config.base_dir)
+        hook = load_object(config.hooks.on_batch_saved, where=f"{src} [hooks] on_batch_saved", base_dir=config.base_dir)
         if not callable(hook):
-            raise ApeError(f"'{config.hooks.on_batch_saved}' is not callable",
-                           where=f"{src} [hooks] on_batch_saved")
+            raise ApeError(f"'{config.hooks.on_batch_saved}' is not callable", where=f"{src} [hooks] on_batch_saved")
     if config.hooks.on_regression:
         from ape.flows.alerts import load_hook
 
@@ -137,13 +145,23 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
         "tools": {k: v.model_dump(mode="json") for k, v in sorted(config.tools.items())},
         # the checker shapes the conversation only when the model can call it
         "checker": config.checker.model_dump(mode="json", exclude={"timeout_s"})
-        if config.checker.expose_as_tool else None,
+        if config.checker.expose_as_tool
+        else None,
         "cache_scope": cache_scope_key(config),  # a new run calls the model afresh
     }
-    return Plan(config=config, model_cfg=model_cfg, data_model=data_model, template=template,
-                system=system, adapter=adapter, checker_factory=checker_factory,
-                metric=getattr(probe, "metric", None), hook=hook, fingerprint=fingerprint,
-                fingerprint_key=fingerprint_hash(fingerprint, size=32))
+    return Plan(
+        config=config,
+        model_cfg=model_cfg,
+        data_model=data_model,
+        template=template,
+        system=system,
+        adapter=adapter,
+        checker_factory=checker_factory,
+        metric=getattr(probe, "metric", None),
+        hook=hook,
+        fingerprint=fingerprint,
+        fingerprint_key=fingerprint_hash(fingerprint, size=32),
+    )
 
 
 def resume_fingerprints(plan: Plan) -> dict[str, Any]:
@@ -158,12 +176,14 @@ def resume_fingerprints(plan: Plan) -> dict[str, Any]:
         "prompt": fingerprint_hash([plan.template, fp.get("system")]),
         "model": fingerprint_hash(fp.get("model")),
         "data": file_digest(cfg.data.file),
-        "solver": fingerprint_hash([fp.get("solver"), fp.get("adapter"), fp.get("tools"),
-                                    fp.get("checker")]),
+        "solver": fingerprint_hash([fp.get("solver"), fp.get("adapter"), fp.get("tools"), fp.get("checker")]),
     }
     checker = cfg.checker.model_dump(mode="json", exclude={"timeout_s"})
-    return {"generation": generation, "checker": fingerprint_hash([checker, plan.metric]),
-            "runs_per_data": cfg.run.runs_per_data}
+    return {
+        "generation": generation,
+        "checker": fingerprint_hash([checker, plan.metric]),
+        "runs_per_data": cfg.run.runs_per_data,
+    }
 
 
 def check_checker_fields(checker: Any, data_model: type[BaseModel], where: str) -> None:
@@ -176,15 +196,19 @@ def check_checker_fields(checker: Any, data_model: type[BaseModel], where: str) 
     key = "tests_field" if hasattr(checker.args, "tests_field") else "field"
     name = getattr(checker.args, key)
     known = {n for n, f in data_model.model_fields.items()} | {
-        f.alias for f in data_model.model_fields.values() if f.alias}
+        f.alias for f in data_model.model_fields.values() if f.alias
+    }
     # a property or computed field also holds a value the checker can read
     known |= set(data_model.model_computed_fields) | {
-        n for n in dir(data_model) if isinstance(getattr(data_model, n, None), property)}
+        n for n in dir(data_model) if isinstance(getattr(data_model, n, None), property)
+    }
     if name not in known:
-        raise ApeError(f"the checker reads the reference from '{name}', which is not a field of "
-                       f"{data_model.__name__} (fields: {', '.join(data_model.model_fields)})",
-                       where=f"{where} {key}", hint=did_you_mean(name, sorted(known))
-                       or f"set args.{key} to the field that holds the reference")
+        raise ApeError(
+            f"the checker reads the reference from '{name}', which is not a field of "
+            f"{data_model.__name__} (fields: {', '.join(data_model.model_fields)})",
+            where=f"{where} {key}",
+            hint=did_you_mean(name, sorted(known)) or f"set args.{key} to the field that holds the reference",
+        )
 
 
 def file_digest(path: Path) -> str | None:
@@ -204,11 +228,11 @@ def fingerprint_hash(data: Any, size: int = 16) -> str:
 
 
 def run_label(config: Any, model_index: int | None = None) -> str | None:
-    """"benchmark · model" for flow run names; ``config`` may still be a raw dict
+    """ "benchmark · model" for flow run names; ``config`` may still be a raw dict
     (a deployment's parameters). None when it is not a valid config."""
     try:
         cfg = config if isinstance(config, ApeConfig) else ApeConfig.model_validate(config)
     except Exception:
         return None
-    models = cfg.model if model_index is None else cfg.model[model_index:model_index + 1]
+    models = cfg.model if model_index is None else cfg.model[model_index : model_index + 1]
     return f"{cfg.name} · {', '.join(m.model_id for m in models)}"

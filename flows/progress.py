@@ -14,11 +14,18 @@ from typing import cast
 from uuid import UUID
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
 from ape.flows.logs import CONSOLE_SKIP
 from ape.schemas.results import CheckStatus, Outcome, OutputBatch
-from rich.progress import (
-    BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
-)
 
 log = logging.getLogger("ape")
 
@@ -39,9 +46,11 @@ class Tally:
         return self.passed / self.sessions if self.sessions else 0.0
 
     def line(self) -> str:
-        return (f"{self.done}/{self.total} items, pass {self.pass_rate:.1%}, "
-                f"{self.errors} errored sessions, {self.check_errors} check errors, "
-                f"{time.monotonic() - self.started:.1f} s")
+        return (
+            f"{self.done}/{self.total} items, pass {self.pass_rate:.1%}, "
+            f"{self.errors} errored sessions, {self.check_errors} check errors, "
+            f"{time.monotonic() - self.started:.1f} s"
+        )
 
 
 MAX_ERROR_LINES = 20  # on the terminal; run.log and the Prefect UI get every line
@@ -60,8 +69,14 @@ def report_errors(batch: OutputBatch, tally: Tally) -> None:
         detail = " ".join(detail.split())[:300]
         tally.shown_errors += 1
         quiet = tally.shown_errors > MAX_ERROR_LINES
-        log.warning("item %s run %d: %s: %s", batch.item_id, session.run_index, what, detail,
-                    extra={CONSOLE_SKIP: True} if quiet else None)
+        log.warning(
+            "item %s run %d: %s: %s",
+            batch.item_id,
+            session.run_index,
+            what,
+            detail,
+            extra={CONSOLE_SKIP: True} if quiet else None,
+        )
         if tally.shown_errors == MAX_ERROR_LINES + 1:
             log.warning("further error lines go to run.log only")
 
@@ -79,25 +94,33 @@ class ProgressView:
         interactive = enabled and sys.stderr.isatty()
         if interactive:
             self._bar = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("pass {task.fields[rate]}"), TextColumn("errors {task.fields[errors]}"),
-                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                console=Console(stderr=True), transient=False,
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("pass {task.fields[rate]}"),
+                TextColumn("errors {task.fields[errors]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=False,
             )
         self._log_progress = enabled and not interactive
 
     def __enter__(self) -> ProgressView:
         if self._bar is not None:
             self._bar.start()
-            self._task = self._bar.add_task(self.label, total=self.tally.total,
-                                            completed=self.tally.done, rate="-", errors=0)
+            self._task = self._bar.add_task(
+                self.label, total=self.tally.total, completed=self.tally.done, rate="-", errors=0
+            )
         if self._use_artifact:
             try:
                 from prefect.artifacts import create_progress_artifact
 
                 # called from synchronous code, so the sync_compatible function returns the id itself
-                self._artifact_id = cast(UUID, create_progress_artifact(
-                    progress=self._percent(), description=f"{self.label}: items done"))
+                self._artifact_id = cast(
+                    UUID, create_progress_artifact(progress=self._percent(), description=f"{self.label}: items done")
+                )
             except Exception as exc:  # no API (unit tests) or a server hiccup: UI only
                 log.debug("progress artifact unavailable: %s", exc)
         return self
@@ -108,8 +131,12 @@ class ProgressView:
     def update(self, force: bool = False) -> None:
         t = self.tally
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, completed=t.done, rate=f"{t.pass_rate:.1%}",
-                             errors=f"{t.errors}, check errors {t.check_errors}")
+            self._bar.update(
+                self._task,
+                completed=t.done,
+                rate=f"{t.pass_rate:.1%}",
+                errors=f"{t.errors}, check errors {t.check_errors}",
+            )
         now = time.monotonic()
         if self._log_progress and not force and now - self._last_log >= 10.0:
             # without a terminal, a line every 10 s; the runner logs the final tally itself

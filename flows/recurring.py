@@ -30,9 +30,12 @@ def item_hashes(config: ApeConfig) -> dict[str, str]:
     """item id -> hash of the item's content, so a later run pairs only unchanged items."""
     model = load_data_model(config)
     provider = DataProvider(config.data.file, model, config.data.start_id, config.data.end_id)
-    return {str(getattr(item, provider.id_name)):
-            hashlib.sha256(item.model_dump_json(by_alias=True).encode()).hexdigest()[:16]
-            for item in provider}
+    return {
+        str(getattr(item, provider.id_name)): hashlib.sha256(item.model_dump_json(by_alias=True).encode()).hexdigest()[
+            :16
+        ]
+        for item in provider
+    }
 
 
 def fingerprints(config: ApeConfig, model_index: int) -> dict[str, str]:
@@ -48,8 +51,10 @@ def fingerprints(config: ApeConfig, model_index: int) -> dict[str, str]:
         "adapter": config.adapter.model_dump(mode="json"),
         "tools": {k: v.model_dump(mode="json") for k, v in sorted(config.tools.items())},
     }
-    return {"config_fingerprint": fingerprint_hash(answers),
-            "checker_fingerprint": fingerprint_hash(config.checker.model_dump(mode="json"))}
+    return {
+        "config_fingerprint": fingerprint_hash(answers),
+        "checker_fingerprint": fingerprint_hash(config.checker.model_dump(mode="json")),
+    }
 
 
 def run_items(sessions: pd.DataFrame, hashes: dict[str, str]) -> pd.DataFrame:
@@ -83,10 +88,16 @@ def _summary(envelope: Envelope, model_id: str, sessions: pd.DataFrame) -> dict[
 def _comparison_columns(against: str, row: RegressionRow | None) -> dict[str, Any]:
     if row is None:
         return {}
-    return {f"{against}_run": row.reference_run_id, f"{against}_verdict": row.verdict,
-            f"{against}_diff": row.mean_diff, f"{against}_ci_low": row.ci_low,
-            f"{against}_ci_high": row.ci_high, f"{against}_p": row.p_value,
-            f"{against}_mdc": row.min_detectable_change, f"{against}_note": row.note}
+    return {
+        f"{against}_run": row.reference_run_id,
+        f"{against}_verdict": row.verdict,
+        f"{against}_diff": row.mean_diff,
+        f"{against}_ci_low": row.ci_low,
+        f"{against}_ci_high": row.ci_high,
+        f"{against}_p": row.p_value,
+        f"{against}_mdc": row.min_detectable_change,
+        f"{against}_note": row.note,
+    }
 
 
 def record_run(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) -> list[RegressionRow]:
@@ -103,27 +114,40 @@ def record_run(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) 
             continue
         prints = fingerprints(config, index)
         mine = items[items["model_id"] == model_id]
-        summary = {**_summary(envelope, model_id, sessions), **prints, "benchmark": config.name,
-                   "flow_run_id": info.flow_run_id, "cache_scope": info.cache_scope,
-                   "started_at": pd.Timestamp(info.started_at),
-                   "finished_at": pd.Timestamp.now(tz="UTC"), "data_fingerprint": data_fp}
+        summary = {
+            **_summary(envelope, model_id, sessions),
+            **prints,
+            "benchmark": config.name,
+            "flow_run_id": info.flow_run_id,
+            "cache_scope": info.cache_scope,
+            "started_at": pd.Timestamp(info.started_at),
+            "finished_at": pd.Timestamp.now(tz="UTC"),
+            "data_fingerprint": data_fp,
+        }
         references = [("previous", history.previous_run(top, model_id, info.run_id))]
         if pinned and pinned != info.run_id:
             references.append(("baseline", history.run_row(top, pinned, model_id)))
         for against, ref in references:
             if ref is None:
                 continue
-            result = compare(mine, history.read_items(top, ref["run_id"], model_id), model_id=model_id,
-                             run_id=info.run_id, reference_run_id=ref["run_id"], against=against,
-                             checker_changed=ref["checker_fingerprint"] != prints["checker_fingerprint"],
-                             config_changed=ref["config_fingerprint"] != prints["config_fingerprint"])
+            result = compare(
+                mine,
+                history.read_items(top, ref["run_id"], model_id),
+                model_id=model_id,
+                run_id=info.run_id,
+                reference_run_id=ref["run_id"],
+                against=against,
+                checker_changed=ref["checker_fingerprint"] != prints["checker_fingerprint"],
+                config_changed=ref["config_fingerprint"] != prints["config_fingerprint"],
+            )
             comparisons.append(result)
             summary.update(_comparison_columns(against, result))
         rows.append(summary)
     history.append_run(top, info.run_id, rows, items)
     for row in comparisons:
-        log.info("%s vs %s run %s: %s (%s)", row.model_id, row.against, row.reference_run_id,
-                 row.verdict, describe(row))
+        log.info(
+            "%s vs %s run %s: %s (%s)", row.model_id, row.against, row.reference_run_id, row.verdict, describe(row)
+        )
     return comparisons
 
 

@@ -27,8 +27,7 @@ from ape.tasks.save import SaveHandler
 
 log = logging.getLogger("ape")
 
-PARTS = {"prompt": "prompt", "model": "model", "data": "data file",
-         "solver": "solver, adapter or tool setting"}
+PARTS = {"prompt": "prompt", "model": "model", "data": "data file", "solver": "solver, adapter or tool setting"}
 
 
 def recorded(metadata_path: Path) -> dict[str, Any] | None:
@@ -50,14 +49,18 @@ def refuse_mixing(previous: dict[str, Any] | None, current: dict[str, Any], fold
     before = previous.get("generation") or {}
     changed = [label for key, label in PARTS.items() if before.get(key) != current["generation"][key]]
     if changed:
-        raise ApeError(f"{folder} holds results made with a different {', '.join(changed)}; "
-                       "resuming would mix them into one leaderboard", where="[run] output",
-                       hint="give this run a new output folder (--output), or pass --no-load-save "
-                       "to start afresh (the old results are kept as .bak files)")
+        raise ApeError(
+            f"{folder} holds results made with a different {', '.join(changed)}; "
+            "resuming would mix them into one leaderboard",
+            where="[run] output",
+            hint="give this run a new output folder (--output), or pass --no-load-save "
+            "to start afresh (the old results are kept as .bak files)",
+        )
 
 
-def apply_changes(saver: SaveHandler, previous: dict[str, Any] | None, current: dict[str, Any],
-                  model_id: str, cached: bool) -> None:
+def apply_changes(
+    saver: SaveHandler, previous: dict[str, Any] | None, current: dict[str, Any], model_id: str, cached: bool
+) -> None:
     """Bring the loaded results in line with the current config (see the module docstring)."""
     if not previous or not saver.completed:
         return
@@ -65,17 +68,28 @@ def apply_changes(saver: SaveHandler, previous: dict[str, Any] | None, current: 
     source = "their cached generations" if cached else "new model calls ([run] cache is off)"
     if previous.get("checker") != current["checker"]:
         count = saver.discard(list(saver.completed))
-        log.info("%s: the checker or metric changed: re-scoring %d saved item(s) from %s",
-                 model_id, count, source)
+        log.info("%s: the checker or metric changed: re-scoring %d saved item(s) from %s", model_id, count, source)
         return
     before, now = previous.get("runs_per_data"), current["runs_per_data"]
     if not isinstance(before, int) or before == now:
         return
     if now > before:
         count = saver.discard(saver.ids_with_fewer_sessions(now))
-        log.info("%s: runs_per_data grew from %d to %d: running the missing sessions of %d item(s)",
-                 model_id, before, now, count)
+        log.info(
+            "%s: runs_per_data grew from %d to %d: running the missing sessions of %d item(s)",
+            model_id,
+            before,
+            now,
+            count,
+        )
     else:
         backup = saver.keep_first_runs(now)
-        log.info("%s: runs_per_data shrank from %d to %d: reporting the first %d session(s) of "
-                 "each item (all of them kept in %s)", model_id, before, now, now, backup.name)
+        log.info(
+            "%s: runs_per_data shrank from %d to %d: reporting the first %d session(s) of "
+            "each item (all of them kept in %s)",
+            model_id,
+            before,
+            now,
+            now,
+            backup.name,
+        )

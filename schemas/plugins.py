@@ -86,8 +86,7 @@ def import_plugin_module(module_name: str, base_dir: Path | None) -> types.Modul
     return importlib.import_module(module_name)
 
 
-def load_object(path: str, *, kind: Kind | None = None, where: str | None = None,
-                base_dir: Path | None = None) -> Any:
+def load_object(path: str, *, kind: Kind | None = None, where: str | None = None, base_dir: Path | None = None) -> Any:
     """The object a config names, or an ApeError naming ``where``.
 
     ``path`` is a built-in name of ``kind`` (see :mod:`ape.schemas.registry`), a dotted
@@ -120,8 +119,7 @@ def _import(module_name: str, path: str, where: str | None, base_dir: Path | Non
     try:
         return import_plugin_module(module_name, base_dir)
     except ModuleNotFoundError as exc:
-        missing = (exc.name or module_name).removeprefix(
-            private_package(base_dir) + "." if base_dir else "")
+        missing = (exc.name or module_name).removeprefix(private_package(base_dir) + "." if base_dir else "")
         if missing != module_name and not module_name.startswith(missing):
             # the plugin module itself was found; something it imports was not
             raise ApeError(
@@ -132,23 +130,25 @@ def _import(module_name: str, path: str, where: str | None, base_dir: Path | Non
         raise ApeError(
             f"cannot import module '{module_name}' of '{path}': no module named '{missing}'",
             where=where,
-            hint=_module_hint(missing, base_dir)
-            or "is the package installed, or the module beside the config file?",
+            hint=_module_hint(missing, base_dir) or "is the package installed, or the module beside the config file?",
         ) from None
     except ApeError:
         raise
     except BaseException as exc:  # the user's module itself failed (or exited) while importing
         if isinstance(exc, KeyboardInterrupt):
             raise
-        what = f"exited with status {exc.code}" if isinstance(exc, SystemExit) else \
-            f"raised {type(exc).__name__}: {exc}"
+        what = (
+            f"exited with status {exc.code}" if isinstance(exc, SystemExit) else f"raised {type(exc).__name__}: {exc}"
+        )
         raise ApeError(f"importing '{module_name}' of '{path}' {what}", where=where) from exc
 
 
 def _sibling_hint(missing: str, base_dir: Path | None) -> str | None:
     if base_dir is not None and beside(missing, base_dir):
-        return (f"'{missing}' is beside the config: plugin modules are loaded by path, so "
-                f"import it relatively ('from . import {missing.split('.')[0]}')")
+        return (
+            f"'{missing}' is beside the config: plugin modules are loaded by path, so "
+            f"import it relatively ('from . import {missing.split('.')[0]}')"
+        )
     return None
 
 
@@ -164,15 +164,15 @@ def _module_hint(missing: str, base_dir: Path | None) -> str | None:
             candidates = []
     elif base_dir is not None:
         candidates = [p.stem for p in base_dir.glob("*.py")] + [
-            p.name for p in base_dir.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))]
+            p.name for p in base_dir.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+        ]
     return did_you_mean(leaf, candidates)
 
 
 def describe_exception(exc: BaseException) -> str:
     """One line for a failure in user code; pydantic errors as 'field: problem; ...'."""
     if isinstance(exc, ValidationError):
-        return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}"
-                         for err in exc.errors())
+        return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in exc.errors())
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -182,5 +182,4 @@ def call_plugin(target: Any, args: dict[str, Any], *, label: str, where: str | N
     try:
         return target(**args)
     except Exception as exc:
-        raise ApeError(f"calling {label} with args {args} failed: {describe_exception(exc)}",
-                       where=where) from exc
+        raise ApeError(f"calling {label} with args {args} failed: {describe_exception(exc)}", where=where) from exc

@@ -88,7 +88,8 @@ BUILTINS: dict[str, dict[str, str]] = {
 
 # pip package of a provider whose integration is not one of APE's dependencies
 PROVIDER_PACKAGES: dict[str, str] = {
-    name: path.partition(":")[0].replace("_", "-") for name, path in BUILTINS["provider"].items()
+    name: path.partition(":")[0].replace("_", "-")
+    for name, path in BUILTINS["provider"].items()
     if not path.startswith("ape.")
 }
 

@@ -104,12 +104,8 @@ class PairwiseRow(ReportModel):
     statistic: float | None = Field(default=None, description="Chi-square statistic, if used.")
     p_value: float | None = None
     ci_method: str | None = Field(default=None, description="bca or bca-clustered (paired).")
-    correlation: float | None = Field(
-        default=None, description="Pearson correlation of the two models' item scores."
-    )
-    mde_80: float | None = Field(
-        default=None, description="Smallest difference this comparison detects at 80% power."
-    )
+    correlation: float | None = Field(default=None, description="Pearson correlation of the two models' item scores.")
+    mde_80: float | None = Field(default=None, description="Smallest difference this comparison detects at 80% power.")
     p_holm: float | None = Field(default=None, description="p_value after Holm's correction.")
     significant: bool = Field(default=False, description="p_holm < 0.05.")
 
@@ -213,10 +209,9 @@ class Envelope(ReportModel):
     summary: Summary = Field(default_factory=Summary)
     error: ErrorDetail | None = None
     regressions: list[RegressionRow] = Field(
-        default_factory=list, description="New runs only: each model against its previous run "
-        "and its pinned baseline.")
+        default_factory=list, description="New runs only: each model against its previous run and its pinned baseline."
+    )
 
     @property
     def ok(self) -> bool:
         return self.error is None
-

@@ -7,7 +7,7 @@ sessions). Reports read only these files, so ``ape report`` never needs a model.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
@@ -83,7 +83,7 @@ class OutputBatch(Record):
     item_id: str
     model_id: str
     sessions: list[SessionResult]
-    saved_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    saved_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def has_error(self) -> bool:

@@ -41,19 +41,13 @@ class TaskSpec(BaseModel):
         description="The expected answer (a list: any of them counts); for code_exec a "
         "reference solution, which the tests must accept."
     )
-    postprocess: PostProcess = Field(
-        default="strip", description="Rule applied to the answer text before scoring."
-    )
-    tests: str | None = Field(
-        default=None, description="code_exec only: Python asserts run against the answer's code."
-    )
+    postprocess: PostProcess = Field(default="strip", description="Rule applied to the answer text before scoring.")
+    tests: str | None = Field(default=None, description="code_exec only: Python asserts run against the answer's code.")
     timeout_s: float = Field(default=5.0, gt=0, description="code_exec only: wall-time limit.")
 
     @model_validator(mode="after")
     def _consistent(self) -> TaskSpec:
-        if isinstance(self.reference, list) and (
-            not self.reference or any(not ref.strip() for ref in self.reference)
-        ):
+        if isinstance(self.reference, list) and (not self.reference or any(not ref.strip() for ref in self.reference)):
             raise ValueError("'reference' must hold at least one non-empty reference")
         if isinstance(self.reference, str) and not self.reference.strip():
             raise ValueError("'reference' must not be empty")

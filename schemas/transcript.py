@@ -72,7 +72,7 @@ picklable) so the solve and adapt stages can run as separate, cached Prefect tas
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
@@ -181,9 +181,7 @@ class SolveRecord(BaseModel):
 
     def result_fields(self) -> dict[str, Any]:
         """The fields a :class:`ape.schemas.results.SessionResult` takes from this record."""
-        return {
-            name: getattr(self, name) for name in type(self).model_fields if name != "transcript"
-        }
+        return {name: getattr(self, name) for name in type(self).model_fields if name != "transcript"}
 
 
 class SessionTranscript(BaseModel):
@@ -205,5 +203,5 @@ class SessionTranscript(BaseModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     latency_s: float = 0.0
-    written_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    written_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     entries: list[TranscriptEntry] = Field(default_factory=list)

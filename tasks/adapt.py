@@ -96,10 +96,7 @@ class RegexAdapter(BuiltinAdapter):
             return
         self._group = self.group
         if isinstance(self.group, int) and self.group > self._compiled.groups:
-            raise ValueError(
-                f"group {self.group} does not exist; "
-                f"the pattern has {self._compiled.groups} group(s)"
-            )
+            raise ValueError(f"group {self.group} does not exist; the pattern has {self._compiled.groups} group(s)")
         if isinstance(self.group, str) and self.group not in self._compiled.groupindex:
             raise ValueError(f"the pattern has no group named {self.group!r}")
 
@@ -181,8 +178,7 @@ class JsonAdapter(BuiltinAdapter):
             return schema.model_validate(value)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
-                for err in exc.errors()
+                f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}" for err in exc.errors()
             )
             raise ValueError(f"the JSON does not fit {schema.__name__}: {problems}") from None
 
@@ -258,8 +254,5 @@ def load_adapter(cfg: AdapterConfig, base_dir: Path) -> Adapter:
             )
         return instance
     if not callable(target):
-        raise ApeError(
-            f"'{name}' is a {type(target).__name__}, not a function (str) -> solution", where=WHERE
-        )
+        raise ApeError(f"'{name}' is a {type(target).__name__}, not a function (str) -> solution", where=WHERE)
     return functools.partial(target, **cfg.args) if cfg.args else target
-

@@ -50,8 +50,7 @@ def _require(sessions: pd.DataFrame, columns: Iterable[str]) -> None:
     missing = [c for c in columns if c not in sessions.columns]
     if missing:
         raise ValueError(
-            f"the sessions table lacks the columns {missing}; build it with "
-            "ape.tasks.report.load_sessions"
+            f"the sessions table lacks the columns {missing}; build it with ape.tasks.report.load_sessions"
         )
 
 
@@ -180,20 +179,14 @@ def _model_row(model_id: str, sessions: pd.DataFrame, items: pd.DataFrame) -> di
         "pass_rate_high": rate.high,
     }
     for k in ks_for(items["n"]):
-        row[f"pass@{k}"] = float(
-            np.mean([pass_at_k(int(n), int(c), k) for n, c in zip(items["n"], items["c"])])
-        )
+        row[f"pass@{k}"] = float(np.mean([pass_at_k(int(n), int(c), k) for n, c in zip(items["n"], items["c"])]))
     outcomes = sessions["outcome"].astype(str) if "outcome" in sessions.columns else None
     for outcome, column in OUTCOME_COLUMNS.items():
         row[column] = int((outcomes == outcome).sum()) if outcomes is not None else 0
     row["check_errors"] = (
-        int((sessions["check_status"].astype(str) == "ERROR").sum())
-        if "check_status" in sessions.columns
-        else 0
+        int((sessions["check_status"].astype(str) == "ERROR").sum()) if "check_status" in sessions.columns else 0
     )
-    row["cached"] = (
-        int(sessions["cached"].fillna(False).astype(bool).sum()) if "cached" in sessions.columns else 0
-    )
+    row["cached"] = int(sessions["cached"].fillna(False).astype(bool).sum()) if "cached" in sessions.columns else 0
     for column, name in (
         ("latency_s", "mean_latency_s"),
         ("input_tokens", "mean_input_tokens"),
@@ -206,6 +199,7 @@ def _model_row(model_id: str, sessions: pd.DataFrame, items: pd.DataFrame) -> di
 
 def cost_columns(sessions: pd.DataFrame) -> dict[str, float | int]:
     """Tokens and cost of a model's sessions; cost is NaN when no session has a price."""
+
     def total(column: str) -> float:
         if column not in sessions.columns:
             return math.nan
@@ -255,9 +249,7 @@ def aggregate(sessions: pd.DataFrame) -> pd.DataFrame:
     frame.insert(0, "rank", range(1, len(frame) + 1))
     for column in RANK_COLUMNS:  # filled in by rank_intervals once pairwise tests exist
         frame[column] = frame["rank"]
-    pass_columns = sorted(
-        (c for c in frame.columns if c.startswith("pass@")), key=lambda c: int(c.split("@")[1])
-    )
+    pass_columns = sorted((c for c in frame.columns if c.startswith("pass@")), key=lambda c: int(c.split("@")[1]))
     ordered = LEADERBOARD_COLUMNS[: LEADERBOARD_COLUMNS.index("pass_rate") + 1] + pass_columns
     ordered += LEADERBOARD_COLUMNS[LEADERBOARD_COLUMNS.index("pass_rate") + 1 :]
     return frame[ordered]

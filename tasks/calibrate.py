@@ -47,8 +47,7 @@ class CalibrationReport(CalibrationEntry):
         confidences, corrects = list(confidences), list(corrects)
         if len(confidences) != len(corrects):
             raise ValueError(
-                f"got {len(confidences)} confidences but {len(corrects)} correct flags; "
-                "pass one of each per session"
+                f"got {len(confidences)} confidences but {len(corrects)} correct flags; pass one of each per session"
             )
         counts = [0] * n_bins
         hits = [0] * n_bins
@@ -114,11 +113,7 @@ def calibration_by_model(sessions: pd.DataFrame, n_bins: int = 10) -> dict[str, 
 
 def bins_frame(reports: Mapping[str, CalibrationEntry]) -> pd.DataFrame:
     """The reliability-diagram bins of every model as one long table (calibration_bins.parquet)."""
-    rows = [
-        {"model_id": model_id, **bin_.model_dump()}
-        for model_id, report in reports.items()
-        for bin_ in report.bins
-    ]
+    rows = [{"model_id": model_id, **bin_.model_dump()} for model_id, report in reports.items() for bin_ in report.bins]
     columns = ["model_id", "index", "lower", "upper", "count", "accuracy", "mean_confidence"]
     frame = pd.DataFrame(rows, columns=columns)
     return frame.astype(

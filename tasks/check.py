@@ -57,9 +57,7 @@ def checker_factory(cfg: CheckerConfig, base_dir: Path) -> Callable[[], Checker]
     if inspect.isclass(target):
         return functools.partial(_instantiate, target, dict(cfg.args), name)
     if not callable(target):
-        raise ApeError(
-            f"'{name}' is a {type(target).__name__}, not a checker function or class", where=WHERE
-        )
+        raise ApeError(f"'{name}' is a {type(target).__name__}, not a checker function or class", where=WHERE)
     checker = functools.partial(target, **cfg.args) if cfg.args else target
     return functools.partial(_same, checker)
 
@@ -73,8 +71,7 @@ def _instantiate(cls: type, args: dict[str, Any], name: str) -> Checker:
     instance = call_plugin(cls, args, label=f"checker '{name}'", where="[checker] args")
     if not callable(instance):
         raise ApeError(
-            f"instances of '{name}' are not callable; "
-            "give the class a method __call__(self, item, solution)",
+            f"instances of '{name}' are not callable; give the class a method __call__(self, item, solution)",
             where=WHERE,
         )
     return instance
@@ -92,8 +89,9 @@ def run_check(checker: Checker, item: Any, solution: Any, timeout_s: float | Non
     """
     start = time.perf_counter()
     try:
-        verdict = call_with_timeout(checker, item, solution, limit_s=timeout_s, label="the checker",
-                                    key="[checker] timeout_s")
+        verdict = call_with_timeout(
+            checker, item, solution, limit_s=timeout_s, label="the checker", key="[checker] timeout_s"
+        )
     except Exception as exc:
         return CheckResult(
             status=CheckStatus.ERROR,
@@ -119,9 +117,7 @@ def to_check_result(verdict: Any, runtime_s: float) -> CheckResult:
         metadata = _jsonable(verdict.metadata)
         if verdict.reason:
             metadata.setdefault("reason", verdict.reason)
-        return CheckResult(
-            status=CheckStatus.FAILED, score=verdict.score, runtime_s=runtime_s, metadata=metadata
-        )
+        return CheckResult(status=CheckStatus.FAILED, score=verdict.score, runtime_s=runtime_s, metadata=metadata)
     if _is_bool(verdict):
         passed = bool(verdict)
         return CheckResult(
@@ -183,8 +179,7 @@ class CheckerCarousel:
         try:
             result = run_check(checker, item, solution, self.timeout_s)
         finally:
-            timed_out = result is not None and result.error is not None \
-                and result.error.type == PluginTimeout.__name__
+            timed_out = result is not None and result.error is not None and result.error.type == PluginTimeout.__name__
             if timed_out:
                 try:
                     checker = self._factory()
@@ -195,14 +190,10 @@ class CheckerCarousel:
 
 
 class CandidateAnswer(BaseModel):
-    answer: str = Field(
-        description="Your candidate final answer, written exactly as you would give it."
-    )
+    answer: str = Field(description="Your candidate final answer, written exactly as you would give it.")
 
 
-def checker_tool(
-    checker: Checker | CheckerCarousel, item: Any, adapter: Callable[[str], Any], name: str
-) -> BaseTool:
+def checker_tool(checker: Checker | CheckerCarousel, item: Any, adapter: Callable[[str], Any], name: str) -> BaseTool:
     """The checker offered to the model as a tool (``expose_as_tool``), bound to one item.
 
     The model passes a candidate answer; the tool parses it with the session's adapter

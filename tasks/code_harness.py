@@ -131,8 +131,17 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
     ))  # fmt: skip
     blocked_attributes = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"))
 
-    def audit(event, args, blocked_events=blocked_events, blocked_attributes=blocked_attributes,
-              length=length, is_a=isinstance, text=str, refuse=ValueError, deny=PermissionError):
+    def audit(
+        event,
+        args,
+        blocked_events=blocked_events,
+        blocked_attributes=blocked_attributes,
+        length=length,
+        is_a=isinstance,
+        text=str,
+        refuse=ValueError,
+        deny=PermissionError,
+    ):
         if event in blocked_events:
             raise refuse("code_exec does not allow " + event)
         if event == "object.__getattr__" and length(args) > 1 and args[1] in blocked_attributes:
@@ -156,7 +165,7 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
         try:
             run(unit, namespace)
         except Error as exc:
-            where = " (tests.py line %d)" % line
+            where = " (tests.py line %d)" % line  # noqa: UP031 - no str methods in the sandbox
             if number >= 0:
                 say(failed_records[number] + clean(describe(exc, where)))
             else:

@@ -128,9 +128,7 @@ class Estimate:
     output_bound: bool  # True when max_tokens bounded the output (else a guess)
 
 
-def estimate(
-    model: ModelConfig, prompt_chars: Iterable[int], runs_per_data: int, max_steps: int
-) -> Estimate:
+def estimate(model: ModelConfig, prompt_chars: Iterable[int], runs_per_data: int, max_steps: int) -> Estimate:
     """Estimate tokens and cost of one model's run from its rendered prompt lengths.
 
     Input: prompt characters / 4 per session (one model call; tool use and reformat
@@ -145,5 +143,4 @@ def estimate(
     per_call = model.max_tokens if model.max_tokens is not None else 256
     output_tokens = float(per_call * sessions)
     cost = session_cost(model, int(input_tokens), int(output_tokens))
-    return Estimate(model.model_id, sessions, float(input_tokens), output_tokens, cost,
-                    model.max_tokens is not None)
+    return Estimate(model.model_id, sessions, float(input_tokens), output_tokens, cost, model.max_tokens is not None)

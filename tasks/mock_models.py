@@ -57,6 +57,8 @@ CALCULATOR_TOOL = "calculator"
 
 # Runs of characters that can form an arithmetic expression; parsed with ast afterwards.
 _EXPRESSION_RUN = re.compile(r"[\d\s().+\-*/%^×÷]+")
+
+
 class MockTransientError(ConnectionError):
     """Raised by ``transient_failures``: looks like a dropped connection, so it is retried."""
 
@@ -124,9 +126,7 @@ def _text_of(message: BaseMessage) -> str:
     content = message.content
     if isinstance(content, str):
         return content
-    return " ".join(
-        part if isinstance(part, str) else str(part.get("text", "")) for part in content
-    )
+    return " ".join(part if isinstance(part, str) else str(part.get("text", "")) for part in content)
 
 
 def _words(text: str) -> int:
@@ -171,7 +171,9 @@ class MockChatModel(BaseChatModel):
         "differ (deterministic per instance and call order).",
     )
     consistency: float = Field(
-        default=0.0, ge=0.0, le=1.0,
+        default=0.0,
+        ge=0.0,
+        le=1.0,
         description="With sampling: the share of prompts answered alike on every call and for "
         "every seed (a model's easy and hard items stay so across runs); the rest are drawn per call.",
     )
@@ -271,8 +273,7 @@ class MockChatModel(BaseChatModel):
             time.sleep(self.latency_s)
         if number <= self.transient_failures:
             raise MockTransientError(
-                f"mock model '{self.model_key}': simulated dropped connection ({number} of "
-                f"{self.transient_failures})"
+                f"mock model '{self.model_key}': simulated dropped connection ({number} of {self.transient_failures})"
             )
         message = self._answer(messages, _tool_names(kwargs.get("tools")), number)
         input_tokens = sum(_words(_text_of(m)) for m in messages)

@@ -49,8 +49,8 @@ from ape.schemas.models import ModelAdapter
 from ape.schemas.plugins import describe_exception, load_object
 from ape.schemas.registry import BUILTINS, PROVIDER_PACKAGES
 from ape.schemas.results import Generation
-from ape.tasks.llama_server import ALIAS, SERVER_ARGS, is_llama_cpp, model_file, server_missing
 from ape.tasks.limits import RateLimiter, RetryPolicy, classify_error, limiter_for
+from ape.tasks.llama_server import ALIAS, SERVER_ARGS, is_llama_cpp, model_file, server_missing
 from ape.tasks.mock_models import Behaviour, MockChatModel
 
 __all__ = [
@@ -67,7 +67,8 @@ BUILT_IN = ("mock", "openai", "llama-cpp")
 # registry: provider -> (module, class, pip package).
 PROVIDERS: dict[str, tuple[str, str, str]] = {
     name: (*path.split(":", 1), PROVIDER_PACKAGES[name])  # type: ignore[misc]
-    for name, path in BUILTINS["provider"].items() if name not in BUILT_IN
+    for name, path in BUILTINS["provider"].items()
+    if name not in BUILT_IN
 }
 NO_KEY_PLACEHOLDER = "not-needed"  # local OpenAI-compatible servers accept any key
 
@@ -204,8 +205,8 @@ def _mock(cfg: ModelConfig, base_dir: Path) -> MockChatModel:
         raise ApeError(
             f"invalid mock model arguments: {describe_exception(exc)}",
             where=_where(cfg),
-            hint="mock args are " + ", ".join(
-                name for name in MockChatModel.model_fields if name not in _CHAT_MODEL_FIELDS),
+            hint="mock args are "
+            + ", ".join(name for name in MockChatModel.model_fields if name not in _CHAT_MODEL_FIELDS),
         ) from None
 
 
@@ -238,7 +239,7 @@ def _openai(cfg: ModelConfig) -> BaseChatModel:
         raise ApeError(
             "provider 'openai' needs 'model', the endpoint's model name",
             where=_where(cfg),
-            hint="local servers accept any name, e.g. model = \"local\"",
+            hint='local servers accept any name, e.g. model = "local"',
         )
     # No base_url means api.openai.com, which needs a real key; a local server needs none.
     key = _api_key(cfg, required_default=None if cfg.base_url else "OPENAI_API_KEY")
@@ -280,8 +281,7 @@ def _llama_cpp(cfg: ModelConfig) -> BaseChatModel:
     model_file(cfg)  # a missing file or package is an error now, not when the server starts
     missing = server_missing()
     if missing is not None:
-        raise ApeError(f"provider 'llama-cpp': {missing}", where=_where(cfg),
-                       hint="pip install 'ape-bench[llm]'")
+        raise ApeError(f"provider 'llama-cpp': {missing}", where=_where(cfg), hint="pip install 'ape-bench[llm]'")
     kwargs: dict[str, Any] = {
         "model": ALIAS,
         "api_key": NO_KEY_PLACEHOLDER,
@@ -317,9 +317,7 @@ def _construct(factory: Any, kwargs: dict[str, Any], cfg: ModelConfig) -> Any:
             where=_where(cfg),
         ) from None
     except (TypeError, ValueError) as exc:
-        raise ApeError(
-            f"building {getattr(factory, '__name__', factory)} failed: {exc}", where=_where(cfg)
-        ) from None
+        raise ApeError(f"building {getattr(factory, '__name__', factory)} failed: {exc}", where=_where(cfg)) from None
 
 
 def _accepted(cls: type, name: str) -> bool:
@@ -421,9 +419,7 @@ def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | Model
     target = load_object(cfg.class_, kind="model", where=f"{where} class", base_dir=base_dir)
     if isinstance(target, (BaseChatModel, ModelAdapter)) and not isinstance(target, type):
         if cfg.args:
-            raise ApeError(
-                f"'{cfg.class_}' is already a model instance; it takes no args", where=where
-            )
+            raise ApeError(f"'{cfg.class_}' is already a model instance; it takes no args", where=where)
         return target
     if not callable(target):
         raise ApeError(
@@ -433,9 +429,7 @@ def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | Model
     try:
         model = target(**cfg.args)
     except ValidationError as exc:
-        raise ApeError(
-            f"invalid args for '{cfg.class_}': {describe_exception(exc)}", where=where
-        ) from None
+        raise ApeError(f"invalid args for '{cfg.class_}': {describe_exception(exc)}", where=where) from None
     except TypeError as exc:
         raise ApeError(f"calling '{cfg.class_}' with args failed: {exc}", where=where) from None
     if isinstance(model, (BaseChatModel, ModelAdapter)):

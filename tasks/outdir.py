@@ -23,7 +23,7 @@ import os
 import shutil
 import socket
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,17 +42,22 @@ def _existing_parent(path: Path) -> Path:
     return current
 
 
-def check_output_folder(folder: Path, *, where: str = "[run] output",
-                        min_free_bytes: int = MIN_FREE_BYTES) -> None:
+def check_output_folder(folder: Path, *, where: str = "[run] output", min_free_bytes: int = MIN_FREE_BYTES) -> None:
     """One clear ApeError unless ``folder`` can hold a run's outputs."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
-        raise ApeError(f"the output folder {folder} is a file, not a folder", where=where,
-                       hint="choose another output folder (--output)")
+        raise ApeError(
+            f"the output folder {folder} is a file, not a folder",
+            where=where,
+            hint="choose another output folder (--output)",
+        )
     base = _existing_parent(folder)
     if not base.is_dir():
-        raise ApeError(f"the output folder {folder} cannot be created: {base} is a file, not a folder",
-                       where=where, hint="choose another output folder (--output)")
+        raise ApeError(
+            f"the output folder {folder} cannot be created: {base} is a file, not a folder",
+            where=where,
+            hint="choose another output folder (--output)",
+        )
     target = folder if folder.is_dir() else base  # nothing is created here
     probe = target / f".ape-write-test-{os.getpid()}"
     try:
@@ -62,8 +67,11 @@ def check_output_folder(folder: Path, *, where: str = "[run] output",
             os.fsync(handle.fileno())
     except OSError as exc:
         what = "is not writable" if target == folder else f"cannot be created in {target}"
-        raise ApeError(f"the output folder {folder} {what}: {exc.strerror or exc}",
-                       where=where, hint="choose a folder you can write to (--output)") from None
+        raise ApeError(
+            f"the output folder {folder} {what}: {exc.strerror or exc}",
+            where=where,
+            hint="choose a folder you can write to (--output)",
+        ) from None
     finally:
         try:
             probe.unlink()
@@ -71,8 +79,11 @@ def check_output_folder(folder: Path, *, where: str = "[run] output",
             pass
     free = shutil.disk_usage(target).free
     if free < min_free_bytes:
-        raise ApeError(f"only {free // (1024 * 1024)} MiB free where the output folder {folder} lives",
-                       where=where, hint="free some space or choose another output folder (--output)")
+        raise ApeError(
+            f"only {free // (1024 * 1024)} MiB free where the output folder {folder} lives",
+            where=where,
+            hint="free some space or choose another output folder (--output)",
+        )
 
 
 class OutputLock:
@@ -99,12 +110,17 @@ class OutputLock:
                 os.close(fd)
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
-                raise ApeError(f"the output folder {self.folder} is in use by another ape run "
-                               f"({describe_holder(self.path)})", where="[run] output",
-                               hint="wait for it to finish, or give this run another --output") from None
+                raise ApeError(
+                    f"the output folder {self.folder} is in use by another ape run ({describe_holder(self.path)})",
+                    where="[run] output",
+                    hint="wait for it to finish, or give this run another --output",
+                ) from None
             # the previous holder, if any, is gone (the kernel dropped its lock): take over
-            info = {"pid": os.getpid(), "host": socket.gethostname(),
-                    "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            info = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            }
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(info).encode() + b"\n", 0)
             self._held[self.folder] = (fd, 1)

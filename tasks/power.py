@@ -54,9 +54,12 @@ class VarianceModel:
 
 
 ASSUMED = VarianceModel(
-    0.125, 0.125, 0.0, 0.125, 0.125,
-    "assumed (no earlier runs): pass rates near 0.5, half the variance between items, "
-    "uncorrelated models",
+    0.125,
+    0.125,
+    0.0,
+    0.125,
+    0.125,
+    "assumed (no earlier runs): pass rates near 0.5, half the variance between items, uncorrelated models",
 )
 
 

@@ -60,6 +60,7 @@ def file_sha256(path: Path) -> str | None:
 @lru_cache(maxsize=32)
 def git_state(folder: str) -> tuple[str | None, bool | None]:
     """(commit, dirty) of the git work tree holding ``folder``; (None, None) outside one."""
+
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True,

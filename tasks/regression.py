@@ -50,33 +50,52 @@ def min_detectable_change(differences: np.ndarray, alpha: float = ALPHA, power: 
     return max(z * sd / math.sqrt(n), fewest_significant_flips(alpha) / n)
 
 
-def compare(current: pd.DataFrame, reference: pd.DataFrame, *, model_id: str, run_id: str,
-            reference_run_id: str, against: str, alpha: float = ALPHA,
-            checker_changed: bool = False, config_changed: bool = False) -> RegressionRow:
+def compare(
+    current: pd.DataFrame,
+    reference: pd.DataFrame,
+    *,
+    model_id: str,
+    run_id: str,
+    reference_run_id: str,
+    against: str,
+    alpha: float = ALPHA,
+    checker_changed: bool = False,
+    config_changed: bool = False,
+) -> RegressionRow:
     """``current`` against ``reference`` (both per-item tables of one model)."""
-    base = {"model_id": model_id, "run_id": run_id, "against": against,
-            "reference_run_id": reference_run_id, "alpha": alpha}
+    base = {
+        "model_id": model_id,
+        "run_id": run_id,
+        "against": against,
+        "reference_run_id": reference_run_id,
+        "alpha": alpha,
+    }
     if checker_changed:
-        return RegressionRow(**base, verdict="not comparable",
-                             note="the checker changed between the runs: scores are not comparable")
+        return RegressionRow(
+            **base, verdict="not comparable", note="the checker changed between the runs: scores are not comparable"
+        )
     cur = current.set_index("item_id")
     ref = reference.set_index("item_id")
     shared = cur.index.intersection(ref.index)
     same = cur.loc[shared, "item_hash"].to_numpy() == ref.loc[shared, "item_hash"].to_numpy()
     paired = shared[same]
-    counts = {"changed_items": int((~same).sum()), "new_items": int(len(cur.index.difference(ref.index))),
-              "removed_items": int(len(ref.index.difference(cur.index)))}
+    counts = {
+        "changed_items": int((~same).sum()),
+        "new_items": int(len(cur.index.difference(ref.index))),
+        "removed_items": int(len(ref.index.difference(cur.index))),
+    }
     notes = []
     if any(counts.values()):
-        notes.append(f"compared on the {len(paired)} unchanged items both runs answered "
-                     f"({counts['changed_items']} changed, {counts['new_items']} new, "
-                     f"{counts['removed_items']} removed)")
+        notes.append(
+            f"compared on the {len(paired)} unchanged items both runs answered "
+            f"({counts['changed_items']} changed, {counts['new_items']} new, "
+            f"{counts['removed_items']} removed)"
+        )
     if config_changed:
         notes.append("the prompt or model settings changed between the runs")
     note = "; ".join(notes) or None
     if len(paired) == 0:
-        return RegressionRow(**base, **counts, verdict="not comparable",
-                             note=note or "no items in common")
+        return RegressionRow(**base, **counts, verdict="not comparable", note=note or "no items in common")
     a = cur.loc[paired, "score"].to_numpy(float)
     b = ref.loc[paired, "score"].to_numpy(float)
     pass_a = cur.loc[paired, "passed"].to_numpy(bool)
@@ -91,11 +110,19 @@ def compare(current: pd.DataFrame, reference: pd.DataFrame, *, model_id: str, ru
     else:
         verdict = "no detectable change"
     return RegressionRow(
-        **base, **counts, verdict=verdict, n_items=len(paired),
-        mean_current=float(np.nanmean(a)), mean_reference=float(np.nanmean(b)),
-        mean_diff=float(np.nanmean(a - b)), ci_low=_finite(low), ci_high=_finite(high),
-        pass_rate_diff=float(pass_a.mean() - pass_b.mean()), current_only=current_only,
-        reference_only=reference_only, p_value=p_value,
+        **base,
+        **counts,
+        verdict=verdict,
+        n_items=len(paired),
+        mean_current=float(np.nanmean(a)),
+        mean_reference=float(np.nanmean(b)),
+        mean_diff=float(np.nanmean(a - b)),
+        ci_low=_finite(low),
+        ci_high=_finite(high),
+        pass_rate_diff=float(pass_a.mean() - pass_b.mean()),
+        current_only=current_only,
+        reference_only=reference_only,
+        p_value=p_value,
         min_detectable_change=min_detectable_change(pass_a.astype(float) - pass_b.astype(float), alpha),
         note=note,
     )

@@ -53,8 +53,7 @@ def _unescaped(template: str) -> tuple[tuple[str, str], ...]:
     Mustache escapes ``{{ x }}`` for HTML by default; a prompt is not HTML, and
     code or math with ``<``/``&`` must reach the model verbatim.
     """
-    return tuple(("no escape", key) if tag == "variable" else (tag, key)
-                 for tag, key in mustache.tokenize(template))
+    return tuple(("no escape", key) if tag == "variable" else (tag, key) for tag, key in mustache.tokenize(template))
 
 
 def render(template: str, item: BaseModel) -> str:

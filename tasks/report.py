@@ -65,7 +65,7 @@ import json
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -139,9 +139,7 @@ def results_files(output_dirs: Iterable[Path]) -> list[Path]:
         elif folder.is_dir():
             found.extend(sorted(folder.rglob(RESULTS_FILE)))
         else:
-            raise ApeError(
-                "no such folder", where=str(folder), hint="give the run's output folder"
-            )
+            raise ApeError("no such folder", where=str(folder), hint="give the run's output folder")
     return found
 
 
@@ -328,8 +326,7 @@ _EXTRA_LEADERBOARD = (
 
 def pairwise_rows(pairwise: pd.DataFrame) -> list[PairwiseRow]:
     return [
-        PairwiseRow(**{key: _clean(value) for key, value in record.items()})
-        for record in pairwise.to_dict("records")
+        PairwiseRow(**{key: _clean(value) for key, value in record.items()}) for record in pairwise.to_dict("records")
     ]
 
 
@@ -362,29 +359,21 @@ def summary_of(
         models=int(sessions["model_id"].nunique()) if len(sessions) else 0,
         sessions=len(sessions),
         wall_seconds=wall_seconds,
-        runs_per_data=(
-            int(sessions.groupby(["model_id", "item_id"]).size().max()) if len(sessions) else None
-        ),
+        runs_per_data=(int(sessions.groupby(["model_id", "item_id"]).size().max()) if len(sessions) else None),
         sources=sorted({str(s) for s in sessions["source"]}) if "source" in sessions else [],
         sandbox=sandboxes_of(sessions),
-        generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     extra = dict(extra_summary or {})
     clash = sorted(set(extra) & set(Summary.model_fields))
     if clash:
-        raise ValueError(
-            f"extra_summary may not set the computed summary keys {clash}; rename them"
-        )
+        raise ValueError(f"extra_summary may not set the computed summary keys {clash}; rename them")
     return Summary(**computed.model_dump(), **extra)
 
 
-def error_envelope(
-    error_type: str, message: str, details: Any = None, **partial: Any
-) -> Envelope:
+def error_envelope(error_type: str, message: str, details: Any = None, **partial: Any) -> Envelope:
     """An envelope that reports a failure; ``partial`` holds any parts computed before it."""
-    return Envelope(
-        error=ErrorDetail(type=error_type, message=message, details=details), **partial
-    )
+    return Envelope(error=ErrorDetail(type=error_type, message=message, details=details), **partial)
 
 
 def write_envelope(path: Path, envelope: Envelope) -> Path:
@@ -444,8 +433,7 @@ def markdown_table(envelope: Envelope) -> str:
         header = ["Rank (range)", "Group", "Model", "Items", "Mean score [95% CI]", "CI method",
                   "Pass rate [95% CI]"]  # fmt: skip
         header += ["pass@k"] if with_k else []
-        header += ["Solved", "Parse failed", "Gave up", "Error", "Check errors", "Latency s",
-                   "Tokens in/out"]
+        header += ["Solved", "Parse failed", "Gave up", "Error", "Check errors", "Latency s", "Tokens in/out"]
         header += ["Cost", "Cost/correct"] if with_cost else []
         rows = []
         for row in envelope.leaderboard:
@@ -514,9 +502,7 @@ def markdown_table(envelope: Envelope) -> str:
         lines += ["## Changes since earlier runs", "", *_table(header, rows), *notes, ""]
     summary = envelope.summary
     wall = f", {summary.wall_seconds:.1f} s" if summary.wall_seconds is not None else ""
-    lines.append(
-        f"{summary.tasks} tasks, {summary.models} models, {summary.sessions} sessions{wall}"
-    )
+    lines.append(f"{summary.tasks} tasks, {summary.models} models, {summary.sessions} sessions{wall}")
     lines += _provenance_lines(summary.provenance)
     return "\n".join(lines) + "\n"
 
@@ -612,8 +598,7 @@ def build_report(
         write_frame(bins_frame(calibration), report_dir / "calibration_bins.parquet",
                     {"index", "count"})  # fmt: skip
         partial["calibration"] = {
-            model_id: CalibrationEntry(**report.model_dump())
-            for model_id, report in calibration.items()
+            model_id: CalibrationEntry(**report.model_dump()) for model_id, report in calibration.items()
         }
 
         stage = "writing the report"

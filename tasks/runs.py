@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -64,14 +64,17 @@ def short_id(flow_run_id: str | None) -> str:
 
 
 def make_run_id(flow_run_id: str | None, now: datetime | None = None) -> str:
-    moment = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    moment = (now or datetime.now(UTC)).astimezone(UTC)
     return f"{moment:%Y%m%dT%H%M%SZ}-{short_id(flow_run_id)}"
 
 
 def check_run_id(run_id: str, where: str = "run id") -> str:
     if not RUN_ID_PATTERN.match(run_id):
-        raise ApeError(f"'{run_id}' is not a run id", where=where,
-                       hint="run ids look like 20260130T030000Z-1a2b3c4d (see `ape history OUTPUT`)")
+        raise ApeError(
+            f"'{run_id}' is not a run id",
+            where=where,
+            hint="run ids look like 20260130T030000Z-1a2b3c4d (see `ape history OUTPUT`)",
+        )
     return run_id
 
 
@@ -118,11 +121,14 @@ def start_run(config: ApeConfig, *, flow_run_id: str | None, run_id: str | None 
     if folder is not None and (info := read_info(folder)) is not None:
         return info
     if run_id:
-        raise ApeError(f"no run '{run_id}' in {top}", where=str(folder),
-                       hint="list the runs with `ape history OUTPUT`")
-    info = RunInfo(run_id=make_run_id(flow_run_id), flow_run_id=str(flow_run_id) if flow_run_id else None,
-                   started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                   cache_scope=config.run.cache_scope, benchmark=config.name)
+        raise ApeError(f"no run '{run_id}' in {top}", where=str(folder), hint="list the runs with `ape history OUTPUT`")
+    info = RunInfo(
+        run_id=make_run_id(flow_run_id),
+        flow_run_id=str(flow_run_id) if flow_run_id else None,
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        cache_scope=config.run.cache_scope,
+        benchmark=config.name,
+    )
     folder = run_folder(top, info.run_id)
     folder.mkdir(parents=True, exist_ok=True)
     write_info(folder, info)
@@ -177,8 +183,9 @@ def cache_dir(config: ApeConfig) -> Path:
 def finish_run(top: Path, info: RunInfo) -> RunInfo:
     """Mark the run finished and point ``latest`` at it (atomically, never half-written)."""
     folder = run_folder(top, info.run_id)
-    done = info.model_copy(update={"status": "finished",
-                                   "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    done = info.model_copy(
+        update={"status": "finished", "finished_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    )
     write_info(folder, done)
     point_latest(top, info.run_id)
     return done

@@ -116,7 +116,7 @@ def _probe(argv: list[str]) -> str | None:
     return (done.stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit code {done.returncode}"])[-1]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def prefix(kind: SandboxKind) -> tuple[str, ...]:
     """The command prefix of a working sandbox of ``kind``; SandboxUnavailable if none here."""
     if kind == "none":
@@ -162,13 +162,13 @@ def resolve(setting: SandboxSetting) -> SandboxKind:
             log.warning(
                 "code_exec: NO SANDBOX. Linux namespaces are not available here (%s); model-written "
                 "code runs with resource limits only and can read and write what this process can. "
-                "Install bubblewrap, or set [checker.args] sandbox = \"none\" to accept this.",
+                'Install bubblewrap, or set [checker.args] sandbox = "none" to accept this.',
                 "; ".join(reasons),
             )
     return "none"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pids_cgroup_root() -> Path | None:
     """A writable pids cgroup folder (v2 with the pids controller, or v1), or None.
 
@@ -181,7 +181,7 @@ def pids_cgroup_root() -> Path | None:
         if not (root / "cgroup.procs").exists():
             continue
         if root == Path("/sys/fs/cgroup"):
-            controllers = (root / "cgroup.controllers")
+            controllers = root / "cgroup.controllers"
             if not controllers.exists() or "pids" not in controllers.read_text().split():
                 continue
         probe = root / f"ape-probe-{uuid.uuid4().hex[:8]}"

@@ -19,21 +19,21 @@ fast items finish per second.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
-import time
-import logging
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from ape.schemas.results import OutputBatch, Outcome
+from ape.schemas.results import Outcome, OutputBatch
 
 log = logging.getLogger("ape")
 
@@ -130,9 +130,15 @@ class SaveFailed(Exception):
 class SaveHandler:
     """Appends OutputBatches and keeps metadata.json's completed_ids in step."""
 
-    def __init__(self, folder: Path, *, save_file: str = "results.jsonl",
-                 metadata_file: str = "metadata.json", run_info: dict[str, Any] | None = None,
-                 metadata_interval_s: float = 0.5):
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        save_file: str = "results.jsonl",
+        metadata_file: str = "metadata.json",
+        run_info: dict[str, Any] | None = None,
+        metadata_interval_s: float = 0.5,
+    ):
         self.folder = Path(folder)
         self.results_path = self.folder / save_file
         self.metadata_path = self.folder / metadata_file
@@ -174,13 +180,18 @@ class SaveHandler:
     def _quarantine(self, scan: ResultsScan) -> None:
         target = self.results_path.with_name(self.results_path.name + QUARANTINE_SUFFIX)
         with WRITE_GUARD, target.open("a", encoding="utf-8") as handle:
-            for number, text, _ in scan.damaged:
+            for _number, text, _ in scan.damaged:
                 handle.write(text.rstrip("\n") + "\n")
             handle.flush()
             os.fsync(handle.fileno())
         for number, _, reason in scan.damaged:
-            log.warning("%s:%d is damaged (%s); moved to %s, its item will be redone",
-                        self.results_path, number, reason[:200], target.name)
+            log.warning(
+                "%s:%d is damaged (%s); moved to %s, its item will be redone",
+                self.results_path,
+                number,
+                reason[:200],
+                target.name,
+            )
 
     def _rewrite(self, batches: list[OutputBatch]) -> None:
         self.close()  # the append handle would keep writing to the replaced file
@@ -191,7 +202,7 @@ class SaveHandler:
         """Start the output folder afresh (load_save = false): old results, and the files
         named in ``also`` (transcripts), are moved aside with a time stamp, never deleted."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         for path in (self.results_path, self.metadata_path, *(self.folder / name for name in also)):
             if path.exists():
                 path.rename(path.with_name(f"{path.name}.{stamp}.bak"))
@@ -214,14 +225,13 @@ class SaveHandler:
 
     def keep_first_runs(self, runs: int) -> Path:
         """Keep only sessions with run_index < ``runs``; the full file is kept as a .bak."""
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         backup = self.results_path.with_name(f"{self.results_path.name}.{stamp}.bak")
         batches = list(read_batches(self.results_path))
         self.close()
         with WRITE_GUARD:
             shutil.copy2(self.results_path, backup)
-        trimmed = [b.model_copy(update={"sessions": [s for s in b.sessions if s.run_index < runs]})
-                   for b in batches]
+        trimmed = [b.model_copy(update={"sessions": [s for s in b.sessions if s.run_index < runs]}) for b in batches]
         self._rewrite(trimmed)
         for batch in trimmed:
             self.completed[batch.item_id] = batch.needs_redo
@@ -232,8 +242,7 @@ class SaveHandler:
         return [key for key, err in self.completed.items() if err]
 
     def ids_with_outcomes(self, outcomes: set[Outcome]) -> list[str]:
-        return [b.item_id for b in read_batches(self.results_path)
-                if any(s.outcome in outcomes for s in b.sessions)]
+        return [b.item_id for b in read_batches(self.results_path) if any(s.outcome in outcomes for s in b.sessions)]
 
     # -- saving --------------------------------------------------------------------------
     def save(self, batches: list[OutputBatch]) -> None:
@@ -250,8 +259,10 @@ class SaveHandler:
                 os.fsync(self._handle.fileno())
         except OSError as exc:
             self._abandon_partial()
-            raise SaveFailed(f"cannot write {self.results_path}: {exc.strerror or exc}; the "
-                             f"{len(self.completed)} items saved before are kept") from exc
+            raise SaveFailed(
+                f"cannot write {self.results_path}: {exc.strerror or exc}; the "
+                f"{len(self.completed)} items saved before are kept"
+            ) from exc
         for batch in batches:
             self.completed[batch.item_id] = batch.needs_redo
         self._meta_dirty = True
@@ -265,7 +276,7 @@ class SaveHandler:
             **self.run_info,
             "completed_ids": list(self.completed),
             "errored_ids": self.errored_ids(),
-            "updated_at": datetime.now(timezone.utc).isoformat(),
+            "updated_at": datetime.now(UTC).isoformat(),
         }
         try:
             with WRITE_GUARD:

@@ -225,9 +225,7 @@ class _ChatDialogue:
             reply = self._bound.invoke(self.messages)
         except Exception as exc:
             self.stats.steps = step
-            self.rec.add(
-                EntryKind.MODEL_ERROR, data={"step": step}, error=ErrorInfo.from_exception(exc)
-            )
+            self.rec.add(EntryKind.MODEL_ERROR, data={"step": step}, error=ErrorInfo.from_exception(exc))
             raise
         self.stats.steps = step
         if isinstance(reply, str):
@@ -236,9 +234,7 @@ class _ChatDialogue:
             self.rec.add(
                 EntryKind.MODEL_ERROR,
                 data={"step": step},
-                error=ErrorInfo(
-                    type="TypeError", message=f"the model returned {type(reply).__name__}"
-                ),
+                error=ErrorInfo(type="TypeError", message=f"the model returned {type(reply).__name__}"),
             )
             raise TypeError(f"the model returned {type(reply).__name__}, expected an AIMessage")
         for index, call in enumerate([*reply.tool_calls, *reply.invalid_tool_calls]):
@@ -292,11 +288,14 @@ class _ChatDialogue:
                 continue
             try:
                 output = call_with_timeout(
-                    tool.invoke, {**call, "id": call_id, "type": "tool_call"},
-                    limit_s=self.tool_timeout_s, label=f"tool '{name}'", key="[solver] tool_timeout_s")
+                    tool.invoke,
+                    {**call, "id": call_id, "type": "tool_call"},
+                    limit_s=self.tool_timeout_s,
+                    label=f"tool '{name}'",
+                    key="[solver] tool_timeout_s",
+                )
             except PluginTimeout as exc:  # a hung tool ends the session, with this reason
-                self.rec.add(EntryKind.TOOL_ERROR, name=name, data={"id": call_id},
-                             error=ErrorInfo.from_exception(exc))
+                self.rec.add(EntryKind.TOOL_ERROR, name=name, data={"id": call_id}, error=ErrorInfo.from_exception(exc))
                 raise
             except Exception as exc:
                 info = ErrorInfo.from_exception(exc)
@@ -312,9 +311,7 @@ class _ChatDialogue:
         for index, bad in enumerate(reply.invalid_tool_calls):
             call_id = bad.get("id") or f"invalid_{self.stats.steps}_{index}"
             name = bad.get("name") or "unknown"
-            self.rec.add(
-                EntryKind.TOOL_CALL, name=name, data={"id": call_id, "args": bad.get("args")}
-            )
+            self.rec.add(EntryKind.TOOL_CALL, name=name, data={"id": call_id, "args": bad.get("args")})
             message = f"the arguments are not valid: {bad.get('error') or 'could not be parsed'}"
             self._tool_error(
                 call_id,
@@ -330,23 +327,17 @@ class _ChatDialogue:
         for index, call in enumerate(calls):
             call_id = call.get("id") or f"call_{self.stats.steps}_{index}"
             name = call.get("name") or "unknown"
-            self.rec.add(
-                EntryKind.TOOL_CALL, name=name, data={"id": call_id, "args": call.get("args")}
-            )
+            self.rec.add(EntryKind.TOOL_CALL, name=name, data={"id": call_id, "args": call.get("args")})
             self._tool_error(
                 call_id,
                 name,
-                ErrorInfo(
-                    type="ToolCallRefused", message="tool call after the final-answer request"
-                ),
+                ErrorInfo(type="ToolCallRefused", message="tool call after the final-answer request"),
                 NOT_EXECUTED,
             )
 
     def _tool_error(self, call_id: str, name: str, info: ErrorInfo, content: Any) -> None:
         text = content if isinstance(content, str) else str(_jsonable(content))
-        self.messages.append(
-            ToolMessage(content=content, tool_call_id=call_id, name=name, status="error")
-        )
+        self.messages.append(ToolMessage(content=content, tool_call_id=call_id, name=name, status="error"))
         self.rec.add(EntryKind.TOOL_ERROR, text, name=name, data={"id": call_id}, error=info)
 
 
@@ -375,9 +366,7 @@ class _AdapterDialogue:
         try:
             generation = self.model.generate(prompt_text, self.item)
         except Exception as exc:
-            self.rec.add(
-                EntryKind.MODEL_ERROR, data={"step": step}, error=ErrorInfo.from_exception(exc)
-            )
+            self.rec.add(EntryKind.MODEL_ERROR, data={"step": step}, error=ErrorInfo.from_exception(exc))
             raise
         text = generation if isinstance(generation, str) else str(getattr(generation, "text", ""))
         confidence = getattr(generation, "confidence", None)
@@ -417,8 +406,7 @@ def run_solver(
     answer: str | None = None
     forced = False
     if is_chat_model(model):
-        chat = _ChatDialogue(model, tools, build_messages(prompt, system), rec, stats,
-                             settings.tool_timeout_s)
+        chat = _ChatDialogue(model, tools, build_messages(prompt, system), rec, stats, settings.tool_timeout_s)
         messages: list[BaseMessage] = chat.messages
         try:
             while True:
@@ -441,9 +429,7 @@ def run_solver(
         except Exception as exc:
             error = ErrorInfo.from_exception(exc)
     else:
-        raise TypeError(
-            f"{type(model).__name__} is neither a LangChain chat model nor a ModelAdapter"
-        )
+        raise TypeError(f"{type(model).__name__} is neither a LangChain chat model nor a ModelAdapter")
     gave_up = error is None and answer is not None and GIVE_UP_TOKEN in answer
     if gave_up:
         rec.add(EntryKind.GAVE_UP, answer)
@@ -498,8 +484,7 @@ def run_adaption(
 
     dialogue: _ChatDialogue | _AdapterDialogue
     if is_chat_model(model):
-        dialogue = _ChatDialogue(model, tools, messages_from_dict(state.messages), rec, stats,
-                                 settings.tool_timeout_s)
+        dialogue = _ChatDialogue(model, tools, messages_from_dict(state.messages), rec, stats, settings.tool_timeout_s)
     else:
         dialogue = _AdapterDialogue(model, state.prompt, state.system, item, rec, stats)
         dialogue.messages = messages_from_dict(state.messages)

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 STAGES = ("render", "solve", "adapt", "check", "score")
@@ -50,8 +50,9 @@ class StageClock:
     marks: list[StageMark] = field(default_factory=list)
     last: float = field(default_factory=time.time)
 
-    def mark(self, stage: str, state_type: str = "COMPLETED", state_name: str = "Completed",
-             message: str | None = None) -> StageMark:
+    def mark(
+        self, stage: str, state_type: str = "COMPLETED", state_name: str = "Completed", message: str | None = None
+    ) -> StageMark:
         """Close ``stage``: it ran from the previous mark until now."""
         now = time.time()
         mark = StageMark(stage, self.last, now, state_type, state_name, message)
@@ -84,7 +85,7 @@ def current_clock() -> StageClock | None:
 
 
 def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat()
+    return datetime.fromtimestamp(epoch, tz=UTC).isoformat()
 
 
 def stage_run_id(flow_run_id: str, item_id: str, run_index: int, stage: str) -> uuid.UUID:
@@ -92,8 +93,9 @@ def stage_run_id(flow_run_id: str, item_id: str, run_index: int, stage: str) -> 
     return uuid.uuid5(_NAMESPACE, f"{flow_run_id}/{item_id}#{run_index}/{stage}")
 
 
-def stage_run_events(flow_run_id: str, item_id: str, run_index: int, marks: list[StageMark],
-                     tags: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def stage_run_events(
+    flow_run_id: str, item_id: str, run_index: int, marks: list[StageMark], tags: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
     """The ``emit_event`` arguments that record ``marks`` as task runs of ``flow_run_id``.
 
     Plain dicts (what Prefect's own engine sends for a task run's state change), so the
@@ -121,27 +123,39 @@ def stage_run_events(flow_run_id: str, item_id: str, run_index: int, marks: list
             "end_time": _iso(mark.end),
             "total_run_time": max(0.0, mark.end - mark.start),
         }
-        state: dict[str, Any] = {"type": mark.state_type, "name": mark.state_name, "message": mark.message or "",
-                 "state_details": {}, "data": None}
-        events.append({
-            "event": f"prefect.task-run.{mark.state_name}",
-            "id": uuid.uuid4(),
-            "occurred": datetime.fromtimestamp(mark.end, tz=timezone.utc),
-            "resource": {
-                "prefect.resource.id": f"prefect.task-run.{run_id}",
-                "prefect.resource.name": name,
-                "prefect.run-count": "1",
-                "prefect.state-message": mark.message or "",
-                "prefect.state-name": mark.state_name,
-                "prefect.state-timestamp": _iso(mark.end),
-                "prefect.state-type": mark.state_type,
-                "prefect.orchestration": "client",
-            },
-            "related": [{"prefect.resource.id": f"prefect.flow-run.{flow_run_id}",
-                         "prefect.resource.role": "flow-run"}],
-            "payload": {"intended": {"from": None, "to": mark.state_type}, "initial_state": None,
-                        "validated_state": state, "task_run": task_run},
-        })
+        state: dict[str, Any] = {
+            "type": mark.state_type,
+            "name": mark.state_name,
+            "message": mark.message or "",
+            "state_details": {},
+            "data": None,
+        }
+        events.append(
+            {
+                "event": f"prefect.task-run.{mark.state_name}",
+                "id": uuid.uuid4(),
+                "occurred": datetime.fromtimestamp(mark.end, tz=UTC),
+                "resource": {
+                    "prefect.resource.id": f"prefect.task-run.{run_id}",
+                    "prefect.resource.name": name,
+                    "prefect.run-count": "1",
+                    "prefect.state-message": mark.message or "",
+                    "prefect.state-name": mark.state_name,
+                    "prefect.state-timestamp": _iso(mark.end),
+                    "prefect.state-type": mark.state_type,
+                    "prefect.orchestration": "client",
+                },
+                "related": [
+                    {"prefect.resource.id": f"prefect.flow-run.{flow_run_id}", "prefect.resource.role": "flow-run"}
+                ],
+                "payload": {
+                    "intended": {"from": None, "to": mark.state_type},
+                    "initial_state": None,
+                    "validated_state": state,
+                    "task_run": task_run,
+                },
+            }
+        )
         upstream = run_id
     return events
 
@@ -159,8 +173,7 @@ def current_flow_run_id() -> str | None:
     return None
 
 
-def record_stage_runs(flow_run_id: str | None, item_id: str, run_index: int,
-                      marks: list[StageMark]) -> int:
+def record_stage_runs(flow_run_id: str | None, item_id: str, run_index: int, marks: list[StageMark]) -> int:
     """Send ``marks`` to the Prefect server as task runs; returns how many were sent.
 
     Needs a flow run to attach them to; without one (a stage called outside a flow)

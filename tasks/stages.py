@@ -122,8 +122,7 @@ def session_task(spec: SessionSpec) -> SolveRecord:
             clock.failed("solve", f"{state.error.type}: {state.error.message}")
         else:
             clock.mark("solve")
-    record = run_adaption(worker.model, state, adapter=worker.plan.adapter, settings=settings,
-                          tools=tools, item=item)
+    record = run_adaption(worker.model, state, adapter=worker.plan.adapter, settings=settings, tools=tools, item=item)
     if clock is not None:
         mark_adapt(clock, record, solve_failed=state.error is not None)
     return _checked(record)
@@ -151,8 +150,14 @@ def solve_task(spec: SessionSpec) -> SolverState:
 
     worker = current_worker()
     item = worker.item(spec)
-    return run_solver(worker.model, spec.prompt, spec.system, tools=worker.tools_for(item),
-                      settings=worker.plan.config.solver, item=item)
+    return run_solver(
+        worker.model,
+        spec.prompt,
+        spec.system,
+        tools=worker.tools_for(item),
+        settings=worker.plan.config.solver,
+        item=item,
+    )
 
 
 @task(name="adapt", task_run_name="adapt[{spec.item_id}]#{spec.run_index}", persist_result=True)
@@ -161,8 +166,14 @@ def adapt_task(spec: SessionSpec, state: SolverState) -> SolveRecord:
 
     worker = current_worker()
     item = worker.item(spec)
-    record = run_adaption(worker.model, state, adapter=worker.plan.adapter,
-                          settings=worker.plan.config.solver, tools=worker.tools_for(item), item=item)
+    record = run_adaption(
+        worker.model,
+        state,
+        adapter=worker.plan.adapter,
+        settings=worker.plan.config.solver,
+        tools=worker.tools_for(item),
+        item=item,
+    )
     return _checked(record)
 
 
@@ -174,17 +185,16 @@ def render_task(template: str, item: BaseModel, item_id: str) -> str:
     return render(template, item)
 
 
-@task(name="check", task_run_name="check[{item_id}]#{run_index}", cache_policy=NO_CACHE,
-      persist_result=False)
+@task(name="check", task_run_name="check[{item_id}]#{run_index}", cache_policy=NO_CACHE, persist_result=False)
 def check_task(carousel: Any, item: BaseModel, solution: Any, item_id: str, run_index: int) -> CheckResult:
     """``carousel`` is the run's CheckerCarousel (it lends a checker and applies the time limit)."""
     return carousel.check(item, solution)
 
 
-@task(name="score", task_run_name="score[{item_id}]#{run_index}", cache_policy=NO_CACHE,
-      persist_result=False)
-def score_task(outcome: Outcome, check: CheckResult | None, metric: str | None, item_id: str,
-               run_index: int) -> tuple[float, bool]:
+@task(name="score", task_run_name="score[{item_id}]#{run_index}", cache_policy=NO_CACHE, persist_result=False)
+def score_task(
+    outcome: Outcome, check: CheckResult | None, metric: str | None, item_id: str, run_index: int
+) -> tuple[float, bool]:
     from ape.tasks.score import score_session
 
     return score_session(outcome, check, metric)

@@ -77,9 +77,7 @@ def postprocess(rule: str, text: str) -> str:
     try:
         return POSTPROCESSORS[rule](text)
     except KeyError:
-        raise ValueError(
-            f"unknown post-processing rule '{rule}'; known: {', '.join(POSTPROCESSORS)}"
-        ) from None
+        raise ValueError(f"unknown post-processing rule '{rule}'; known: {', '.join(POSTPROCESSORS)}") from None
 
 
 # ---------------------------------------------------------------- the checker
@@ -115,7 +113,10 @@ class TaskSpecChecker:
         if task.metric == "code_exec":
             try:
                 result = run_code(
-                    text, task.tests or "", timeout_s=task.timeout_s, memory_mb=self.memory_mb,
+                    text,
+                    task.tests or "",
+                    timeout_s=task.timeout_s,
+                    memory_mb=self.memory_mb,
                     sandbox=self.sandbox,
                 )
             except NoTestsError as exc:
@@ -168,8 +169,7 @@ def check_unique(tasks: Iterable[TaskSpec], where: str) -> list[TaskSpec]:
     seen: set[str] = set()
     for task in tasks:
         if task.id in seen:
-            raise ApeError(f"task '{task.id}': duplicate id", where=where,
-                           hint="every task needs its own id")
+            raise ApeError(f"task '{task.id}': duplicate id", where=where, hint="every task needs its own id")
         seen.add(task.id)
     if not tasks:
         raise ApeError("there are no tasks", where=where, hint="give at least one task spec")

@@ -139,8 +139,7 @@ def _evaluate(node: ast.AST) -> Any:
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _evaluate(node.left), _evaluate(node.right)
         if isinstance(node.op, ast.Pow) and (
-            abs(right) > MAX_EXPONENT
-            or (isinstance(left, int) and left.bit_length() * abs(right) > MAX_RESULT_BITS)
+            abs(right) > MAX_EXPONENT or (isinstance(left, int) and left.bit_length() * abs(right) > MAX_RESULT_BITS)
         ):
             raise ValueError(f"the power {ast.unparse(node)} is too large to compute")
         return _BINARY[type(node.op)](left, right)
@@ -153,8 +152,7 @@ def _evaluate(node: ast.AST) -> Any:
         return _FUNCTIONS[node.func.id](*(_evaluate(arg) for arg in node.args))
     allowed = ", ".join([*_FUNCTIONS, *_CONSTANTS])
     raise ValueError(
-        f"unsupported element '{ast.unparse(node)}'; use numbers, + - * / // % **, "
-        f"parentheses and {allowed}"
+        f"unsupported element '{ast.unparse(node)}'; use numbers, + - * / // % **, parentheses and {allowed}"
     )
 
 

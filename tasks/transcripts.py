@@ -23,9 +23,7 @@ LOG_FILE = "sessions.log"
 JSONL_FILE = "sessions.jsonl"
 
 
-def closing_entries(
-    result: SessionResult, transcript: list[TranscriptEntry]
-) -> list[TranscriptEntry]:
+def closing_entries(result: SessionResult, transcript: list[TranscriptEntry]) -> list[TranscriptEntry]:
     """The CHECK entry (when something was checked) and the SESSION_END entry.
 
     The check runs after solve and adapt, so its time is placed after the session's
@@ -85,9 +83,7 @@ def _answer_and_expected(result: SessionResult) -> dict[str, Any]:
     return {"answer": result.solution, "expected": check.metadata["expected"]}
 
 
-def session_transcript(
-    result: SessionResult, transcript: list[TranscriptEntry]
-) -> SessionTranscript:
+def session_transcript(result: SessionResult, transcript: list[TranscriptEntry]) -> SessionTranscript:
     """The whole session as one ``sessions.jsonl`` record, closing entries included."""
     return SessionTranscript(
         item_id=result.item_id,

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-MARKS = {"regressed": "▼ regressed", "improved": "▲ improved", "no detectable change": "=",
-         "not comparable": "n/c"}
+MARKS = {"regressed": "▼ regressed", "improved": "▲ improved", "no detectable change": "=", "not comparable": "n/c"}
 
 
 def _num(value: object) -> str:
@@ -34,14 +33,32 @@ def history_markdown(runs: pd.DataFrame, title: str | None = None) -> str:
         return "\n".join([*lines, "no runs recorded yet"]) + "\n"
     runs = runs.sort_values(["model_id", "run_id"])
     finished = runs["finished_at"].dt.strftime("%Y-%m-%d %H:%M").fillna("-")
-    columns = [runs[c].tolist() for c in (
-        "model_id", "run_id", "n_items", "mean_score", "ci_low", "ci_high", "previous_verdict",
-        "previous_diff", "previous_p", "baseline_verdict", "baseline_diff", "baseline_p")]
-    lines += ["| Model | Run | Finished | Items | Score [95% CI] | vs previous | vs baseline |",
-              "|---|---|---|---|---|---|---|"]
+    columns = [
+        runs[c].tolist()
+        for c in (
+            "model_id",
+            "run_id",
+            "n_items",
+            "mean_score",
+            "ci_low",
+            "ci_high",
+            "previous_verdict",
+            "previous_diff",
+            "previous_p",
+            "baseline_verdict",
+            "baseline_diff",
+            "baseline_p",
+        )
+    ]
+    lines += [
+        "| Model | Run | Finished | Items | Score [95% CI] | vs previous | vs baseline |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for when, (model, run, n, mean, low, high, pv, pd_, pp, bv, bd, bp) in zip(finished, zip(*columns)):
-        lines.append(f"| {model} | {run} | {when} | {n} | {_num(mean)} [{_num(low)}, {_num(high)}] | "
-                     f"{_verdict(pv, pd_, pp)} | {_verdict(bv, bd, bp)} |")
+        lines.append(
+            f"| {model} | {run} | {when} | {n} | {_num(mean)} [{_num(low)}, {_num(high)}] | "
+            f"{_verdict(pv, pd_, pp)} | {_verdict(bv, bd, bp)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -60,13 +77,18 @@ def write_trend_chart(runs: pd.DataFrame, path: Path, title: str = "Score per ru
     for model_id, group in runs.sort_values("run_id").groupby("model_id", sort=True):
         when = pd.to_datetime(group["finished_at"].fillna(group["started_at"]))
         line = axes.plot(when, group["mean_score"], marker="o", markersize=3, label=str(model_id))[0]
-        axes.fill_between(when, group["ci_low"].astype(float), group["ci_high"].astype(float),
-                          color=line.get_color(), alpha=0.2, linewidth=0)
+        axes.fill_between(
+            when,
+            group["ci_low"].astype(float),
+            group["ci_high"].astype(float),
+            color=line.get_color(),
+            alpha=0.2,
+            linewidth=0,
+        )
         for verdict, marker, color in (("regressed", "v", "red"), ("improved", "^", "green")):
             hit = (group["previous_verdict"] == verdict) | (group["baseline_verdict"] == verdict)
             if hit.any():
-                axes.scatter(when[hit], group.loc[hit, "mean_score"], marker=marker, s=70,
-                             color=color, zorder=3)
+                axes.scatter(when[hit], group.loc[hit, "mean_score"], marker=marker, s=70, color=color, zorder=3)
     if not runs.empty:
         axes.legend(loc="lower left")
     figure.autofmt_xdate()

@@ -13,7 +13,8 @@ ADD = "def add(a, b):\n    return a + b\n"
 
 # name -> (code, honest score)
 ATTACKS: dict[str, tuple[str, float]] = {
-    "forge_channel": ('''
+    "forge_channel": (
+        """
 import os, sys, json
 lines = [b"T 0 1\\n", b"T 1 1\\n", b'{{"kind": "test", "passed": true}}\\n', b"ok\\n"]
 for fd in range(3, 1024):
@@ -28,19 +29,31 @@ for arg in sys.argv[1:]:
             handle.write('{{"kind": "plan", "total": 1}}\\n{{"kind": "test", "passed": true}}\\n' * 50)
     except OSError:
         pass
-''' + ADD, 0.5),
-    "replace_json_dumps": ('''
+"""
+        + ADD,
+        0.5,
+    ),
+    "replace_json_dumps": (
+        """
 import json
 json.dumps = lambda *args, **kwargs: '{{"kind": "test", "passed": true}}'
 json.loads = lambda *args, **kwargs: {{"kind": "test", "passed": True}}
-''' + ADD, 0.5),
-    "replace_compile": ('''
+"""
+        + ADD,
+        0.5,
+    ),
+    "replace_compile": (
+        """
 import builtins
 _compile = builtins.compile
 builtins.compile = lambda *args, **kwargs: _compile("pass", "tests.py", "exec")
 builtins.exec = lambda *args, **kwargs: None
-''' + ADD, 0.5),
-    "read_frames": ('''
+"""
+        + ADD,
+        0.5,
+    ),
+    "read_frames": (
+        """
 import sys
 def grab():
     try:
@@ -65,8 +78,12 @@ def grab():
         except Exception:
             pass
 grab()
-''' + ADD, 0.5),
-    "read_parent_environ": ('''
+"""
+        + ADD,
+        0.5,
+    ),
+    "read_parent_environ": (
+        """
 import os
 found = []
 for pid in ["1", str(os.getppid()), "{parent_pid}", "{secret_pid}"] + os.listdir("/proc"):
@@ -86,8 +103,11 @@ import sys
 print(found, file=sys.stderr)
 def add(a, b):
     assert False, "".join(found)[:400]
-''', 0.0),
-    "kill_parent": ('''
+""",
+        0.0,
+    ),
+    "kill_parent": (
+        """
 import os, signal
 for pid in [os.getppid(), {parent_pid}] + [int(p) for p in os.listdir("/proc") if p.isdigit()]:
     if pid != os.getpid():
@@ -95,8 +115,12 @@ for pid in [os.getppid(), {parent_pid}] + [int(p) for p in os.listdir("/proc") i
             os.kill(pid, signal.SIGKILL)
         except Exception:
             pass
-''' + ADD, 0.5),
-    "write_outside": ('''
+"""
+        + ADD,
+        0.5,
+    ),
+    "write_outside": (
+        """
 import os
 for path in ("{home}/ape-attack-{marker}", "/tmp/ape-attack-{marker}", "{output}/ape-attack-{marker}",
              os.path.expanduser("~/ape-attack-{marker}")):
@@ -112,8 +136,12 @@ except OSError:
     pass
 with open("scratch-{marker}", "w") as handle:  # the private folder is writable
     handle.write("fine")
-''' + ADD, 0.5),
-    "setsid_children": ('''
+"""
+        + ADD,
+        0.5,
+    ),
+    "setsid_children": (
+        """
 import subprocess, os
 for _ in range(3):
     subprocess.Popen(["sh", "-c", "sleep 120; : {marker}"], start_new_session=True,
@@ -121,16 +149,24 @@ for _ in range(3):
 if os.fork() == 0:
     os.setsid()
     os.execvp("sleep", ["sleep", "121", "{marker}"])
-''' + ADD, 0.5),
-    "network": ('''
+"""
+        + ADD,
+        0.5,
+    ),
+    "network": (
+        """
 import socket
 try:
     with socket.create_connection(("127.0.0.1", {port}), timeout=2) as sock:
         sock.sendall(b"{marker}")
 except OSError:
     pass
-''' + ADD, 0.5),
-    "fork_bomb": ('''
+"""
+        + ADD,
+        0.5,
+    ),
+    "fork_bomb": (
+        """
 import os, time
 children = 0
 for _ in range(5000):
@@ -142,8 +178,12 @@ for _ in range(5000):
         time.sleep(120)
         os._exit(0)
     children += 1
-''' + ADD, 0.5),
-    "print_gigabytes": ('''
+"""
+        + ADD,
+        0.5,
+    ),
+    "print_gigabytes": (
+        """
 import sys
 block = "x" * (1 << 20)
 for stream in (sys.stdout, sys.stderr):
@@ -153,8 +193,12 @@ for stream in (sys.stdout, sys.stderr):
         stream.flush()
     except OSError:
         pass
-''' + ADD, 0.5),
-    "fill_disk": ('''
+"""
+        + ADD,
+        0.5,
+    ),
+    "fill_disk": (
+        """
 import os
 block = b"x" * (1 << 20)
 for name in range(400):
@@ -164,19 +208,30 @@ for name in range(400):
                 handle.write(block)
     except OSError:
         pass
-''' + ADD, 0.5),
-    "sys_exit": ('''
+"""
+        + ADD,
+        0.5,
+    ),
+    "sys_exit": (
+        """
 import sys
 def add(a, b):
     sys.exit(0)
-''', 0.0),
-    "os_exit": ('''
+""",
+        0.0,
+    ),
+    "os_exit": (
+        """
 import os
 os._exit(0)
-''' + ADD, 0.0),
+"""
+        + ADD,
+        0.0,
+    ),
 }
 
-ATTACKS["replace_builtins"] = ('''
+ATTACKS["replace_builtins"] = (
+    """
 import builtins
 builtins.isinstance = lambda *args: True
 builtins.type = lambda *args: int
@@ -186,4 +241,6 @@ class AlwaysEqual:  # fools `==` (the documented limit), not `type(...) is int`
         return True
 def add(a, b):
     return AlwaysEqual()
-''', 0.5)
+""",
+    0.5,
+)

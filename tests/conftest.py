@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from llm_server import llama_server  # noqa: F401 - a fixture for the tests of the real LLM
 
 ROOT = Path(__file__).resolve().parent.parent
 

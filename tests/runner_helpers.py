@@ -47,17 +47,33 @@ def remember(batch):
 '''
 
 
-def make_benchmark(folder: Path, n: int = 6, *, model_args: str = 'behaviour = "arithmetic"',
-                   extra: str = "", checker: str = 'implementation = "exact_match"',
-                   template: str = "What is {{ question }}?", run: str = "",
-                   models: str | None = None) -> Path:
+def make_benchmark(
+    folder: Path,
+    n: int = 6,
+    *,
+    model_args: str = 'behaviour = "arithmetic"',
+    extra: str = "",
+    checker: str = 'implementation = "exact_match"',
+    template: str = "What is {{ question }}?",
+    run: str = "",
+    models: str | None = None,
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "benchschema.py").write_text(SCHEMA + FLAKY)
     with (folder / "data.jsonl").open("w") as handle:
         for i in range(n):
             a, b = i + 2, 3 * i + 1
-            handle.write(json.dumps({"id": f"i{i}", "question": f"{a} + {b}", "answer": a + b,
-                                     "category": "even" if i % 2 == 0 else "odd"}) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "id": f"i{i}",
+                        "question": f"{a} + {b}",
+                        "answer": a + b,
+                        "category": "even" if i % 2 == 0 else "odd",
+                    }
+                )
+                + "\n"
+            )
     model = models or f'[model]\nname = "m"\nprovider = "mock"\nargs = {{ {model_args} }}\n'
     workers = "" if "solver_workers" in run else "solver_workers = 3\n"
     text = f'''name = "t"

@@ -33,9 +33,7 @@ def test_raw_and_strip():
 def test_regex_group_flags_and_last_match():
     first = adapter("regex", pattern=r"answer:\s*(\w+)", flags="IGNORECASE")
     assert first("Answer: cat ... ANSWER: dog") == "cat"
-    last = adapter(
-        "regex", pattern=r"answer:\s*(?P<word>\w+)", group="word", flags=["I"], last=True
-    )
+    last = adapter("regex", pattern=r"answer:\s*(?P<word>\w+)", group="word", flags=["I"], last=True)
     assert last("Answer: cat ... ANSWER: dog") == "dog"
     whole = adapter("regex", pattern=r"\d+")
     assert whole("abc 123") == "123"  # no group: the whole match
@@ -132,9 +130,7 @@ def test_user_function_with_args(tmp_path):
     name = plugin(tmp_path, "def shout(text, suffix='!'):\n    return text.upper() + suffix\n")
     plain = load_adapter(AdapterConfig(implementation=f"{name}:shout"), tmp_path)
     assert plain("hi") == "HI!"
-    bound = load_adapter(
-        AdapterConfig(implementation=f"{name}.shout", args={"suffix": "?"}), tmp_path
-    )
+    bound = load_adapter(AdapterConfig(implementation=f"{name}.shout", args={"suffix": "?"}), tmp_path)
     assert bound("hi") == "HI?"
 
 
@@ -146,9 +142,7 @@ def test_user_class_is_instantiated_with_args(tmp_path):
         "class NotCallable:\n    pass\n"
     )
     name = plugin(tmp_path, source)
-    made = load_adapter(
-        AdapterConfig(implementation=f"{name}:Prefix", args={"prefix": ">"}), tmp_path
-    )
+    made = load_adapter(AdapterConfig(implementation=f"{name}:Prefix", args={"prefix": ">"}), tmp_path)
     assert made("x") == ">x"
     with pytest.raises(ApeError, match="calling adapter") as info:
         load_adapter(AdapterConfig(implementation=f"{name}:Prefix"), tmp_path)

@@ -17,8 +17,8 @@ from ape.tasks.aggregate import (
     bootstrap_mean_ci,
     category_breakdown,
     mcnemar,
-    pass_at_k,
     pairwise_diffs,
+    pass_at_k,
 )
 
 # --- pass@k ----------------------------------------------------------------------------------

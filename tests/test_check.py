@@ -99,13 +99,9 @@ def test_load_function_and_class_checkers(tmp_path):
     name = plugin(tmp_path, source)
     strict = load_checker(CheckerConfig(implementation=f"{name}:equal"), tmp_path)
     assert strict({"answer": 3}, 3) and not strict({"answer": 3}, 4)
-    loose = load_checker(
-        CheckerConfig(implementation=f"{name}:equal", args={"tolerance": 1}), tmp_path
-    )
+    loose = load_checker(CheckerConfig(implementation=f"{name}:equal", args={"tolerance": 1}), tmp_path)
     assert loose({"answer": 3}, 4)
-    factory = checker_factory(
-        CheckerConfig(implementation=f"{name}:Near", args={"tolerance": 2}), tmp_path
-    )
+    factory = checker_factory(CheckerConfig(implementation=f"{name}:Near", args={"tolerance": 2}), tmp_path)
     first, second = factory(), factory()
     assert first is not second and first({"answer": 1}, 3)
 
@@ -178,13 +174,13 @@ def test_carousel_never_lends_one_checker_twice_at_once():
 
 
 def test_carousel_returns_a_checker_after_an_exception():
-    carousel = CheckerCarousel(lambda: (lambda i, s: True), size=1)
+    carousel = CheckerCarousel(lambda: lambda i, s: True, size=1)
     with pytest.raises(RuntimeError):
         with carousel.borrow():
             raise RuntimeError("caller failed")
     assert carousel.check({}, 1).status is CheckStatus.PASSED  # would block if not returned
     with pytest.raises(ValueError, match="at least one"):
-        CheckerCarousel(lambda: (lambda i, s: True), size=0)
+        CheckerCarousel(lambda: lambda i, s: True, size=0)
 
 
 def test_checker_tool_verdicts():
@@ -201,9 +197,7 @@ def test_checker_tool_verdicts():
     assert tool.invoke({"answer": "5"}) == "FAILED: 5 is not 4"
     assert tool.invoke({"answer": "five"}).startswith("UNPARSABLE: the answer contains no number")
     assert tool.invoke({"answer": "-1"}).startswith("ERROR: the checker could not check")
-    pooled = checker_tool(
-        CheckerCarousel(lambda: checker, 1), {"answer": 4}, LastNumberAdapter(), "v"
-    )
+    pooled = checker_tool(CheckerCarousel(lambda: checker, 1), {"answer": 4}, LastNumberAdapter(), "v")
     assert pooled.invoke({"answer": "4"}) == "PASSED"
 
 

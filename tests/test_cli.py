@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from runner_helpers import ROOT, make_benchmark
 
 from ape.cli import main
-from runner_helpers import ROOT, make_benchmark
 
 
 def validate(path, capsys):
@@ -19,12 +19,14 @@ def validate(path, capsys):
 
 
 def test_help_explains_every_command():
-    out = subprocess.run([sys.executable, "-m", "ape", "--help"], capture_output=True, text=True,
-                         cwd=ROOT, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "ape", "--help"], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout
     for command in ("run", "validate", "report", "retry", "demo", "serve", "server"):
         assert command in out
-    run_help = subprocess.run([sys.executable, "-m", "ape", "run", "--help"], capture_output=True,
-                              text=True, cwd=ROOT, check=True).stdout
+    run_help = subprocess.run(
+        [sys.executable, "-m", "ape", "run", "--help"], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout
     for option in ("--output", "--workers", "--no-load-save", "--no-progress", "--no-server"):
         assert option in run_help
 
@@ -42,8 +44,10 @@ def test_validate_the_shipped_example(capsys):
         (lambda t: t.replace("benchschema:Item", "benchschema:Itme"), "has no attribute 'Itme'"),
         (lambda t: t.replace("benchschema:Item", "no_such_module:Item"), "cannot import module 'no_such_module'"),
         (lambda t: t.replace("What is {{ question }}?", "What is {{ qestion }}?"), "'{{ qestion }}' is not a field"),
-        (lambda t: t.replace('schema = "benchschema:Item"', 'schema = "benchschema:Item"\nstart_id = "zz"'),
-         "start_id 'zz' is not in the file"),
+        (
+            lambda t: t.replace('schema = "benchschema:Item"', 'schema = "benchschema:Item"\nstart_id = "zz"'),
+            "start_id 'zz' is not in the file",
+        ),
     ],
     ids=["unknown-key", "bad-attribute", "bad-module", "template-variable", "start-id"],
 )
@@ -84,14 +88,21 @@ def test_missing_config_file(capsys, tmp_path):
 
 
 def test_report_rebuilds_from_saved_results(tmp_path, capsys):
-    from ape.schemas.results import OutputBatch, Outcome, SessionResult
+    from ape.schemas.results import Outcome, OutputBatch, SessionResult
 
     folder = tmp_path / "run"
     folder.mkdir()
     with (folder / "results.jsonl").open("w") as handle:
         for i, ok in enumerate([True, False, True]):
-            s = SessionResult(item_id=f"i{i}", run_index=0, model_id="m", outcome=Outcome.SOLVED,
-                              score=float(ok), correct=ok, confidence=0.8)
+            s = SessionResult(
+                item_id=f"i{i}",
+                run_index=0,
+                model_id="m",
+                outcome=Outcome.SOLVED,
+                score=float(ok),
+                correct=ok,
+                confidence=0.8,
+            )
             handle.write(OutputBatch(item_id=f"i{i}", model_id="m", sessions=[s]).model_dump_json() + "\n")
     code = main(["report", str(folder), "--out", str(tmp_path / "rep")])
     assert code == 0
@@ -102,16 +113,16 @@ def test_report_rebuilds_from_saved_results(tmp_path, capsys):
 
 
 def test_report_refuses_to_rank_different_benchmarks_together(tmp_path, capsys):
-    from ape.schemas.results import OutputBatch, Outcome, SessionResult
+    from ape.schemas.results import Outcome, OutputBatch, SessionResult
 
     folders = []
     for bench, model in (("maths", "m"), ("poetry", "p")):
         folder = tmp_path / bench
         folder.mkdir()
-        s = SessionResult(item_id="i0", run_index=0, model_id=model, outcome=Outcome.SOLVED, score=1.0,
-                          correct=True)
+        s = SessionResult(item_id="i0", run_index=0, model_id=model, outcome=Outcome.SOLVED, score=1.0, correct=True)
         (folder / "results.jsonl").write_text(
-            OutputBatch(item_id="i0", model_id=model, sessions=[s]).model_dump_json() + "\n")
+            OutputBatch(item_id="i0", model_id=model, sessions=[s]).model_dump_json() + "\n"
+        )
         (folder / "metadata.json").write_text(json.dumps({"benchmark": bench, "model": model}))
         folders.append(str(folder))
     code = main(["report", *folders, "--out", str(tmp_path / "rep")])
@@ -123,11 +134,23 @@ def test_report_refuses_to_rank_different_benchmarks_together(tmp_path, capsys):
 @pytest.mark.parametrize(
     "change, expected",
     [
-        (lambda t: t.replace('"last_number"', '"last_numbr"'), r":\d+ \[adapter\] implementation: .*did you mean 'last_number'"),
-        (lambda t: t.replace('"exact_match"', '"exact_mach"'), r":\d+ \[checker\] implementation: .*did you mean 'exact_match'"),
-        (lambda t: t + '\n[tools.calc]\nfactory = "ape.tasks.tools:calculatr"\n', r":\d+ \[tools.calc\] factory: .*did you mean 'calculator'"),
+        (
+            lambda t: t.replace('"last_number"', '"last_numbr"'),
+            r":\d+ \[adapter\] implementation: .*did you mean 'last_number'",
+        ),
+        (
+            lambda t: t.replace('"exact_match"', '"exact_mach"'),
+            r":\d+ \[checker\] implementation: .*did you mean 'exact_match'",
+        ),
+        (
+            lambda t: t + '\n[tools.calc]\nfactory = "ape.tasks.tools:calculatr"\n',
+            r":\d+ \[tools.calc\] factory: .*did you mean 'calculator'",
+        ),
         (lambda t: t.replace('provider = "mock"', 'provider = "mokc"'), r":\d+ \[model\] 'm': .*did you mean 'mock'"),
-        (lambda t: t + '\n[hooks]\non_batch_saved = "benchschema:remembr"\n', r"\[hooks\] on_batch_saved: .*did you mean 'remember'"),
+        (
+            lambda t: t + '\n[hooks]\non_batch_saved = "benchschema:remembr"\n',
+            r"\[hooks\] on_batch_saved: .*did you mean 'remember'",
+        ),
     ],
     ids=["adapter", "checker", "tool", "provider", "hook"],
 )

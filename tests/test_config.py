@@ -48,7 +48,9 @@ def test_defaults_and_relative_paths(tmp_path):
 
 
 def test_model_list_and_tools(tmp_path):
-    text = BASE.replace("[model]\nprovider = \"mock\"\n", "") + """
+    text = (
+        BASE.replace('[model]\nprovider = "mock"\n', "")
+        + """
 [[model]]
 name = "a"
 provider = "mock"
@@ -61,6 +63,7 @@ provider = "mock"
 factory = "ape.tasks.tools:calculator"
 args = { precision = 3 }
 """
+    )
     config = load_config(write(tmp_path, text))
     assert [m.model_id for m in config.model] == ["a", "b"]
     assert config.tools["calc"].args == {"precision": 3}
@@ -102,8 +105,9 @@ def test_missing_data_file(tmp_path):
 
 def test_template_and_template_file_conflict(tmp_path):
     (tmp_path / "p.mustache").write_text("x")
-    path = write(tmp_path, BASE.replace('template = "Q: {{ question }}"',
-                                        'template = "x"\ntemplate_file = "p.mustache"'))
+    path = write(
+        tmp_path, BASE.replace('template = "Q: {{ question }}"', 'template = "x"\ntemplate_file = "p.mustache"')
+    )
     with pytest.raises(ApeError, match="exactly one of 'template' or 'template_file'"):
         load_config(path)
 

@@ -10,16 +10,21 @@ import sys
 import time
 
 import pytest
-
 from runner_helpers import ROOT, make_benchmark, read_results
 
 pytestmark = pytest.mark.slow
 
 
 def ape_run(config, env, **kw):
-    return subprocess.Popen([sys.executable, "-m", "ape", "run", str(config), "--no-server"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ape", "run", str(config), "--no-server"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        **kw,
+    )
 
 
 def complete_lines(path):
@@ -31,9 +36,12 @@ def complete_lines(path):
 
 def test_sigkill_mid_run_then_resume(tmp_path, prefect_server):
     log = tmp_path / "calls.log"
-    config = make_benchmark(tmp_path, n=40,
-                            model_args=f'behaviour = "arithmetic", latency_s = 0.15, call_log = "{log}"',
-                            run="solver_workers = 2")
+    config = make_benchmark(
+        tmp_path,
+        n=40,
+        model_args=f'behaviour = "arithmetic", latency_s = 0.15, call_log = "{log}"',
+        run="solver_workers = 2",
+    )
     env = dict(os.environ, PREFECT_API_URL=prefect_server, PYTHONPATH=str(ROOT))
     results = tmp_path / "out" / "results.jsonl"
     proc = ape_run(config, env)
@@ -57,9 +65,11 @@ def test_sigkill_mid_run_then_resume(tmp_path, prefect_server):
     assert sorted(ids) == sorted(f"i{i}" for i in range(40)), "an item was lost or duplicated"
     assert len(ids) == len(set(ids))
     # no session finished before the kill asked the model again
-    questions = {json.loads(line)["question"]: json.loads(line)["id"]
-                 for line in (tmp_path / "data.jsonl").read_text().splitlines()}
-    new_calls = [json.loads(line) for line in log.read_text().splitlines()[len(calls_before):]]
+    questions = {
+        json.loads(line)["question"]: json.loads(line)["id"]
+        for line in (tmp_path / "data.jsonl").read_text().splitlines()
+    }
+    new_calls = [json.loads(line) for line in log.read_text().splitlines()[len(calls_before) :]]
     recalled = {questions[q] for c in new_calls for q in questions if q + "?" in c["human"]}
     assert not recalled & set(saved_before), recalled & set(saved_before)
     # every unsaved item is asked once; one whose session finished just before the kill

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from runner_helpers import make_benchmark, read_results
 
 from ape.config import load_config
-from runner_helpers import make_benchmark, read_results
 
 pytest.importorskip("prefect_dask")
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_server")]
@@ -18,8 +18,9 @@ def test_dask_local_cluster_matches_thread_runner(tmp_path):
 
     args = 'behaviour = "arithmetic", accuracy = 0.6, seed = 5'
     threads = make_benchmark(tmp_path / "threads", n=8, model_args=args, run="runs_per_data = 2")
-    dask = make_benchmark(tmp_path / "dask", n=8, model_args=args,
-                          run='runs_per_data = 2\ntask_runner = "dask"\ndask_workers = 2')
+    dask = make_benchmark(
+        tmp_path / "dask", n=8, model_args=args, run='runs_per_data = 2\ntask_runner = "dask"\ndask_workers = 2'
+    )
     results = {}
     for name, path in (("threads", threads), ("dask", dask)):
         config = load_config(path)
@@ -27,8 +28,11 @@ def test_dask_local_cluster_matches_thread_runner(tmp_path):
         assert state.is_completed(), state
         rows = read_results(config.run.output / "results.jsonl")
         assert len(rows) == 8
-        results[name] = {(b["item_id"], s["run_index"]): (s["outcome"], s["solution"], s["score"])
-                         for b in rows for s in b["sessions"]}
+        results[name] = {
+            (b["item_id"], s["run_index"]): (s["outcome"], s["solution"], s["score"])
+            for b in rows
+            for s in b["sessions"]
+        }
         transcripts = (config.run.output / "sessions.jsonl").read_text().splitlines()
         assert len(transcripts) == 16
         assert all(json.loads(line)["entries"][-1]["kind"] == "SESSION_END" for line in transcripts)

@@ -39,7 +39,7 @@ def test_jsonl_and_csv(tmp_path):
     items = list(DataProvider(path, Item))
     assert [i.id for i in items] == ["a", "b"] and items[0].n == 1
     csv = tmp_path / "d.csv"
-    csv.write_text("id,text,n\na,x,1\nb,\"y, z\",2\n")
+    csv.write_text('id,text,n\na,x,1\nb,"y, z",2\n')
     items = list(DataProvider(csv, Item))
     assert [(i.id, i.text, i.n) for i in items] == [("a", "x", 1), ("b", "y, z", 2)]
 

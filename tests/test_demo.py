@@ -18,8 +18,8 @@ from ape.flows.demo import (
     EXIT_CODES,
     Criterion,
     demo_config,
-    judge,
     demo_exit,
+    judge,
     run_eval,
     workers_for,
 )
@@ -31,8 +31,20 @@ from ape.tasks.taskspec import load_tasks
 
 pytestmark = pytest.mark.timeout(240)
 
-SESSION_COLUMNS = ["model_id", "item_id", "outcome", "metric", "check_status", "score", "correct",
-                   "confidence", "token_nll", "token_count", "category", "raw_output"]
+SESSION_COLUMNS = [
+    "model_id",
+    "item_id",
+    "outcome",
+    "metric",
+    "check_status",
+    "score",
+    "correct",
+    "confidence",
+    "token_nll",
+    "token_count",
+    "category",
+    "raw_output",
+]
 
 
 def _report(out: Path) -> dict:
@@ -81,8 +93,16 @@ def test_clean_run_exits_zero_and_prints_the_table(clean_run):
     assert code == 0
     assert "## Leaderboard" in stdout and "## Calibration" in stdout
     assert "| 1 | rule-based |" in stdout
-    for name in ("report.json", "leaderboard.parquet", "sessions.parquet", "pairwise.parquet",
-                 "calibration_bins.parquet", "summary.png", "tasks.jsonl", "leaderboard.md"):
+    for name in (
+        "report.json",
+        "leaderboard.parquet",
+        "sessions.parquet",
+        "pairwise.parquet",
+        "calibration_bins.parquet",
+        "summary.png",
+        "tasks.jsonl",
+        "leaderboard.md",
+    ):
         assert (out / name).is_file(), name
 
 
@@ -122,7 +142,8 @@ def test_sequential_run_gives_identical_results(clean_run, tmp_path):
     parallel = Envelope.model_validate(_report(out))
     strip = {"mean_latency_s"}
     assert [r.model_dump(exclude=strip) for r in envelope.leaderboard] == [
-        r.model_dump(exclude=strip) for r in parallel.leaderboard]
+        r.model_dump(exclude=strip) for r in parallel.leaderboard
+    ]
     # aggregates agree up to float summation order (results.jsonl is in completion order)
     assert _rounded(envelope.pairwise) == _rounded(parallel.pairwise)
     assert _rounded(envelope.calibration) == _rounded(parallel.calibration)
@@ -170,8 +191,9 @@ def test_unscored_task_exits_4_naming_model_and_task(prefect_server, tmp_path, t
     error = _error(tmp_path)
     assert error["type"] == "TasksNotScored"
     problems = error["details"]["problems"]
-    assert problems == [{"model": "random", "task": "arith-01",
-                         "reason": "the session ended ERROR: RuntimeError: adapter exploded"}]
+    assert problems == [
+        {"model": "random", "task": "arith-01", "reason": "the session ended ERROR: RuntimeError: adapter exploded"}
+    ]
     assert _report(tmp_path)["leaderboard"], "the partial report is kept"
 
 
@@ -189,8 +211,7 @@ def test_missing_calibration_exits_5(prefect_server, tmp_path, two_tasks):
     assert code == EXIT_CODES[Criterion.CALIBRATION] == 5
     error = _error(tmp_path)
     assert error["type"] == "CalibrationFailed"
-    assert error["details"]["problems"] == [
-        {"model": "random", "reason": "2 session(s) reported no confidence"}]
+    assert error["details"]["problems"] == [{"model": "random", "reason": "2 session(s) reported no confidence"}]
     assert _report(tmp_path)["summary"]["criteria"]["tasks_scored"] == "passed"
 
 
@@ -218,12 +239,25 @@ def test_exit_codes_are_distinct_and_nonzero():
 
 def test_judge_reports_a_calibration_stage_failure_of_the_report():
     tasks = load_tasks(DEMO_TASKS)[:1]
-    sessions = pd.DataFrame([{
-        "model_id": "m", "item_id": tasks[0].id, "outcome": "SOLVED", "error_type": None,
-        "error_message": None, "check_status": "PASSED", "check_error_type": None,
-        "check_error_message": None, "metric": tasks[0].metric, "check_score": 1.0}])
-    envelope = Envelope.model_validate({"error": {"type": "ValueError", "message": "confidence 2.0",
-                                                  "details": {"stage": "calibration"}}})
+    sessions = pd.DataFrame(
+        [
+            {
+                "model_id": "m",
+                "item_id": tasks[0].id,
+                "outcome": "SOLVED",
+                "error_type": None,
+                "error_message": None,
+                "check_status": "PASSED",
+                "check_error_type": None,
+                "check_error_message": None,
+                "metric": tasks[0].metric,
+                "check_score": 1.0,
+            }
+        ]
+    )
+    envelope = Envelope.model_validate(
+        {"error": {"type": "ValueError", "message": "confidence 2.0", "details": {"stage": "calibration"}}}
+    )
     breach = judge(tasks, ["m"], envelope, sessions, ("m", "r"))
     assert breach is not None and breach.criterion is Criterion.CALIBRATION
     assert "confidence 2.0" in breach.message

@@ -100,23 +100,23 @@ def test_bad_cron_and_flow_are_clear_errors(tmp_path: Path) -> None:
         deployment_for(no_config, make_config(tmp_path), None, "x")
 
 
-def test_serve_reports_a_missing_config(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_serve_reports_a_missing_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope.toml"
     assert ape_main(["serve", str(missing), "--cron", "0 3 * * *"]) == 2
     assert "nope.toml" in capsys.readouterr().err
 
 
-def test_serve_takes_a_timezone_and_rejects_a_bad_one(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_serve_takes_a_timezone_and_rejects_a_bad_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "config.toml"
-    config.write_text((Path(__file__).resolve().parent.parent / "examples" / "arithmetic" / "config.toml")
-                      .read_text().replace('file = "data.jsonl"', 'file = "data.jsonl"'))
+    config.write_text(
+        (Path(__file__).resolve().parent.parent / "examples" / "arithmetic" / "config.toml")
+        .read_text()
+        .replace('file = "data.jsonl"', 'file = "data.jsonl"')
+    )
     for name in ("data.jsonl", "arithmetic.py"):
-        (tmp_path / name).write_bytes((Path(__file__).resolve().parent.parent / "examples" / "arithmetic" / name)
-                                      .read_bytes())
+        (tmp_path / name).write_bytes(
+            (Path(__file__).resolve().parent.parent / "examples" / "arithmetic" / name).read_bytes()
+        )
     code = ape_main(["serve", str(config), "--cron", "0 3 * * *", "--timezone", "Mars/Olympus"])
     err = capsys.readouterr().err
     assert code == 2 and "timezone" in err and "--cron" in err
@@ -143,9 +143,7 @@ def test_prefect_yaml_is_a_valid_benchmark_deployment() -> None:
     # `prefect deploy` would strip inline "{{ field }}" placeholders from this file.
     assert "{{" not in json.dumps(deployment["parameters"])
     # No machine-specific path: the worker names the project folder at run time.
-    assert step["prefect.deployments.steps.set_working_directory"] == {
-        "directory": "{{ $APE_PROJECT_DIR }}"
-    }
+    assert step["prefect.deployments.steps.set_working_directory"] == {"directory": "{{ $APE_PROJECT_DIR }}"}
 
 
 # ------------------------------------------------------------------ against a real server
@@ -198,9 +196,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_scheduled_deployment_is_served_and_its_run_writes_output(
-    prefect_server: str, tmp_path: Path
-) -> None:
+def test_scheduled_deployment_is_served_and_its_run_writes_output(prefect_server: str, tmp_path: Path) -> None:
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
 
@@ -240,8 +236,17 @@ def test_prefect_yaml_deploys_as_written(prefect_server: str) -> None:
     with get_client(sync_client=True) as client:
         client.create_work_pool(WorkPoolCreate(name="ape", type="process"), overwrite=True)
     result = subprocess.run(
-        [sys.executable, "-m", "prefect", "--no-prompt", "deploy",
-         "--prefect-file", str(PREFECT_YAML), "--name", "nightly-benchmark"],
+        [
+            sys.executable,
+            "-m",
+            "prefect",
+            "--no-prompt",
+            "deploy",
+            "--prefect-file",
+            str(PREFECT_YAML),
+            "--name",
+            "nightly-benchmark",
+        ],
         cwd=ROOT,
         env=dict(os.environ, PREFECT_API_URL=prefect_server),
         capture_output=True,

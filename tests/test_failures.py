@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import free_port, wait_http
 from runner_helpers import ROOT, make_benchmark, read_results
 
@@ -80,14 +79,26 @@ def env_for(api: str | None) -> dict[str, str]:
 
 
 def ape(*args: str, api: str | None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ape", *args], cwd=ROOT, env=env_for(api),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ape", *args],
+        cwd=ROOT,
+        env=env_for(api),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def ape_bg(*args: str, api: str | None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ape", *args], cwd=ROOT, env=env_for(api),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ape", *args],
+        cwd=ROOT,
+        env=env_for(api),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def saved_ids(path: Path) -> list[str]:
@@ -119,8 +130,12 @@ def every_item_once(results: Path, n: int) -> list[dict]:
 def can_mount() -> bool:
     probe = Path(tempfile.mkdtemp(prefix="ape-mount-probe-"))
     try:
-        ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(probe)],
-                            capture_output=True).returncode == 0
+        ok = (
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(probe)], capture_output=True
+            ).returncode
+            == 0
+        )
         if ok:
             subprocess.run(["umount", str(probe)], check=True)
         return ok
@@ -136,8 +151,12 @@ def can_mount() -> bool:
 @pytest.mark.slow
 def test_check_errors_fail_the_run_and_retry_rechecks_without_model_calls(tmp_path, prefect_server):
     log = tmp_path / "calls.log"
-    config = bench(tmp_path, n=6, checker='implementation = "benchschema:check_mostly_raises"',
-                   model_args=f'behaviour = "arithmetic", call_log = "{log}"')
+    config = bench(
+        tmp_path,
+        n=6,
+        checker='implementation = "benchschema:check_mostly_raises"',
+        model_args=f'behaviour = "arithmetic", call_log = "{log}"',
+    )
     results = tmp_path / "out" / "results.jsonl"
     first = ape("run", str(config), "--no-server", api=prefect_server)
     out = first.stdout + first.stderr
@@ -197,8 +216,7 @@ def test_a_property_of_the_schema_is_a_valid_checker_field():
 
 
 def test_session_errors_print_one_line_each_without_traceback(tmp_path, prefect_server):
-    model = ('[model]\nname = "flaky"\nclass = "benchschema:Flaky"\nmax_retries = 0\n'
-             'args = { fail_marker = "4 + 7" }\n')
+    model = '[model]\nname = "flaky"\nclass = "benchschema:Flaky"\nmax_retries = 0\nargs = { fail_marker = "4 + 7" }\n'
     config = bench(tmp_path, n=4, models=model)
     done = ape("run", str(config), "--no-server", api=prefect_server)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -221,12 +239,17 @@ def test_killed_prefect_server_ends_the_run_with_one_line_and_a_rerun_resumes(tm
     server_env.pop("PREFECT_API_URL", None)
     server = subprocess.Popen(
         [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=server_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        env=server_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     doomed = f"http://127.0.0.1:{port}/api"
     try:
         wait_http(f"{doomed}/health")
-        config = bench(tmp_path, n=40, model_args='behaviour = "arithmetic", latency_s = 0.15',
-                       run="solver_workers = 2")
+        config = bench(
+            tmp_path, n=40, model_args='behaviour = "arithmetic", latency_s = 0.15', run="solver_workers = 2"
+        )
         results = tmp_path / "out" / "results.jsonl"
         run = ape_bg("run", str(config), "--no-server", api=doomed)
         wait_saved(results, 6, run)
@@ -256,8 +279,12 @@ def test_killed_prefect_server_ends_the_run_with_one_line_and_a_rerun_resumes(tm
 def test_second_run_on_one_folder_exits_2_and_a_stale_lock_is_taken_over(tmp_path, prefect_server):
     log = tmp_path / "calls.log"
     # long enough that the first run is still going while the others start (then killed)
-    config = bench(tmp_path, n=200, run="solver_workers = 2",
-                   model_args=f'behaviour = "arithmetic", latency_s = 0.3, call_log = "{log}"')
+    config = bench(
+        tmp_path,
+        n=200,
+        run="solver_workers = 2",
+        model_args=f'behaviour = "arithmetic", latency_s = 0.3, call_log = "{log}"',
+    )
     results = tmp_path / "out" / "results.jsonl"
     first = ape_bg("run", str(config), "--no-server", api=prefect_server)
     wait_saved(results, 3, first)
@@ -350,8 +377,7 @@ def test_disk_full_mid_run_ends_with_one_line_and_keeps_what_was_saved(tmp_path,
     disk.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], check=True)
     try:
-        config = bench(disk, n=40, model_args='behaviour = "arithmetic", latency_s = 0.15',
-                       run="solver_workers = 2")
+        config = bench(disk, n=40, model_args='behaviour = "arithmetic", latency_s = 0.15', run="solver_workers = 2")
         results = disk / "out" / "results.jsonl"
         run = ape_bg("run", str(config), "--no-server", api=prefect_server)
         wait_saved(results, 5, run)
@@ -384,17 +410,20 @@ def test_disk_full_mid_run_ends_with_one_line_and_keeps_what_was_saved(tmp_path,
 def test_hung_checker_adapter_and_tool_end_their_session_and_the_run_goes_on(tmp_path, prefect_server):
     # items: i0 2 + 1, i1 3 + 4, i2 4 + 7, i3 5 + 10, i4 6 + 13; the adapter hangs on the
     # answer 7 (i1), the checker on i2, the calculator tool on "5 + 10" (i3)
-    config = bench(tmp_path, n=5, checker='implementation = "benchschema:check_hangs_on_i2"\ntimeout_s = 1',
-                   model_args='behaviour = "arithmetic", use_tools = true',
-                   extra='\n[tools.calculator]\nfactory = "benchschema:hanging_calculator"\n'
-                         '\n[solver]\ntool_timeout_s = 1\n')
-    text = config.read_text().replace('implementation = "last_number"',
-                                      'implementation = "benchschema:adapter_hangs_on_7"\ntimeout_s = 1')
+    config = bench(
+        tmp_path,
+        n=5,
+        checker='implementation = "benchschema:check_hangs_on_i2"\ntimeout_s = 1',
+        model_args='behaviour = "arithmetic", use_tools = true',
+        extra='\n[tools.calculator]\nfactory = "benchschema:hanging_calculator"\n\n[solver]\ntool_timeout_s = 1\n',
+    )
+    text = config.read_text().replace(
+        'implementation = "last_number"', 'implementation = "benchschema:adapter_hangs_on_7"\ntimeout_s = 1'
+    )
     config.write_text(text)
     done = ape("run", str(config), "--no-server", api=prefect_server, timeout=240)
     assert done.returncode == 1, done.stdout + done.stderr
-    rows = {row["item_id"]: row["sessions"][0]
-            for row in every_item_once(tmp_path / "out" / "results.jsonl", 5)}
+    rows = {row["item_id"]: row["sessions"][0] for row in every_item_once(tmp_path / "out" / "results.jsonl", 5)}
     assert rows["i1"]["outcome"] == "ERROR"
     assert "the adapter did not return within 1 s" in rows["i1"]["error"]["message"]
     assert rows["i2"]["check"]["status"] == "ERROR"
@@ -425,8 +454,12 @@ def test_runs_per_data_and_timeouts_are_bounded(tmp_path, capsys):
 @pytest.mark.slow
 def test_resume_understands_config_changes(tmp_path, prefect_server):
     log = tmp_path / "calls.log"
-    config = bench(tmp_path, n=4, run="runs_per_data = 2",
-                   model_args=f'behaviour = "arithmetic", sampling = true, call_log = "{log}"')
+    config = bench(
+        tmp_path,
+        n=4,
+        run="runs_per_data = 2",
+        model_args=f'behaviour = "arithmetic", sampling = true, call_log = "{log}"',
+    )
     results = tmp_path / "out" / "results.jsonl"
     assert ape("run", str(config), "--no-server", api=prefect_server).returncode == 0
     assert len(calls(log)) == 8
@@ -441,8 +474,9 @@ def test_resume_understands_config_changes(tmp_path, prefect_server):
     assert all(sorted(s["run_index"] for s in r["sessions"]) == [0, 1, 2] for r in rows)
 
     # a changed checker re-scores the saved generations without model calls
-    text = config.read_text().replace('implementation = "exact_match"',
-                                      'implementation = "benchschema:check_always_fails"')
+    text = config.read_text().replace(
+        'implementation = "exact_match"', 'implementation = "benchschema:check_always_fails"'
+    )
     config.write_text(text)
     rescored = ape("run", str(config), "--no-server", api=prefect_server)
     assert rescored.returncode == 0, rescored.stdout + rescored.stderr
@@ -506,12 +540,15 @@ def ape_records(caplog):
 
 def test_save_handler_quarantines_damaged_lines_anywhere_and_keeps_the_good(tmp_path, ape_records):
     caplog = ape_records
-    from ape.schemas.results import OutputBatch, Outcome, SessionResult
+    from ape.schemas.results import Outcome, OutputBatch, SessionResult
     from ape.tasks.save import SaveHandler, read_batches
 
     def batch(key: str) -> OutputBatch:
-        return OutputBatch(item_id=key, model_id="m", sessions=[
-            SessionResult(item_id=key, run_index=0, model_id="m", outcome=Outcome.SOLVED)])
+        return OutputBatch(
+            item_id=key,
+            model_id="m",
+            sessions=[SessionResult(item_id=key, run_index=0, model_id="m", outcome=Outcome.SOLVED)],
+        )
 
     with SaveHandler(tmp_path) as saver:
         saver.save([batch("a"), batch("b"), batch("c")])
@@ -531,8 +568,10 @@ def test_output_lock_is_exclusive_across_processes_and_reentrant_within_one(tmp_
     from ape.schemas.errors import ApeError
     from ape.tasks.outdir import OutputLock
 
-    other = ("import sys\nfrom ape.tasks.outdir import OutputLock\nfrom ape.schemas.errors import ApeError\n"
-             "try:\n    OutputLock(sys.argv[1]).acquire()\nexcept ApeError as e:\n    print(e); sys.exit(2)\n")
+    other = (
+        "import sys\nfrom ape.tasks.outdir import OutputLock\nfrom ape.schemas.errors import ApeError\n"
+        "try:\n    OutputLock(sys.argv[1]).acquire()\nexcept ApeError as e:\n    print(e); sys.exit(2)\n"
+    )
     with OutputLock(tmp_path), OutputLock(tmp_path):  # re-entrant in this process
         taken = subprocess.run([sys.executable, "-c", other, str(tmp_path)], capture_output=True, text=True)
         assert taken.returncode == 2 and f"pid {os.getpid()} on " in taken.stdout

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from runner_helpers import ROOT, make_benchmark, read_results
 
 pytestmark = pytest.mark.slow
@@ -16,12 +15,20 @@ pytestmark = pytest.mark.slow
 
 def test_prefect_flow_run_retry_redoes_only_errored_items(tmp_path, prefect_server):
     heal, calls = tmp_path / "healed", tmp_path / "calls.log"
-    model = (f'[model]\nname = "flaky"\nclass = "benchschema:Flaky"\nmax_retries = 0\n'
-             f'args = {{ fail_marker = "5 + 10", heal_file = "{heal}", call_log = "{calls}" }}\n')
+    model = (
+        f'[model]\nname = "flaky"\nclass = "benchschema:Flaky"\nmax_retries = 0\n'
+        f'args = {{ fail_marker = "5 + 10", heal_file = "{heal}", call_log = "{calls}" }}\n'
+    )
     config = make_benchmark(tmp_path, n=6, models=model)
     env = dict(os.environ, PREFECT_API_URL=prefect_server, PYTHONPATH="")
-    first = subprocess.run([sys.executable, "-m", "ape", "run", str(config), "--no-server"],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    first = subprocess.run(
+        [sys.executable, "-m", "ape", "run", str(config), "--no-server"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert first.returncode == 1, first.stdout + first.stderr
     assert "1 of 6 items of flaky errored" in first.stderr
     flow_run_id = re.search(r"flow-runs/flow-run/([0-9a-f-]{36})", first.stderr).group(1)
@@ -30,9 +37,22 @@ def test_prefect_flow_run_retry_redoes_only_errored_items(tmp_path, prefect_serv
     heal.write_text("ok")
     retry = subprocess.run(
         # the prefect CLI of this interpreter (a `prefect` on PATH may belong to another install)
-        [sys.executable, "-m", "prefect", "flow-run", "retry", flow_run_id, "--entrypoint",
-         "ape.flows.benchmark:benchmark"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "prefect",
+            "flow-run",
+            "retry",
+            flow_run_id,
+            "--entrypoint",
+            "ape.flows.benchmark:benchmark",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert retry.returncode == 0, retry.stdout + retry.stderr
     # only the errored item asked the model again
     assert calls.read_text().splitlines()[6:] == ["What is 5 + 10?"]

@@ -37,9 +37,7 @@ COMPLETION = {
             "index": 0,
             "message": {"role": "assistant", "content": "hello"},
             "finish_reason": "stop",
-            "logprobs": {
-                "content": [{"token": "hello", "logprob": -0.25, "bytes": [104], "top_logprobs": []}]
-            },
+            "logprobs": {"content": [{"token": "hello", "logprob": -0.25, "bytes": [104], "top_logprobs": []}]},
         }
     ],
     "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
@@ -77,9 +75,11 @@ class FakeEndpoint:
                 if isinstance(action, tuple) and action[0] == "slow":
                     time.sleep(action[1])
                     action = 200
-                payload = COMPLETION if action == 200 else {
-                    "error": {"message": f"status {action}", "type": "test", "code": None}
-                }
+                payload = (
+                    COMPLETION
+                    if action == 200
+                    else {"error": {"message": f"status {action}", "type": "test", "code": None}}
+                )
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(action)
@@ -92,9 +92,7 @@ class FakeEndpoint:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self.thread.start()
 
     @property

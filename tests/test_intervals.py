@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from ape.schemas.config import ModelConfig
-from ape.schemas.results import OutputBatch, Outcome, SessionResult
+from ape.schemas.results import Outcome, OutputBatch, SessionResult
 from ape.tasks.aggregate import aggregate, pairwise_diffs, rank_intervals
 from ape.tasks.cost import Budget, estimate, session_cost
 from ape.tasks.intervals import (
@@ -23,7 +23,6 @@ from ape.tasks.intervals import (
     wilson,
 )
 from ape.tasks.power import ASSUMED, items_needed, plan_table, variance_from_sessions
-
 
 # --- Wilson ----------------------------------------------------------------------------------
 
@@ -92,8 +91,9 @@ def test_graded_scores_get_bca_and_clusters_resample_whole_clusters():
     scores = rng.beta(8, 2, size=60)
     interval = score_interval(scores)
     assert interval.method == "bca"
-    reference = stats.bootstrap((scores,), np.mean, method="BCa", n_resamples=2000,
-                                random_state=np.random.default_rng(20240917))
+    reference = stats.bootstrap(
+        (scores,), np.mean, method="BCa", n_resamples=2000, random_state=np.random.default_rng(20240917)
+    )
     assert (interval.low, interval.high) == pytest.approx(tuple(reference.confidence_interval))
     labels = np.repeat(np.arange(12), 5)
     clustered = score_interval(scores, labels)
@@ -172,7 +172,7 @@ def test_variance_from_sessions_separates_run_noise():
     rows = []
     for model, shift in (("a", 0.1), ("b", 0.0)):
         for i, d in enumerate(difficulty):
-            for run in range(4):
+            for _run in range(4):
                 hit = rng.random() < min(1.0, d + shift)
                 rows.append({"model_id": model, "item_id": f"q{i}", "score": float(hit),
                              "correct": hit})  # fmt: skip
@@ -192,8 +192,13 @@ def test_session_cost_and_budget():
     assert session_cost(ModelConfig(provider="mock"), 1000, 200) is None
 
     def batch(cost: float, cached: bool = False) -> OutputBatch:
-        return OutputBatch(item_id="x", model_id="m", sessions=[SessionResult(
-            item_id="x", run_index=0, model_id="m", outcome=Outcome.SOLVED, cost=cost, cached=cached)])
+        return OutputBatch(
+            item_id="x",
+            model_id="m",
+            sessions=[
+                SessionResult(item_id="x", run_index=0, model_id="m", outcome=Outcome.SOLVED, cost=cost, cached=cached)
+            ],
+        )
 
     budget = Budget(0.01)
     assert budget.allow()

@@ -31,8 +31,17 @@ def status_error(status: int, headers: dict[str, str] | None = None) -> httpx.HT
 
 @pytest.mark.parametrize(
     ("status", "kind"),
-    [(429, "transient"), (500, "transient"), (503, "transient"), (408, "transient"),
-     (400, "permanent"), (401, "permanent"), (403, "permanent"), (404, "permanent"), (422, "permanent")],
+    [
+        (429, "transient"),
+        (500, "transient"),
+        (503, "transient"),
+        (408, "transient"),
+        (400, "permanent"),
+        (401, "permanent"),
+        (403, "permanent"),
+        (404, "permanent"),
+        (422, "permanent"),
+    ],
 )
 def test_http_status_errors(status: int, kind: str) -> None:
     assert classify_error(status_error(status)) == kind
@@ -51,9 +60,14 @@ def test_openai_errors() -> None:
 
 @pytest.mark.parametrize(
     "exc",
-    [TimeoutError("read"), ConnectionResetError("reset"), ConnectionRefusedError("refused"),
-     httpx.ReadTimeout("slow", request=REQUEST), httpx.RemoteProtocolError("dropped", request=REQUEST),
-     httpx.ConnectError("refused", request=REQUEST)],
+    [
+        TimeoutError("read"),
+        ConnectionResetError("reset"),
+        ConnectionRefusedError("refused"),
+        httpx.ReadTimeout("slow", request=REQUEST),
+        httpx.RemoteProtocolError("dropped", request=REQUEST),
+        httpx.ConnectError("refused", request=REQUEST),
+    ],
 )
 def test_network_errors_are_transient(exc: BaseException) -> None:
     assert classify_error(exc) == "transient"

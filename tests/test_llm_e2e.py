@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from llm_server import llm_missing
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,8 +32,9 @@ def ape(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
     """Run the real command line in a subprocess (PREFECT_API_URL comes from the environment)."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=path)
-    return subprocess.run([sys.executable, "-m", "ape", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ape", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def copy_example(target: Path) -> Path:
@@ -111,9 +111,12 @@ def test_real_model_through_ape_run(tmp_path: Path, prefect_server: str) -> None
     assert "llama_cpp.server" in log and log.count("POST /v1/chat/completions") == len(example_ids())
     port = re.search(r"--port (\d+)", log)
     assert port, log[:500]
-    left = [p for p in psutil.process_iter(["cmdline"])
-            if "llama_cpp.server" in " ".join(p.info["cmdline"] or []) and f"--port {port.group(1)} " in
-            " ".join(p.info["cmdline"] or []) + " "]
+    left = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "llama_cpp.server" in " ".join(p.info["cmdline"] or [])
+        and f"--port {port.group(1)} " in " ".join(p.info["cmdline"] or []) + " "
+    ]
     assert not left, f"server left running: {left}"
 
     # every item exactly once, none errored

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_server import MODEL_NAME, llama_server, llm_missing  # noqa: F401 - llama_server is a fixture
+from llm_server import MODEL_NAME, llm_missing
 
 from ape.schemas.config import ModelConfig
 from ape.tasks.models import ManagedChatModel, build_model
@@ -38,9 +38,7 @@ def real_model(base_url: str, **overrides: Any) -> Any:
     return build_model(ModelConfig(**values), Path("."))
 
 
-def test_chat_call_returns_text_usage_and_logprobs(
-    llama_server: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_chat_call_returns_text_usage_and_logprobs(llama_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("APE_LOCAL_LLM_KEY", "local-key")
     model = real_model(llama_server, api_key_env="APE_LOCAL_LLM_KEY")
     assert isinstance(model, ManagedChatModel)

@@ -81,9 +81,7 @@ def test_bleu4_edges():
     assert bleu4("the cat sat on the mat", "the cat sat on the mat") == pytest.approx(1.0)
     assert bleu4("", "the cat") == 0.0
     assert bleu4("dog", "the cat") == 0.0
-    assert tokenize_13a("Hello, world. 3.5 and 1,000!") == [
-        "Hello", ",", "world", ".", "3.5", "and", "1,000", "!"
-    ]
+    assert tokenize_13a("Hello, world. 3.5 and 1,000!") == ["Hello", ",", "world", ".", "3.5", "and", "1,000", "!"]
 
 
 # --- ROUGE-L ------------------------------------------------------------------------------

@@ -157,8 +157,7 @@ def test_unknown_rule_is_a_clear_error():
 
 
 def test_checker_applies_rule_then_metric_and_reports_the_metric(checker):
-    task = TaskSpec(id="t", category="c", metric="exact_match", prompt="Q", reference="42",
-                    postprocess="last_number")
+    task = TaskSpec(id="t", category="c", metric="exact_match", prompt="Q", reference="42", postprocess="last_number")
     passed = checker(task, "so the answer is 42")
     failed = checker(task, "so the answer is 41")
     assert (passed.score, passed.metadata["metric"]) == (1.0, "exact_match")
@@ -170,8 +169,15 @@ def test_checker_applies_rule_then_metric_and_reports_the_metric(checker):
 
 
 def test_checker_runs_code_tasks_and_rejects_other_items(checker):
-    task = TaskSpec(id="c", category="c", metric="code_exec", prompt="Q", reference="x",
-                    postprocess="extract_code", tests="assert f(1) == 2\nassert f(2) == 4")
+    task = TaskSpec(
+        id="c",
+        category="c",
+        metric="code_exec",
+        prompt="Q",
+        reference="x",
+        postprocess="extract_code",
+        tests="assert f(1) == 2\nassert f(2) == 4",
+    )
     half = checker(task, "```python\ndef f(x):\n    return 2 if x == 1 else 0\n```")
     assert half.score == 0.5 and half.metadata["passed"] == 1 and half.metadata["metric"] == "code_exec"
     with pytest.raises(TypeError, match="TaskSpecChecker grades TaskSpec items"):
@@ -190,8 +196,7 @@ def test_mocks_satisfy_the_protocol_and_return_valid_generations(tasks):
             assert 0.0 <= gen.confidence <= 1.0
             assert gen.token_count >= 1
             # the token statistics agree with the confidence (geometric-mean probability)
-            assert math.exp(-gen.token_nll / gen.token_count) == pytest.approx(
-                max(gen.confidence, 1e-9), rel=1e-3)
+            assert math.exp(-gen.token_nll / gen.token_count) == pytest.approx(max(gen.confidence, 1e-9), rel=1e-3)
 
 
 def test_mocks_are_deterministic_and_independent_of_call_order(tasks):
@@ -200,7 +205,8 @@ def test_mocks_are_deterministic_and_independent_of_call_order(tasks):
         backward = [adapter.generate("p", t) for t in reversed(tasks)][::-1]
         assert forward == backward
     assert [NoisyAdapter(seed=1).generate("p", t) for t in tasks] != [
-        NoisyAdapter(seed=2).generate("p", t) for t in tasks]
+        NoisyAdapter(seed=2).generate("p", t) for t in tasks
+    ]
 
 
 def test_rule_based_earns_full_marks_on_every_task(tasks, checker):

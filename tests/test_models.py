@@ -217,7 +217,9 @@ class FakeIntegration(BaseChatModel):
     def _llm_type(self) -> str:
         return "fake-integration"
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=AIMessage(f"{self.model} in {self.region}"))])
 
 
@@ -239,7 +241,13 @@ def test_installed_integration_without_langchain(monkeypatch: pytest.MonkeyPatch
     )
     inner = model.inner
     assert isinstance(inner, FakeIntegration)
-    assert (inner.model, inner.temperature, inner.timeout, inner.max_retries, inner.api_key) == ("big", 0.3, 9.0, 0, "k")
+    assert (inner.model, inner.temperature, inner.timeout, inner.max_retries, inner.api_key) == (
+        "big",
+        0.3,
+        9.0,
+        0,
+        "k",
+    )
     assert model.invoke("hi").content == "big in us"
 
 
@@ -264,7 +272,9 @@ def test_init_chat_model_is_used_when_langchain_is_installed(monkeypatch: pytest
 
 
 def test_class_path_to_a_chat_model() -> None:
-    model = build_model(cfg(**{"class": "ape.tasks.mock_models:MockChatModel", "args": {"behaviour": "echo"}}), Path("."))
+    model = build_model(
+        cfg(**{"class": "ape.tasks.mock_models:MockChatModel", "args": {"behaviour": "echo"}}), Path(".")
+    )
     assert isinstance(model, ManagedChatModel)
     assert model.invoke("hey").content == "hey"
 
@@ -351,8 +361,14 @@ def test_fingerprint_ignores_keys_limits_and_names() -> None:
 
 @pytest.mark.parametrize(
     "change",
-    [{"model": "other"}, {"temperature": 0.7}, {"max_tokens": 5}, {"base_url": "http://y/v1"},
-     {"args": {"top_p": 0.1}}, {"logprobs": False}],
+    [
+        {"model": "other"},
+        {"temperature": 0.7},
+        {"max_tokens": 5},
+        {"base_url": "http://y/v1"},
+        {"args": {"top_p": 0.1}},
+        {"logprobs": False},
+    ],
 )
 def test_fingerprint_changes_with_behaviour(change: dict[str, Any]) -> None:
     base = dict(provider="openai", model="m", base_url="http://x/v1", args={"top_p": 0.9})

@@ -12,11 +12,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from runner_helpers import ROOT
 
 from ape.config import load_config
 from ape.flows.plan import load_data_model
 from ape.schemas.plugins import load_object
-from runner_helpers import ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def check_answer(item, solution):
     return Passed() if solution == item.answer else Failed(f"expected {item.answer}")
 '''
 
-USER_SCHEMA = '''from pydantic import BaseModel
+USER_SCHEMA = """from pydantic import BaseModel
 
 LOADED_FROM = __file__
 
@@ -40,7 +40,7 @@ class Problem(BaseModel):
     question: str
     answer: int
     category: str
-'''
+"""
 
 USER_FLOW = '''"""The user's own flows/benchmark.py (a Prefect project layout)."""
 LOADED_FROM = __file__
@@ -57,10 +57,16 @@ def wheel(tmp_path_factory) -> Path:
     dist = tmp_path_factory.mktemp("dist")
     # build from a clean copy, so no stale build/ folder of the checkout leaks into the wheel
     source = tmp_path_factory.mktemp("source") / "ape"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", "build", "output", "*.egg-info", "__pycache__", ".venv", ".pytest_cache"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(dist), str(source)], check=True, cwd=dist)
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(".git", "build", "output", "*.egg-info", "__pycache__", ".venv", ".pytest_cache"),
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source)],
+        check=True,
+        cwd=dist,
+    )
     return next(dist.glob("ape_bench-*.whl"))
 
 
@@ -70,8 +76,7 @@ def wheel_venv(wheel, tmp_path_factory) -> Path:
     venv = tmp_path_factory.mktemp("wheel") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                   check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
     return venv
 
 
@@ -90,8 +95,9 @@ def user_project(folder: Path) -> Path:
     shutil.copy(example / "data.jsonl", folder / "data.jsonl")
     config = (example / "config.toml").read_text()
     config = config.replace('schema = "arithmetic:Problem"', 'schema = "schemas.check:Problem"')
-    config = config.replace('implementation = "exact_match"\nargs = { field = "answer" }',
-                            'implementation = "tasks:check_answer"')
+    config = config.replace(
+        'implementation = "exact_match"\nargs = { field = "answer" }', 'implementation = "tasks:check_answer"'
+    )
     config = config.replace("runs_per_data = 3", "runs_per_data = 1")
     assert "tasks:check_answer" in config and "schemas.check:Problem" in config
     (folder / "config.toml").write_text(config)
@@ -100,8 +106,9 @@ def user_project(folder: Path) -> Path:
 
 def ape(venv: Path, cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PATH=f"{venv / 'bin'}:{os.environ['PATH']}", PYTHONPATH="")
-    return subprocess.run([str(venv / "bin" / "ape"), *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [str(venv / "bin" / "ape"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_the_wheel_installs_only_the_ape_package(wheel):
@@ -109,9 +116,14 @@ def test_the_wheel_installs_only_the_ape_package(wheel):
         names = archive.namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"ape"}, tops
-    for data in ("ape/examples/demo/tasks.jsonl", "ape/examples/arithmetic/config.toml",
-                 "ape/deployments/prefect.yaml", "ape/flows/benchmark.py", "ape/tasks/solve.py",
-                 "ape/schemas/config.py"):
+    for data in (
+        "ape/examples/demo/tasks.jsonl",
+        "ape/examples/arithmetic/config.toml",
+        "ape/deployments/prefect.yaml",
+        "ape/flows/benchmark.py",
+        "ape/tasks/solve.py",
+        "ape/schemas/config.py",
+    ):
         assert data in names, data
 
 
@@ -120,8 +132,13 @@ def test_a_user_project_with_tasks_schemas_and_flows(wheel_venv, tmp_path, prefe
     python = wheel_venv / "bin" / "python"
 
     # APE comes from the wheel, not from this source tree
-    where = subprocess.run([str(python), "-c", "import ape, ape.tasks.solve as s; print(ape.__file__, s.__file__)"],
-                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    where = subprocess.run(
+        [str(python), "-c", "import ape, ape.tasks.solve as s; print(ape.__file__, s.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert str(wheel_venv) in where and str(ROOT) not in where
 
     # nothing but `ape` at the top level: a bare `import tasks` finds nothing
@@ -150,10 +167,17 @@ def test_a_user_project_with_tasks_schemas_and_flows(wheel_venv, tmp_path, prefe
 
     # the user's own flows/ did not shadow APE's, and the sample yaml ships with the wheel
     entry = subprocess.run(
-        [str(python), "-c", "from prefect.flows import load_flow_from_entrypoint as f;"
-         "print(f('ape.flows.benchmark:benchmark').name);"
-         "import importlib.resources as r; print((r.files('ape.deployments') / 'prefect.yaml').is_file())"],
-        cwd=project, capture_output=True, text=True)
+        [
+            str(python),
+            "-c",
+            "from prefect.flows import load_flow_from_entrypoint as f;"
+            "print(f('ape.flows.benchmark:benchmark').name);"
+            "import importlib.resources as r; print((r.files('ape.deployments') / 'prefect.yaml').is_file())",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+    )
     assert entry.returncode == 0, entry.stderr
     assert entry.stdout.split() == ["benchmark", "True"]
 
@@ -163,13 +187,16 @@ def two_configs(tmp_path: Path) -> tuple[Path, Path]:
     for name, answer in (("one", 1), ("two", 2)):
         folder = tmp_path / name
         folder.mkdir()
-        (folder / "tasks.py").write_text(f"from pydantic import BaseModel\n\nANSWER = {answer}\n\n"
-                                         "class Item(BaseModel):\n    id: str\n    question: str\n")
+        (folder / "tasks.py").write_text(
+            f"from pydantic import BaseModel\n\nANSWER = {answer}\n\n"
+            "class Item(BaseModel):\n    id: str\n    question: str\n"
+        )
         (folder / "data.jsonl").write_text('{"id": "a", "question": "q"}\n')
         (folder / "config.toml").write_text(
             '[data]\nfile = "data.jsonl"\nschema = "tasks:Item"\n[prompt]\ntemplate = "{{ question }}"\n'
             '[model]\nprovider = "mock"\n[adapter]\nimplementation = "raw"\n'
-            '[checker]\nimplementation = "tasks:ANSWER"\n')
+            '[checker]\nimplementation = "tasks:ANSWER"\n'
+        )
         paths.append(folder / "config.toml")
     return paths[0], paths[1]
 

@@ -5,19 +5,22 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from ape.cli import main
-from ape.schemas.results import OutputBatch, Outcome, SessionResult
 from runner_helpers import make_benchmark
 
-PRICED = ('[model]\nname = "m"\nprovider = "mock"\nargs = { behaviour = "arithmetic" }\n'
-          'max_tokens = 50\nprice_input_per_mtok = 2.0\nprice_output_per_mtok = 8.0\n')
+from ape.cli import main
+from ape.schemas.results import Outcome, OutputBatch, SessionResult
+
+PRICED = (
+    '[model]\nname = "m"\nprovider = "mock"\nargs = { behaviour = "arithmetic" }\n'
+    "max_tokens = 50\nprice_input_per_mtok = 2.0\nprice_output_per_mtok = 8.0\n"
+)
 
 
 def _rows(out: str) -> dict[int, int]:
     """runs_per_data -> items needed, from the plan table."""
-    return {int(m[1]): int(m[2].replace(",", ""))
-            for m in re.finditer(r"^\s+(\d+)\s+([\d,]+)\s+[\d,]+\s+[\d.]+", out, re.M)}
+    return {
+        int(m[1]): int(m[2].replace(",", "")) for m in re.finditer(r"^\s+(\d+)\s+([\d,]+)\s+[\d,]+\s+[\d.]+", out, re.M)
+    }
 
 
 def test_plan_without_and_with_earlier_runs(tmp_path, capsys):
@@ -36,11 +39,18 @@ def test_plan_without_and_with_earlier_runs(tmp_path, capsys):
         with (folder / "results.jsonl").open("w") as handle:
             for i in range(12):
                 ok = i not in misses
-                sessions = [SessionResult(item_id=f"i{i}", run_index=r, model_id=model,
-                                          outcome=Outcome.SOLVED, score=float(ok), correct=ok)
-                            for r in range(2)]
-                handle.write(OutputBatch(item_id=f"i{i}", model_id=model,
-                                         sessions=sessions).model_dump_json() + "\n")
+                sessions = [
+                    SessionResult(
+                        item_id=f"i{i}",
+                        run_index=r,
+                        model_id=model,
+                        outcome=Outcome.SOLVED,
+                        score=float(ok),
+                        correct=ok,
+                    )
+                    for r in range(2)
+                ]
+                handle.write(OutputBatch(item_id=f"i{i}", model_id=model, sessions=sessions).model_dump_json() + "\n")
     assert main(["plan", str(path), "--difference", "0.05", "--output", str(output)]) == 0
     out = capsys.readouterr().out
     assert "measured: a vs b on 12 shared items" in out
@@ -68,11 +78,15 @@ def test_validate_estimate(tmp_path, capsys):
 @pytest.mark.parametrize(
     "change, expected",
     [
-        (lambda t: t.replace('category_field = "category"', 'cluster_field = "pasage"'),
-         "'pasage' is not a field of Item"),
+        (
+            lambda t: t.replace('category_field = "category"', 'cluster_field = "pasage"'),
+            "'pasage' is not a field of Item",
+        ),
         (lambda t: t.replace("[run]", "[run]\nmax_cost = 1"), "[run] max_cost needs a price for every model"),
-        (lambda t: t.replace('provider = "mock"', 'provider = "mock"\nprice_input_per_mtok = -1'),
-         "price_input_per_mtok"),
+        (
+            lambda t: t.replace('provider = "mock"', 'provider = "mock"\nprice_input_per_mtok = -1'),
+            "price_input_per_mtok",
+        ),
     ],
     ids=["cluster-field", "budget-without-prices", "negative-price"],
 )

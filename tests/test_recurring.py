@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from runner_helpers import make_benchmark, read_results
 
 from ape.config import load_config
 from ape.tasks.mock_models import MockChatModel
-from runner_helpers import make_benchmark, read_results
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -39,7 +39,8 @@ def test_new_runs_measure_afresh_and_report_a_regression(tmp_path: Path) -> None
         "from pathlib import Path\n"
         "def on_regression(row):\n"
         "    with open(Path(__file__).with_name('alerts.jsonl'), 'a') as f:\n"
-        "        f.write(row.model_dump_json() + '\\n')\n")
+        "        f.write(row.model_dump_json() + '\\n')\n"
+    )
     path, accuracy = bench(tmp_path, extra='[hooks]\non_regression = "alerting:on_regression"')
     before = MockChatModel.call_count("m")
     config, first = new_run(path)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from runner_helpers import make_benchmark, read_results
 from test_deployments import _kill_group
 
@@ -41,16 +40,28 @@ def test_served_schedule_runs_afresh_and_alerts_on_a_drop(prefect_server: str, t
     accuracy = tmp_path / "accuracy.txt"
     accuracy.write_text("1.0")
     calls = tmp_path / "calls.jsonl"
-    args = (f'behaviour = "arithmetic", use_tools = false, accuracy_file = "{accuracy}", '
-            f'call_log = "{calls}"')
+    args = f'behaviour = "arithmetic", use_tools = false, accuracy_file = "{accuracy}", call_log = "{calls}"'
     config_path = make_benchmark(tmp_path, n=N, model_args=args).resolve()
     out = tmp_path / "out"
     env = dict(os.environ, PREFECT_API_URL=prefect_server, PREFECT_RUNNER_POLL_FREQUENCY="1")
     with open(tmp_path / "serve.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ape", "serve", str(config_path), "--interval", str(INTERVAL_S),
-             "--name", "every-few-seconds"],
-            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "ape",
+                "serve",
+                str(config_path),
+                "--interval",
+                str(INTERVAL_S),
+                "--name",
+                "every-few-seconds",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     dropped = False
@@ -87,7 +98,7 @@ def test_served_schedule_runs_afresh_and_alerts_on_a_drop(prefect_server: str, t
     assert runs["mean_score"].iloc[0] == 1.0
     first_drop = next(i for i, s in enumerate(runs["mean_score"]) if s < 0.8)
     assert runs["previous_verdict"].iloc[first_drop] == "regressed"
-    assert (runs["previous_verdict"].iloc[first_drop + 1:] != "regressed").all()
+    assert (runs["previous_verdict"].iloc[first_drop + 1 :] != "regressed").all()
     regressed_run = run_ids[first_drop]
     report = json.loads((out / "runs" / regressed_run / "report.json").read_text())
     (row,) = report["regressions"]
@@ -100,8 +111,9 @@ def test_served_schedule_runs_afresh_and_alerts_on_a_drop(prefect_server: str, t
         # the stable key keeps a version per run; the one written by the regressed run shows it
         assert any(regressed_run in a.data and "▼ regressed" in a.data for a in artifacts)
         for _ in range(30):  # the server stores events a moment after receiving them
-            page = client.read_events(filter=EventFilter(event=EventNameFilter(name=["ape.evaluation.regressed"])),
-                                      limit=50)
+            page = client.read_events(
+                filter=EventFilter(event=EventNameFilter(name=["ape.evaluation.regressed"])), limit=50
+            )
             events = [e for e in page.events if e.payload.get("run_id") == regressed_run]
             if events:
                 break
@@ -116,9 +128,12 @@ def test_served_schedule_runs_afresh_and_alerts_on_a_drop(prefect_server: str, t
     # then after a further drop
     accuracy.write_text("0.2")
     gate = subprocess.run(
-        [sys.executable, "-m", "ape", "run", str(config_path), "--new-run", "--fail-on-regression",
-         "--no-progress"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "ape", "run", str(config_path), "--new-run", "--fail-on-regression", "--no-progress"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert gate.returncode == 3, gate.stdout[-2000:] + gate.stderr[-2000:]
     assert "regression: m against its previous run" in gate.stderr

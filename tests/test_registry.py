@@ -101,3 +101,11 @@ def test_a_sibling_import_gets_a_hint(tmp_path: Path):
     assert "from . import helpers" in (info.value.hint or "")
     (tmp_path / "plugin2.py").write_text("from .helpers import X\n")
     assert load_object("plugin2:X", base_dir=tmp_path) == 1
+
+
+def test_the_public_api_lists_every_export():
+    import ape
+
+    assert set(ape.__all__) == {*ape._EXPORTS, "__version__"}
+    for name in ape._EXPORTS:
+        assert getattr(ape, name) is not None

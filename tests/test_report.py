@@ -43,9 +43,7 @@ def session(model_id: str, item_id: str, *, correct: bool, run_index: int = 0,
         outcome=outcome,
         solution={"answer": item_id} if solved else None,
         raw_output=f"answer {item_id}",
-        error=ErrorInfo(type="TimeoutError", message="model timed out")
-        if outcome is Outcome.ERROR
-        else None,
+        error=ErrorInfo(type="TimeoutError", message="model timed out") if outcome is Outcome.ERROR else None,
         check=CheckResult(
             status=CheckStatus.PASSED if correct else CheckStatus.FAILED,
             score=1.0 if correct else 0.0,
@@ -130,9 +128,7 @@ def test_load_sessions_flattens_and_the_last_line_wins(run_dir: Path):
 
 
 def test_load_sessions_accepts_a_file_and_skips_a_half_written_last_line(tmp_path: Path):
-    path = write_results(
-        tmp_path / "results.jsonl", [batch("m", "a", [session("m", "a", correct=True)])]
-    )
+    path = write_results(tmp_path / "results.jsonl", [batch("m", "a", [session("m", "a", correct=True)])])
     with path.open("a") as handle:
         handle.write('{"item_id": "b", "model_id": "m", "sess')
     sessions = load_sessions([path])

@@ -82,8 +82,7 @@ class ItemAwareEndpoint:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     @property
@@ -143,8 +142,9 @@ def ape(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
     """Run the real command line in a subprocess (PREFECT_API_URL comes from the environment)."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=path)
-    return subprocess.run([sys.executable, "-m", "ape", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ape", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def by_item(out: Path) -> dict[str, dict[str, Any]]:
@@ -168,8 +168,7 @@ def report_errors(out: Path) -> int:
 
 
 @pytest.mark.slow
-def test_run_then_retry_recovers_failed_items(tmp_path: Path, prefect_server: str,
-                                              endpoint: ItemAwareEndpoint) -> None:
+def test_run_then_retry_recovers_failed_items(tmp_path: Path, prefect_server: str, endpoint: ItemAwareEndpoint) -> None:
     config = make_benchmark(tmp_path / "bench", n=3, models=MODEL.format(base_url=endpoint.base_url))
     out = tmp_path / "bench" / "out"
 
@@ -214,8 +213,7 @@ def test_run_then_retry_recovers_failed_items(tmp_path: Path, prefect_server: st
     assert not rows["i2"]["sessions"][0]["cached"]
     assert report_errors(out) == 0
     envelope = json.loads((out / "report.json").read_text())
-    assert envelope["leaderboard"][0]["outcomes"] == {"SOLVED": 3, "PARSING_FAILED": 0, "GAVE_UP": 0,
-                                                      "ERROR": 0}
+    assert envelope["leaderboard"][0]["outcomes"] == {"SOLVED": 3, "PARSING_FAILED": 0, "GAVE_UP": 0, "ERROR": 0}
 
 
 def test_retry_rejects_an_unknown_outcome(tmp_path: Path) -> None:
@@ -225,8 +223,7 @@ def test_retry_rejects_an_unknown_outcome(tmp_path: Path) -> None:
     assert main(["retry", str(tmp_path / "out"), "--outcomes", "SOLVD", "--no-server"]) == 2
 
 
-def test_retry_without_a_recorded_config_says_what_to_pass(tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_retry_without_a_recorded_config_says_what_to_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from ape.cli import main
 
     tmp_path.joinpath("out").mkdir()
@@ -240,7 +237,8 @@ def test_retry_of_one_models_folder_redoes_that_model_only(tmp_path: Path, prefe
     models = "".join(
         f'[[model]]\nname = "{name}"\nprovider = "mock"\n'
         f'args = {{ behaviour = "arithmetic", seed = {seed}, call_log = "{tmp_path / name}.log" }}\n'
-        for seed, name in enumerate(("alpha", "beta")))  # different seeds: no shared cache entries
+        for seed, name in enumerate(("alpha", "beta"))
+    )  # different seeds: no shared cache entries
     config = make_benchmark(tmp_path / "bench", n=3, models=models)
     assert main(["run", str(config), "--no-server", "--no-progress"]) == 0
     out = tmp_path / "bench" / "out"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from runner_helpers import make_benchmark, plugin_module, read_results
 
 from ape.config import load_config
-from runner_helpers import make_benchmark, plugin_module, read_results
 from ape.tasks.mock_models import MockChatModel
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -26,8 +26,9 @@ def calls(name="m"):
 
 
 def test_run_saves_batches_transcripts_metadata_and_report(tmp_path):
-    path = make_benchmark(tmp_path, n=6, extra='[hooks]\non_batch_saved = "benchschema:remember"',
-                          run="runs_per_data = 2")
+    path = make_benchmark(
+        tmp_path, n=6, extra='[hooks]\non_batch_saved = "benchschema:remember"', run="runs_per_data = 2"
+    )
     config, state = run(path)
     assert state.is_completed(), state
     out = config.run.output
@@ -52,22 +53,39 @@ def test_run_saves_batches_transcripts_metadata_and_report(tmp_path):
 
     with get_client(sync_client=True) as client:
         assert client.read_flow_run(state.state_details.flow_run_id).name == "t · m"
-        keys = {a.key for a in client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["t-leaderboard", "t-calibration"])))}
+        keys = {
+            a.key
+            for a in client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["t-leaderboard", "t-calibration"]))
+            )
+        }
     assert keys == {"t-leaderboard", "t-calibration"}
     # every session is a task run in the UI, named after stage and item (none is lost)
     import time
 
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId, TaskRunFilter, TaskRunFilterName
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterParentFlowRunId,
+        TaskRunFilter,
+        TaskRunFilterName,
+    )
 
     deadline = time.monotonic() + 30
     while True:
         with get_client(sync_client=True) as client:
-            child = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[state.state_details.flow_run_id])))
-            names = {t.name for t in client.read_task_runs(
-                flow_run_filter=FlowRunFilter(id={"any_": [r.id for r in child]}),
-                task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="solve[")), limit=200)}
+            child = client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[state.state_details.flow_run_id])
+                )
+            )
+            names = {
+                t.name
+                for t in client.read_task_runs(
+                    flow_run_filter=FlowRunFilter(id={"any_": [r.id for r in child]}),
+                    task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="solve[")),
+                    limit=200,
+                )
+            }
         if len(names) == 12 or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -92,8 +110,9 @@ def test_resume_and_cache_count_model_calls(tmp_path):
     assert len((config.run.output / "sessions.jsonl").read_text().splitlines()) == 5
     assert list(config.run.output.glob("sessions.jsonl.*.bak"))
     # a changed checker re-scores cached generations without calling the model
-    path.write_text(path.read_text().replace('implementation = "exact_match"',
-                                             'implementation = "benchschema:check_always_fails"'))
+    path.write_text(
+        path.read_text().replace('implementation = "exact_match"', 'implementation = "benchschema:check_always_fails"')
+    )
     _, state = run(path, **{"run.load_save": False})
     assert state.is_completed() and calls() - before == first
     rows = read_results(config.run.output / "results.jsonl")
@@ -108,12 +127,12 @@ def test_resume_and_cache_count_model_calls(tmp_path):
     assert state.is_completed() and calls() - before == 3 * first
 
 
-FLAKY_MODEL = '''[model]
+FLAKY_MODEL = """[model]
 name = "flaky"
 class = "benchschema:Flaky"
 args = {{ fail_marker = "5 + 10", heal_file = "{heal}" }}
 max_retries = 0
-'''
+"""
 
 
 def test_errored_items_fail_the_flow_and_a_rerun_redoes_only_them(tmp_path):
@@ -142,23 +161,29 @@ def test_errored_items_fail_the_flow_and_a_rerun_redoes_only_them(tmp_path):
 
 
 def test_fail_on_error_share_tolerates_errors(tmp_path):
-    path = make_benchmark(tmp_path, n=6, models=FLAKY_MODEL.format(heal=tmp_path / "never"),
-                          run="fail_on_error = 0.2")
+    path = make_benchmark(tmp_path, n=6, models=FLAKY_MODEL.format(heal=tmp_path / "never"), run="fail_on_error = 0.2")
     _, state = run(path)
     assert state.is_completed()
 
 
 def test_stage_granularity_gives_the_same_results(tmp_path):
     a = make_benchmark(tmp_path / "a", n=4, model_args='behaviour = "arithmetic", accuracy = 0.5, seed = 3')
-    b = make_benchmark(tmp_path / "b", n=4, model_args='behaviour = "arithmetic", accuracy = 0.5, seed = 3',
-                       run='task_granularity = "stage"')
+    b = make_benchmark(
+        tmp_path / "b",
+        n=4,
+        model_args='behaviour = "arithmetic", accuracy = 0.5, seed = 3',
+        run='task_granularity = "stage"',
+    )
     ca, sa = run(a)
     cb, sb = run(b)
     assert sa.is_completed() and sb.is_completed()
 
     def scores(config):
-        return {(b["item_id"], s["run_index"]): (s["outcome"], s["score"], s["solution"])
-                for b in read_results(config.run.output / "results.jsonl") for s in b["sessions"]}
+        return {
+            (b["item_id"], s["run_index"]): (s["outcome"], s["score"], s["solution"])
+            for b in read_results(config.run.output / "results.jsonl")
+            for s in b["sessions"]
+        }
 
     assert scores(ca) == scores(cb)
     assert len({v[1] for v in scores(ca).values()}) == 2  # some right, some wrong
@@ -167,9 +192,12 @@ def test_stage_granularity_gives_the_same_results(tmp_path):
 def test_checker_tool_borrows_from_the_shared_carousel(tmp_path):
     """With expose_as_tool, sessions get the checker tool backed by the run's checker_workers
     instances, not a fresh checker each."""
-    path = make_benchmark(tmp_path, n=6, run="runs_per_data = 2\nchecker_workers = 2",
-                          checker='implementation = "benchschema:CountingChecker"\n'
-                                  'expose_as_tool = true')
+    path = make_benchmark(
+        tmp_path,
+        n=6,
+        run="runs_per_data = 2\nchecker_workers = 2",
+        checker='implementation = "benchschema:CountingChecker"\nexpose_as_tool = true',
+    )
     config, state = run(path)
     assert state.is_completed(), state
     rows = read_results(config.run.output / "results.jsonl")

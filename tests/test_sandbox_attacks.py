@@ -15,8 +15,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from attacks import ATTACKS, TESTS
+
 from ape.tasks import sandbox as sandboxes
 from ape.tasks.code_exec import close_pools, run_code
 
@@ -31,8 +31,10 @@ def available(kind: str) -> bool:
         return False
 
 
-KINDS = [pytest.param(kind, marks=pytest.mark.skipif(not available(kind), reason=f"no {kind} here"))
-         for kind in ("bwrap", "unshare")]
+KINDS = [
+    pytest.param(kind, marks=pytest.mark.skipif(not available(kind), reason=f"no {kind} here"))
+    for kind in ("bwrap", "unshare")
+]
 # Attacks on the harness itself do not depend on namespaces: they must fail without them too.
 ALL_KINDS = [*KINDS, "none"]
 SECRET = "ape-secret-" + uuid.uuid4().hex
@@ -75,8 +77,15 @@ def world(tmp_path, secret_process):
     listener.listen(5)
     listener.settimeout(0.3)
     marker = uuid.uuid4().hex
-    fields = {"home": home, "output": output, "marker": marker, "port": listener.getsockname()[1],
-              "parent_pid": os.getpid(), "secret_pid": secret_process, "listener": listener}
+    fields = {
+        "home": home,
+        "output": output,
+        "marker": marker,
+        "port": listener.getsockname()[1],
+        "parent_pid": os.getpid(),
+        "secret_pid": secret_process,
+        "listener": listener,
+    }
     yield fields
     listener.close()
 

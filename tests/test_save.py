@@ -9,8 +9,13 @@ from ape.tasks.save import SaveHandler, read_batches
 
 
 def batch(item: str, outcome: Outcome = Outcome.SOLVED) -> OutputBatch:
-    session = SessionResult(item_id=item, run_index=0, model_id="m", outcome=outcome,
-                            error=ErrorInfo(type="X", message="boom") if outcome is Outcome.ERROR else None)
+    session = SessionResult(
+        item_id=item,
+        run_index=0,
+        model_id="m",
+        outcome=outcome,
+        error=ErrorInfo(type="X", message="boom") if outcome is Outcome.ERROR else None,
+    )
     return OutputBatch(item_id=item, model_id="m", sessions=[session])
 
 

@@ -66,9 +66,7 @@ def test_flow_run_links_follow_the_configured_api() -> None:
         assert server.flow_run_url("f00") == "http://127.0.0.1:4999/runs/flow-run/f00"
     cloud = "https://api.prefect.cloud/api/accounts/a1/workspaces/w1"
     with temporary_settings({PREFECT_API_URL: cloud}):
-        assert server.flow_run_url("f00") == (
-            "https://app.prefect.cloud/account/a1/workspace/w1/runs/flow-run/f00"
-        )
+        assert server.flow_run_url("f00") == ("https://app.prefect.cloud/account/a1/workspace/w1/runs/flow-run/f00")
 
 
 def test_home_follows_ape_home(ape_home: Path) -> None:
@@ -83,9 +81,7 @@ def test_bad_port_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert server.default_port() == 4321
 
 
-def test_configured_url_wins_and_starts_nothing(
-    ape_home: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_configured_url_wins_and_starts_nothing(ape_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PREFECT_API_URL", "http://prefect.example:4200/api")
     messages: list[str] = []
     assert server.ensure_api_url(on_status=messages.append) == "http://prefect.example:4200/api"
@@ -154,9 +150,7 @@ def test_failed_start_points_to_its_log(ape_home: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_start_reuse_status_stop(
-    ape_home: Path, quiet_settings: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_start_reuse_status_stop(ape_home: Path, quiet_settings: None, monkeypatch: pytest.MonkeyPatch) -> None:
     port = free_port()
     monkeypatch.setenv("APE_SERVER_PORT", str(port))
     assert server.status(port) is None

@@ -87,9 +87,7 @@ def test_plain_answer_is_solved_with_usage_and_reported_confidence():
             response_metadata={"confidence": 0.8},
         )
     )
-    record = solve_session(
-        model, "Q?", "sys", tools=[], adapter=LastNumberAdapter(), settings=SETTINGS
-    )
+    record = solve_session(model, "Q?", "sys", tools=[], adapter=LastNumberAdapter(), settings=SETTINGS)
     assert record.outcome is Outcome.SOLVED
     assert record.solution == 42 and record.raw_output == " 42 "
     assert record.steps == 1
@@ -113,9 +111,7 @@ def test_tool_loop_executes_calls_and_feeds_results_back():
         call("calculator", {"expression": "42+0"}, "c2"),
         "The answer is 42",
     )
-    record = solve_session(
-        model, "6*7?", None, tools=[calculator()], adapter=LastNumberAdapter(), settings=SETTINGS
-    )
+    record = solve_session(model, "6*7?", None, tools=[calculator()], adapter=LastNumberAdapter(), settings=SETTINGS)
     assert record.outcome is Outcome.SOLVED and record.solution == 42
     assert model.bound == ["calculator"]
     assert record.steps == 3
@@ -142,9 +138,7 @@ def test_force_finish_after_max_steps_and_forced_answer_is_parsed():
     # the tool call in the forced reply is answered but not run
     assert kinds(state)[-2:] == [EntryKind.TOOL_CALL, EntryKind.TOOL_ERROR]
     assert state.transcript[-1].content == NOT_EXECUTED
-    record = run_adaption(
-        model, state, adapter=LastNumberAdapter(), settings=settings, tools=[calculator()]
-    )
+    record = run_adaption(model, state, adapter=LastNumberAdapter(), settings=settings, tools=[calculator()])
     assert record.outcome is Outcome.SOLVED and record.solution == 7
     assert kinds(record).count(EntryKind.FORCE_FINISH) == 1
 
@@ -152,9 +146,7 @@ def test_force_finish_after_max_steps_and_forced_answer_is_parsed():
 def test_forced_answer_with_give_up_token_gives_up():
     settings = SolverConfig(max_steps=1)
     model = scripted(call("calculator", {"expression": "1"}, "a"), f"Sorry. {GIVE_UP_TOKEN}")
-    record = solve_session(
-        model, "Q", None, tools=[calculator()], adapter=RawAdapter(), settings=settings
-    )
+    record = solve_session(model, "Q", None, tools=[calculator()], adapter=RawAdapter(), settings=settings)
     assert record.outcome is Outcome.GAVE_UP
     assert EntryKind.FORCE_FINISH in kinds(record) and kinds(record)[-1] is EntryKind.GAVE_UP
     assert record.error is None and record.solution is None
@@ -171,13 +163,9 @@ def test_give_up_skips_the_adapter():
 
 
 def test_reformat_succeeds_on_second_attempt_in_the_same_conversation():
-    settings = SolverConfig(
-        solution_adaption_attempts=3, reformat_prompt='Bad: {error}. Use JSON like {"a": 1}.'
-    )
+    settings = SolverConfig(solution_adaption_attempts=3, reformat_prompt='Bad: {error}. Use JSON like {"a": 1}.')
     model = scripted("I think it is forty-two", "42")
-    record = solve_session(
-        model, "Q", "sys", tools=[], adapter=LastNumberAdapter(), settings=settings
-    )
+    record = solve_session(model, "Q", "sys", tools=[], adapter=LastNumberAdapter(), settings=settings)
     assert record.outcome is Outcome.SOLVED and record.solution == 42
     assert record.steps == 2 and record.raw_output == "42"
     reformat = model.seen[1]
@@ -195,9 +183,7 @@ def test_reformat_succeeds_on_second_attempt_in_the_same_conversation():
 
 def test_parsing_failed_after_all_attempts():
     model = scripted("no", "still no", "never asked")
-    record = solve_session(
-        model, "Q", None, tools=[], adapter=LastNumberAdapter(), settings=SETTINGS
-    )
+    record = solve_session(model, "Q", None, tools=[], adapter=LastNumberAdapter(), settings=SETTINGS)
     assert record.outcome is Outcome.PARSING_FAILED
     assert len(model.seen) == 2  # the answer plus exactly one reformat (2 attempts in total)
     assert record.error is not None and record.error.type == "ValueError"
@@ -209,18 +195,14 @@ def test_parsing_failed_after_all_attempts():
 def test_single_attempt_sends_no_reformat_prompt():
     model = scripted("no")
     settings = SolverConfig(solution_adaption_attempts=1)
-    record = solve_session(
-        model, "Q", None, tools=[], adapter=LastNumberAdapter(), settings=settings
-    )
+    record = solve_session(model, "Q", None, tools=[], adapter=LastNumberAdapter(), settings=settings)
     assert record.outcome is Outcome.PARSING_FAILED
     assert EntryKind.REFORMAT_PROMPT not in kinds(record)
 
 
 def test_give_up_in_reply_to_reformat():
     model = scripted("hmm", GIVE_UP_TOKEN)
-    record = solve_session(
-        model, "Q", None, tools=[], adapter=LastNumberAdapter(), settings=SETTINGS
-    )
+    record = solve_session(model, "Q", None, tools=[], adapter=LastNumberAdapter(), settings=SETTINGS)
     assert record.outcome is Outcome.GAVE_UP
 
 
@@ -252,9 +234,7 @@ def test_checker_exposed_as_tool_lets_the_model_verify():
 
 def test_tool_that_raises_becomes_an_error_message_to_the_model():
     model = scripted(call("explode", {"x": 3}, "e1"), call("nope", {}, "e2"), "5")
-    record = solve_session(
-        model, "Q", None, tools=[explode], adapter=LastNumberAdapter(), settings=SETTINGS
-    )
+    record = solve_session(model, "Q", None, tools=[explode], adapter=LastNumberAdapter(), settings=SETTINGS)
     assert record.outcome is Outcome.SOLVED and record.solution == 5
     errors = [e for e in record.transcript if e.kind is EntryKind.TOOL_ERROR]
     assert errors[0].error is not None and errors[0].error.type == "RuntimeError"
@@ -280,9 +260,7 @@ def test_invalid_tool_calls_and_missing_ids_are_answered_with_errors():
         ],
     )
     model = scripted(broken, "4")
-    record = solve_session(
-        model, "Q", None, tools=[calculator()], adapter=LastNumberAdapter(), settings=SETTINGS
-    )
+    record = solve_session(model, "Q", None, tools=[calculator()], adapter=LastNumberAdapter(), settings=SETTINGS)
     assert record.outcome is Outcome.SOLVED and record.solution == 4
     sent = model.seen[1]
     ai, first, second = sent[-3], sent[-2], sent[-1]
@@ -296,9 +274,7 @@ def test_invalid_tool_calls_and_missing_ids_are_answered_with_errors():
 
 def test_model_that_raises_ends_the_session_as_error():
     model = scripted(call("calculator", {"expression": "1"}, "a"), ConnectionError("server down"))
-    record = solve_session(
-        model, "Q", None, tools=[calculator()], adapter=RawAdapter(), settings=SETTINGS
-    )
+    record = solve_session(model, "Q", None, tools=[calculator()], adapter=RawAdapter(), settings=SETTINGS)
     assert record.outcome is Outcome.ERROR
     assert record.error is not None
     assert (record.error.type, record.error.message) == ("ConnectionError", "server down")
@@ -308,9 +284,7 @@ def test_model_that_raises_ends_the_session_as_error():
 
 def test_model_that_raises_during_reformat_is_an_error():
     model = scripted("no number", TimeoutError("slow"))
-    record = solve_session(
-        model, "Q", None, tools=[], adapter=LastNumberAdapter(), settings=SETTINGS
-    )
+    record = solve_session(model, "Q", None, tools=[], adapter=LastNumberAdapter(), settings=SETTINGS)
     assert record.outcome is Outcome.ERROR and record.error is not None
     assert record.error.type == "TimeoutError" and record.raw_output == "no number"
 
@@ -320,9 +294,7 @@ def test_model_without_tool_support():
     ok = solve_session(plain, "Q", None, tools=[], adapter=StripAdapter(), settings=SETTINGS)
     assert ok.outcome is Outcome.SOLVED and ok.solution == "7"
     plain = GenericFakeChatModel(messages=iter(["7"]))
-    bad = solve_session(
-        plain, "Q", None, tools=[calculator()], adapter=StripAdapter(), settings=SETTINGS
-    )
+    bad = solve_session(plain, "Q", None, tools=[calculator()], adapter=StripAdapter(), settings=SETTINGS)
     assert bad.outcome is Outcome.ERROR and bad.error is not None
     assert "does not support tool calling" in bad.error.message
 
@@ -333,9 +305,7 @@ def test_confidence_from_token_logprobs():
     confidence, nll, count = answer_stats(message)
     assert nll == pytest.approx(0.4) and count == 2
     assert confidence == pytest.approx(math.exp(-0.2))
-    record = solve_session(
-        scripted(message), "Q", None, tools=[], adapter=StripAdapter(), settings=SETTINGS
-    )
+    record = solve_session(scripted(message), "Q", None, tools=[], adapter=StripAdapter(), settings=SETTINGS)
     assert record.confidence == pytest.approx(math.exp(-0.2)) and record.token_count == 2
     assert answer_stats(AIMessage(content="x")) == (None, None, None)
 
@@ -357,9 +327,7 @@ class FakeAdapterModel:
 def test_model_adapter_session_and_reformat():
     model = FakeAdapterModel(["unsure", "12"])
     settings = SolverConfig(reformat_prompt="Numbers only ({error})")
-    record = solve_session(
-        model, "Q", "SYS", tools=[], adapter=LastNumberAdapter(), settings=settings, item="it-1"
-    )
+    record = solve_session(model, "Q", "SYS", tools=[], adapter=LastNumberAdapter(), settings=settings, item="it-1")
     assert record.outcome is Outcome.SOLVED and record.solution == 12
     assert record.confidence == 0.7 and record.token_nll == 1.5 and record.token_count == 3
     assert model.prompts[0] == ("SYS\n\nQ", "it-1")

@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from runner_helpers import make_benchmark
 
 from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome
 from ape.schemas.transcript import SolveRecord
@@ -18,7 +19,6 @@ from ape.tasks.stage_runs import (
     stage_run_id,
 )
 from ape.tasks.stages import mark_adapt
-from runner_helpers import make_benchmark
 
 
 def test_events_parse_as_the_server_parses_them() -> None:
@@ -28,10 +28,13 @@ def test_events_parse_as_the_server_parses_them() -> None:
 
     flow_run_id = str(uuid.uuid4())
     t = time.time()
-    marks = [StageMark("render", t, t + 0.001), StageMark("solve", t + 0.001, t + 0.5),
-             StageMark("adapt", t + 0.5, t + 0.6, "FAILED", "Failed", "parse failure: no number"),
-             StageMark("check", t + 0.6, t + 0.6, "COMPLETED", "Skipped", "no solution to check"),
-             StageMark("score", t + 0.6, t + 0.61)]
+    marks = [
+        StageMark("render", t, t + 0.001),
+        StageMark("solve", t + 0.001, t + 0.5),
+        StageMark("adapt", t + 0.5, t + 0.6, "FAILED", "Failed", "parse failure: no number"),
+        StageMark("check", t + 0.6, t + 0.6, "COMPLETED", "Skipped", "no solution to check"),
+        StageMark("score", t + 0.6, t + 0.61),
+    ]
     events = stage_run_events(flow_run_id, "q007", 2, marks)
     runs = [task_run_from_event(ReceivedEvent(**event)) for event in events]
     assert [r.name for r in runs] == [f"{s}[q007]#2" for s in STAGES]
@@ -50,14 +53,15 @@ def test_events_parse_as_the_server_parses_them() -> None:
 
 @pytest.mark.parametrize(
     ("outcome", "solve_failed", "state"),
-    [(Outcome.SOLVED, False, ("COMPLETED", "Completed")),
-     (Outcome.PARSING_FAILED, False, ("FAILED", "Failed")),
-     (Outcome.ERROR, False, ("FAILED", "Failed")),
-     (Outcome.GAVE_UP, False, ("COMPLETED", "Gave up")),
-     (Outcome.ERROR, True, ("COMPLETED", "Skipped"))],
+    [
+        (Outcome.SOLVED, False, ("COMPLETED", "Completed")),
+        (Outcome.PARSING_FAILED, False, ("FAILED", "Failed")),
+        (Outcome.ERROR, False, ("FAILED", "Failed")),
+        (Outcome.GAVE_UP, False, ("COMPLETED", "Gave up")),
+        (Outcome.ERROR, True, ("COMPLETED", "Skipped")),
+    ],
 )
-def test_adapt_stage_state_follows_the_outcome(outcome: Outcome, solve_failed: bool,
-                                               state: tuple[str, str]) -> None:
+def test_adapt_stage_state_follows_the_outcome(outcome: Outcome, solve_failed: bool, state: tuple[str, str]) -> None:
     clock = StageClock()
     error = ErrorInfo(type="ValueError", message="boom") if outcome is not Outcome.SOLVED else None
     mark_adapt(clock, SolveRecord(outcome=outcome, error=error), solve_failed=solve_failed)
@@ -76,20 +80,22 @@ def test_run_records_every_stage_of_every_session(prefect_server: str, tmp_path:
     from ape.config import load_config
     from ape.flows.benchmark import benchmark
 
-    config_path = make_benchmark(tmp_path, n=4, run="runs_per_data = 2\n",
-                                 model_args='behaviour = "arithmetic", accuracy = 1.0',
-                                 checker='implementation = "uichecker:check"')
+    config_path = make_benchmark(
+        tmp_path,
+        n=4,
+        run="runs_per_data = 2\n",
+        model_args='behaviour = "arithmetic", accuracy = 1.0',
+        checker='implementation = "uichecker:check"',
+    )
     (tmp_path / "uichecker.py").write_text(CHECKER)
     state = benchmark(load_config(config_path), return_state=True)
     parent = state.state_details.flow_run_id
     with get_client(sync_client=True) as client:
-        children = client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(parent_flow_run_id={"any_": [parent]}))
+        children = client.read_flow_runs(flow_run_filter=FlowRunFilter(parent_flow_run_id={"any_": [parent]}))
         assert len(children) == 1, children
         deadline = time.monotonic() + 60
         while True:  # recorded stages arrive as events: wait until the server ingested them
-            tasks = client.read_task_runs(
-                flow_run_filter=FlowRunFilter(id={"any_": [children[0].id]}), limit=200)
+            tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id={"any_": [children[0].id]}), limit=200)
             if len(tasks) >= 4 * 2 * 6 or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
@@ -106,14 +112,14 @@ def test_run_records_every_stage_of_every_session(prefect_server: str, tmp_path:
     assert by_name["solve[i0]#0"].task_inputs["upstream"][0].id == by_name["render[i0]#0"].id
 
 
-CHECKER = '''
+CHECKER = """
 def check(item, solution):
     if item.id == "i1":
         raise RuntimeError("checker crashed")
     if item.id == "i2":
         return False
     return solution == item.answer
-'''
+"""
 
 
 def test_check_result_states() -> None:

@@ -71,10 +71,7 @@ def module(tmp_path: Path) -> tuple[str, Path]:
 
 def load(module: tuple[str, Path], **sections: tuple[str, dict]) -> list[BaseTool]:
     name, base = module
-    cfg = {
-        key: ToolConfig(factory=f"{name}:{attr}", args=args)
-        for key, (attr, args) in sections.items()
-    }
+    cfg = {key: ToolConfig(factory=f"{name}:{attr}", args=args) for key, (attr, args) in sections.items()}
     return load_tools(cfg, base)
 
 

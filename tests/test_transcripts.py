@@ -17,9 +17,7 @@ from ape.tasks.transcripts import JSONL_FILE, LOG_FILE, SessionLog, closing_entr
 
 
 def result(item_id: str = "q1", **fields) -> SessionResult:
-    base = dict(
-        item_id=item_id, run_index=0, model_id="mock/m", outcome=Outcome.SOLVED, latency_s=0.5
-    )
+    base = dict(item_id=item_id, run_index=0, model_id="mock/m", outcome=Outcome.SOLVED, latency_s=0.5)
     base.update(fields)
     return SessionResult(**base)
 
@@ -43,15 +41,11 @@ def test_closing_entries_add_check_then_session_end():
 
 
 def test_write_produces_readable_text_and_one_json_line(tmp_path):
-    failure = CheckResult(
-        status=CheckStatus.ERROR, error=ErrorInfo(type="KeyError", message="'answer'")
-    )
+    failure = CheckResult(status=CheckStatus.ERROR, error=ErrorInfo(type="KeyError", message="'answer'"))
     with SessionLog(tmp_path / "out") as log:
         log.write(result(check=failure, solution={"n": 42}), entries("line one\nline two"))
     text = (tmp_path / "out" / LOG_FILE).read_text()
-    assert text.startswith(
-        "=== session item=q1 run=0 model=mock/m outcome=SOLVED score=0 correct=false"
-    )
+    assert text.startswith("=== session item=q1 run=0 model=mock/m outcome=SOLVED score=0 correct=false")
     assert "    line one\n    line two" in text  # multi-line content stays indented
     assert "CHECK" in text and "! KeyError: 'answer'" in text
     lines = (tmp_path / "out" / JSONL_FILE).read_text().splitlines()
@@ -70,9 +64,7 @@ def test_write_produces_readable_text_and_one_json_line(tmp_path):
 
 def test_a_real_session_transcript_round_trips(tmp_path):
     model = GenericFakeChatModel(messages=iter(["no idea", "It is 42"]))
-    record = solve_session(
-        model, "Q?", "Be brief", tools=[], adapter=LastNumberAdapter(), settings=SolverConfig()
-    )
+    record = solve_session(model, "Q?", "Be brief", tools=[], adapter=LastNumberAdapter(), settings=SolverConfig())
     session = result(**record.result_fields())
     with SessionLog(tmp_path) as log:
         log.write(session, record.transcript)

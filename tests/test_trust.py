@@ -10,15 +10,17 @@ import os
 
 import pandas as pd
 import pytest
+from runner_helpers import make_benchmark, read_results
 
 from ape.config import load_config
 from ape.tasks.mock_models import MockChatModel
-from runner_helpers import make_benchmark, read_results
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
-PRICED = ('[model]\nname = "m"\nprovider = "mock"\nargs = {{ behaviour = "arithmetic", accuracy = 0.5, '
-          'seed = 3 }}\nprice_input_per_mtok = 1000000\nprice_output_per_mtok = 2000000\n')
+PRICED = (
+    '[model]\nname = "m"\nprovider = "mock"\nargs = {{ behaviour = "arithmetic", accuracy = 0.5, '
+    "seed = 3 }}\nprice_input_per_mtok = 1000000\nprice_output_per_mtok = 2000000\n"
+)
 
 
 def run(path, **overrides):
@@ -29,8 +31,7 @@ def run(path, **overrides):
 
 
 def test_max_cost_stops_cleanly_and_a_higher_budget_resumes(tmp_path):
-    path = make_benchmark(tmp_path, n=6, models=PRICED.format(),
-                          run="solver_workers = 1\nwindow = 1\nmax_cost = 1.0")
+    path = make_benchmark(tmp_path, n=6, models=PRICED.format(), run="solver_workers = 1\nwindow = 1\nmax_cost = 1.0")
     config, state = run(path)
     assert state.is_failed()
     message = str(state.result(raise_on_failure=False))
@@ -60,8 +61,11 @@ def test_max_cost_stops_cleanly_and_a_higher_budget_resumes(tmp_path):
 
 def test_clusters_provenance_file_modes_and_expected_values(tmp_path):
     path = make_benchmark(tmp_path, n=8, models=PRICED.format(), run="runs_per_data = 2")
-    path.write_text(path.read_text().replace('category_field = "category"',
-                                             'category_field = "category"\ncluster_field = "category"'))
+    path.write_text(
+        path.read_text().replace(
+            'category_field = "category"', 'category_field = "category"\ncluster_field = "category"'
+        )
+    )
     config, state = run(path)
     assert state.is_completed(), state
     out = config.run.output

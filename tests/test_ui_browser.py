@@ -18,12 +18,19 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import free_port
 
 CHROMIUM = os.environ.get("APE_TEST_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 SCHEMA = '''from pydantic import BaseModel
 
@@ -41,7 +48,7 @@ def check(item, solution):
     return solution == item.answer
 '''
 
-CONFIG = '''name = "uicheck"
+CONFIG = """name = "uicheck"
 [data]
 file = "data.jsonl"
 schema = "uischema:Problem"
@@ -58,7 +65,7 @@ implementation = "uischema:check"
 [run]
 solver_workers = 2
 output = "out"
-'''
+"""
 
 
 def _browser_ready() -> str | None:
@@ -94,8 +101,13 @@ def test_printed_link_shows_chain_leaderboard_and_failed_check(tmp_path: Path) -
         env.pop(key, None)
     ape = [sys.executable, "-m", "ape"]
     try:
-        run = subprocess.run([*ape, "run", str(tmp_path / "config.toml"), "--no-progress"], env=env,
-                             capture_output=True, text=True, timeout=240)
+        run = subprocess.run(
+            [*ape, "run", str(tmp_path / "config.toml"), "--no-progress"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         output = run.stdout + run.stderr
         assert run.returncode in (0, 1), output
         match = re.search(r"Flow run: (\S+)", output)
@@ -103,8 +115,7 @@ def test_printed_link_shows_chain_leaderboard_and_failed_check(tmp_path: Path) -
         link = match.group(1)
         assert link.startswith(f"http://127.0.0.1:{port}/"), link
         # a new shell reaches the same server with the printed export line
-        printed_env = subprocess.run([*ape, "server", "env"], env=env, capture_output=True,
-                                     text=True, timeout=60)
+        printed_env = subprocess.run([*ape, "server", "env"], env=env, capture_output=True, text=True, timeout=60)
         assert printed_env.stdout.strip() == f"export PREFECT_API_URL=http://127.0.0.1:{port}/api"
 
         with sync_playwright() as pw:
@@ -112,8 +123,7 @@ def test_printed_link_shows_chain_leaderboard_and_failed_check(tmp_path: Path) -
             page = browser.new_page(viewport={"width": 1600, "height": 1100})
             page.set_default_timeout(60_000)
             api_calls: list[str] = []
-            page.on("request", lambda request: api_calls.append(request.url)
-                    if "/api/" in request.url else None)
+            page.on("request", lambda request: api_calls.append(request.url) if "/api/" in request.url else None)
             page.goto(link)
             # the flow run itself, and the leaderboard artifact of its report
             expect(page.get_by_text("uicheck · mock-exact").first).to_be_visible()
