@@ -120,7 +120,10 @@ class Runner:
         provider = plan.provider()
         ids = provider.scan()
         skip = set(saver.completed)
-        tally = Tally(total=len(ids), done=sum(1 for i in ids if i in skip))
+        tally = Tally(total=len(ids))
+        for item_id in ids:
+            if item_id in skip:
+                tally.resumed(saver.counts.get(item_id, (0, 0)))
         if tally.done:
             log.info("%s: resuming, %d of %d items already saved", plan.model_id, tally.done, tally.total)
         window = cfg.run.window or 4 * cfg.run.solver_workers
@@ -173,11 +176,7 @@ class Runner:
                 saver.save(batches)
                 budget.add(batches)
                 for batch in batches:
-                    tally.done += 1
-                    tally.sessions += len(batch.sessions)
-                    tally.passed += sum(s.correct for s in batch.sessions)
-                    tally.errors += sum(s.outcome is Outcome.ERROR for s in batch.sessions)
-                    tally.check_errors += batch.check_errors
+                    tally.add(batch)
                     report_errors(batch, tally)
                     if plan.hook is not None:
                         self._call_hook(batch)

@@ -41,6 +41,21 @@ class Tally:
     shown_errors: int = 0  # error lines printed on the terminal so far
     started: float = field(default_factory=time.monotonic)
 
+    def add(self, batch: OutputBatch) -> None:
+        """Count one finished item of this run."""
+        self.done += 1
+        self.sessions += len(batch.sessions)
+        self.passed += sum(s.correct for s in batch.sessions)
+        self.errors += sum(s.outcome is Outcome.ERROR for s in batch.sessions)
+        self.check_errors += batch.check_errors
+
+    def resumed(self, counts: tuple[int, int]) -> None:
+        """Count one item saved by an earlier run (skipped now), so the pass rate covers it."""
+        sessions, passed = counts
+        self.done += 1
+        self.sessions += sessions
+        self.passed += passed
+
     @property
     def pass_rate(self) -> float:
         return self.passed / self.sessions if self.sessions else 0.0

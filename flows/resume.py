@@ -12,7 +12,7 @@ later run resumes the same output folder:
 - a larger ``runs_per_data`` redoes the items that have fewer sessions; the sessions
   they already have come from the cache, so only the missing ones call the model;
 - a smaller ``runs_per_data`` keeps the first k sessions of each item (the full file is
-  kept beside it as ``results.jsonl.<time>.bak``).
+  kept beside it as ``results.jsonl.bak``).
 """
 
 from __future__ import annotations

@@ -95,6 +95,11 @@ class OutputBatch(Record):
         return sum(s.check is not None and s.check.status is CheckStatus.ERROR for s in self.sessions)
 
     @property
+    def counts(self) -> tuple[int, int]:
+        """(sessions, correct sessions): what the progress line adds up, also for resumed items."""
+        return len(self.sessions), sum(s.correct for s in self.sessions)
+
+    @property
     def needs_redo(self) -> bool:
         """A rerun (and ``ape retry``) redoes this item: a session or a check errored."""
         return self.has_error or self.check_errors > 0

@@ -144,6 +144,7 @@ class SaveHandler:
         self.metadata_path = self.folder / metadata_file
         self.run_info = dict(run_info or {})
         self.completed: dict[str, bool] = {}  # item id -> batch has an ERROR session or check error
+        self.counts: dict[str, tuple[int, int]] = {}  # item id -> (sessions, correct sessions)
         self.outcomes: dict[str, int] = {o.value: 0 for o in Outcome}
         self._handle: TextIO | None = None
         self._interval = metadata_interval_s
@@ -171,6 +172,7 @@ class SaveHandler:
             self._quarantine(scan)
         for _, batch in keep.values():
             self.completed[batch.item_id] = batch.needs_redo
+            self.counts[batch.item_id] = batch.counts
         if scan.torn or scan.damaged or len(keep) != len(scan.batches):
             ordered = sorted(keep.values(), key=lambda pair: pair[0])
             self._rewrite([batch for _, batch in ordered])
@@ -200,13 +202,18 @@ class SaveHandler:
 
     def reset(self, also: Iterable[str] = ()) -> None:
         """Start the output folder afresh (load_save = false): old results, and the files
-        named in ``also`` (transcripts), are moved aside with a time stamp, never deleted."""
+        named in ``also`` (transcripts), are moved aside as ``NAME.bak``. One set is kept:
+        the previous start's backup is replaced, so repeated fresh starts do not pile up
+        files, and an empty file never replaces a backup that holds something."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         for path in (self.results_path, self.metadata_path, *(self.folder / name for name in also)):
             if path.exists():
-                path.rename(path.with_name(f"{path.name}.{stamp}.bak"))
+                if path.stat().st_size == 0:
+                    path.unlink()
+                else:
+                    path.replace(path.with_name(f"{path.name}.bak"))
         self.completed = {}
+        self.counts = {}
         self._write_metadata()
 
     def discard(self, item_ids: Iterable[str]) -> int:
@@ -217,6 +224,7 @@ class SaveHandler:
         self._rewrite([b for b in read_batches(self.results_path) if b.item_id not in drop])
         for key in drop:
             del self.completed[key]
+            self.counts.pop(key, None)
         self._write_metadata()
         return len(drop)
 
@@ -225,8 +233,7 @@ class SaveHandler:
 
     def keep_first_runs(self, runs: int) -> Path:
         """Keep only sessions with run_index < ``runs``; the full file is kept as a .bak."""
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        backup = self.results_path.with_name(f"{self.results_path.name}.{stamp}.bak")
+        backup = self.results_path.with_name(f"{self.results_path.name}.bak")
         batches = list(read_batches(self.results_path))
         self.close()
         with WRITE_GUARD:
@@ -235,6 +242,7 @@ class SaveHandler:
         self._rewrite(trimmed)
         for batch in trimmed:
             self.completed[batch.item_id] = batch.needs_redo
+            self.counts[batch.item_id] = batch.counts
         self._write_metadata()
         return backup
 
@@ -265,6 +273,7 @@ class SaveHandler:
             ) from exc
         for batch in batches:
             self.completed[batch.item_id] = batch.needs_redo
+            self.counts[batch.item_id] = batch.counts
         self._meta_dirty = True
         if time.monotonic() - self._meta_at >= self._interval:
             self._write_metadata()

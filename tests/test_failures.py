@@ -493,7 +493,7 @@ def test_resume_understands_config_changes(tmp_path, prefect_server):
     assert len(calls(log)) == 12
     rows = every_item_once(results, 4)
     assert all([s["run_index"] for s in r["sessions"]] == [0] for r in rows)
-    assert len(list((tmp_path / "out").glob("results.jsonl.*.bak"))) == 1
+    assert (tmp_path / "out" / "results.jsonl.bak").is_file()
 
     # a changed prompt refuses to mix results, before anything runs
     config.write_text(config.read_text().replace("What is {{ question }}?", "Compute {{ question }}."))

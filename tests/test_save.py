@@ -77,7 +77,15 @@ def test_reset_moves_old_results_aside(tmp_path):
     fresh.reset()
     assert fresh.completed == {}
     assert not (tmp_path / "results.jsonl").exists()
-    assert list(tmp_path.glob("results.jsonl.*.bak"))
+    assert (tmp_path / "results.jsonl.bak").is_file()
+    # a second fresh start replaces that backup instead of adding another
+    again = SaveHandler(tmp_path)
+    again.load()
+    again.save([batch("b")])
+    again.close()
+    SaveHandler(tmp_path).reset()
+    assert [p.name for p in tmp_path.glob("results.jsonl*")] == ["results.jsonl.bak"]
+    assert [b.item_id for b in read_batches(tmp_path / "results.jsonl.bak")] == ["b"]
 
 
 def test_ids_with_outcomes(tmp_path):
@@ -85,3 +93,28 @@ def test_ids_with_outcomes(tmp_path):
     saver.load()
     saver.save([batch("a"), batch("b", Outcome.PARSING_FAILED), batch("c", Outcome.GAVE_UP)])
     assert saver.ids_with_outcomes({Outcome.PARSING_FAILED, Outcome.GAVE_UP}) == ["b", "c"]
+
+
+def test_a_resumed_run_counts_the_saved_items_in_its_pass_rate(tmp_path):
+    from ape.flows.progress import Tally
+
+    passed = SessionResult(item_id="a", run_index=0, model_id="m", outcome=Outcome.SOLVED, correct=True)
+    failed = passed.model_copy(update={"correct": False, "run_index": 1})
+    with SaveHandler(tmp_path) as saver:
+        saver.load()
+        saver.save(
+            [
+                OutputBatch(item_id="a", model_id="m", sessions=[passed, failed]),
+                OutputBatch(item_id="b", model_id="m", sessions=[passed.model_copy(update={"item_id": "b"})]),
+            ]
+        )
+    again = SaveHandler(tmp_path)
+    again.load()
+    assert again.counts == {"a": (2, 1), "b": (1, 1)}
+    tally = Tally(total=3)
+    for item_id in ("a", "b"):
+        tally.resumed(again.counts[item_id])
+    assert (tally.done, tally.sessions, tally.passed) == (2, 3, 2)
+    assert "2/3 items, pass 66.7%" in tally.line()
+    again.discard(["a"])
+    assert again.counts == {"b": (1, 1)}
