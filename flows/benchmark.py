@@ -66,23 +66,9 @@ def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | 
 
 
 def _calibration_markdown(envelope: Any) -> str:
-    data = envelope.model_dump(mode="json").get("calibration") or {}
-    lines = [
-        "# Calibration",
-        "",
-        "| model | ECE | Brier | populated bins | n | without confidence |",
-        "|---|---|---|---|---|---|",
-    ]
-    for model, rep in data.items():
+    from ape.tasks.report import calibration_table
 
-        def fmt(v: Any) -> str:
-            return "-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
-
-        lines.append(
-            f"| {model} | {fmt(rep.get('ece'))} | {fmt(rep.get('brier'))} | "
-            f"{fmt(rep.get('populated_bins'))} | {fmt(rep.get('n'))} | {fmt(rep.get('missing'))} |"
-        )
-    return "\n".join(lines)
+    return "\n".join(["# Calibration", "", *calibration_table(envelope)])
 
 
 @task(name="record-run", task_run_name="record-run[{info.run_id}]", cache_policy=NO_CACHE, persist_result=False)

@@ -33,6 +33,7 @@ from ape.flows.plan import Plan, make_plan, resume_fingerprints, run_label
 from ape.flows.progress import ProgressView, Tally, report_errors
 from ape.flows.resume import apply_changes, recorded, refuse_mixing
 from ape.schemas.config import ApeConfig
+from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.cost import Budget
@@ -68,7 +69,7 @@ class Runner:
 
     def run_item(self, item: BaseModel) -> OutputBatch:
         """Thread mode: runs on a solver-worker thread and writes transcripts there."""
-        key = str(getattr(item, self.id_name))
+        key = item_id(item)
         return self.processor.run_item(item, key in self.refresh, self.session_log)[0]
 
     # -- the loop (flow thread) ----------------------------------------------------------
@@ -121,9 +122,9 @@ class Runner:
         ids = provider.scan()
         skip = set(saver.completed)
         tally = Tally(total=len(ids))
-        for item_id in ids:
-            if item_id in skip:
-                tally.resumed(saver.counts.get(item_id, (0, 0)))
+        for key in ids:
+            if key in skip:
+                tally.resumed(saver.counts.get(key, (0, 0)))
         if tally.done:
             log.info("%s: resuming, %d of %d items already saved", plan.model_id, tally.done, tally.total)
         window = cfg.run.window or 4 * cfg.run.solver_workers
@@ -138,7 +139,7 @@ class Runner:
         )
         label = f"{cfg.name} · {plan.model_id}"
         feeder = DaskFeeder(self) if cfg.run.task_runner == "dask" else ThreadFeeder(self)
-        items = (item for item in provider if str(getattr(item, self.id_name)) not in skip)
+        items = (item for item in provider if item_id(item) not in skip)
         budget = Budget.for_run(cfg)  # [run] max_cost: checked before each item starts
         try:
             self._loop(saver, feeder, items, window, tally, label, budget)

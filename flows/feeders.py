@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from ape.flows.item import ItemProcessor
 from ape.flows.plan import fingerprint_hash, make_plan
 from ape.schemas.config import ApeConfig
+from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch
 from ape.tasks.stages import Worker, bind_worker
@@ -73,7 +74,7 @@ class DaskFeeder:
         self.pending: set[Any] = set()
 
     def submit(self, item: BaseModel) -> None:
-        key = str(getattr(item, self.runner.id_name))
+        key = item_id(item)
         payload = item.model_dump(mode="json", by_alias=True)
         future = dask_item_task.with_options(task_run_name=f"item[{key}]").submit(
             self.config, self.model_index, payload, key in self.runner.refresh

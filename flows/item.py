@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ape.flows.plan import Plan
-from ape.schemas.data import id_field_name
+from ape.schemas.data import id_field_name, item_id
 from ape.schemas.results import ErrorInfo, Outcome, OutputBatch, SessionResult
 from ape.tasks.stage_runs import StageClock, current_flow_run_id, record_stage_runs, start_clock
 from ape.tasks.stages import (
@@ -158,7 +158,7 @@ class ItemProcessor:
     ) -> tuple[OutputBatch, list[list[Any]]]:
         """All runs of ``item``. Transcripts go to ``session_log`` as each session closes,
         or are returned (for a Dask worker, whose parent writes them)."""
-        key = str(getattr(item, self.id_name))
+        key = item_id(item)
         sessions, transcripts = [], []
         for run_index in range(self.plan.config.run.runs_per_data):
             try:

@@ -16,6 +16,7 @@ import pandas as pd
 
 from ape.flows.plan import _read, fingerprint_hash, load_data_model
 from ape.schemas.config import ApeConfig
+from ape.schemas.data import item_id
 from ape.schemas.report import Envelope, RegressionRow
 from ape.tasks import history
 from ape.tasks.aggregate import item_table
@@ -31,9 +32,7 @@ def item_hashes(config: ApeConfig) -> dict[str, str]:
     model = load_data_model(config)
     provider = DataProvider(config.data.file, model, config.data.start_id, config.data.end_id)
     return {
-        str(getattr(item, provider.id_name)): hashlib.sha256(item.model_dump_json(by_alias=True).encode()).hexdigest()[
-            :16
-        ]
+        item_id(item): hashlib.sha256(item.model_dump_json(by_alias=True).encode()).hexdigest()[:16]
         for item in provider
     }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -16,6 +17,7 @@ def id_field(*args: Any, **kwargs: Any) -> Any:
     return Field(*args, json_schema_extra=extra, **kwargs)
 
 
+@functools.cache
 def id_field_name(model: type[BaseModel]) -> str:
     """Name of the identifier field of a DataModel; raises ValueError when there is none."""
     marked = [
@@ -33,4 +35,5 @@ def id_field_name(model: type[BaseModel]) -> str:
 
 
 def item_id(item: BaseModel) -> str:
+    """The item's identifier as text (the name of its id field is looked up once per model)."""
     return str(getattr(item, id_field_name(type(item))))

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ValidationError
 
-from ape.schemas.data import id_field_name
+from ape.schemas.data import id_field_name, item_id
 from ape.schemas.errors import ApeError
 
 SUPPORTED = (".jsonl", ".csv", ".jsonl.gz", ".csv.gz")
@@ -130,7 +130,7 @@ class DataProvider:
         for number, row in self._rows():
             found_any = True
             item = self._validate(number, row)
-            key = str(getattr(item, self.id_name))
+            key = item_id(item)
             if key in seen:
                 raise ApeError(
                     f"duplicate id '{key}'", where=f"{self.file}:{number}", hint="every item needs a unique id"
@@ -161,4 +161,4 @@ class DataProvider:
         Used by ``ape validate`` and before a run, so bad data fails before any model call,
         and so the progress bar knows its total.
         """
-        return [str(getattr(item, self.id_name)) for item in self]
+        return [item_id(item) for item in self]

@@ -421,6 +421,17 @@ def _money(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
+def calibration_table(envelope: Envelope) -> list[str]:
+    """The calibration table's markdown lines (the leaderboard and the Prefect artifact)."""
+    header = ["Model", "ECE", "Brier", "Populated bins", "With confidence", "Without"]
+    rows = [
+        [_cell(model_id), _cell(c.ece), _cell(c.brier), f"{c.populated_bins}/{c.n_bins}",
+         str(c.n), str(c.missing)]
+        for model_id, c in envelope.calibration.items()
+    ]  # fmt: skip
+    return _table(header, rows)
+
+
 def markdown_table(envelope: Envelope) -> str:
     """The report as markdown: leaderboard, per-category, pairwise and calibration tables,
     then the summary and provenance lines."""
@@ -482,13 +493,7 @@ def markdown_table(envelope: Envelope) -> str:
                   "difference this comparison detects with 80% power; * significant after Holm.",
                   ""]  # fmt: skip
     if envelope.calibration:
-        header = ["Model", "ECE", "Brier", "Populated bins", "With confidence", "Without"]
-        rows = [
-            [_cell(model_id), _cell(c.ece), _cell(c.brier), f"{c.populated_bins}/{c.n_bins}",
-             str(c.n), str(c.missing)]
-            for model_id, c in envelope.calibration.items()
-        ]  # fmt: skip
-        lines += ["## Calibration", "", *_table(header, rows), ""]
+        lines += ["## Calibration", "", *calibration_table(envelope), ""]
     if envelope.regressions:
         header = ["Model", "Against run", "Verdict", "Items", "Score diff [95% CI]", "Passed now/before only",
                   "p (exact McNemar)", "Detectable change"]  # fmt: skip
