@@ -145,7 +145,6 @@ class SaveHandler:
         self.run_info = dict(run_info or {})
         self.completed: dict[str, bool] = {}  # item id -> batch has an ERROR session or check error
         self.counts: dict[str, tuple[int, int]] = {}  # item id -> (sessions, correct sessions)
-        self.outcomes: dict[str, int] = {o.value: 0 for o in Outcome}
         self._handle: TextIO | None = None
         self._interval = metadata_interval_s
         self._meta_at = 0.0

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
@@ -27,6 +28,10 @@ from pydantic import BaseModel, ConfigDict
 from ape.schemas.results import CheckResult, Outcome
 from ape.schemas.transcript import SolveRecord, SolverState
 from ape.tasks.stage_runs import StageClock, current_clock
+
+if TYPE_CHECKING:
+    from ape.schemas.config import ApeConfig, ModelConfig
+    from ape.tasks.check import CheckerCarousel
 
 
 class SessionSpec(BaseModel):
@@ -55,10 +60,24 @@ class SessionFailed(Exception):
         super().__init__(f"{record.error.type if record.error else 'Error'}: {message}")
 
 
+class StagePlan(Protocol):
+    """What the stages need of a run's resolved plan (``ape.flows.plan.Plan`` provides it),
+    so this layer does not import the flows above it."""
+
+    @property
+    def config(self) -> ApeConfig: ...
+    @property
+    def model_cfg(self) -> ModelConfig: ...
+    @property
+    def data_model(self) -> type[BaseModel]: ...
+    @property
+    def adapter(self) -> Callable[[str], Any]: ...
+
+
 class Worker:
     """What one solver worker owns: its model client and its (possibly stateful) tools."""
 
-    def __init__(self, plan: Any, carousel: Any):
+    def __init__(self, plan: StagePlan, carousel: CheckerCarousel):
         from ape.tasks.models import build_model
         from ape.tasks.tools import load_tools
 
