@@ -35,6 +35,7 @@ log = logging.getLogger("ape")
 
 
 def _field_text(item: BaseModel, name: str | None) -> str | None:
+    """The item's ``name`` field as text (category, cluster), or None when unset."""
     value = getattr(item, name, None) if name else None
     return None if value is None else str(value)
 
@@ -123,10 +124,7 @@ class ItemProcessor:
         if clock is not None:
             _close_chain(clock, record.outcome, check, score)
             record_stage_runs(current_flow_run_id(), key, run_index, clock.marks)
-        category = None
-        if plan.config.data.category_field:
-            value = getattr(item, plan.config.data.category_field, None)
-            category = None if value is None else str(value)
+        category = _field_text(item, plan.config.data.category_field)
         result = SessionResult(
             item_id=key,
             run_index=run_index,
