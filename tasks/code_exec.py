@@ -92,6 +92,31 @@ class _PoolKey:
     python: str
 
 
+def peek_exit(process: subprocess.Popen[bytes], timeout: float = 0.0) -> int | None:
+    """The exit code of ``process`` (negative: killed by that signal), or None while it runs,
+    without reaping it.
+
+    A reaped process's id can be given to a new process at once, and every sandbox leads a
+    process group named by its id; :meth:`_Sandbox.kill` signals that group. Reaping only in
+    ``kill`` (after the group is signalled) keeps the id reserved until then, so a recycled
+    id can never make it kill another check's sandbox.
+    """
+    if process.returncode is not None or not hasattr(os, "waitid"):
+        return process.poll() if process.returncode is None else process.returncode
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            info = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # already reaped elsewhere
+            return process.poll()
+        if info is not None and info.si_pid:
+            killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+            return -info.si_status if killed else info.si_status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.01)
+
+
 class _Sandbox:
     """One started interpreter waiting for its job, with its pipes and temporary folder."""
 
@@ -139,7 +164,7 @@ class _Sandbox:
         self.stdout_tail = self.stderr_tail = ""
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return peek_exit(self.process) is None
 
     def kill(self) -> None:
         """Kill the sandbox and everything in it; remove its folder and cgroup."""
@@ -383,12 +408,9 @@ def run_code(
             },
         }).encode("utf-8")  # fmt: skip
         data, timed_out = _collect(box, job, key, timeout_s)
-        exit_code = box.process.poll()
+        exit_code = peek_exit(box.process)
         if not timed_out and exit_code is None and (b"\n" + key + b" D\n") not in b"\n" + data:
-            try:  # it ended early: wait a moment for its exit status
-                exit_code = box.process.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                pass
+            exit_code = peek_exit(box.process, timeout=0.5)  # it ended early: its exit status
     finally:
         box.kill()  # also when the harness ended: its children die with the namespace
     duration = time.perf_counter() - started

@@ -137,3 +137,19 @@ def test_code_exec_checker_reads_tests_and_reports_details():
     failed = checker(item, "def add(a, b):\n    return 2\n")
     assert isinstance(failed, Failed) and failed.score == pytest.approx(0.5)
     assert failed.metadata["failures"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process state from /proc")
+def test_an_ended_sandbox_keeps_its_process_id_until_it_is_killed():
+    """Checking whether a sandbox ended must not reap it: a reaped id can be reused by the next
+    sandbox at once, and killing the old one's process group would then kill the new one."""
+    import subprocess
+
+    from ape.tasks.code_exec import peek_exit
+
+    process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    assert peek_exit(process, timeout=10) == 3
+    assert process.returncode is None  # not reaped: the id is still reserved (a zombie)
+    with open(f"/proc/{process.pid}/stat") as stat:
+        assert stat.read().split(") ")[1].startswith("Z")
+    assert process.wait() == 3
