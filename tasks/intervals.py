@@ -117,6 +117,20 @@ def wilson(
     return low, high
 
 
+def _observations(
+    values: Sequence[float] | np.ndarray, clusters: Sequence[object] | np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The values without NaNs, and their cluster labels (None when there are none, or when
+    every cluster is a singleton: then the observations are independent)."""
+    data = np.asarray(values, dtype=float)
+    keep = ~np.isnan(data)
+    labels = None if clusters is None else np.asarray(clusters, dtype=object)[keep]
+    data = data[keep]
+    if labels is not None and len(set(labels.tolist())) == data.size:
+        labels = None
+    return data, labels
+
+
 def rate_interval(
     values: Sequence[float] | np.ndarray,
     clusters: Sequence[object] | np.ndarray | None = None,
@@ -124,16 +138,11 @@ def rate_interval(
     level: float = CONFIDENCE_LEVEL,
 ) -> Interval:
     """Interval of the share of 0/1 ``values`` (clustered when ``clusters`` is given)."""
-    data = np.asarray(values, dtype=float)
-    keep = ~np.isnan(data)
-    data = data[keep]
+    data, labels = _observations(values, clusters)
     n = data.size
     if n == 0:
         return NAN_INTERVAL
     p = float(data.mean())
-    labels = None if clusters is None else np.asarray(clusters, dtype=object)[keep]
-    if labels is not None and len(set(labels.tolist())) == n:
-        labels = None  # every cluster a singleton: independent observations
     if labels is None:
         low, high = wilson(p * n, n, level=level)
         return Interval(p, low, high, math.sqrt(p * (1 - p) / n), "wilson", float(n))
@@ -163,18 +172,13 @@ def score_interval(
     ``binary`` forces the choice (None: decided from the values); differences of scores,
     for instance, are never pass rates even when they happen to be 0 or 1.
     """
-    data = np.asarray(values, dtype=float)
-    keep = ~np.isnan(data)
-    if binary or (binary is None and is_binary(data)):
-        return rate_interval(data, clusters, level=level)
-    data = data[keep]
+    if binary or (binary is None and is_binary(np.asarray(values, dtype=float))):
+        return rate_interval(values, clusters, level=level)
+    data, labels = _observations(values, clusters)
     n = data.size
     if n == 0:
         return NAN_INTERVAL
     mean = float(data.mean())
-    labels = None if clusters is None else np.asarray(clusters, dtype=object)[keep]
-    if labels is not None and len(set(labels.tolist())) == n:
-        labels = None
     if labels is None:
         se = float(data.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
         low, high = _bca((data,), _mean, level, resamples, seed)
