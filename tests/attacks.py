@@ -8,6 +8,12 @@ Paths, ports and markers are filled in per test run (``str.format`` fields).
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
+from pathlib import Path
+from typing import Any
+
 TESTS = "assert type(add(1, 2)) is int and add(1, 2) == 3\nassert add(2, 2) == 5\n"
 ADD = "def add(a, b):\n    return a + b\n"
 
@@ -244,3 +250,37 @@ def add(a, b):
 """,
     0.5,
 )
+
+
+def target_fields(home: Path, output: Path, secret_pid: int) -> tuple[dict[str, Any], socket.socket]:
+    """The ``str.format`` fields of the attacks, and the loopback listener they try to reach
+    (the caller closes it)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(5)
+    listener.settimeout(0.3)
+    fields = {
+        "home": home,
+        "output": output,
+        "marker": uuid.uuid4().hex,
+        "port": listener.getsockname()[1],
+        "parent_pid": os.getpid(),
+        "secret_pid": secret_pid,
+    }
+    return fields, listener
+
+
+def processes_with(marker: str) -> list[str]:
+    """Live processes (zombies are dead) whose command line mentions ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmdline and state != "Z":
+            found.append(f"{entry.name}: {cmdline[:100]}")
+    return found

@@ -12,14 +12,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
-from attacks import ATTACKS, TESTS
+from attacks import ATTACKS, TESTS, processes_with, target_fields
 
 from ape.schemas.check import Failed
 from ape.tasks import sandbox as sandboxes
@@ -87,20 +86,6 @@ def namespaces_available() -> bool:
         return False
 
 
-def live_processes_with(marker: str) -> list[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-        except OSError:
-            continue
-        if marker in cmdline and str(os.getpid()) != entry.name:
-            found.append(cmdline[:100])
-    return found
-
-
 def ape_run(config: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "ape", "run", str(config), "--no-server", "--no-progress", *extra],
@@ -124,19 +109,8 @@ def test_hostile_answers_through_ape_run(tmp_path, prefect_server):
     folder.mkdir()
     home.mkdir()
     output = folder / "out"
-    marker = uuid.uuid4().hex
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(5)
-    listener.settimeout(0.3)
-    fields = {
-        "home": home,
-        "output": output,
-        "marker": marker,
-        "port": listener.getsockname()[1],
-        "parent_pid": os.getpid(),
-        "secret_pid": os.getpid(),
-    }
+    fields, listener = target_fields(home, output, secret_pid=os.getpid())
+    marker = fields["marker"]
     (folder / "plugin.py").write_text(PLUGIN)
     with (folder / "items.jsonl").open("w") as handle:
         for name, (code, _) in ATTACKS.items():
@@ -164,7 +138,7 @@ def test_hostile_answers_through_ape_run(tmp_path, prefect_server):
             assert marker not in path.name, path
     assert [p for p in home.rglob("*") if marker in p.name] == []
     assert [p for p in set(os.listdir("/tmp")) - before_tmp if marker in p] == []
-    assert live_processes_with(marker) == []
+    assert processes_with(marker) == []
     with pytest.raises(TimeoutError):
         listener.accept()
     listener.close()

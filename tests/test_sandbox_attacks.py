@@ -8,14 +8,13 @@ and that no process the candidate started outlives the check.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
-from attacks import ATTACKS, TESTS
+from attacks import ATTACKS, TESTS, processes_with, target_fields
 
 from ape.tasks import sandbox as sandboxes
 from ape.tasks.code_exec import close_pools, run_code
@@ -40,22 +39,6 @@ ALL_KINDS = [*KINDS, "none"]
 SECRET = "ape-secret-" + uuid.uuid4().hex
 
 
-def processes_with(marker: str) -> list[str]:
-    """Live processes whose command line mentions ``marker``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker in cmdline and state != "Z":
-            found.append(f"{entry.name}: {cmdline[:100]}")
-    return found
-
-
 @pytest.fixture(scope="module")
 def secret_process():
     """A process outside the sandbox whose environment holds a secret (like an API key)."""
@@ -72,20 +55,8 @@ def world(tmp_path, secret_process):
     home.mkdir()
     output.mkdir()
     (output / "results.jsonl").write_text('{"honest": true}\n')
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(5)
-    listener.settimeout(0.3)
-    marker = uuid.uuid4().hex
-    fields = {
-        "home": home,
-        "output": output,
-        "marker": marker,
-        "port": listener.getsockname()[1],
-        "parent_pid": os.getpid(),
-        "secret_pid": secret_process,
-        "listener": listener,
-    }
+    fields, listener = target_fields(home, output, secret_process)
+    fields["listener"] = listener
     yield fields
     listener.close()
 
