@@ -404,8 +404,7 @@ def demo(out: Path, *, parallel: bool = True) -> int:
 def serve(
     config_path: Path, cron: str | None, name: str | None, *, timezone: str | None = None, interval: float | None = None
 ) -> int:
-    from ape.deployments.serve import cron_schedule
-    from ape.deployments.serve import serve as serve_deployment
+    from ape.deployments.serve import cron_schedule, load_benchmark_flow, serve_config
 
     config_path = config_path.resolve()
     config = load_config(config_path)  # fail fast on a bad config
@@ -415,7 +414,15 @@ def serve(
     if api_url:
         for line in run_hint(api_url, "benchmark", name or config.name):
             log.info("%s", line)
-    serve_deployment(config_path, cron, name, timezone=timezone, on_status=log.info, interval=interval)
+    serve_config(
+        load_benchmark_flow(),
+        config,
+        cron,
+        name or config.name,
+        timezone=timezone,
+        on_status=log.info,
+        interval=interval,
+    )
     return 0
 
 

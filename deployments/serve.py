@@ -13,7 +13,6 @@ The flow is not hard-coded in :func:`deployment_for`, so any flow taking
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ValidationError
@@ -130,27 +129,3 @@ def load_benchmark_flow() -> Flow[..., Any]:
     from ape.schemas.plugins import load_object
 
     return load_object(BENCHMARK_FLOW, where="deployment")
-
-
-def serve(
-    config_path: Path,
-    cron: str | None,
-    name: str | None = None,
-    *,
-    timezone: str | None = None,
-    on_status: Callable[[str], None] | None = None,
-    interval: float | None = None,
-) -> None:
-    """What ``ape serve config.toml --cron ...`` calls: load the config, serve the benchmark."""
-    from ape.config import load_config
-
-    config = load_config(Path(config_path))
-    serve_config(
-        load_benchmark_flow(),
-        config,
-        cron,
-        name or config.name,
-        timezone=timezone,
-        on_status=on_status,
-        interval=interval,
-    )
