@@ -19,7 +19,7 @@ of acceptable references:
   (the conventions of the rouge-score package), best over the references.
 - ``code_exec``: runs the candidate code and then the item's tests in a sandboxed
   Python process; the score is the **share of tests passed** (see
-  :func:`ape.tasks.code_exec.run_code`, re-exported here).
+  :func:`ape.tasks.code_exec.run_code`).
 
 Whether a score counts as correct follows :func:`correct_from_score`.
 """
@@ -33,8 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-# code_exec's parts, re-exported so `from ape.tasks.metrics import run_code` keeps working
-from ape.tasks.code_exec import CodeExecResult, NoTestsError, count_tests, run_code  # noqa: F401
+from ape.tasks.code_exec import run_code
 from ape.tasks.sandbox import SandboxSetting
 
 Metric = Callable[[Any, Any], float]

@@ -19,8 +19,8 @@ from ape.schemas.check import Failed, Passed
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError, did_you_mean
 from ape.schemas.results import CheckResult, CheckStatus, Outcome
-from ape.tasks.code_exec import NoTestsError, run_code
-from ape.tasks.metrics import METRICS, as_text, correct_from_score
+from ape.tasks.grade import CodeLimits, grade
+from ape.tasks.metrics import METRICS, correct_from_score
 from ape.tasks.sandbox import SandboxSetting, SandboxUnavailable, resolve
 
 WHERE_NAME = "[checker] implementation"
@@ -94,31 +94,11 @@ class BuiltinChecker:
         return f"BuiltinChecker({self.metric!r}, {self.args!r})"
 
     def __call__(self, item: Any, solution: Any) -> Passed | Failed:
-        metadata: dict[str, Any] = {"metric": self.metric}
         if isinstance(self.args, CodeExecArgs):
             tests = item_value(item, self.args.tests_field)
-            try:
-                result = run_code(
-                    as_text(solution),
-                    as_text(tests),
-                    timeout_s=self.args.timeout_s,
-                    memory_mb=self.args.memory_mb,
-                    sandbox=self.args.sandbox,
-                )
-            except NoTestsError as exc:
-                raise NoTestsError(f"item {describe_item(item)} has no tests to run: {exc}") from None
-            score = result.score
-            metadata.update(result.model_dump(exclude={"score"}))
-            reference = None
-        else:
-            reference = item_value(item, self.args.field)
-            score = float(METRICS[self.metric](solution, reference))
-        if correct_from_score(self.metric, score):
-            return Passed(score=score, metadata=metadata)
-        if reference is not None:  # shown next to the answer in sessions.log / sessions.parquet
-            metadata["expected"] = as_text(reference)
-        reason = metadata.get("error") or f"{self.metric} score {score:.3f} is below the pass mark"
-        return Failed(score=score, reason=reason, metadata=metadata)
+            limits = CodeLimits(self.args.timeout_s, self.args.memory_mb, self.args.sandbox)
+            return grade(self.metric, solution, tests=tests, limits=limits, item=f"item {describe_item(item)}")
+        return grade(self.metric, solution, item_value(item, self.args.field))
 
 
 def builtin_checker(name: str, args: Mapping[str, Any] | None = None) -> BuiltinChecker:

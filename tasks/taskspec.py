@@ -3,10 +3,11 @@
 A task-spec benchmark (seed 3) grades every task by its own rule, so the
 checker is one class for all of them: :class:`TaskSpecChecker` applies the
 task's ``postprocess`` rule to the answer text and scores the result with the
-task's ``metric`` from :mod:`tasks.metrics` (``code_exec`` runs the task's tests
-in a subprocess). It puts the metric into the check's metadata, which is how the
-runner learns each session's metric and how ``score_session`` applies the right
-pass mark. Configure it with ``[checker] implementation =
+task's ``metric`` through :func:`ape.tasks.grade.grade`, the grading the built-in
+metric checkers use too (``code_exec`` runs the task's tests in a sandbox). It
+puts the metric into the check's metadata, which is how the runner learns each
+session's metric and how ``score_session`` applies the right pass mark.
+Configure it with ``[checker] implementation =
 "ape.tasks.taskspec:TaskSpecChecker"`` and ``[adapter] implementation = "raw"``.
 """
 
@@ -25,8 +26,8 @@ from ape.schemas.errors import ApeError
 from ape.schemas.registry import BUILTINS
 from ape.schemas.taskspec import TaskSpec
 from ape.tasks.adapt import LastNumberAdapter
-from ape.tasks.code_exec import NoTestsError, run_code
-from ape.tasks.metrics import METRICS, as_text, correct_from_score
+from ape.tasks.grade import CodeLimits, grade
+from ape.tasks.metrics import as_text
 from ape.tasks.sandbox import SandboxSetting
 
 # ---------------------------------------------------------------- post-processing
@@ -109,27 +110,14 @@ class TaskSpecChecker:
                 '[data] schema = "ape.schemas.taskspec:TaskSpec" or use another checker'
             )
         text = postprocess(task.postprocess, as_text(solution))
-        metadata: dict[str, Any] = {"metric": task.metric, "postprocess": task.postprocess}
+        metadata = {"postprocess": task.postprocess}
         if task.metric == "code_exec":
-            try:
-                result = run_code(
-                    text,
-                    task.tests or "",
-                    timeout_s=task.timeout_s,
-                    memory_mb=self.memory_mb,
-                    sandbox=self.sandbox,
-                )
-            except NoTestsError as exc:
-                raise NoTestsError(f"task '{task.id}' has no tests to run: {exc}") from None
-            score = result.score
-            metadata.update(result.model_dump(exclude={"score", "stdout_tail", "stderr_tail"}))
-        else:
-            score = float(METRICS[task.metric](text, task.reference))
-            metadata["processed"] = text[:500]
-        if correct_from_score(task.metric, score):
-            return Passed(score=score, metadata=metadata)
-        reason = metadata.get("error") or f"{task.metric} score {score:.3f} is below the pass mark"
-        return Failed(score=score, reason=reason, metadata=metadata)
+            limits = CodeLimits(task.timeout_s, self.memory_mb, self.sandbox)
+            return grade(
+                task.metric, text, tests=task.tests, limits=limits, item=f"task '{task.id}'", metadata=metadata
+            )
+        metadata["processed"] = text[:500]
+        return grade(task.metric, text, task.reference, metadata=metadata)
 
 
 # ---------------------------------------------------------------- fixtures

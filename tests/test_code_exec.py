@@ -9,7 +9,8 @@ import time
 import pytest
 
 from ape.schemas.check import Failed, Passed
-from ape.tasks.metrics import code_exec, run_code
+from ape.tasks.code_exec import run_code
+from ape.tasks.metrics import code_exec
 from ape.tasks.score import builtin_checker
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="process limits need POSIX")
