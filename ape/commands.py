@@ -7,6 +7,7 @@ import logging
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from ape.api import preflight
 from ape.config import load_config, locate
 from ape.schemas.config import ApeConfig, slug
 from ape.schemas.errors import ApeError
+from ape.schemas.models import ModelAdapter
 from ape.schemas.results import Outcome
 
 log = logging.getLogger("ape")
@@ -394,11 +396,40 @@ def demo(out: Path, *, parallel: bool = True) -> int:
     Uses the local Prefect server like ``ape run`` (started or reused) unless the
     environment sets APE_NO_SERVER=1 or PREFECT_API_URL.
     """
-    from ape.flows.demo import NO_SERVER_ENV, demo_exit
+    from ape.flows.demo import NO_SERVER_ENV
 
     if os.environ.get(NO_SERVER_ENV) != "1":
         _use_prefect_server(True)
     return demo_exit(out, parallel=parallel)
+
+
+def demo_exit(
+    out: Path,
+    parallel: bool = True,
+    *,
+    tasks_file: Path | None = None,
+    adapters: Sequence[ModelAdapter] | None = None,
+    outrank: tuple[str, str] = ("rule-based", "random"),
+) -> int:
+    """Run the demo against whatever Prefect API is configured, print the markdown table
+    and the verdict, and return the exit code (see :mod:`ape.flows.demo`)."""
+    from ape.flows.demo import WALL_BUDGET_S, run_demo
+    from ape.tasks.report import markdown_table
+
+    result = run_demo(out, parallel, tasks_file=tasks_file, adapters=adapters, outrank=outrank)
+    print(markdown_table(result.envelope))
+    wall = result.envelope.summary.wall_seconds
+    if wall is not None and wall > WALL_BUDGET_S:
+        log.warning("the evaluation took %.1f s, over the %.0f s budget", wall, WALL_BUDGET_S)
+    if result.breach is not None:
+        print(
+            f"error: demo criterion '{result.breach.criterion.value}' failed: "
+            f"{result.breach.message} (exit code {result.exit_code}; details in {result.report})",
+            file=sys.stderr,
+        )
+    else:
+        log.info("clean run; report in %s", result.report)
+    return result.exit_code
 
 
 def serve(

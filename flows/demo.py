@@ -7,7 +7,7 @@ and runs the :func:`ape.flows.benchmark.benchmark` flow, so the demo exercises
 exactly what users run. ``examples/demo/config.toml`` is the same config as a
 file (``ape run examples/demo/config.toml``).
 
-:func:`run_demo` adds seed 3's clean-run verdict on top. Its criteria are
+:func:`run_demo` adds seed 3's clean-run verdict (:mod:`ape.tasks.demo_verdicts`). Its criteria are
 checked in this order; the first that breaks decides the exit code, and
 ``report.json`` then carries a structured ``error`` (type, message, and
 details with the criterion, the exit code and the problems found):
@@ -30,22 +30,20 @@ from __future__ import annotations
 
 import importlib.resources
 import logging
-import math
-import sys
 import tempfile
 from collections.abc import Iterable, Sequence
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.models import ModelAdapter
-from ape.schemas.report import Envelope, Summary
+from ape.schemas.report import Envelope
 from ape.schemas.taskspec import TASK_TEMPLATE, TaskSpec
+from ape.tasks.demo_verdicts import Breach, Criterion, judge, with_verdict
 from ape.tasks.taskspec import check_unique, load_tasks, validate_task, write_tasks
 
 log = logging.getLogger("ape")
@@ -57,46 +55,6 @@ CHECKER = "taskspec"
 MAX_WORKERS = 8
 WALL_BUDGET_S = 10.0
 NO_SERVER_ENV = "APE_NO_SERVER"
-
-
-class Criterion(str, Enum):
-    """What a clean demo run needs, in the order it is checked."""
-
-    TASKS_VALIDATED = "tasks_validated"
-    RUN_COMPLETED = "run_completed"
-    TASKS_SCORED = "tasks_scored"
-    CALIBRATION = "calibration"
-    RANKING = "ranking"
-
-
-EXIT_CODES: dict[Criterion, int] = {
-    Criterion.RUN_COMPLETED: 1,
-    Criterion.TASKS_VALIDATED: 3,
-    Criterion.TASKS_SCORED: 4,
-    Criterion.CALIBRATION: 5,
-    Criterion.RANKING: 6,
-}
-ERROR_TYPES: dict[Criterion, str] = {
-    Criterion.RUN_COMPLETED: "RunFailed",
-    Criterion.TASKS_VALIDATED: "TaskValidationFailed",
-    Criterion.TASKS_SCORED: "TasksNotScored",
-    Criterion.CALIBRATION: "CalibrationFailed",
-    Criterion.RANKING: "RankingFailed",
-}
-
-
-class Breach(BaseModel):
-    """One broken criterion: what broke and the (model, task) problems behind it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    criterion: Criterion
-    message: str
-    problems: list[dict[str, Any]] = Field(default_factory=list)
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_CODES[self.criterion]
 
 
 class DemoResult(BaseModel):
@@ -213,160 +171,14 @@ def run_eval(
     return Envelope.model_validate_json(report.read_text(encoding="utf-8"))
 
 
-# ---------------------------------------------------------------- the clean-run criteria
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def unscored(tasks: Sequence[TaskSpec], model_ids: Sequence[str], sessions: pd.DataFrame) -> list[dict[str, Any]]:
-    """Every (model, task) pair without a metric score, with the reason."""
-    problems = []
-    groups = {key: frame for key, frame in sessions.groupby(["model_id", "item_id"])}
-    for model_id in model_ids:
-        for task in tasks:
-            rows = groups.get((model_id, task.id))
-            reason = None
-            if rows is None or rows.empty:
-                reason = "no session was saved"
-            else:
-                for row in rows.to_dict("records"):
-                    if row["outcome"] != "SOLVED":
-                        error = "" if _missing(row["error_type"]) else f": {row['error_type']}: {row['error_message']}"
-                        reason = f"the session ended {row['outcome']}{error}"
-                    elif row["check_status"] not in ("PASSED", "FAILED"):
-                        reason = f"the checker raised {row['check_error_type']}: {row['check_error_message']}"
-                    elif row["metric"] != task.metric:
-                        reason = f"scored with '{row['metric']}' instead of '{task.metric}'"
-                    elif _missing(row["check_score"]):
-                        reason = "the metric gave no score"
-                    if reason:
-                        break
-            if reason:
-                problems.append({"model": model_id, "task": task.id, "reason": reason})
-    return problems
-
-
-def uncalibrated(envelope: Envelope, model_ids: Sequence[str], sessions: pd.DataFrame) -> list[dict[str, Any]]:
-    """Models whose calibration is missing, partial (sessions without confidence) or empty."""
-    problems = []
-    counts = sessions.groupby("model_id").size().to_dict() if len(sessions) else {}
-    for model_id in model_ids:
-        entry = envelope.calibration.get(model_id)
-        if entry is None:
-            reason = "no calibration entry"
-        elif entry.missing:
-            reason = f"{entry.missing} session(s) reported no confidence"
-        elif entry.n != counts.get(model_id, 0):
-            reason = f"calibrated {entry.n} of {counts.get(model_id, 0)} sessions"
-        elif entry.ece is None or entry.brier is None:
-            reason = "ECE or Brier score could not be computed"
-        else:
-            continue
-        problems.append({"model": model_id, "reason": reason})
-    return problems
-
-
-def ranking_breach(envelope: Envelope, better: str, worse: str) -> str | None:
-    """Why ``better`` is not ranked strictly above ``worse`` (rank and mean score), or None."""
-    rows = {row.model_id: row for row in envelope.leaderboard}
-    absent = [m for m in (better, worse) if m not in rows]
-    if absent:
-        return f"model(s) {absent} are not on the leaderboard ({', '.join(rows) or 'empty'})"
-    top, bottom = rows[better], rows[worse]
-    if top.mean_score is None or bottom.mean_score is None:
-        return f"'{better}' or '{worse}' has no mean score"
-    if top.rank < bottom.rank and top.mean_score > bottom.mean_score:
-        return None
-    return (
-        f"'{better}' (rank {top.rank}, mean score {top.mean_score:.3f}) is not strictly above "
-        f"'{worse}' (rank {bottom.rank}, mean score {bottom.mean_score:.3f})"
-    )
-
-
-def judge(
-    tasks: Sequence[TaskSpec],
-    model_ids: Sequence[str],
-    envelope: Envelope,
-    sessions: pd.DataFrame | None,
-    outrank: tuple[str, str],
-) -> Breach | None:
-    """The first broken criterion after the run, or None for a clean run."""
-    report_error = envelope.error
-    details = report_error.details if report_error is not None else None
-    stage = details.get("stage") if isinstance(details, dict) else None
-    if sessions is None:
-        message = report_error.message if report_error else "no sessions were saved"
-        return Breach(criterion=Criterion.RUN_COMPLETED, message=f"the report could not read the results: {message}")
-    problems = unscored(tasks, model_ids, sessions)
-    if problems:
-        return Breach(
-            criterion=Criterion.TASKS_SCORED,
-            problems=problems,
-            message=f"{len(problems)} (model, task) pair(s) have no metric score",
-        )
-    if report_error is not None and stage == "calibration":
-        return Breach(
-            criterion=Criterion.CALIBRATION, message=f"calibration failed: {report_error.type}: {report_error.message}"
-        )
-    problems = uncalibrated(envelope, model_ids, sessions)
-    if problems:
-        return Breach(
-            criterion=Criterion.CALIBRATION,
-            problems=problems,
-            message=f"calibration is incomplete for {len(problems)} model(s)",
-        )
-    if report_error is not None:
-        return Breach(
-            criterion=Criterion.RUN_COMPLETED, message=f"the report failed while {stage}: {report_error.message}"
-        )
-    reason = ranking_breach(envelope, *outrank)
-    if reason:
-        return Breach(criterion=Criterion.RANKING, message=reason)
-    return None
-
-
 # ---------------------------------------------------------------- the demo
-
-
-def _criteria_status(breach: Breach | None) -> dict[str, str]:
-    order = list(Criterion)
-    status = {}
-    for criterion in order:
-        if breach is None or order.index(criterion) < order.index(breach.criterion):
-            status[criterion.value] = "passed"
-        elif criterion is breach.criterion:
-            status[criterion.value] = "failed"
-        else:
-            status[criterion.value] = "not checked"
-    return status
 
 
 def finish(envelope: Envelope, breach: Breach | None, out: Path) -> DemoResult:
     """Write the verdict into the envelope (summary.criteria, and error when broken)."""
-    from ape.tasks.report import error_envelope, markdown_table, write_envelope
+    from ape.tasks.report import markdown_table, write_envelope
 
-    summary = Summary(**{**envelope.summary.model_dump(), "criteria": _criteria_status(breach)})
-    if breach is not None:
-        details: dict[str, Any] = {
-            "criterion": breach.criterion.value,
-            "exit_code": breach.exit_code,
-            "problems": breach.problems,
-        }
-        if envelope.error is not None:
-            details["report_error"] = envelope.error.model_dump(mode="json")
-        envelope = error_envelope(
-            ERROR_TYPES[breach.criterion],
-            breach.message,
-            details,
-            leaderboard=envelope.leaderboard,
-            pairwise=envelope.pairwise,
-            calibration=envelope.calibration,
-            summary=summary,
-        )
-    else:
-        envelope = envelope.model_copy(update={"summary": summary})
+    envelope = with_verdict(envelope, breach)
     report = write_envelope(out / "report.json", envelope)
     (out / "leaderboard.md").write_text(markdown_table(envelope), encoding="utf-8")
     return DemoResult(envelope=envelope, breach=breach, report=report)
@@ -420,31 +232,3 @@ def run_demo(
     model_ids = [adapter.model_id for adapter in line_up]
     verdict = judge(tasks, model_ids, envelope, _read_sessions(out), outrank)
     return finish(envelope, verdict, out)
-
-
-def demo_exit(
-    out: Path,
-    parallel: bool = True,
-    *,
-    tasks_file: Path | None = None,
-    adapters: Sequence[ModelAdapter] | None = None,
-    outrank: tuple[str, str] = ("rule-based", "random"),
-) -> int:
-    """Run the demo, print the markdown table and the verdict, return the exit code
-    (module docstring) against whatever Prefect API is configured."""
-    from ape.tasks.report import markdown_table
-
-    result = run_demo(out, parallel, tasks_file=tasks_file, adapters=adapters, outrank=outrank)
-    print(markdown_table(result.envelope))
-    wall = result.envelope.summary.wall_seconds
-    if wall is not None and wall > WALL_BUDGET_S:
-        log.warning("the evaluation took %.1f s, over the %.0f s budget", wall, WALL_BUDGET_S)
-    if result.breach is not None:
-        print(
-            f"error: demo criterion '{result.breach.criterion.value}' failed: "
-            f"{result.breach.message} (exit code {result.exit_code}; details in {result.report})",
-            file=sys.stderr,
-        )
-    else:
-        log.info("clean run; report in %s", result.report)
-    return result.exit_code

@@ -110,7 +110,7 @@ class TaskSpecChecker:
                 '[data] schema = "ape.schemas.taskspec:TaskSpec" or use another checker'
             )
         text = postprocess(task.postprocess, as_text(solution))
-        metadata = {"postprocess": task.postprocess}
+        metadata: dict[str, Any] = {"postprocess": task.postprocess}
         if task.metric == "code_exec":
             limits = CodeLimits(task.timeout_s, self.memory_mb, self.sandbox)
             return grade(

@@ -11,20 +11,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ape.commands import demo_exit
 from ape.config import load_config
-from ape.flows.demo import (
-    DEMO_DIR,
-    DEMO_TASKS,
-    EXIT_CODES,
-    Criterion,
-    demo_config,
-    demo_exit,
-    judge,
-    run_eval,
-    workers_for,
-)
+from ape.flows.demo import DEMO_DIR, DEMO_TASKS, demo_config, run_eval, workers_for
 from ape.schemas.report import Envelope
 from ape.schemas.results import Generation
+from ape.tasks.demo_verdicts import EXIT_CODES, Criterion, judge
 from ape.tasks.model_adapters import RandomAdapter, RuleBasedAdapter, demo_adapters, model_entry
 from ape.tasks.models import build_model
 from ape.tasks.taskspec import load_tasks
