@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from prefect import State, flow
 from prefect.states import Failed
 from pydantic import BaseModel
 
-from ape.flows.feeders import DaskFeeder, ThreadFeeder, dask_task_runner
+from ape.flows.feeders import DaskFeeder, Feeder, ThreadFeeder, dask_task_runner
 from ape.flows.item import ItemProcessor
 from ape.flows.logs import CONSOLE_SKIP, run_logs
 from ape.flows.plan import Plan, make_plan, resume_fingerprints, run_label
@@ -66,11 +67,6 @@ class Runner:
         self.session_log: SessionLog | None = None  # opened by run(), after a reset
         self.redo_outcomes = {Outcome(o) for o in (redo_outcomes or [])}
         self.refresh: set[str] = set()  # items whose cached generations must be regenerated
-
-    def run_item(self, item: BaseModel) -> OutputBatch:
-        """Thread mode: runs on a solver-worker thread and writes transcripts there."""
-        key = item_id(item)
-        return self.processor.run_item(item, key in self.refresh, self.session_log)[0]
 
     # -- the loop (flow thread) ----------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -138,7 +134,11 @@ class Runner:
             plan.out_dir,
         )
         label = f"{cfg.name} · {plan.model_id}"
-        feeder = DaskFeeder(self) if cfg.run.task_runner == "dask" else ThreadFeeder(self)
+        feeder: Feeder
+        if cfg.run.task_runner == "dask":
+            feeder = DaskFeeder(plan, self.refresh, self.session_log)
+        else:
+            feeder = ThreadFeeder(self.processor, self.refresh, self.session_log)
         items = (item for item in provider if item_id(item) not in skip)
         budget = Budget.for_run(cfg)  # [run] max_cost: checked before each item starts
         try:
@@ -155,7 +155,14 @@ class Runner:
         return self._finish(saver, tally, started)
 
     def _loop(
-        self, saver: SaveHandler, feeder: Any, items: Any, window: int, tally: Tally, label: str, budget: Budget
+        self,
+        saver: SaveHandler,
+        feeder: Feeder,
+        items: Iterator[BaseModel],
+        window: int,
+        tally: Tally,
+        label: str,
+        budget: Budget,
     ) -> None:
         plan, cfg = self.plan, self.plan.config
         assert self.session_log is not None  # opened by run() before the loop

@@ -1,8 +1,9 @@
 """How items reach the solver workers: threads of this process, or a Dask cluster.
 
-A feeder takes items (``submit``), hands back finished OutputBatches
+A :class:`Feeder` takes items (``submit``), hands back finished OutputBatches
 (``next_done``) and keeps track of what is in flight (``pending``), so the
-runner's loop is the same for both.
+runner's loop is the same for both. A feeder is given exactly what it uses (the
+item processor, the items to regenerate, the session log) rather than the runner.
 """
 
 from __future__ import annotations
@@ -10,44 +11,62 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
+from collections.abc import Collection, Sized
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
 from ape.flows.item import ItemProcessor
-from ape.flows.plan import fingerprint_hash, make_plan
+from ape.flows.plan import Plan, fingerprint_hash, make_plan
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch
 from ape.tasks.stages import Worker, bind_worker
+from ape.tasks.transcripts import SessionLog
 
-if TYPE_CHECKING:
-    from ape.flows.evaluate import Runner
+
+class Feeder(Protocol):
+    """What the runner's loop needs of a feeder."""
+
+    @property
+    def pending(self) -> Sized: ...
+
+    def submit(self, item: BaseModel) -> None: ...
+
+    def next_done(self) -> list[OutputBatch]: ...
+
+    def close(self) -> None: ...
 
 
 class ThreadFeeder:
-    """Solver workers as threads of this process, each with its own model and tools."""
+    """Solver workers as threads of this process, each with its own model and tools;
+    transcripts are written by the worker thread that ran the session."""
 
-    def __init__(self, runner: Runner):
-        plan, carousel = runner.plan, runner.processor.carousel
+    def __init__(self, processor: ItemProcessor, refresh: Collection[str], session_log: SessionLog):
+        plan, carousel = processor.plan, processor.carousel
 
         def start_worker() -> None:
             bind_worker(Worker(plan, carousel))
 
-        self.runner = runner
+        self.processor = processor
+        self.refresh = refresh
+        self.session_log = session_log
         self.pool = ThreadPoolExecutor(
             max_workers=plan.config.run.solver_workers, initializer=start_worker, thread_name_prefix="solver"
         )
         self.pending: set[Future] = set()
 
+    def _run(self, item: BaseModel) -> OutputBatch:
+        return self.processor.run_item(item, item_id(item) in self.refresh, self.session_log)[0]
+
     def submit(self, item: BaseModel) -> None:
         # the copied context carries the flow run, so the stage tasks are tracked in it
         ctx = contextvars.copy_context()
-        self.pending.add(self.pool.submit(ctx.run, self.runner.run_item, item))
+        self.pending.add(self.pool.submit(ctx.run, self._run, item))
 
     def next_done(self) -> list[OutputBatch]:
         done, self.pending = wait(self.pending, return_when=FIRST_COMPLETED)
@@ -66,18 +85,18 @@ class ThreadFeeder:
 class DaskFeeder:
     """Items as Prefect tasks on the flow's DaskTaskRunner; transcripts are written here."""
 
-    def __init__(self, runner: Runner):
-        self.runner = runner
-        cfg = runner.plan.config
-        self.config = cfg
-        self.model_index = cfg.model.index(runner.plan.model_cfg)
+    def __init__(self, plan: Plan, refresh: Collection[str], session_log: SessionLog):
+        self.config = plan.config
+        self.model_index = plan.config.model.index(plan.model_cfg)
+        self.refresh = refresh
+        self.session_log = session_log
         self.pending: set[Any] = set()
 
     def submit(self, item: BaseModel) -> None:
         key = item_id(item)
         payload = item.model_dump(mode="json", by_alias=True)
         future = dask_item_task.with_options(task_run_name=f"item[{key}]").submit(
-            self.config, self.model_index, payload, key in self.runner.refresh
+            self.config, self.model_index, payload, key in self.refresh
         )
         self.pending.add(future)
 
@@ -89,12 +108,10 @@ class DaskFeeder:
             time.sleep(0.02)
         self.pending -= done
         batches = []
-        session_log = self.runner.session_log
-        assert session_log is not None  # opened by Runner.run() before any item is submitted
         for future in done:
             batch, transcripts = future.result()
             for session, transcript in zip(batch.sessions, transcripts):
-                session_log.write(session, transcript)
+                self.session_log.write(session, transcript)
             batches.append(batch)
         return batches
 
