@@ -168,3 +168,12 @@ def test_with_verdict_writes_the_error_and_keeps_the_report_error():
 def test_with_verdict_of_a_clean_run_has_no_error():
     judged = with_verdict(_envelope(), None)
     assert judged.error is None and set(judged.summary.criteria.values()) == {"passed"}
+
+
+def test_a_calibration_stage_failure_of_the_report_is_a_calibration_breach():
+    envelope = Envelope.model_validate(
+        {"error": {"type": "ValueError", "message": "confidence 2.0", "details": {"stage": "calibration"}}}
+    )
+    breach = judge(TASKS, MODELS, envelope, _sessions(), ("good", "bad"))
+    assert breach is not None and breach.criterion is Criterion.CALIBRATION
+    assert "confidence 2.0" in breach.message
