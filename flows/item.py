@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from ape.flows.plan import Plan
 from ape.schemas.data import id_field_name, item_id
-from ape.schemas.results import ErrorInfo, Outcome, OutputBatch, SessionResult
+from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome, OutputBatch, SessionResult
 from ape.tasks.stage_runs import StageClock, current_flow_run_id, record_stage_runs, start_clock
 from ape.tasks.stages import (
     SessionSpec,
@@ -30,6 +30,7 @@ from ape.tasks.stages import (
     solve_task,
     unwrap,
 )
+from ape.tasks.transcripts import SessionLog
 
 log = logging.getLogger("ape")
 
@@ -152,7 +153,7 @@ class ItemProcessor:
         return result, record.transcript
 
     def run_item(
-        self, item: BaseModel, refresh: bool = False, session_log: Any | None = None
+        self, item: BaseModel, refresh: bool = False, session_log: SessionLog | None = None
     ) -> tuple[OutputBatch, list[list[Any]]]:
         """All runs of ``item``. Transcripts go to ``session_log`` as each session closes,
         or are returned (for a Dask worker, whose parent writes them)."""
@@ -181,11 +182,9 @@ class ItemProcessor:
         return OutputBatch(item_id=key, model_id=self.plan.model_id, sessions=sessions), transcripts
 
 
-def _close_chain(clock: StageClock, outcome: Outcome, check: Any, score: float | None) -> None:
+def _close_chain(clock: StageClock, outcome: Outcome, check: CheckResult | None, score: float | None) -> None:
     """Mark the check and score stages: a checker that raised is Failed, a wrong answer
     Completed as ``Incorrect`` (a result, not a failure), an unchecked session Skipped."""
-    from ape.schemas.results import CheckStatus
-
     if check is None:
         clock.skipped("check", f"no solution to check ({outcome.value})")
     elif check.status is CheckStatus.ERROR:

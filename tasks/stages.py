@@ -205,8 +205,8 @@ def render_task(template: str, item: BaseModel, item_id: str) -> str:
 
 
 @task(name="check", task_run_name="check[{item_id}]#{run_index}", cache_policy=NO_CACHE, persist_result=False)
-def check_task(carousel: Any, item: BaseModel, solution: Any, item_id: str, run_index: int) -> CheckResult:
-    """``carousel`` is the run's CheckerCarousel (it lends a checker and applies the time limit)."""
+def check_task(carousel: CheckerCarousel, item: BaseModel, solution: Any, item_id: str, run_index: int) -> CheckResult:
+    """The carousel lends the run's checker and applies its time limit."""
     return carousel.check(item, solution)
 
 
