@@ -227,7 +227,7 @@ def _print_estimate(config: ApeConfig, plan: Any) -> None:
 def plan(config_path: Path, difference: float, output: Path | None = None) -> int:
     """``ape plan``: items and runs needed to detect ``difference`` at 80% power."""
     from ape.tasks.power import ASSUMED, plan_table, variance_from_sessions
-    from ape.tasks.report import load_sessions, results_files
+    from ape.tasks.sessions_table import load_sessions, results_files
 
     if not 0 < difference < 1:
         raise ApeError(
@@ -265,7 +265,8 @@ def plan(config_path: Path, difference: float, output: Path | None = None) -> in
 
 
 def report(outputs: list[Path], out: Path | None) -> int:
-    from ape.tasks.report import build_report, markdown_table
+    from ape.tasks.markdown import markdown_table
+    from ape.tasks.report import build_report
 
     for folder in outputs:
         if not folder.is_dir():

@@ -345,7 +345,8 @@ def _criteria_status(breach: Breach | None) -> dict[str, str]:
 
 def finish(envelope: Envelope, breach: Breach | None, out: Path) -> DemoResult:
     """Write the verdict into the envelope (summary.criteria, and error when broken)."""
-    from ape.tasks.report import error_envelope, markdown_table, write_envelope
+    from ape.tasks.envelope import error_envelope, write_envelope
+    from ape.tasks.markdown import markdown_table
 
     summary = Summary(**{**envelope.summary.model_dump(), "criteria": _criteria_status(breach)})
     if breach is not None:
@@ -432,7 +433,7 @@ def demo_exit(
 ) -> int:
     """Run the demo, print the markdown table and the verdict, return the exit code
     (module docstring) against whatever Prefect API is configured."""
-    from ape.tasks.report import markdown_table
+    from ape.tasks.markdown import markdown_table
 
     result = run_demo(out, parallel, tasks_file=tasks_file, adapters=adapters, outrank=outrank)
     print(markdown_table(result.envelope))
