@@ -1,10 +1,11 @@
 """The report: saved results in, Parquet tables, a JSON envelope, markdown and a chart out.
 
-:func:`build_report` reads every ``results.jsonl`` under the given folders (no model
-is called) and writes into the report folder:
+:func:`build_report` reads every results file under the given folders (``results.jsonl``,
+or the ``[run] save_file`` a run recorded in its metadata; see :mod:`ape.tasks.run_files`),
+calls no model, and writes into the report folder:
 
 ``sessions.parquet`` - one row per session
-    source (string): the results.jsonl the row came from; line (int64): its line number;
+    source (string): the results file the row came from; line (int64): its line number;
     saved_at (timestamp[us, UTC]): when the item's batch was saved;
     model_id, item_id (string); run_index (int64): which of the runs_per_data sessions;
     outcome (string): SOLVED, PARSING_FAILED, GAVE_UP or ERROR;
@@ -61,9 +62,6 @@ markdown of :func:`ape.tasks.markdown.markdown_table`) and ``summary.png`` (:mod
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -84,27 +82,8 @@ from ape.tasks.chart import write_summary_chart
 from ape.tasks.envelope import error_envelope, leaderboard_rows, pairwise_rows, summary_of, write_envelope
 from ape.tasks.markdown import markdown_table
 from ape.tasks.parquet_tables import INT_LEADERBOARD, INT_PAIRWISE, write_frame
-from ape.tasks.provenance import environment
-from ape.tasks.sessions_table import results_files, session_table
-
-log = logging.getLogger(__name__)
-
-
-def run_provenance(output_dirs: Iterable[Path]) -> dict[str, Any]:
-    """Model id -> the ``provenance`` each run recorded in the metadata.json beside its results."""
-    found: dict[str, Any] = {}
-    for results in results_files(output_dirs):
-        meta = results.parent / "metadata.json"
-        if not meta.is_file():
-            candidates = sorted(results.parent.glob("*.json"))
-            meta = next((c for c in candidates if c.name != "report.json"), meta)
-        try:
-            data = json.loads(meta.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get("provenance"), dict):
-            found[str(data.get("model") or results.parent.name)] = data["provenance"]
-    return found
+from ape.tasks.provenance import environment, recorded_provenance
+from ape.tasks.sessions_table import session_table
 
 
 def build_report(
@@ -115,7 +94,7 @@ def build_report(
     extra_summary: dict | None = None,
     raise_on_error: bool = True,
 ) -> Envelope:
-    """Read every results.jsonl under ``output_dirs`` and write the report into ``report_dir``.
+    """Read every results file under ``output_dirs`` and write the report into ``report_dir``.
 
     On failure ``report.json`` still gets written, holding the error and whatever parts
     were computed; then the exception propagates (or, with ``raise_on_error=False``,
@@ -132,7 +111,7 @@ def build_report(
         summary = summary_of(sessions, wall_seconds=wall_seconds, extra_summary=extra_summary)
         partial["summary"] = summary
 
-        summary.provenance = {"report": environment(), "runs": run_provenance(output_dirs)}
+        summary.provenance = {"report": environment(), "runs": recorded_provenance(output_dirs)}
 
         stage = "aggregating the leaderboard"
         leaderboard = aggregate(sessions)

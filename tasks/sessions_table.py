@@ -18,11 +18,10 @@ import pyarrow as pa
 
 from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch, SessionResult
+from ape.tasks.run_files import DEFAULT_SAVE_FILE, results_files
 from ape.tasks.save import scan_results
 
 log = logging.getLogger(__name__)
-
-RESULTS_FILE = "results.jsonl"
 
 SESSIONS_SCHEMA = pa.schema([
     ("source", pa.string()), ("line", pa.int64()), ("saved_at", pa.timestamp("us", tz="UTC")),
@@ -37,22 +36,6 @@ SESSIONS_SCHEMA = pa.schema([
     ("cached", pa.bool_()), ("solution", pa.string()), ("raw_output", pa.string()),
     ("cluster", pa.string()), ("cost", pa.float64()), ("expected", pa.string()),
 ])  # fmt: skip
-
-
-def results_files(output_dirs: Iterable[Path]) -> list[Path]:
-    """Every results.jsonl under each folder (recursively, sorted), in the order given.
-
-    A path that is a file is taken as a results file itself.
-    """
-    found: list[Path] = []
-    for folder in map(Path, output_dirs):
-        if folder.is_file():
-            found.append(folder)
-        elif folder.is_dir():
-            found.extend(sorted(folder.rglob(RESULTS_FILE)))
-        else:
-            raise ApeError("no such folder", where=str(folder), hint="give the run's output folder")
-    return found
 
 
 def _json_text(value: Any) -> str | None:
@@ -128,7 +111,7 @@ def session_table(output_dirs: Iterable[Path]) -> pa.Table:
     files = results_files(output_dirs)
     if not files:
         raise ApeError(
-            f"no {RESULTS_FILE} found",
+            f"no {DEFAULT_SAVE_FILE} found, nor a run's metadata naming its results file",
             where=", ".join(str(d) for d in output_dirs) or "(no folders given)",
             hint="pass the output folder of a finished or partial run",
         )
