@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated outcomes to redo: ERROR, PARSING_FAILED, GAVE_UP, SOLVED (default: ERROR)",
     )
     ret.add_argument(
-        "--config", type=Path, default=None, help="config to use (default: the one recorded in metadata.json)"
+        "--config", type=Path, default=None, help="config to use (default: the one recorded in the run's metadata file)"
     )
     _run_options(ret, output=False)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shlex
@@ -229,7 +228,8 @@ def _print_estimate(config: ApeConfig, plan: Any) -> None:
 def plan(config_path: Path, difference: float, output: Path | None = None) -> int:
     """``ape plan``: items and runs needed to detect ``difference`` at 80% power."""
     from ape.tasks.power import ASSUMED, plan_table, variance_from_sessions
-    from ape.tasks.report import load_sessions, results_files
+    from ape.tasks.run_files import results_files
+    from ape.tasks.sessions_table import load_sessions
 
     if not 0 < difference < 1:
         raise ApeError(
@@ -267,7 +267,8 @@ def plan(config_path: Path, difference: float, output: Path | None = None) -> in
 
 
 def report(outputs: list[Path], out: Path | None) -> int:
-    from ape.tasks.report import build_report, markdown_table
+    from ape.tasks.markdown import markdown_table
+    from ape.tasks.report import build_report
 
     for folder in outputs:
         if not folder.is_dir():
@@ -290,31 +291,28 @@ def report(outputs: list[Path], out: Path | None) -> int:
 
 
 def _benchmarks_of(outputs: list[Path]) -> dict[str, list[Path]]:
-    """The benchmark name recorded in each folder's metadata.json (its own or its models')."""
+    """The benchmark name recorded in each folder's run metadata (its own or its models')."""
+    from ape.tasks.run_files import metadata_near
+
     found: dict[str, list[Path]] = {}
     for folder in outputs:
-        for meta in [folder / "metadata.json", *sorted(folder.glob("*/metadata.json"))]:
-            if meta.is_file():
-                try:
-                    name = json.loads(meta.read_text(encoding="utf-8")).get("benchmark")
-                except (OSError, ValueError):
-                    continue
-                if name:
-                    found.setdefault(str(name), [])
-                    if folder not in found[str(name)]:
-                        found[str(name)].append(folder)
+        for _, data in metadata_near(folder):
+            name = data.get("benchmark")
+            if name:
+                found.setdefault(str(name), [])
+                if folder not in found[str(name)]:
+                    found[str(name)].append(folder)
     return found
 
 
 def _recorded_config(output: Path) -> tuple[Path, Path, list[str] | None]:
     """(config file, top output folder, models to redo) recorded by an earlier run in
     ``output``: the benchmark's folder (every model), or one model's folder of a
-    several-model benchmark (that model only)."""
-    candidates = [output / "metadata.json", *sorted(output.glob("*/metadata.json"))]
-    for meta in candidates:
-        if not meta.is_file():
-            continue
-        data = json.loads(meta.read_text(encoding="utf-8"))
+    several-model benchmark (that model only). The run's metadata file is found by its
+    content, whatever ``[run] metadata_file`` called it (see ape.tasks.run_files)."""
+    from ape.tasks.run_files import metadata_near
+
+    for meta, data in metadata_near(output):
         if not data.get("config_file"):
             continue
         config_file = Path(data["config_file"])
@@ -328,7 +326,11 @@ def _recorded_config(output: Path) -> tuple[Path, Path, list[str] | None]:
         if several and output.name == slug(str(data["model"])):
             return config_file, output.parent, [str(data["model"])]
         return config_file, output, None
-    raise ApeError("no metadata.json with a recorded config found", where=str(output), hint="pass --config CONFIG.toml")
+    raise ApeError(
+        "no run metadata with a recorded config found here or in its sub-folders",
+        where=str(output),
+        hint="pass the output folder of an earlier run, or --config CONFIG.toml",
+    )
 
 
 def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict, *, use_server: bool = True) -> int:
@@ -414,7 +416,7 @@ def demo_exit(
     """Run the demo against whatever Prefect API is configured, print the markdown table
     and the verdict, and return the exit code (see :mod:`ape.flows.demo`)."""
     from ape.flows.demo import WALL_BUDGET_S, run_demo
-    from ape.tasks.report import markdown_table
+    from ape.tasks.markdown import markdown_table
 
     result = run_demo(out, parallel, tasks_file=tasks_file, adapters=adapters, outrank=outrank)
     print(markdown_table(result.envelope))

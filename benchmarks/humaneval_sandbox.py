@@ -125,6 +125,8 @@ def write_benchmark(folder: Path, rows: list[dict], *, sandbox: str, label: str,
 
 def run_benchmark(config: Path, env: dict[str, str] | None = None) -> dict:
     """``python -m ape run CONFIG``; the envelope, passes per model, exit code and wall time."""
+    from ape.tasks.run_files import run_files_in
+
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "ape", "run", str(config), "--no-progress"],
@@ -138,7 +140,7 @@ def run_benchmark(config: Path, env: dict[str, str] | None = None) -> dict:
     passes: dict[str, int] = {}
     sandboxes: set[str] = set()
     for model in ("canonical", "return-none"):
-        results = out / model / "results.jsonl"
+        results = run_files_in(out / model).results
         count = 0
         for line in results.read_text().splitlines() if results.exists() else []:
             batch = json.loads(line)

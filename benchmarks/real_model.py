@@ -85,10 +85,12 @@ def run_ape(config: Path, out: Path, attempts: int = 2) -> dict[str, Any]:
         )
     else:
         raise RuntimeError("ape run failed every attempt")
+    from ape.tasks.run_files import run_files_in
+
     envelope = json.loads((out / "report.json").read_text())
     sessions = [
         s
-        for line in (out / "results.jsonl").read_text().splitlines()
+        for line in run_files_in(out).results.read_text().splitlines()
         if line.strip()
         for s in json.loads(line)["sessions"]
     ]

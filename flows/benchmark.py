@@ -40,7 +40,8 @@ def _run_name() -> str:
 @task(name="report", task_run_name="report[{config.name}]", cache_policy=NO_CACHE, persist_result=False)
 def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Leaderboard, pairwise comparison and calibration from the saved results (no model calls)."""
-    from ape.tasks.report import build_report, markdown_table
+    from ape.tasks.markdown import markdown_table
+    from ape.tasks.report import build_report
 
     files = [config.output_dir_for(m) / config.run.save_file for m in config.model]
     envelope = build_report(
@@ -66,7 +67,7 @@ def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | 
 
 
 def _calibration_markdown(envelope: Any) -> str:
-    from ape.tasks.report import calibration_table
+    from ape.tasks.markdown import calibration_table
 
     return "\n".join(["# Calibration", "", *calibration_table(envelope)])
 
@@ -77,7 +78,8 @@ def record_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dict[str,
     from ape.flows.alerts import publish
     from ape.flows.recurring import record_run
     from ape.schemas.report import Envelope
-    from ape.tasks.report import markdown_table, write_envelope
+    from ape.tasks.envelope import write_envelope
+    from ape.tasks.markdown import markdown_table
 
     report = Envelope.model_validate(envelope)
     rows = record_run(config, top, info, report)

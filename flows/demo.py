@@ -176,7 +176,8 @@ def run_eval(
 
 def finish(envelope: Envelope, breach: Breach | None, out: Path) -> DemoResult:
     """Write the verdict into the envelope (summary.criteria, and error when broken)."""
-    from ape.tasks.report import markdown_table, write_envelope
+    from ape.tasks.envelope import write_envelope
+    from ape.tasks.markdown import markdown_table
 
     envelope = with_verdict(envelope, breach)
     report = write_envelope(out / "report.json", envelope)

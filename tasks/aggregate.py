@@ -1,6 +1,6 @@
 """Aggregation over saved sessions: the leaderboard, per-category scores and pairwise comparisons.
 
-Every function takes the sessions table of :func:`ape.tasks.report.load_sessions` (one row
+Every function takes the sessions table of :func:`ape.tasks.sessions_table.load_sessions` (one row
 per session; at least ``model_id``, ``item_id``, ``score``, ``correct``) and returns a
 plain DataFrame. Items are the unit of statistics: a model's runs of one item are
 averaged first, then means are taken over items, so ``runs_per_data > 1`` does not
@@ -50,7 +50,7 @@ def _require(sessions: pd.DataFrame, columns: Iterable[str]) -> None:
     missing = [c for c in columns if c not in sessions.columns]
     if missing:
         raise ValueError(
-            f"the sessions table lacks the columns {missing}; build it with ape.tasks.report.load_sessions"
+            f"the sessions table lacks the columns {missing}; build it with ape.tasks.sessions_table.load_sessions"
         )
 
 

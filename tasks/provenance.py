@@ -1,7 +1,7 @@
 """Provenance: what a reader needs to trust (and redo) a run's numbers.
 
-Recorded in every ``metadata.json`` (key ``provenance``) when a run starts, and
-gathered into ``report.json`` (``provenance``: the report builder's environment plus
+Recorded in every run's metadata file (``metadata.json``, key ``provenance``) when a run
+starts, and gathered into ``report.json`` (``provenance``: the report builder's environment plus
 each run's record, by model). Nothing here is secret: API keys and secret-looking
 model arguments never enter a model fingerprint (:func:`ape.tasks.models.model_fingerprint`).
 
@@ -21,12 +21,14 @@ import json
 import platform
 import subprocess
 import sys
+from collections.abc import Iterable
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from ape.schemas.config import ApeConfig
+from ape.tasks.run_files import find_runs
 
 PACKAGES = (
     "ape-bench", "prefect", "pydantic", "langchain-core", "langchain-openai", "numpy", "scipy",
@@ -131,3 +133,13 @@ def sandbox_of(config: ApeConfig) -> str | None:
         return resolve(config.checker.args.get("sandbox", "auto"))
     except SandboxUnavailable as exc:
         return f"unavailable: {exc}"
+
+
+def recorded_provenance(output_dirs: Iterable[Path]) -> dict[str, Any]:
+    """Model id -> the ``provenance`` each run under ``output_dirs`` recorded in the metadata
+    beside its results (see :func:`ape.tasks.run_files.find_runs`)."""
+    found: dict[str, Any] = {}
+    for run in find_runs(output_dirs):
+        if isinstance(run.metadata.get("provenance"), dict):
+            found[str(run.metadata.get("model") or run.folder.name)] = run.metadata["provenance"]
+    return found

@@ -34,6 +34,7 @@ from typing import Any, TextIO
 from pydantic import ValidationError
 
 from ape.schemas.results import Outcome, OutputBatch
+from ape.tasks.run_files import SAVE_FILE_KEY
 
 log = logging.getLogger("ape")
 
@@ -282,6 +283,7 @@ class SaveHandler:
         self._meta_dirty = False
         meta = {
             **self.run_info,
+            SAVE_FILE_KEY: self.results_path.name,  # how readers find the results (tasks.run_files)
             "completed_ids": list(self.completed),
             "errored_ids": self.errored_ids(),
             "updated_at": datetime.now(UTC).isoformat(),

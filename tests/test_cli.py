@@ -123,7 +123,8 @@ def test_report_refuses_to_rank_different_benchmarks_together(tmp_path, capsys):
         (folder / "results.jsonl").write_text(
             OutputBatch(item_id="i0", model_id=model, sessions=[s]).model_dump_json() + "\n"
         )
-        (folder / "metadata.json").write_text(json.dumps({"benchmark": bench, "model": model}))
+        meta = {"benchmark": bench, "model": model, "completed_ids": ["i0"], "errored_ids": []}
+        (folder / "metadata.json").write_text(json.dumps(meta))
         folders.append(str(folder))
     code = main(["report", *folders, "--out", str(tmp_path / "rep")])
     err = capsys.readouterr().err

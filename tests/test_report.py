@@ -20,14 +20,10 @@ from ape.schemas.results import (
     OutputBatch,
     SessionResult,
 )
-from ape.tasks.report import (
-    SESSIONS_SCHEMA,
-    build_report,
-    error_envelope,
-    load_sessions,
-    markdown_table,
-    write_envelope,
-)
+from ape.tasks.envelope import error_envelope, write_envelope
+from ape.tasks.markdown import markdown_table
+from ape.tasks.report import build_report
+from ape.tasks.sessions_table import SESSIONS_SCHEMA, load_sessions
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

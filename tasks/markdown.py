@@ -1,0 +1,149 @@
+"""The report as markdown: ``leaderboard.md``, the printed table and the Prefect artifacts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ape.schemas.report import Envelope, LeaderboardRow
+
+
+def _cell(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _interval(mean: float | None, low: float | None, high: float | None) -> str:
+    if mean is None:
+        return "-"
+    if low is None or high is None:
+        return f"{mean:.3f}"
+    return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
+def _rank(row: LeaderboardRow) -> str:
+    if row.rank_low is None or row.rank_high is None or row.rank_low == row.rank_high:
+        return str(row.rank)
+    return f"{row.rank} ({row.rank_low}-{row.rank_high})"
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def calibration_table(envelope: Envelope) -> list[str]:
+    """The calibration table's markdown lines (the leaderboard and the Prefect artifact)."""
+    header = ["Model", "ECE", "Brier", "Populated bins", "With confidence", "Without"]
+    rows = [
+        [_cell(model_id), _cell(c.ece), _cell(c.brier), f"{c.populated_bins}/{c.n_bins}",
+         str(c.n), str(c.missing)]
+        for model_id, c in envelope.calibration.items()
+    ]  # fmt: skip
+    return _table(header, rows)
+
+
+def markdown_table(envelope: Envelope) -> str:
+    """The report as markdown: leaderboard, per-category, pairwise and calibration tables,
+    then the summary and provenance lines."""
+    lines: list[str] = []
+    if envelope.error is not None:
+        lines += [f"**Report failed** ({envelope.error.type}): {_cell(envelope.error.message)}", ""]
+    if envelope.leaderboard:
+        with_k = any(row.pass_at_k for row in envelope.leaderboard)
+        with_cost = any(row.total_cost is not None for row in envelope.leaderboard)
+        header = ["Rank (range)", "Group", "Model", "Items", "Mean score [95% CI]", "CI method",
+                  "Pass rate [95% CI]"]  # fmt: skip
+        header += ["pass@k"] if with_k else []
+        header += ["Solved", "Parse failed", "Gave up", "Error", "Check errors", "Latency s", "Tokens in/out"]
+        header += ["Cost", "Cost/correct"] if with_cost else []
+        rows = []
+        for row in envelope.leaderboard:
+            cells = [_rank(row), _cell(row.tie_group), _cell(row.model_id), str(row.n_items),
+                     _interval(row.mean_score, row.ci_low, row.ci_high), _cell(row.ci_method),
+                     _interval(row.pass_rate, row.pass_rate_low, row.pass_rate_high)]  # fmt: skip
+            if with_k:
+                cells.append(", ".join(f"@{k} {v:.3f}" for k, v in row.pass_at_k.items()) or "-")
+            tokens = f"{_cell(row.mean_input_tokens, 0)}/{_cell(row.mean_output_tokens, 0)}"
+            cells += [str(row.outcomes.SOLVED), str(row.outcomes.PARSING_FAILED),
+                      str(row.outcomes.GAVE_UP), str(row.outcomes.ERROR), str(row.check_errors),
+                      _cell(row.mean_latency_s, 2), tokens]  # fmt: skip
+            if with_cost:
+                cells += [_money(row.total_cost), _money(row.cost_per_correct)]
+            rows.append(cells)
+        lines += ["## Leaderboard", "", *_table(header, rows), "",
+                  "Rank (range): the places a model could hold given the Holm-corrected pairwise "
+                  "tests; models in one group are not significantly different from its first.", ""]  # fmt: skip
+    categories = sorted({c for row in envelope.leaderboard for c in row.by_category})
+    if categories:
+        header = ["Model", *(_cell(c) for c in categories)]
+        rows = [
+            [_cell(row.model_id)]
+            + [
+                f"{_cell(row.by_category[c].mean_score)} ({row.by_category[c].n_items})"
+                if c in row.by_category else "-"
+                for c in categories
+            ]
+            for row in envelope.leaderboard
+        ]  # fmt: skip
+        lines += ["## By category (mean score, items)", "", *_table(header, rows), ""]
+    if envelope.pairwise:
+        header = ["A", "B", "Items", "Mean diff A-B [95% CI]", "CI method", "Win/tie/loss",
+                  "Only A / only B passed", "p (McNemar)", "p Holm", "r", "MDE 80%"]  # fmt: skip
+        rows = [
+            [_cell(p.model_a), _cell(p.model_b), str(p.n_items),
+             _interval(p.mean_diff, p.ci_low, p.ci_high), _cell(p.ci_method),
+             f"{p.wins}/{p.ties}/{p.losses}", f"{p.a_only}/{p.b_only}",
+             f"{_cell(p.p_value)} ({p.test})" if p.p_value is not None else "-",
+             _cell(p.p_holm) + (" *" if p.significant else ""), _cell(p.correlation, 2),
+             _cell(p.mde_80)]
+            for p in envelope.pairwise
+        ]  # fmt: skip
+        lines += ["## Pairwise", "", *_table(header, rows), "",
+                  "r: correlation of the two models' item scores; MDE 80%: the smallest "
+                  "difference this comparison detects with 80% power; * significant after Holm.",
+                  ""]  # fmt: skip
+    if envelope.calibration:
+        lines += ["## Calibration", "", *calibration_table(envelope), ""]
+    if envelope.regressions:
+        header = ["Model", "Against run", "Verdict", "Items", "Score diff [95% CI]", "Passed now/before only",
+                  "p (exact McNemar)", "Detectable change"]  # fmt: skip
+        rows = [
+            [_cell(r.model_id), f"{r.against} {r.reference_run_id}", f"**{r.verdict}**", str(r.n_items),
+             _interval(r.mean_diff, r.ci_low, r.ci_high), f"{r.current_only}/{r.reference_only}",
+             _cell(r.p_value), _cell(r.min_detectable_change)]
+            for r in envelope.regressions
+        ]  # fmt: skip
+        notes = [f"- {r.model_id} vs {r.against}: {_cell(r.note)}" for r in envelope.regressions if r.note]
+        lines += ["## Changes since earlier runs", "", *_table(header, rows), *notes, ""]
+    summary = envelope.summary
+    wall = f", {summary.wall_seconds:.1f} s" if summary.wall_seconds is not None else ""
+    lines.append(f"{summary.tasks} tasks, {summary.models} models, {summary.sessions} sessions{wall}")
+    lines += _provenance_lines(summary.provenance)
+    return "\n".join(lines) + "\n"
+
+
+def _provenance_lines(provenance: Mapping[str, Any]) -> list[str]:
+    runs = provenance.get("runs") or {}
+    report = provenance.get("report") or {}
+    if not runs and not report:
+        return []
+    first: Mapping[str, Any] = next(iter(runs.values()), {})
+    parts = [f"APE {report.get('ape_version') or first.get('ape_version') or '?'}"]
+    if first.get("config_sha256"):
+        parts.append(f"config sha256 {first['config_sha256'][:12]}")
+    if first.get("data_sha256"):
+        parts.append(f"data sha256 {first['data_sha256'][:12]}")
+    if first.get("git_commit"):
+        parts.append(f"git {first['git_commit'][:10]}" + (" (dirty)" if first.get("git_dirty") else ""))
+    return ["", "Provenance: " + ", ".join(parts) + " (full record in report.json)"]
