@@ -14,10 +14,11 @@ Sources of a model, in the order :func:`build_model` checks them:
   LangChain integration, through ``langchain``'s ``init_chat_model`` when that
   is installed, else by importing the integration's class directly.
 - ``class = "pkg.module:attr"``: a ``BaseChatModel`` subclass or instance, a
-  factory returning one, or a seed-3 ``ModelAdapter`` class or instance.
+  factory returning one, or a seed-3 ``ModelAdapter`` class or instance (seen as
+  a chat model through :class:`ape.tasks.adapter_chat.AdapterChatModel`).
 
 Whatever the source, the result goes through one retry policy and one
-per-model rate limiter (:mod:`tasks.limits`). Chat models are wrapped in
+per-model rate limiter (:mod:`tasks.limits`): it is wrapped in
 :class:`ManagedChatModel`, a thin ``BaseChatModel`` rather than a
 ``RunnableRetry``, because solvers need ``bind_tools`` on what they get and
 because a retry must cover exactly one request (each attempt takes its own
@@ -48,14 +49,13 @@ from ape.schemas.errors import ApeError, did_you_mean
 from ape.schemas.models import ModelAdapter
 from ape.schemas.plugins import describe_exception, load_object
 from ape.schemas.registry import BUILTINS, PROVIDER_PACKAGES
-from ape.schemas.results import Generation
+from ape.tasks.adapter_chat import AdapterChatModel
 from ape.tasks.limits import RateLimiter, RetryPolicy, classify_error, limiter_for
 from ape.tasks.llama_server import ALIAS, SERVER_ARGS, is_llama_cpp, model_file, server_missing
 from ape.tasks.mock_models import Behaviour, MockChatModel
 
 __all__ = [
     "PROVIDERS",
-    "ManagedAdapter",
     "ManagedChatModel",
     "build_model",
     "classify_error",
@@ -133,9 +133,10 @@ class ManagedChatModel(BaseChatModel):
             kwargs["tool_choice"] = tool_choice
         try:
             bound = self.inner.bind_tools(tools, **kwargs)
-        except NotImplementedError:
+        except NotImplementedError as exc:
+            reason = f" ({exc})" if str(exc) else ""
             raise ApeError(
-                f"model class {type(self.inner).__name__} does not support tools",
+                f"model class {type(self.inner).__name__} does not support tools{reason}",
                 where=f"[model] '{self.model_id}'",
                 hint="use a model with tool calling, or remove the [tools] sections",
             ) from None
@@ -147,24 +148,7 @@ class ManagedChatModel(BaseChatModel):
         return self.bind(**bound.kwargs)
 
 
-class ManagedAdapter:
-    """A seed-3 ModelAdapter whose ``generate`` goes through the retry policy and rate limiter."""
-
-    def __init__(self, inner: ModelAdapter, retry: RetryPolicy, limiter: RateLimiter):
-        self.inner = inner
-        self.retry = retry
-        self.limiter = limiter
-        self.model_id = inner.model_id
-
-    def generate(self, prompt: str, task: Any) -> Generation:
-        def attempt() -> Generation:
-            with self.limiter.acquire():
-                return self.inner.generate(prompt, task)
-
-        return self.retry.call(attempt)
-
-
-def build_model(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | ModelAdapter:
+def build_model(cfg: ModelConfig, base_dir: Path) -> ManagedChatModel:
     """Build the model of one ``[model]`` section, wrapped in retries and its rate limiter.
 
     ``base_dir`` is the config file's folder: plugins import from there and
@@ -174,12 +158,10 @@ def build_model(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | ModelAdapte
     raw = _build_raw(cfg, base_dir)
     retry = RetryPolicy.from_config(cfg)
     limiter = limiter_for(cfg.model_id, cfg)
-    if isinstance(raw, BaseChatModel):
-        return ManagedChatModel(inner=raw, retry=retry, limiter=limiter, model_id=cfg.model_id)
-    return ManagedAdapter(raw, retry, limiter)
+    return ManagedChatModel(inner=raw, retry=retry, limiter=limiter, model_id=cfg.model_id)
 
 
-def _build_raw(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | ModelAdapter:
+def _build_raw(cfg: ModelConfig, base_dir: Path) -> BaseChatModel:
     if cfg.class_ is not None:
         return _from_dotted_path(cfg, base_dir)
     provider = (cfg.provider or "").strip().lower()
@@ -396,8 +378,9 @@ def _init_chat_model() -> Any:
     return init_chat_model
 
 
-def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | ModelAdapter:
-    """A chat model or ModelAdapter named by ``class``, called with ``args``."""
+def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel:
+    """A chat model or ModelAdapter named by ``class``, called with ``args``; an adapter
+    becomes an :class:`AdapterChatModel`."""
     where = _where(cfg)
     provider_only = {
         "model": cfg.model,
@@ -420,7 +403,7 @@ def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | Model
     if isinstance(target, (BaseChatModel, ModelAdapter)) and not isinstance(target, type):
         if cfg.args:
             raise ApeError(f"'{cfg.class_}' is already a model instance; it takes no args", where=where)
-        return target
+        return _as_chat_model(target)
     if not callable(target):
         raise ApeError(
             f"'{cfg.class_}' is a {type(target).__name__}, not a chat model, factory or ModelAdapter",
@@ -433,7 +416,7 @@ def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | Model
     except TypeError as exc:
         raise ApeError(f"calling '{cfg.class_}' with args failed: {exc}", where=where) from None
     if isinstance(model, (BaseChatModel, ModelAdapter)):
-        return model
+        return _as_chat_model(model)
     raise ApeError(
         f"'{cfg.class_}' returned a {type(model).__name__}, not a LangChain BaseChatModel or a "
         "ModelAdapter (an object with model_id and generate(prompt, task))",
@@ -477,3 +460,7 @@ def model_fingerprint(cfg: ModelConfig) -> dict[str, Any]:
         "max_tokens": cfg.max_tokens,
         "logprobs": bool(logprobs),
     }
+
+
+def _as_chat_model(model: BaseChatModel | ModelAdapter) -> BaseChatModel:
+    return model if isinstance(model, BaseChatModel) else AdapterChatModel(adapter=model)
