@@ -17,7 +17,7 @@ from ape.schemas.transcript import EntryKind, SolveRecord
 from ape.tasks.adapt import LastNumberAdapter, RawAdapter
 from ape.tasks.adapter_chat import AdapterChatModel, adapter_prompt, takes_item
 from ape.tasks.limits import RateLimiter, RetryPolicy
-from ape.tasks.models import ManagedChatModel
+from ape.tasks.managed_model import ManagedChatModel
 from ape.tasks.solve import bind_tools, run_adaption, run_solver, solve_session
 from ape.tasks.tools import calculator
 

@@ -15,6 +15,7 @@ from ape.schemas.models import ModelAdapter
 from ape.schemas.results import Generation
 from ape.schemas.taskspec import METRIC_NAMES, POSTPROCESS_NAMES, TASK_TEMPLATE, TaskSpec
 from ape.tasks.adapter_chat import AdapterChatModel
+from ape.tasks.managed_model import ManagedChatModel
 from ape.tasks.model_adapters import (
     REGISTRY_PATH,
     BiasedAdapter,
@@ -26,7 +27,7 @@ from ape.tasks.model_adapters import (
     registered_adapter,
     unregister_adapter,
 )
-from ape.tasks.models import ManagedChatModel, build_model
+from ape.tasks.models import build_model
 from ape.tasks.render import render
 from ape.tasks.taskspec import POSTPROCESSORS, TaskSpecChecker, load_tasks, postprocess, write_tasks
 

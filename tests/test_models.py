@@ -26,8 +26,10 @@ from ape.schemas.errors import ApeError
 from ape.schemas.models import ModelAdapter
 from ape.tasks.adapter_chat import AdapterChatModel
 from ape.tasks.limits import clear_limiters
+from ape.tasks.managed_model import ManagedChatModel
 from ape.tasks.mock_models import MockChatModel, MockTransientError
-from ape.tasks.models import ManagedChatModel, build_model, model_fingerprint
+from ape.tasks.model_fingerprint import model_fingerprint
+from ape.tasks.models import build_model
 
 FAST = {"retry_initial_s": 0.001, "retry_max_s": 0.002}
 
