@@ -85,7 +85,7 @@ def load_data_model(config: ApeConfig) -> type[BaseModel]:
 def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> Plan:
     from ape.tasks.adapt import load_adapter
     from ape.tasks.check import load_checker
-    from ape.tasks.models import model_fingerprint
+    from ape.tasks.model_fingerprint import model_fingerprint
     from ape.tasks.runs import cache_scope_key
 
     data_model = load_data_model(config)

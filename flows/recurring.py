@@ -39,7 +39,7 @@ def item_hashes(config: ApeConfig) -> dict[str, str]:
 
 def fingerprints(config: ApeConfig, model_index: int) -> dict[str, str]:
     """Hashes of what shapes the answers (model, prompt, solver) and what grades them."""
-    from ape.tasks.models import model_fingerprint
+    from ape.tasks.model_fingerprint import model_fingerprint
 
     prompt = config.prompt
     answers = {

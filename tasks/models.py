@@ -1,4 +1,4 @@
-"""Build the chat model a ``[model]`` section describes, with retries and rate limits.
+"""Build the chat model a ``[model]`` section describes, wrapped in its retries and rate limits.
 
 Sources of a model, in the order :func:`build_model` checks them:
 
@@ -14,16 +14,15 @@ Sources of a model, in the order :func:`build_model` checks them:
   LangChain integration, through ``langchain``'s ``init_chat_model`` when that
   is installed, else by importing the integration's class directly.
 - ``class = "pkg.module:attr"``: a ``BaseChatModel`` subclass or instance, a
-  factory returning one, or a seed-3 ``ModelAdapter`` class or instance.
+  factory returning one, or a seed-3 ``ModelAdapter`` class or instance (seen as
+  a chat model through :class:`ape.tasks.adapter_chat.AdapterChatModel`).
 
 Whatever the source, the result goes through one retry policy and one
-per-model rate limiter (:mod:`tasks.limits`). Chat models are wrapped in
-:class:`ManagedChatModel`, a thin ``BaseChatModel`` rather than a
-``RunnableRetry``, because solvers need ``bind_tools`` on what they get and
-because a retry must cover exactly one request (each attempt takes its own
-rate-limit token and concurrency slot, and no slot is held while backing
-off). Provider clients are built with ``max_retries=0`` so their own retries
-do not multiply ours or ignore the user's backoff settings.
+per-model rate limiter: it is wrapped in
+:class:`ape.tasks.managed_model.ManagedChatModel`. Provider clients are built
+with ``max_retries=0`` so their own retries do not multiply ours or ignore the
+user's backoff settings. What identifies a model's answers (for cache keys) is
+:func:`ape.tasks.model_fingerprint.model_fingerprint`.
 """
 
 from __future__ import annotations
@@ -32,35 +31,24 @@ import importlib
 import importlib.util
 import inspect
 import os
-import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args
 
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatResult
-from langchain_core.runnables import Runnable, RunnableBinding
-from pydantic import ConfigDict, ValidationError
+from langchain_core.language_models import BaseChatModel
+from pydantic import ValidationError
 
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError, did_you_mean
 from ape.schemas.models import ModelAdapter
 from ape.schemas.plugins import describe_exception, load_object
 from ape.schemas.registry import BUILTINS, PROVIDER_PACKAGES
-from ape.schemas.results import Generation
-from ape.tasks.limits import RateLimiter, RetryPolicy, classify_error, limiter_for
+from ape.tasks.adapter_chat import AdapterChatModel
+from ape.tasks.limits import RetryPolicy, limiter_for
 from ape.tasks.llama_server import ALIAS, SERVER_ARGS, is_llama_cpp, model_file, server_missing
+from ape.tasks.managed_model import ManagedChatModel
 from ape.tasks.mock_models import Behaviour, MockChatModel
 
-__all__ = [
-    "PROVIDERS",
-    "ManagedAdapter",
-    "ManagedChatModel",
-    "build_model",
-    "classify_error",
-    "model_fingerprint",
-]
+__all__ = ["PROVIDERS", "build_model"]
 
 BUILT_IN = ("mock", "openai", "llama-cpp")
 # LangChain integrations we know how to build without `langchain` installed, from the
@@ -72,99 +60,15 @@ PROVIDERS: dict[str, tuple[str, str, str]] = {
 }
 NO_KEY_PLACEHOLDER = "not-needed"  # local OpenAI-compatible servers accept any key
 
-# Argument names whose values are secrets: never part of a fingerprint.
-_SECRET_ARG = re.compile(r"(^|_)(api_?key|key|token|secret|password|credentials?)$|header", re.I)
-# Mock arguments that change timing or bookkeeping, not answers.
 # fields every LangChain chat model has, not specific to the mock
 _CHAT_MODEL_FIELDS = frozenset(BaseChatModel.model_fields)
-_MOCK_NON_BEHAVIOUR = frozenset({"latency_s", "call_log", "transient_failures"})
 
 
 def _where(cfg: ModelConfig) -> str:
     return f"[model] '{cfg.model_id}'"
 
 
-class ManagedChatModel(BaseChatModel):
-    """A chat model whose every request goes through a retry policy and a rate limiter.
-
-    It delegates ``_generate`` to the inner model, so usage metadata, response
-    metadata (log-probabilities) and tool calls come through unchanged.
-    ``bind_tools`` lets the inner model format the tools its own way and binds
-    the result on this wrapper, so tool-calling requests are retried and
-    limited too.
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
-
-    inner: BaseChatModel
-    retry: RetryPolicy
-    limiter: RateLimiter
-    model_id: str
-
-    @property
-    def _llm_type(self) -> str:
-        return f"ape-managed-{self.inner._llm_type}"
-
-    @property
-    def _identifying_params(self) -> dict[str, Any]:
-        return {"model_id": self.model_id, **self.inner._identifying_params}
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        def attempt() -> ChatResult:
-            with self.limiter.acquire():
-                return self.inner._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
-
-        return self.retry.call(attempt)
-
-    def bind_tools(
-        self,
-        tools: Sequence[Any],
-        *,
-        tool_choice: Any = None,
-        **kwargs: Any,
-    ) -> Runnable[LanguageModelInput, AIMessage]:
-        if tool_choice is not None:
-            kwargs["tool_choice"] = tool_choice
-        try:
-            bound = self.inner.bind_tools(tools, **kwargs)
-        except NotImplementedError:
-            raise ApeError(
-                f"model class {type(self.inner).__name__} does not support tools",
-                where=f"[model] '{self.model_id}'",
-                hint="use a model with tool calling, or remove the [tools] sections",
-            ) from None
-        if not isinstance(bound, RunnableBinding) or bound.bound is not self.inner:
-            raise TypeError(
-                f"{type(self.inner).__name__}.bind_tools returned {type(bound).__name__}, not a "
-                "binding of the model itself; APE cannot route its tool calls through retries"
-            )
-        return self.bind(**bound.kwargs)
-
-
-class ManagedAdapter:
-    """A seed-3 ModelAdapter whose ``generate`` goes through the retry policy and rate limiter."""
-
-    def __init__(self, inner: ModelAdapter, retry: RetryPolicy, limiter: RateLimiter):
-        self.inner = inner
-        self.retry = retry
-        self.limiter = limiter
-        self.model_id = inner.model_id
-
-    def generate(self, prompt: str, task: Any) -> Generation:
-        def attempt() -> Generation:
-            with self.limiter.acquire():
-                return self.inner.generate(prompt, task)
-
-        return self.retry.call(attempt)
-
-
-def build_model(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | ModelAdapter:
+def build_model(cfg: ModelConfig, base_dir: Path) -> ManagedChatModel:
     """Build the model of one ``[model]`` section, wrapped in retries and its rate limiter.
 
     ``base_dir`` is the config file's folder: plugins import from there and
@@ -174,12 +78,10 @@ def build_model(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | ModelAdapte
     raw = _build_raw(cfg, base_dir)
     retry = RetryPolicy.from_config(cfg)
     limiter = limiter_for(cfg.model_id, cfg)
-    if isinstance(raw, BaseChatModel):
-        return ManagedChatModel(inner=raw, retry=retry, limiter=limiter, model_id=cfg.model_id)
-    return ManagedAdapter(raw, retry, limiter)
+    return ManagedChatModel(inner=raw, retry=retry, limiter=limiter, model_id=cfg.model_id)
 
 
-def _build_raw(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | ModelAdapter:
+def _build_raw(cfg: ModelConfig, base_dir: Path) -> BaseChatModel:
     if cfg.class_ is not None:
         return _from_dotted_path(cfg, base_dir)
     provider = (cfg.provider or "").strip().lower()
@@ -396,8 +298,9 @@ def _init_chat_model() -> Any:
     return init_chat_model
 
 
-def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | ModelAdapter:
-    """A chat model or ModelAdapter named by ``class``, called with ``args``."""
+def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel:
+    """A chat model or ModelAdapter named by ``class``, called with ``args``; an adapter
+    becomes an :class:`AdapterChatModel`."""
     where = _where(cfg)
     provider_only = {
         "model": cfg.model,
@@ -420,7 +323,7 @@ def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | Model
     if isinstance(target, (BaseChatModel, ModelAdapter)) and not isinstance(target, type):
         if cfg.args:
             raise ApeError(f"'{cfg.class_}' is already a model instance; it takes no args", where=where)
-        return target
+        return _as_chat_model(target)
     if not callable(target):
         raise ApeError(
             f"'{cfg.class_}' is a {type(target).__name__}, not a chat model, factory or ModelAdapter",
@@ -433,7 +336,7 @@ def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | Model
     except TypeError as exc:
         raise ApeError(f"calling '{cfg.class_}' with args failed: {exc}", where=where) from None
     if isinstance(model, (BaseChatModel, ModelAdapter)):
-        return model
+        return _as_chat_model(model)
     raise ApeError(
         f"'{cfg.class_}' returned a {type(model).__name__}, not a LangChain BaseChatModel or a "
         "ModelAdapter (an object with model_id and generate(prompt, task))",
@@ -441,39 +344,5 @@ def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel | Model
     )
 
 
-def model_fingerprint(cfg: ModelConfig) -> dict[str, Any]:
-    """What identifies a model's answers, for cache keys.
-
-    Includes provider, model name, class path, arguments, endpoint, sampling
-    settings and whether log-probabilities are asked for (they change the
-    confidence). Leaves out API keys and other secret-looking arguments, the
-    display name, and retry, timeout and rate-limit settings: none of them
-    change what the model answers.
-    """
-    provider = cfg.provider.strip().lower() if cfg.provider else None
-    args = {k: v for k, v in cfg.args.items() if not _SECRET_ARG.search(k)}
-    if provider == "mock":
-        args = {k: v for k, v in args.items() if k not in _MOCK_NON_BEHAVIOUR}
-    logprobs = cfg.logprobs if cfg.logprobs is not None else provider == "openai"
-    if is_llama_cpp(cfg):
-        # the port changes every run; the file (by name and size) is what answers
-        file = model_file(cfg)
-        return {
-            "provider": "llama-cpp",
-            "model": cfg.model,
-            "file": {"name": file.name, "bytes": file.stat().st_size},
-            "args": dict(sorted(args.items())),
-            "temperature": cfg.temperature,
-            "max_tokens": cfg.max_tokens,
-            "logprobs": bool(cfg.logprobs),
-        }
-    return {
-        "provider": provider,
-        "model": cfg.model,
-        "class": cfg.class_,
-        "args": dict(sorted(args.items())),
-        "base_url": cfg.base_url.rstrip("/") if cfg.base_url else None,
-        "temperature": cfg.temperature,
-        "max_tokens": cfg.max_tokens,
-        "logprobs": bool(logprobs),
-    }
+def _as_chat_model(model: BaseChatModel | ModelAdapter) -> BaseChatModel:
+    return model if isinstance(model, BaseChatModel) else AdapterChatModel(adapter=model)

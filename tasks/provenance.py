@@ -3,7 +3,7 @@
 Recorded in every run's metadata file (``metadata.json``, key ``provenance``) when a run
 starts, and gathered into ``report.json`` (``provenance``: the report builder's environment plus
 each run's record, by model). Nothing here is secret: API keys and secret-looking
-model arguments never enter a model fingerprint (:func:`ape.tasks.models.model_fingerprint`).
+model arguments never enter a model fingerprint (:func:`ape.tasks.model_fingerprint.model_fingerprint`).
 
 Fields: ``ape_version``; ``python``; ``platform``; ``packages`` (versions of the
 libraries that shape results); ``config_file``, ``config_sha256`` (the file's bytes),
@@ -92,7 +92,7 @@ def environment() -> dict[str, Any]:
 def run_provenance(config: ApeConfig) -> dict[str, Any]:
     """Everything about a run of ``config`` that its numbers depend on (see the module doc)."""
     from ape.tasks.intervals import BOOTSTRAP_SEED
-    from ape.tasks.models import model_fingerprint
+    from ape.tasks.model_fingerprint import model_fingerprint
 
     commit, dirty = git_state(str(Path(config.base_dir).resolve()))
     resolved = json.dumps(config.model_dump(mode="json"), sort_keys=True, default=str)

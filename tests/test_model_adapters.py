@@ -14,6 +14,8 @@ from ape.schemas.errors import ApeError
 from ape.schemas.models import ModelAdapter
 from ape.schemas.results import Generation
 from ape.schemas.taskspec import METRIC_NAMES, POSTPROCESS_NAMES, TASK_TEMPLATE, TaskSpec
+from ape.tasks.adapter_chat import AdapterChatModel
+from ape.tasks.managed_model import ManagedChatModel
 from ape.tasks.model_adapters import (
     REGISTRY_PATH,
     BiasedAdapter,
@@ -25,7 +27,7 @@ from ape.tasks.model_adapters import (
     registered_adapter,
     unregister_adapter,
 )
-from ape.tasks.models import ManagedAdapter, build_model
+from ape.tasks.models import build_model
 from ape.tasks.render import render
 from ape.tasks.taskspec import POSTPROCESSORS, TaskSpecChecker, load_tasks, postprocess, write_tasks
 
@@ -264,8 +266,9 @@ def test_pydantic_adapter_becomes_a_class_path_entry_that_rebuilds_the_same_mode
     assert entry["class"] == "ape.tasks.model_adapters:BiasedAdapter"
     assert entry["name"] == "biased" and entry["args"]["seed"] == 7
     built = build_model(ModelConfig.model_validate(entry), ROOT)
-    assert isinstance(built, ManagedAdapter) and built.model_id == "biased"
-    assert [built.generate("p", t) for t in tasks] == [adapter.generate("p", t) for t in tasks]
+    assert isinstance(built, ManagedChatModel) and built.model_id == "biased"
+    assert isinstance(built.inner, AdapterChatModel)
+    assert [built.inner.adapter.generate("p", t) for t in tasks] == [adapter.generate("p", t) for t in tasks]
 
 
 class _PlainAdapter:
@@ -284,7 +287,8 @@ def test_other_adapters_go_through_the_in_process_registry():
     assert entry["class"] == REGISTRY_PATH and entry["args"] == {"key": key}
     assert registered_adapter(key) is adapter
     built = build_model(ModelConfig.model_validate(entry), ROOT)
-    assert built.generate("p", None).text == "x"
+    assert isinstance(built.inner, AdapterChatModel) and built.inner.adapter is adapter
+    assert built.invoke("p").content == "x"
     unregister_adapter(key)
     with pytest.raises(ApeError, match="no adapter is registered"):
         registered_adapter(key)

@@ -24,10 +24,12 @@ import ape.tasks.models as models
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.models import ModelAdapter
-from ape.schemas.results import Generation
+from ape.tasks.adapter_chat import AdapterChatModel
 from ape.tasks.limits import clear_limiters
+from ape.tasks.managed_model import ManagedChatModel
 from ape.tasks.mock_models import MockChatModel, MockTransientError
-from ape.tasks.models import ManagedAdapter, ManagedChatModel, build_model, model_fingerprint
+from ape.tasks.model_fingerprint import model_fingerprint
+from ape.tasks.models import build_model
 
 FAST = {"retry_initial_s": 0.001, "retry_max_s": 0.002}
 
@@ -311,14 +313,15 @@ INSTANCE = Flaky()
 
 def test_class_path_to_a_model_adapter(tmp_path: Path) -> None:
     module = write_plugin(tmp_path, ADAPTER_SOURCE)
-    adapter = build_model(cfg(**{"class": f"{module}:Flaky", "args": {"failures": 2}}), tmp_path)
-    assert isinstance(adapter, ManagedAdapter) and isinstance(adapter, ModelAdapter)
-    assert adapter.model_id == "flaky"
-    generation = adapter.generate("abc", None)
-    assert generation == Generation(text="ABC", confidence=0.7)
-    assert adapter.inner.calls == 3  # two transient failures retried
+    model = build_model(cfg(**{"class": f"{module}:Flaky", "args": {"failures": 2}}), tmp_path)
+    assert isinstance(model, ManagedChatModel) and isinstance(model.inner, AdapterChatModel)
+    assert isinstance(model.inner.adapter, ModelAdapter) and model.inner.model_id == "flaky"
+    reply = model.invoke("abc")
+    assert reply.content == "ABC" and reply.response_metadata["confidence"] == 0.7
+    assert model.inner.adapter.calls == 3  # two transient failures retried
     instance = build_model(cfg(**{"class": f"{module}:INSTANCE"}), tmp_path)
-    assert instance.generate("x", None).text == "X"
+    assert isinstance(instance.inner, AdapterChatModel)
+    assert instance.invoke("x").content == "X"
 
 
 def test_class_path_errors(tmp_path: Path) -> None:
