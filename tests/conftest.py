@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -43,50 +47,127 @@ def wait_http(url: str, timeout: float = 90.0) -> None:
 
 
 @pytest.fixture(scope="session")
-def prefect_server():
+def prefect_server() -> Iterator[str]:
     """A real ``prefect server start`` on a free loopback port; yields its API URL.
 
-    Also sets PREFECT_API_URL for the test process, so flows run against it.
+    Also sets PREFECT_API_URL for the test process, so flows run against it. The
+    variable and Prefect's settings are restored and the server is stopped even when
+    a test (or this teardown) fails.
     """
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
     port = free_port()
     home = Path(tempfile.mkdtemp(prefix="ape-test-server-"))
     env = dict(os.environ, PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     env.pop("PREFECT_API_URL", None)
-    log = open(home / "server.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
     api = f"http://127.0.0.1:{port}/api"
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, home, ignore_errors=True)
+        log = stack.enter_context(open(home / "server.log", "w"))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        stack.callback(stop_group, proc, 20)
         wait_http(f"{api}/health")
-    except RuntimeError:
-        proc.kill()
-        raise
-    old = os.environ.get("PREFECT_API_URL")
-    os.environ["PREFECT_API_URL"] = api
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings({PREFECT_API_URL: api}):
+        patch = stack.enter_context(pytest.MonkeyPatch.context())
+        patch.setenv("PREFECT_API_URL", api)
+        stack.enter_context(temporary_settings({PREFECT_API_URL: api}))
         yield api
-    if old is None:
-        os.environ.pop("PREFECT_API_URL", None)
-    else:
-        os.environ["PREFECT_API_URL"] = old
-    proc.terminate()
+
+
+def stop_group(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM a process started in its own session, then SIGKILL its whole group."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # what it left running in its group
+    proc.wait()
+
+
+@pytest.fixture
+def kill_at_end() -> Iterator[Callable[[subprocess.Popen], subprocess.Popen]]:
+    """Registers a background process (started with ``start_new_session=True``); whatever is
+    still running in its process group when the test ends, passed or failed, is killed."""
+    started: list[subprocess.Popen] = []
+
+    def register(proc: subprocess.Popen) -> subprocess.Popen:
+        started.append(proc)
+        return proc
+
+    yield register
+    for proc in started:
+        stop_group(proc, 0)
+
+
+@pytest.fixture(autouse=True)
+def _restore_process_state() -> Iterator[None]:
+    """Undo what code under test changes for the whole process, even when the test fails.
+
+    The command line and the runner change ``os.environ`` (``PREFECT_API_URL``,
+    ``PREFECT_LOCAL_STORAGE_PATH``, logging levels) and the ``ape`` logger (a terminal
+    handler, its level, no propagation); models share process-wide rate limiters (whose
+    ``peak_concurrency`` counts across tests). Each test starts from the state the
+    session had, and leaves it so.
+    """
+    from ape.tasks.limits import clear_limiters
+
+    environ = dict(os.environ)
+    logger = logging.getLogger("ape")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    clear_limiters()
     try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
-    shutil.rmtree(home, ignore_errors=True)
+        yield
+    finally:
+        clear_limiters()
+        for handler in [h for h in logger.handlers if h not in handlers]:
+            logger.removeHandler(handler)
+        for handler in handlers:
+            if handler not in logger.handlers:
+                logger.addHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+        for key in set(os.environ) - set(environ):
+            del os.environ[key]
+        for key, value in environ.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+
+
+@pytest.fixture
+def ape_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """``caplog`` for the ``ape`` logger and its children, each record captured once.
+
+    The command line sets the ``ape`` logger not to propagate to the root logger (where
+    ``caplog`` listens), other tests leave it propagating: so the handler sits on ``ape``
+    itself with propagation off for the test, and both are undone afterwards, passed or
+    failed.
+    """
+    logger = logging.getLogger("ape")
+    propagate = logger.propagate
+    logger.addHandler(caplog.handler)
+    logger.propagate = False
+    try:
+        yield caplog
+    finally:
+        logger.propagate = propagate
+        logger.removeHandler(caplog.handler)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests that start a real Prefect server are slow: `pytest -m "not slow"` is the quick loop."""
+    """Tests that start a real Prefect server are slow: `pytest -m "not slow"` is the quick loop.
+    Tests of the real LLM server are slow too, and marked llm."""
     for item in items:
-        if "prefect_server" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "prefect_server" in fixtures:
             item.add_marker(pytest.mark.slow)
+        if "llama_server" in fixtures:
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.llm)

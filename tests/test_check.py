@@ -7,10 +7,12 @@ import threading
 import time
 import types
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from concurrency import TIMEOUT_S, Gate
 
 from ape.schemas.check import Failed, Passed
 from ape.schemas.config import CheckerConfig
@@ -136,38 +138,42 @@ def test_carousel_never_lends_one_checker_twice_at_once():
     made: list[object] = []
     lock = threading.Lock()
     in_use: set[int] = set()
-    peak = 0
     clashes: list[int] = []
+    gate = Gate()
 
-    class Slow:
+    class Held:
         def __init__(self) -> None:
             made.append(self)
 
         def __call__(self, item: Any, solution: Any) -> bool:
-            nonlocal peak
             with lock:
                 if id(self) in in_use:
                     clashes.append(id(self))
                 in_use.add(id(self))
-                peak = max(peak, len(in_use))
-            time.sleep(0.005)
-            with lock:
-                in_use.discard(id(self))
-            return True
+            try:
+                with gate.inside():
+                    return True
+            finally:
+                with lock:
+                    in_use.discard(id(self))
 
-    carousel = CheckerCarousel(Slow, size=2)
+    carousel = CheckerCarousel(Held, size=2)
     results: list[CheckResult] = []
 
     def work() -> None:
         for _ in range(5):
             results.append(carousel.check({}, 1))
 
-    threads = [threading.Thread(target=work) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(made) == 2 and not clashes and peak == 2
+    with ThreadPoolExecutor(6) as pool, gate:
+        futures = [pool.submit(work) for _ in range(6)]
+        # both checkers are lent at once, and while they are busy no third check starts
+        # (it would need a third checker, or one of the two a second time)
+        assert gate.held(2) == 2
+        gate.open()
+        for future in futures:
+            future.result(timeout=TIMEOUT_S)
+    assert len(made) == 2 and not clashes
+    assert gate.peak <= 2 and gate.entered == 30
     assert len(results) == 30 and all(r.status is CheckStatus.PASSED for r in results)
     with carousel.borrow() as one, carousel.borrow() as two:
         assert {id(one), id(two)} == {id(m) for m in made}

@@ -75,7 +75,9 @@ def test_infinite_loop_is_killed_at_the_time_limit_keeping_finished_tests():
     assert result.timed_out and "time limit" in result.error
     assert (result.passed, result.total) == (1, 2)
     assert result.score == pytest.approx(0.5)
-    assert elapsed < 5.0
+    # a hang guard, not a measurement: the loop was ended by the 1 s limit, not left running
+    # (a loaded machine may take seconds to start and stop the sandbox)
+    assert elapsed < 60.0
 
 
 def test_memory_hungry_code_hits_the_memory_limit():

@@ -34,7 +34,7 @@ def complete_lines(path):
     return [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
 
 
-def test_sigkill_mid_run_then_resume(tmp_path, prefect_server):
+def test_sigkill_mid_run_then_resume(tmp_path, prefect_server, kill_at_end):
     log = tmp_path / "calls.log"
     config = make_benchmark(
         tmp_path,
@@ -44,7 +44,7 @@ def test_sigkill_mid_run_then_resume(tmp_path, prefect_server):
     )
     env = dict(os.environ, PREFECT_API_URL=prefect_server, PYTHONPATH=str(ROOT))
     results = tmp_path / "out" / "results.jsonl"
-    proc = ape_run(config, env)
+    proc = kill_at_end(ape_run(config, env))
     deadline = time.monotonic() + 120
     while len(complete_lines(results)) < 8:
         assert proc.poll() is None, proc.stdout.read().decode()
@@ -56,7 +56,7 @@ def test_sigkill_mid_run_then_resume(tmp_path, prefect_server):
     assert 8 <= len(saved_before) < 40
     calls_before = log.read_text().splitlines()
 
-    again = ape_run(config, env)
+    again = kill_at_end(ape_run(config, env))
     out, _ = again.communicate(timeout=300)
     assert again.returncode == 0, out.decode()[-3000:]
 

@@ -8,7 +8,6 @@ two tests are skipped with the reason.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import signal
@@ -16,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -231,34 +231,30 @@ def test_session_errors_print_one_line_each_without_traceback(tmp_path, prefect_
 
 
 @pytest.mark.slow
-def test_killed_prefect_server_ends_the_run_with_one_line_and_a_rerun_resumes(tmp_path, prefect_server):
+def test_killed_prefect_server_ends_the_run_with_one_line_and_a_rerun_resumes(tmp_path, prefect_server, kill_at_end):
     port = free_port()
     home = tmp_path / "server-home"
     home.mkdir()
     server_env = dict(os.environ, PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     server_env.pop("PREFECT_API_URL", None)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=server_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    server = kill_at_end(
+        subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            env=server_env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     )
     doomed = f"http://127.0.0.1:{port}/api"
-    try:
-        wait_http(f"{doomed}/health")
-        config = bench(
-            tmp_path, n=40, model_args='behaviour = "arithmetic", latency_s = 0.15', run="solver_workers = 2"
-        )
-        results = tmp_path / "out" / "results.jsonl"
-        run = ape_bg("run", str(config), "--no-server", api=doomed)
-        wait_saved(results, 6, run)
-        os.killpg(server.pid, signal.SIGKILL)  # the server and its workers, for real
-        server.wait()
-        out, err = run.communicate(timeout=120)  # a hang guard, not a timing assertion
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGKILL)
+    wait_http(f"{doomed}/health")
+    config = bench(tmp_path, n=40, model_args='behaviour = "arithmetic", latency_s = 0.15', run="solver_workers = 2")
+    results = tmp_path / "out" / "results.jsonl"
+    run = kill_at_end(ape_bg("run", str(config), "--no-server", api=doomed))
+    wait_saved(results, 6, run)
+    os.killpg(server.pid, signal.SIGKILL)  # the server and its workers, for real
+    server.wait()
+    out, err = run.communicate(timeout=120)  # a hang guard, not a timing assertion
     assert run.returncode == 1, out + err
     assert "error: lost the Prefect API" in err and "rerun the same command to resume" in err
     assert "Traceback" not in out + err
@@ -276,7 +272,7 @@ def test_killed_prefect_server_ends_the_run_with_one_line_and_a_rerun_resumes(tm
 
 
 @pytest.mark.slow
-def test_second_run_on_one_folder_exits_2_and_a_stale_lock_is_taken_over(tmp_path, prefect_server):
+def test_second_run_on_one_folder_exits_2_and_a_stale_lock_is_taken_over(tmp_path, prefect_server, kill_at_end):
     log = tmp_path / "calls.log"
     # long enough that the first run is still going while the others start (then killed)
     config = bench(
@@ -286,7 +282,7 @@ def test_second_run_on_one_folder_exits_2_and_a_stale_lock_is_taken_over(tmp_pat
         model_args=f'behaviour = "arithmetic", latency_s = 0.3, call_log = "{log}"',
     )
     results = tmp_path / "out" / "results.jsonl"
-    first = ape_bg("run", str(config), "--no-server", api=prefect_server)
+    first = kill_at_end(ape_bg("run", str(config), "--no-server", api=prefect_server))
     wait_saved(results, 3, first)
     for extra in ([], ["--no-load-save"]):
         second = ape("run", str(config), "--no-server", *extra, api=prefect_server, timeout=120)
@@ -352,55 +348,64 @@ def test_output_folder_that_is_a_file_is_one_line_exit_2(tmp_path, capsys):
         assert err.count("\n") == 0 and "[run] output" in err and "is a file, not a folder" in err
 
 
+@pytest.fixture
+def mount() -> Iterator[Callable[..., None]]:
+    """``mount(*options, target)`` mounts over ``target``; every mount is detached again after
+    the test, passed or failed (lazily, so a process still writing there cannot keep it)."""
+    targets: list[Path] = []
+
+    def do(*options: str, target: Path) -> None:
+        subprocess.run(["mount", *options, str(target)], check=True)
+        targets.append(target)
+
+    yield do
+    for target in reversed(targets):
+        subprocess.run(["umount", "--lazy", str(target)], check=False)
+
+
 @pytest.mark.skipif(not can_mount(), reason="needs CAP_SYS_ADMIN for a read-only bind mount")
-def test_read_only_output_folder_is_one_line_exit_2_even_for_root(tmp_path, capsys):
+def test_read_only_output_folder_is_one_line_exit_2_even_for_root(tmp_path, capsys, mount):
     from ape.cli import main
 
     config = bench(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
     # root ignores permission bits: a read-only bind mount stops every writer
-    subprocess.run(["mount", "--bind", "-o", "ro", str(out), str(out)], check=True)
-    try:
-        for command in (["validate", str(config)], ["run", str(config), "--no-server"]):
-            assert main(command) == 2
-            err = capsys.readouterr().err.strip()
-            assert err.count("\n") == 0 and "is not writable: Read-only file system" in err, err
-    finally:
-        subprocess.run(["umount", str(out)], check=True)
+    mount("--bind", "-o", "ro", str(out), target=out)
+    for command in (["validate", str(config)], ["run", str(config), "--no-server"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "is not writable: Read-only file system" in err, err
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not can_mount(), reason="needs CAP_SYS_ADMIN for a small tmpfs")
-def test_disk_full_mid_run_ends_with_one_line_and_keeps_what_was_saved(tmp_path, prefect_server):
+def test_disk_full_mid_run_ends_with_one_line_and_keeps_what_was_saved(tmp_path, prefect_server, mount, kill_at_end):
     disk = tmp_path / "disk"
     disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], check=True)
-    try:
-        config = bench(disk, n=40, model_args='behaviour = "arithmetic", latency_s = 0.15', run="solver_workers = 2")
-        results = disk / "out" / "results.jsonl"
-        run = ape_bg("run", str(config), "--no-server", api=prefect_server)
-        wait_saved(results, 5, run)
-        before = results.read_text()
-        with (disk / "filler").open("wb") as handle:  # fill the disk for real
-            try:
-                while True:
-                    handle.write(b"\0" * (1 << 20))
-            except OSError:
-                pass
-        out, err = run.communicate(timeout=120)
-        assert run.returncode == 1, out + err
-        assert "No space left on device" in err and "items saved before are kept" in err
-        assert "Traceback" not in out + err
-        saved = saved_ids(results)
-        assert results.read_text().startswith(before)  # nothing already saved was lost
-        assert len(saved) == len(set(saved)) >= 5
-        (disk / "filler").unlink()
-        again = ape("run", str(config), "--no-server", api=prefect_server)
-        assert again.returncode == 0, again.stdout + again.stderr
-        every_item_once(results, 40)
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
+    mount("-t", "tmpfs", "-o", "size=64m", "tmpfs", target=disk)
+    config = bench(disk, n=40, model_args='behaviour = "arithmetic", latency_s = 0.15', run="solver_workers = 2")
+    results = disk / "out" / "results.jsonl"
+    run = kill_at_end(ape_bg("run", str(config), "--no-server", api=prefect_server))
+    wait_saved(results, 5, run)
+    before = results.read_text()
+    with (disk / "filler").open("wb") as handle:  # fill the disk for real
+        try:
+            while True:
+                handle.write(b"\0" * (1 << 20))
+        except OSError:
+            pass
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 1, out + err
+    assert "No space left on device" in err and "items saved before are kept" in err
+    assert "Traceback" not in out + err
+    saved = saved_ids(results)
+    assert results.read_text().startswith(before)  # nothing already saved was lost
+    assert len(saved) == len(set(saved)) >= 5
+    (disk / "filler").unlink()
+    again = ape("run", str(config), "--no-server", api=prefect_server)
+    assert again.returncode == 0, again.stdout + again.stderr
+    every_item_once(results, 40)
 
 
 # --- 6: time limits and bounds ----------------------------------------------------------------------
@@ -529,17 +534,7 @@ def test_plugin_module_that_exits_or_raises_on_import_is_one_line(tmp_path, caps
 # --- the parts, without Prefect -------------------------------------------------------------------
 
 
-@pytest.fixture
-def ape_records(caplog):
-    """caplog for the 'ape' logger, which the command line sets not to propagate."""
-    logger = logging.getLogger("ape")
-    logger.addHandler(caplog.handler)
-    yield caplog
-    logger.removeHandler(caplog.handler)
-
-
-def test_save_handler_quarantines_damaged_lines_anywhere_and_keeps_the_good(tmp_path, ape_records):
-    caplog = ape_records
+def test_save_handler_quarantines_damaged_lines_anywhere_and_keeps_the_good(tmp_path, ape_log):
     from ape.schemas.results import Outcome, OutputBatch, SessionResult
     from ape.tasks.save import SaveHandler, read_batches
 
@@ -560,7 +555,7 @@ def test_save_handler_quarantines_damaged_lines_anywhere_and_keeps_the_good(tmp_
     assert [b.item_id for b in read_batches(path)] == ["a", "c"]
     assert sorted(saver.completed) == ["a", "c"]
     assert (tmp_path / "results.jsonl.damaged").read_text().splitlines() == ['{"item_id": "b", "sessi', "garbage"]
-    warned = [r.getMessage() for r in caplog.records if "is damaged" in r.getMessage()]
+    warned = [r.getMessage() for r in ape_log.records if "is damaged" in r.getMessage()]
     assert len(warned) == 2 and "results.jsonl:2 is damaged" in warned[0] and "results.jsonl:4" in warned[1]
 
 

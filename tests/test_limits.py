@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
+from concurrency import TIMEOUT_S, Gate
 
 from ape.schemas.config import ModelConfig
 from ape.tasks.limits import (
@@ -224,35 +224,46 @@ def test_rate_holds_across_threads() -> None:
 
 
 def test_concurrency_is_capped() -> None:
+    """Two of six requests in flight, provably at the same time, and never a third."""
     limiter = RateLimiter(max_concurrency=2)
-    active = 0
-    peak = 0
-    lock = threading.Lock()
+    with ThreadPoolExecutor(6) as pool, Gate() as gate:
 
-    def one(_: int) -> None:
-        nonlocal active, peak
-        with limiter.acquire():
-            with lock:
-                active += 1
-                peak = max(peak, active)
-            time.sleep(0.05)
-            with lock:
-                active -= 1
+        def one(_: int) -> None:
+            with limiter.acquire(), gate.inside():
+                pass
 
-    with ThreadPoolExecutor(6) as pool:
-        list(pool.map(one, range(6)))
-    assert peak == 2
-    assert limiter.peak_concurrency == 2
+        futures = [pool.submit(one, i) for i in range(6)]
+        # both slots are taken (a limiter that serialised would never get here) and while they
+        # are held no third request gets in (one that let it would)
+        assert gate.held(2) == 2
+        gate.open()
+        for future in futures:
+            future.result(timeout=TIMEOUT_S)
+    assert gate.entered == 6
+    assert gate.peak <= 2  # never more than the limit in flight
+    assert limiter.peak_concurrency == 2  # and the limiter saw the two held ones
 
 
 def test_unlimited_limiter_never_waits() -> None:
-    limiter = RateLimiter()
+    sleeps: list[float] = []
+    limiter = RateLimiter(sleep=sleeps.append)
     assert limiter.unlimited
-    started = time.monotonic()
     for _ in range(1000):
         with limiter.acquire():
             pass
-    assert time.monotonic() - started < 0.5
+    assert sleeps == []  # no request was made to wait for a token
+    with ThreadPoolExecutor(8) as pool, Gate() as gate:
+
+        def one(_: int) -> None:
+            with limiter.acquire(), gate.inside():
+                pass
+
+        futures = [pool.submit(one, i) for i in range(8)]
+        assert gate.wait_for(8)  # no cap on requests in flight: all eight are inside together
+        gate.open()
+        for future in futures:
+            future.result(timeout=TIMEOUT_S)
+    assert sleeps == []
 
 
 @pytest.mark.parametrize(
@@ -264,7 +275,6 @@ def test_bad_limits_are_rejected(kwargs: dict[str, Any]) -> None:
 
 
 def test_limiter_for_is_shared_per_model() -> None:
-    clear_limiters()
     cfg = ModelConfig(provider="mock", requests_per_second=5, max_concurrency=2)
     first = limiter_for("a", cfg)
     assert limiter_for("a", cfg) is first

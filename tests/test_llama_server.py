@@ -9,6 +9,7 @@ SIGKILL of an ``ape run`` process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -179,28 +180,25 @@ def test_one_server_per_file_shared_and_stopped(tmp_path: Path, fail_inside: boo
         {"name": "m", "provider": "mock"},
     )
     seen: list[psutil.Process] = []
-    with pytest.raises(RuntimeError, match="inside") if fail_inside else _nothing():
-        with local_model_servers(config) as served:
-            a, b, m = served.model
-            assert a.base_url and a.base_url == b.base_url and m.base_url is None
-            assert config.model[0].base_url is None  # the caller's config is left as it was
-            seen = servers_of(os.getpid())
-            assert len(seen) == 1
-            assert ask(a.base_url)["choices"][0]["message"]["content"] is not None
-            if fail_inside:
-                raise RuntimeError("inside")
-    gone, alive = psutil.wait_procs(seen, timeout=15)
-    assert not alive and not servers_of(os.getpid())
+    try:
+        with pytest.raises(RuntimeError, match="inside") if fail_inside else contextlib.nullcontext():
+            with local_model_servers(config) as served:
+                a, b, m = served.model
+                assert a.base_url and a.base_url == b.base_url and m.base_url is None
+                assert config.model[0].base_url is None  # the caller's config is left as it was
+                seen = servers_of(os.getpid())
+                assert len(seen) == 1
+                assert ask(a.base_url)["choices"][0]["message"]["content"] is not None
+                if fail_inside:
+                    raise RuntimeError("inside")
+        gone, alive = psutil.wait_procs(seen, timeout=15)
+        assert not alive and not servers_of(os.getpid())
+    finally:
+        for server in servers_of(os.getpid()):  # what the block failed to stop: not left running
+            with contextlib.suppress(psutil.NoSuchProcess):
+                server.kill()
     log = (tmp_path / "out" / "llama-server.log").read_text()
     assert "llama_cpp.server" in log and "/v1/chat/completions" in log
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return False
 
 
 def write_example(tmp_path: Path, model_lines: str, *, items: int = 3) -> Path:
@@ -266,6 +264,9 @@ def test_no_server_outlives_a_killed_run(tmp_path: Path, prefect_server: str, si
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        for server in servers:  # a server the run failed to stop must not outlive the test
+            with contextlib.suppress(psutil.NoSuchProcess):
+                server.kill()
 
 
 @pytest.mark.llm

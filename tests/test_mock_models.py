@@ -6,14 +6,18 @@ import json
 import math
 import re
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from concurrency import TIMEOUT_S, Gate
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from pydantic import ValidationError
 
+import ape.tasks.mock_models as mock_models
 from ape.schemas.config import GIVE_UP_TOKEN
 from ape.tasks.limits import classify_error
 from ape.tasks.mock_models import MockChatModel, MockTransientError, find_expression, format_number
@@ -156,18 +160,37 @@ def test_logprobs_sum_to_the_confidence() -> None:
     assert math.exp(total) == pytest.approx(reply.response_metadata["confidence"])
 
 
-def test_latency_overlaps_across_threads() -> None:
-    model = MockChatModel(latency_s=0.2)
-    started = time.monotonic()
-    with ThreadPoolExecutor(5) as pool:
-        replies = list(pool.map(model.invoke, [f"{i} + 1" for i in range(5)]))
-    elapsed = time.monotonic() - started
+def test_latency_overlaps_across_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The latency is slept without holding a lock: all five calls are in it at once."""
+    slept: list[float] = []
+    with ThreadPoolExecutor(5) as pool, Gate() as gate:
+
+        def sleep(seconds: float) -> None:
+            slept.append(seconds)
+            with gate.inside():
+                pass
+
+        monkeypatch.setattr(mock_models, "time", SimpleNamespace(sleep=sleep, time=time.time))
+        model = MockChatModel(latency_s=0.2)
+        futures = [pool.submit(model.invoke, f"{i} + 1") for i in range(5)]
+        assert gate.wait_for(5)  # a model that serialised its calls would never have five sleeping
+        gate.open()
+        replies = [future.result(timeout=TIMEOUT_S) for future in futures]
     assert [r.content for r in replies] == [f"The answer is {i + 1}" for i in range(5)]
-    assert 0.2 <= elapsed < 0.6
+    assert slept == [0.2] * 5
 
 
-def test_calls_are_counted_per_name() -> None:
+@pytest.fixture
+def fresh_call_counts() -> Iterator[None]:
+    """The process-wide call counts start at zero, and are zeroed again after the test."""
     MockChatModel.reset_call_counts()
+    try:
+        yield
+    finally:
+        MockChatModel.reset_call_counts()
+
+
+def test_calls_are_counted_per_name(fresh_call_counts: None) -> None:
     first, second = MockChatModel(name="count-a"), MockChatModel(name="count-b")
     for _ in range(3):
         first.invoke("1 + 1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -281,9 +282,25 @@ class _PlainAdapter:
         return Generation(text="x", confidence=0.5)
 
 
-def test_other_adapters_go_through_the_in_process_registry():
+@pytest.fixture
+def unregister_at_end() -> Iterator[Callable[[str], str]]:
+    """Keys passed to it are taken out of the process-wide adapter registry after the test,
+    passed or failed."""
+    keys: list[str] = []
+
+    def register(key: str) -> str:
+        keys.append(key)
+        return key
+
+    yield register
+    for key in keys:
+        unregister_adapter(key)
+
+
+def test_other_adapters_go_through_the_in_process_registry(unregister_at_end):
     adapter = _PlainAdapter()
     entry, key = model_entry(adapter)
+    unregister_at_end(key)
     assert entry["class"] == REGISTRY_PATH and entry["args"] == {"key": key}
     assert registered_adapter(key) is adapter
     built = build_model(ModelConfig.model_validate(entry), ROOT)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import importlib.machinery
 import json
 import sys
-import threading
 import time
 import types
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from concurrency import TIMEOUT_S, Gate
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -25,18 +26,12 @@ from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.models import ModelAdapter
 from ape.tasks.adapter_chat import AdapterChatModel
-from ape.tasks.limits import clear_limiters
 from ape.tasks.managed_model import ManagedChatModel
 from ape.tasks.mock_models import MockChatModel, MockTransientError
 from ape.tasks.model_fingerprint import model_fingerprint
 from ape.tasks.models import build_model
 
 FAST = {"retry_initial_s": 0.001, "retry_max_s": 0.002}
-
-
-@pytest.fixture(autouse=True)
-def fresh_limiters() -> None:
-    clear_limiters()
 
 
 def cfg(**values: Any) -> ModelConfig:
@@ -119,12 +114,29 @@ def test_same_config_shares_one_limiter() -> None:
     assert other.limiter is not first.limiter
 
 
-def test_max_concurrency_holds_across_models_of_one_config() -> None:
-    config = cfg(provider="mock", max_concurrency=1, args={"latency_s": 0.05})
-    started = time.monotonic()
+@pytest.fixture
+def gated_mock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
+    """Every mock model call waits inside a :class:`Gate` (counted) until the test opens it."""
+    generate = MockChatModel._generate
+    with Gate() as gate:
+
+        def held(self: MockChatModel, *args: Any, **kwargs: Any) -> ChatResult:
+            with gate.inside():
+                return generate(self, *args, **kwargs)
+
+        monkeypatch.setattr(MockChatModel, "_generate", held)
+        yield gate
+
+
+def test_max_concurrency_holds_across_models_of_one_config(gated_mock: Gate) -> None:
+    config = cfg(provider="mock", max_concurrency=1)
     with ThreadPoolExecutor(4) as pool:  # one model per worker, as a run builds them
-        list(pool.map(lambda i: build_model(config, Path(".")).invoke(f"{i} + 1"), range(4)))
-    assert time.monotonic() - started >= 0.2
+        futures = [pool.submit(lambda i: build_model(config, Path(".")).invoke(f"{i} + 1"), i) for i in range(4)]
+        assert gated_mock.held(1) == 1  # the other three models wait for the one in flight
+        gated_mock.open()
+        replies = [future.result(timeout=TIMEOUT_S) for future in futures]
+    assert [r.content for r in replies] == [f"The answer is {i + 1}" for i in range(4)]
+    assert gated_mock.peak == 1 and gated_mock.entered == 4
     assert build_model(config, Path(".")).limiter.peak_concurrency == 1
 
 
@@ -385,20 +397,18 @@ def test_mock_fingerprint_ignores_latency_and_call_log() -> None:
     assert model_fingerprint(fast) != model_fingerprint(ModelConfig(provider="mock", args={"accuracy": 0.6}))
 
 
-def test_wrapper_is_safe_to_share_between_threads() -> None:
-    model = build_model(cfg(provider="mock", max_concurrency=2, args={"latency_s": 0.05}), Path("."))
-    errors: list[BaseException] = []
+def test_wrapper_is_safe_to_share_between_threads(gated_mock: Gate) -> None:
+    model = build_model(cfg(provider="mock", max_concurrency=2), Path("."))
 
-    def work(i: int) -> None:
-        try:
-            assert model.invoke(f"{i} + {i}").content == f"The answer is {2 * i}"
-        except BaseException as exc:  # noqa: BLE001 - collected for the assertion below
-            errors.append(exc)
+    def work(i: int) -> str:
+        return model.invoke(f"{i} + {i}").content
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(work, i) for i in range(8)]
+        # two calls in flight through the one wrapper at once, and never a third
+        assert gated_mock.held(2) == 2
+        gated_mock.open()
+        answers = [future.result(timeout=TIMEOUT_S) for future in futures]
+    assert answers == [f"The answer is {2 * i}" for i in range(8)]
+    assert gated_mock.peak <= 2 and gated_mock.entered == 8
     assert model.limiter.peak_concurrency == 2

@@ -51,22 +51,14 @@ def test_a_misspelt_name_gets_did_you_mean():
         resolve("adapter", "lastnumber")
 
 
-def test_old_internal_paths_work_with_one_deprecation_line(monkeypatch):
+def test_old_internal_paths_work_with_one_deprecation_line(monkeypatch, ape_log):
     from ape.schemas import registry
     from ape.tasks.tools import calculator
 
     monkeypatch.setattr(registry, "_warned", set())
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = records.append  # type: ignore[method-assign]
-    logger = logging.getLogger("ape")
-    logger.addHandler(handler)
-    try:
-        assert load_object("tasks.tools:calculator") is calculator
-        assert load_object("tasks.tools:calculator") is calculator
-    finally:
-        logger.removeHandler(handler)
-    lines = [r.getMessage() for r in records if "deprecated" in r.getMessage()]
+    assert load_object("tasks.tools:calculator") is calculator
+    assert load_object("tasks.tools:calculator") is calculator
+    lines = [r.getMessage() for r in ape_log.records if r.levelno >= logging.WARNING and "deprecated" in r.getMessage()]
     assert lines == ["'tasks.tools:calculator' is deprecated; write 'calculator' instead"]
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import pandas as pd
@@ -131,8 +130,7 @@ def test_load_sessions_accepts_a_file_and_skips_a_half_written_last_line(tmp_pat
     assert sessions.item_id.tolist() == ["a"]
 
 
-def test_bad_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path: Path, caplog):
-    logging.getLogger("ape").addHandler(caplog.handler)  # the CLI may have stopped propagation
+def test_bad_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path: Path, ape_log):
     path = write_results(tmp_path / "run" / "results.jsonl", [batch("m", "a", [session("m", "a", correct=True)])])
     with path.open("a") as handle:
         handle.write('{"item_id": "b"}\n')
@@ -140,8 +138,7 @@ def test_bad_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path: Path,
     sessions = load_sessions([tmp_path / "run"])
     # the same reader as a resumed run: the good lines count, the damaged one does not
     assert sessions.item_id.tolist() == ["a", "c"]
-    logging.getLogger("ape").removeHandler(caplog.handler)
-    assert any("results.jsonl:2" in r.getMessage() and "damaged" in r.getMessage() for r in caplog.records)
+    assert any("results.jsonl:2" in r.getMessage() and "damaged" in r.getMessage() for r in ape_log.records)
 
 
 def test_missing_folder_and_no_results_are_errors(tmp_path: Path):

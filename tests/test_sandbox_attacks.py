@@ -7,7 +7,10 @@ and that no process the candidate started outlives the check.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import uuid
@@ -59,6 +62,17 @@ def world(tmp_path, secret_process):
     fields["listener"] = listener
     yield fields
     listener.close()
+    # what a failed attack left behind must not outlive its test: processes and /tmp files
+    for line in processes_with(fields["marker"]):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
+    for name in os.listdir("/tmp"):
+        if fields["marker"] in name:
+            path = Path("/tmp") / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def attack(kind: str, name: str, world: dict, timeout_s: float = 5.0):

@@ -215,7 +215,7 @@ def test_serve_hint_names_the_api_url() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_server_on_another_port_serves_a_ui_that_calls_it(
-    ape_home: Path, quiet_settings: None, capsys: pytest.CaptureFixture[str]
+    ape_home: Path, quiet_settings: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ape import commands
 
@@ -224,7 +224,7 @@ def test_server_on_another_port_serves_a_ui_that_calls_it(
     try:
         settings = httpx.get(f"{info.ui_url}/ui-settings", timeout=10, trust_env=False).json()
         assert settings["api_url"] == f"http://127.0.0.1:{port}/api"
-        os.environ.pop("PREFECT_API_URL", None)
+        monkeypatch.delenv("PREFECT_API_URL", raising=False)  # `ape server env` finds it by port
         assert commands.server_env(port) == 0
         assert capsys.readouterr().out.strip() == f"export PREFECT_API_URL=http://127.0.0.1:{port}/api"
     finally:
