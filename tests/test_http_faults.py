@@ -1,6 +1,6 @@
 """Transient and permanent HTTP failures of an OpenAI-compatible endpoint, end to end.
 
-A loopback ``http.server`` plays the endpoint and counts the requests it gets;
+A loopback endpoint (``tests/fake_openai.py``) answers from a plan and records the requests;
 the model is built by ``build_model`` exactly as a run would build it, so these
 tests cover ChatOpenAI's error types, ``classify_error`` and the retry policy
 together. Backoff values are tiny so the whole file runs in a few seconds.
@@ -9,10 +9,8 @@ together. Backoff values are tiny so the whole file runs in a few seconds.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import pytest
 openai = pytest.importorskip("openai", reason="the HTTP fault tests need the 'openai' extra")
 pytest.importorskip("langchain_openai", reason="the HTTP fault tests need the 'openai' extra")
 
+from fake_openai import DROP, LoopbackEndpoint, Reply, Request, completion, error_body  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 
 from ape.schemas.config import ModelConfig  # noqa: E402
@@ -28,24 +27,10 @@ from ape.tasks.models import build_model  # noqa: E402
 
 HANG_LIMIT_S = 60.0  # how long a "hang" answer is held at most: far past any client timeout here
 
-COMPLETION = {
-    "id": "chatcmpl-test",
-    "object": "chat.completion",
-    "created": 0,
-    "model": "fake",
-    "choices": [
-        {
-            "index": 0,
-            "message": {"role": "assistant", "content": "hello"},
-            "finish_reason": "stop",
-            "logprobs": {"content": [{"token": "hello", "logprob": -0.25, "bytes": [104], "top_logprobs": []}]},
-        }
-    ],
-    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
-}
+COMPLETION = completion("hello", logprob=-0.25, prompt_tokens=3, completion_tokens=1)
 
 
-class FakeEndpoint:
+class FakeEndpoint(LoopbackEndpoint):
     """Answers chat completions from a plan: a status code, "drop" or "hang" per request.
 
     A "hang" answer is held back until the endpoint closes (the test is over), and only
@@ -56,60 +41,25 @@ class FakeEndpoint:
     def __init__(self, plan: list[Any], default: Any = 200):
         self.plan = list(plan)
         self.default = default
-        self.requests: list[dict[str, Any]] = []
         self.answered_late = 0
         self.closing = threading.Event()
-        self.lock = threading.Lock()
-        endpoint = self
+        super().__init__(self._answer)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # keep test output quiet
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
-                with endpoint.lock:
-                    endpoint.requests.append(
-                        {"path": self.path, "body": body, "auth": self.headers.get("authorization")}
-                    )
-                    action = endpoint.plan.pop(0) if endpoint.plan else endpoint.default
-                if action == "drop":
-                    self.close_connection = True
-                    self.connection.close()
-                    return
-                if action == "hang":
-                    endpoint.closing.wait(HANG_LIMIT_S)
-                    with endpoint.lock:
-                        endpoint.answered_late += 1
-                    action = 200
-                payload = (
-                    COMPLETION
-                    if action == 200
-                    else {"error": {"message": f"status {action}", "type": "test", "code": None}}
-                )
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(action)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client timed out and left: that is the point of the test
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+    def _answer(self, request: Request) -> Reply:
+        with self.lock:
+            action = self.plan.pop(0) if self.plan else self.default
+        if action == "drop":
+            return DROP
+        if action == "hang":
+            self.closing.wait(HANG_LIMIT_S)
+            with self.lock:
+                self.answered_late += 1
+            action = 200
+        return (200, COMPLETION) if action == 200 else (action, error_body(f"status {action}"))
 
     def close(self) -> None:
         self.closing.set()  # a held answer goes out now (to a client that left long ago)
-        self.server.shutdown()
-        self.server.server_close()
+        super().close()
 
 
 @pytest.fixture
@@ -189,7 +139,7 @@ def test_no_retries_when_max_retries_is_zero(endpoint: Any) -> None:
 def test_logprobs_requested_and_returned(endpoint: Any) -> None:
     server = endpoint([])
     reply = model_for(server).invoke("hi")
-    body = server.requests[0]["body"]
+    body = server.requests[0].body
     assert body["logprobs"] is True and body["top_logprobs"] == 1
     assert reply.response_metadata["logprobs"]["content"][0]["logprob"] == -0.25
 
@@ -197,14 +147,14 @@ def test_logprobs_requested_and_returned(endpoint: Any) -> None:
 def test_logprobs_can_be_turned_off(endpoint: Any) -> None:
     server = endpoint([])
     model_for(server, logprobs=False).invoke("hi")
-    assert "logprobs" not in server.requests[0]["body"]
+    assert "logprobs" not in server.requests[0].body
 
 
 def test_api_key_comes_from_the_named_variable(endpoint: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("APE_TEST_KEY", "sekret")
     server = endpoint([])
     model_for(server, api_key_env="APE_TEST_KEY").invoke("hi")
-    assert server.requests[0]["auth"] == "Bearer sekret"
+    assert server.requests[0].auth == "Bearer sekret"
 
 
 def test_bound_tools_reach_the_endpoint_and_are_retried(endpoint: Any) -> None:
@@ -217,4 +167,4 @@ def test_bound_tools_reach_the_endpoint_and_are_retried(endpoint: Any) -> None:
     reply = model_for(server).bind_tools([calculator]).invoke("What is 2 + 2?")
     assert reply.content == "hello"
     assert len(server.requests) == 2
-    assert [t["function"]["name"] for t in server.requests[-1]["body"]["tools"]] == ["calculator"]
+    assert [t["function"]["name"] for t in server.requests[-1].body["tools"]] == ["calculator"]

@@ -21,10 +21,8 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ import pytest
 
 pytest.importorskip("langchain_openai", reason="the retry CLI test needs the 'openai' extra")
 
+from fake_openai import LoopbackEndpoint, Reply, Request, completion, error_body  # noqa: E402
 from runner_helpers import make_benchmark, read_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,52 +50,28 @@ timeout_s = 10
 """
 
 
-class ItemAwareEndpoint:
+class ItemAwareEndpoint(LoopbackEndpoint):
     """An OpenAI-compatible endpoint whose answer depends on the item being asked about.
 
-    ``requests`` counts chat-completion requests per question; ``recovered`` and
+    ``asked`` counts chat-completion requests per question; ``recovered`` and
     ``fixed`` are the switches the test flips between runs.
     """
 
     def __init__(self) -> None:
-        self.requests: Counter[str] = Counter()
+        self.asked: Counter[str] = Counter()
         self.recovered = False  # item B stops failing
         self.fixed = False  # item C starts answering with a number
         self.rate_limited = 2  # item A's remaining 429s
-        self.lock = threading.Lock()
-        endpoint = self
+        super().__init__(self.answer)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # keep test output quiet
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
-                status, payload = endpoint.answer(body)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        users = [m.get("content") for m in body.get("messages", []) if m.get("role") == "user"]
+    def answer(self, request: Request) -> Reply:
+        users = [m.get("content") for m in request.body.get("messages", []) if m.get("role") == "user"]
         found = QUESTION.search(str(users[0])) if users else None
         if found is None:
             return 400, error_body("no question in the first user message")
         question = found.group(0)
         with self.lock:
-            self.requests[question] += 1
+            self.asked[question] += 1
             if question == A and self.rate_limited > 0:
                 self.rate_limited -= 1
                 return 429, error_body("rate limited, slow down")
@@ -105,30 +80,6 @@ class ItemAwareEndpoint:
         if question == C and not self.fixed:
             return 200, completion("I am not sure.")
         return 200, completion(f"The answer is {int(found.group(1)) + int(found.group(2))}.")
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def error_body(message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "test", "code": None}}
-
-
-def completion(text: str) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-test",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "fake",
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "finish_reason": "stop",
-            "logprobs": {"content": [{"token": text, "logprob": -0.1, "bytes": None, "top_logprobs": []}]},
-        }],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17},
-    }  # fmt: skip
 
 
 @pytest.fixture
@@ -183,7 +134,7 @@ def test_run_then_retry_recovers_failed_items(tmp_path: Path, prefect_server: st
     # langchain-openai re-raises a 500 as its own subclass of openai.InternalServerError
     assert error["type"] in {"InternalServerError", "OpenAIAPIError"}, error
     assert "500" in error["message"] and "the backend is down" in error["message"], error
-    assert endpoint.requests == {A: 3, B: 4, C: 2}  # 2 x 429 + 1; 1 + max_retries; 2 parse attempts
+    assert endpoint.asked == {A: 3, B: 4, C: 2}  # 2 x 429 + 1; 1 + max_retries; 2 parse attempts
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["errored_ids"] == ["i1"] and sorted(meta["completed_ids"]) == ["i0", "i1", "i2"]
     transcripts = [json.loads(line) for line in (out / "sessions.jsonl").read_text().splitlines()]
@@ -198,7 +149,7 @@ def test_run_then_retry_recovers_failed_items(tmp_path: Path, prefect_server: st
     assert second.returncode == 0, f"{second.stdout}\n{second.stderr}"
     assert outcomes(out) == {"i0": "SOLVED", "i1": "SOLVED", "i2": "PARSING_FAILED"}
     assert by_item(out)["i1"]["sessions"][0]["correct"] is True
-    assert endpoint.requests == {A: 3, B: 5, C: 2}  # A and C were not asked again
+    assert endpoint.asked == {A: 3, B: 5, C: 2}  # A and C were not asked again
     assert json.loads((out / "metadata.json").read_text())["errored_ids"] == []
     assert report_errors(out) == 0
 
@@ -207,7 +158,7 @@ def test_run_then_retry_recovers_failed_items(tmp_path: Path, prefect_server: st
     third = ape("retry", str(out), "--outcomes", "PARSING_FAILED", "--no-server")
     assert third.returncode == 0, f"{third.stdout}\n{third.stderr}"
     assert outcomes(out) == {"i0": "SOLVED", "i1": "SOLVED", "i2": "SOLVED"}
-    assert endpoint.requests == {A: 3, B: 5, C: 3}
+    assert endpoint.asked == {A: 3, B: 5, C: 3}
     rows = by_item(out)
     assert all(b["sessions"][0]["correct"] for b in rows.values())
     assert not rows["i2"]["sessions"][0]["cached"]
