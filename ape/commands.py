@@ -71,20 +71,17 @@ def _run_flow(
     run_id: str | None = None,
     fail_on_regression: bool = False,
 ) -> int:
-    """The benchmark flow, holding the output folder's lock and watching the Prefect API."""
-    from contextlib import ExitStack
+    """The benchmark flow, watching the Prefect API. The caller holds the output folder's
+    lock (:func:`_output_lock`), taken before a server starts so a second run is refused at once."""
+    from contextlib import nullcontext
 
     from ape.flows.logs import quiet_prefect_console
-    from ape.tasks.outdir import OutputLock
     from ape.watchdog import api_watchdog
 
     if not log.isEnabledFor(logging.DEBUG):  # --debug keeps Prefect's tracebacks
         quiet_prefect_console()
-    with ExitStack() as stack:
-        stack.enter_context(OutputLock(config.run.output))  # a second run exits 2 here, at once
-        watchdog = api_watchdog(config.run.output)
-        if watchdog is not None:
-            stack.enter_context(watchdog)
+    watchdog = api_watchdog(config.run.output)
+    with watchdog if watchdog is not None else nullcontext():
         return _run_benchmark(
             config, redo_outcomes, only_models, new_run=new_run, run_id=run_id, fail_on_regression=fail_on_regression
         )
