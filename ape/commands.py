@@ -225,8 +225,8 @@ def _print_estimate(config: ApeConfig, plan: Any) -> None:
 def plan(config_path: Path, difference: float, output: Path | None = None) -> int:
     """``ape plan``: items and runs needed to detect ``difference`` at 80% power."""
     from ape.tasks.power import ASSUMED, plan_table, variance_from_sessions
-    from ape.tasks.run_files import results_files
-    from ape.tasks.sessions_table import load_sessions
+    from ape.tasks.run_files import find_runs
+    from ape.tasks.sessions_table import session_table
 
     if not 0 < difference < 1:
         raise ApeError(
@@ -238,8 +238,9 @@ def plan(config_path: Path, difference: float, output: Path | None = None) -> in
     _, _, ids = preflight(config)
     variance = ASSUMED
     output = Path(output or config.run.output)
-    if output.is_dir() and results_files([output]):
-        variance = variance_from_sessions(load_sessions([output]))
+    runs = find_runs([output]) if output.is_dir() else []
+    if runs:
+        variance = variance_from_sessions(session_table(runs, str(output)).to_pandas())
     rows = plan_table(difference, variance, len(ids))
     print(
         f"To detect a difference of {difference:g} in mean score between two models (paired, two-sided 5%, 80% power):"

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ape.schemas.config import ApeConfig
-from ape.tasks.run_files import find_runs
+from ape.tasks.run_files import RunFiles
 
 PACKAGES = (
     "ape-bench", "prefect", "pydantic", "langchain-core", "langchain-openai", "numpy", "scipy",
@@ -135,11 +135,11 @@ def sandbox_of(config: ApeConfig) -> str | None:
         return f"unavailable: {exc}"
 
 
-def recorded_provenance(output_dirs: Iterable[Path]) -> dict[str, Any]:
-    """Model id -> the ``provenance`` each run under ``output_dirs`` recorded in the metadata
-    beside its results (see :func:`ape.tasks.run_files.find_runs`)."""
+def recorded_provenance(runs: Iterable[RunFiles]) -> dict[str, Any]:
+    """Model id -> the ``provenance`` each of ``runs`` (from
+    :func:`ape.tasks.run_files.find_runs`) recorded in the metadata beside its results."""
     found: dict[str, Any] = {}
-    for run in find_runs(output_dirs):
+    for run in runs:
         if isinstance(run.metadata.get("provenance"), dict):
             found[str(run.metadata.get("model") or run.folder.name)] = run.metadata["provenance"]
     return found

@@ -83,7 +83,8 @@ from ape.tasks.envelope import error_envelope, leaderboard_rows, pairwise_rows, 
 from ape.tasks.markdown import markdown_table
 from ape.tasks.parquet_tables import INT_LEADERBOARD, INT_PAIRWISE, write_frame
 from ape.tasks.provenance import environment, recorded_provenance
-from ape.tasks.sessions_table import session_table
+from ape.tasks.run_files import find_runs
+from ape.tasks.sessions_table import searched, session_table
 
 
 def build_report(
@@ -105,13 +106,14 @@ def build_report(
     partial: dict[str, Any] = {}
     stage = "reading results"
     try:
-        table = session_table(output_dirs)
+        runs = find_runs(output_dirs)  # one walk of the folders for the sessions and provenance
+        table = session_table(runs, searched(output_dirs))
         pq.write_table(table, report_dir / "sessions.parquet")
         sessions = table.to_pandas()
         summary = summary_of(sessions, wall_seconds=wall_seconds, extra_summary=extra_summary)
         partial["summary"] = summary
 
-        summary.provenance = {"report": environment(), "runs": recorded_provenance(output_dirs)}
+        summary.provenance = {"report": environment(), "runs": recorded_provenance(runs)}
 
         stage = "aggregating the leaderboard"
         leaderboard = aggregate(sessions)

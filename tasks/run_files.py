@@ -110,11 +110,6 @@ def find_runs(paths: Iterable[Path]) -> list[RunFiles]:
     return found
 
 
-def results_files(paths: Iterable[Path]) -> list[Path]:
-    """Every results file under each of ``paths`` (see :func:`find_runs`)."""
-    return [run.results for run in find_runs(paths)]
-
-
 def metadata_near(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
     """The metadata of ``folder`` itself, then of each of its direct sub-folders (sorted):
     a model's folder, or a benchmark's output folder with one folder per model."""

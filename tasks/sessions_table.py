@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch, SessionResult
-from ape.tasks.run_files import DEFAULT_SAVE_FILE, results_files
+from ape.tasks.run_files import DEFAULT_SAVE_FILE, RunFiles, find_runs
 from ape.tasks.save import scan_results
 
 log = logging.getLogger(__name__)
@@ -105,14 +105,14 @@ def latest_batches(path: Path) -> dict[tuple[str, str], tuple[OutputBatch, int]]
     return {(batch.model_id, batch.item_id): (batch, number) for number, batch in scan.batches}
 
 
-def session_table(output_dirs: Iterable[Path]) -> pa.Table:
-    """All sessions under ``output_dirs`` as an Arrow table with :data:`SESSIONS_SCHEMA`."""
-    output_dirs = list(output_dirs)
-    files = results_files(output_dirs)
+def session_table(runs: Sequence[RunFiles], where: str) -> pa.Table:
+    """All sessions of ``runs`` (from :func:`ape.tasks.run_files.find_runs`) as an Arrow table
+    with :data:`SESSIONS_SCHEMA`; ``where`` names what was searched when there are none."""
+    files = [run.results for run in runs]
     if not files:
         raise ApeError(
             f"no {DEFAULT_SAVE_FILE} found, nor a run's metadata naming its results file",
-            where=", ".join(str(d) for d in output_dirs) or "(no folders given)",
+            where=where,
             hint="pass the output folder of a finished or partial run",
         )
     merged: dict[tuple[str, str], tuple[OutputBatch, int, Path]] = {}
@@ -133,6 +133,11 @@ def session_table(output_dirs: Iterable[Path]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SESSIONS_SCHEMA)
 
 
-def load_sessions(output_dirs: list[Path]) -> pd.DataFrame:
+def searched(output_dirs: Sequence[Path]) -> str:
+    """The folders a reader searched, for its error messages."""
+    return ", ".join(str(d) for d in output_dirs) or "(no folders given)"
+
+
+def load_sessions(output_dirs: Sequence[Path]) -> pd.DataFrame:
     """One row per saved session under ``output_dirs`` (columns: see :mod:`ape.tasks.report`)."""
-    return session_table(output_dirs).to_pandas()
+    return session_table(find_runs(output_dirs), searched(output_dirs)).to_pandas()

@@ -18,7 +18,6 @@ from ape.tasks.run_files import (
     find_runs,
     metadata_near,
     read_metadata,
-    results_files,
     run_files_in,
 )
 from ape.tasks.save import SaveHandler
@@ -51,7 +50,7 @@ def test_the_save_handler_records_its_results_file_and_the_finder_follows_it(tmp
     run = run_files_in(folder)
     assert run.results == folder / "answers.jsonl" and run.metadata_path == folder / "state.json"
     assert run.metadata["model"] == "m"
-    assert results_files([tmp_path]) == [folder / "answers.jsonl"]
+    assert [run.results for run in find_runs([tmp_path])] == [folder / "answers.jsonl"]
     assert load_sessions([tmp_path]).item_id.tolist() == ["a", "b"]
 
 
@@ -85,7 +84,7 @@ def test_falls_back_to_results_jsonl(tmp_path: Path, metadata: dict | None):
         (tmp_path / "meta.json").write_text(json.dumps(metadata))
     (tmp_path / "results.jsonl").write_text(batch("m", "a").model_dump_json() + "\n")
     assert run_files_in(tmp_path).results == tmp_path / "results.jsonl"
-    assert results_files([tmp_path]) == [tmp_path / "results.jsonl"]
+    assert [run.results for run in find_runs([tmp_path])] == [tmp_path / "results.jsonl"]
 
 
 def test_find_runs_walks_folders_and_takes_files_as_they_are(tmp_path: Path):
@@ -101,7 +100,7 @@ def test_find_runs_walks_folders_and_takes_files_as_they_are(tmp_path: Path):
     assert [r.metadata_path for r in runs] == [custom / "s.json", default / "metadata.json"]
     (beside,) = find_runs([custom / "answers.jsonl"])  # a file: the metadata beside it
     assert beside.metadata_path == custom / "s.json"
-    assert recorded_provenance([tmp_path / "out"]) == {
+    assert recorded_provenance(find_runs([tmp_path / "out"])) == {
         "alpha": {"data_sha256": "sha-alpha"},
         "beta": {"data_sha256": "sha-beta"},
     }
