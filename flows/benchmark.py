@@ -26,6 +26,7 @@ from ape.flows.logs import run_logs
 from ape.flows.plan import run_label
 from ape.flows.states import items_failed
 from ape.schemas.config import ApeConfig
+from ape.schemas.report import Envelope
 from ape.tasks.runs import IN_PLACE, RunInfo, config_for_run, finish_run, start_run
 
 log = logging.getLogger("ape")
@@ -66,7 +67,7 @@ def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | 
     return envelope.model_dump(mode="json")
 
 
-def _calibration_markdown(envelope: Any) -> str:
+def _calibration_markdown(envelope: Envelope) -> str:
     from ape.tasks.markdown import calibration_table
 
     return "\n".join(["# Calibration", "", *calibration_table(envelope)])
