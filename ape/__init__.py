@@ -44,7 +44,7 @@ _EXPORTS: dict[str, str] = {
     "ApeError": "ape.schemas.errors",
     "Envelope": "ape.schemas.report",
     "run_eval": "ape.flows.demo",
-    "build_report": "ape.tasks.report",
+    "build_report": "ape.tasks.report.build",
     "id_field": "ape.schemas.data",
 }
 
@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from ape.schemas.report import Envelope
     from ape.schemas.results import Generation
     from ape.schemas.taskspec import TaskSpec
-    from ape.tasks.report import build_report
+    from ape.tasks.report.build import build_report
 
 
 def __getattr__(name: str) -> Any:

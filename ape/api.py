@@ -21,11 +21,11 @@ def preflight(config: ApeConfig) -> tuple[Any, list[Any], list[str]]:
     Returns:
         The first model's plan, the tools and the item ids.
     """
-    from ape.flows.plan import make_plan, resume_fingerprints
     from ape.flows.resume import recorded, refuse_mixing
-    from ape.tasks.models import build_model
-    from ape.tasks.outdir import check_output_folder
-    from ape.tasks.tools import load_tools
+    from ape.flows.run_plan import make_plan, resume_fingerprints
+    from ape.tasks.models.build import build_model
+    from ape.tasks.solving.tools import load_tools
+    from ape.tasks.storage.outdir import check_output_folder
 
     try:
         check_output_folder(config.run.output)

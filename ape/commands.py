@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ape.api import preflight
+from ape.cli import EXIT_REGRESSED
 from ape.config import load_config, locate
 from ape.schemas.config import ApeConfig, slug
 from ape.schemas.errors import ApeError
@@ -52,12 +53,9 @@ def _cache_storage(config: ApeConfig) -> None:
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(config.run.output / ".cache" / "results"))
 
 
-EXIT_REGRESSED = 3  # `ape run --fail-on-regression`: a model got worse
-
-
 def _output_lock(config: ApeConfig) -> Any:
-    """The output folder's lock (re-entrant: the flow takes it again; see ape.tasks.outdir)."""
-    from ape.tasks.outdir import OutputLock
+    """The output folder's lock (re-entrant: the flow takes it again; see ape.tasks.storage.outdir)."""
+    from ape.tasks.storage.outdir import OutputLock
 
     return OutputLock(config.run.output)
 
@@ -98,7 +96,7 @@ def _run_benchmark(
 ) -> int:
     from ape.flows.benchmark import benchmark
     from ape.flows.states import items_failed
-    from ape.tasks.save import SaveFailed
+    from ape.tasks.storage.save import SaveFailed
 
     if config.run.task_runner == "dask":
         from ape.flows.feeders import dask_task_runner
@@ -131,7 +129,7 @@ def _run_output(config: ApeConfig, state: Any, new_run: bool) -> Path:
     """The folder this run wrote: the output folder, or its run folder for a new run."""
     if not new_run:
         return config.run.output
-    from ape.tasks.runs import find_by_flow_run
+    from ape.tasks.storage.runs import find_by_flow_run
 
     return find_by_flow_run(config.run.output, str(state.state_details.flow_run_id)) or config.run.output
 
@@ -165,7 +163,7 @@ def run(
 
 
 def validate(config_path: Path, *, estimate: bool = False) -> int:
-    from ape.tasks.render import template_variables
+    from ape.tasks.solving.render import template_variables
 
     config = load_config(config_path)
     plan, tools, ids = preflight(config)
@@ -187,8 +185,8 @@ def validate(config_path: Path, *, estimate: bool = False) -> int:
 
 def _print_estimate(config: ApeConfig, plan: Any) -> None:
     """Tokens and cost of the run, from the rendered prompts' lengths and max_tokens."""
-    from ape.tasks.cost import estimate
-    from ape.tasks.render import render
+    from ape.tasks.solving.render import render
+    from ape.tasks.stats.cost import estimate
 
     lengths = []
     for item in plan.provider():
@@ -224,9 +222,9 @@ def _print_estimate(config: ApeConfig, plan: Any) -> None:
 
 def plan(config_path: Path, difference: float, output: Path | None = None) -> int:
     """``ape plan``: items and runs needed to detect ``difference`` at 80% power."""
-    from ape.tasks.power import ASSUMED, plan_table, variance_from_sessions
-    from ape.tasks.run_files import find_runs
-    from ape.tasks.sessions_table import session_table
+    from ape.tasks.report.sessions_table import session_table
+    from ape.tasks.stats.power import ASSUMED, plan_table, variance_from_sessions
+    from ape.tasks.storage.run_files import find_runs
 
     if not 0 < difference < 1:
         raise ApeError(
@@ -265,8 +263,8 @@ def plan(config_path: Path, difference: float, output: Path | None = None) -> in
 
 
 def report(outputs: list[Path], out: Path | None) -> int:
-    from ape.tasks.markdown import markdown_table
-    from ape.tasks.report import build_report
+    from ape.tasks.report.build import build_report
+    from ape.tasks.report.markdown import markdown_table
 
     for folder in outputs:
         if not folder.is_dir():
@@ -290,7 +288,7 @@ def report(outputs: list[Path], out: Path | None) -> int:
 
 def _benchmarks_of(outputs: list[Path]) -> dict[str, list[Path]]:
     """The benchmark name recorded in each folder's run metadata (its own or its models')."""
-    from ape.tasks.run_files import metadata_near
+    from ape.tasks.storage.run_files import metadata_near
 
     found: dict[str, list[Path]] = {}
     for folder in outputs:
@@ -307,8 +305,8 @@ def _recorded_config(output: Path) -> tuple[Path, Path, list[str] | None]:
     """(config file, top output folder, models to redo) recorded by an earlier run in
     ``output``: the benchmark's folder (every model), or one model's folder of a
     several-model benchmark (that model only). The run's metadata file is found by its
-    content, whatever ``[run] metadata_file`` called it (see ape.tasks.run_files)."""
-    from ape.tasks.run_files import metadata_near
+    content, whatever ``[run] metadata_file`` called it (see ape.tasks.storage.run_files)."""
+    from ape.tasks.storage.run_files import metadata_near
 
     for meta, data in metadata_near(output):
         if not data.get("config_file"):
@@ -339,7 +337,7 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
     for name in wanted:
         if name not in valid:
             raise ApeError(f"unknown outcome '{name}'", where="--outcomes", hint=f"use {', '.join(valid)}")
-    from ape.tasks.runs import split_run_folder
+    from ape.tasks.storage.runs import split_run_folder
 
     recorded, top, models = _recorded_config(output) if config_path is None else (config_path, output, None)
     top, run_id = split_run_folder(top)  # a run folder continues that run
@@ -357,8 +355,8 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
 
 def history(output: Path, model: str | None, chart: bool) -> int:
     """Print each model's score per run with CIs and verdicts; write OUTPUT/trend.png."""
-    from ape.tasks.history import history_dir, read_runs
-    from ape.tasks.trend import history_markdown, write_trend_chart
+    from ape.tasks.report.trend import history_markdown, write_trend_chart
+    from ape.tasks.storage.history import history_dir, read_runs
 
     if not history_dir(output).is_dir():
         raise ApeError(
@@ -383,7 +381,7 @@ def history(output: Path, model: str | None, chart: bool) -> int:
 
 
 def baseline(output: Path, run_id: str) -> int:
-    from ape.tasks.history import set_baseline
+    from ape.tasks.storage.history import set_baseline
 
     pinned = set_baseline(output, run_id)
     print(f"baseline: {pinned} (every new run is now also compared with it)")
@@ -414,7 +412,7 @@ def demo_exit(
     """Run the demo against whatever Prefect API is configured, print the markdown table
     and the verdict, and return the exit code (see :mod:`ape.flows.demo`)."""
     from ape.flows.demo import WALL_BUDGET_S, run_demo
-    from ape.tasks.markdown import markdown_table
+    from ape.tasks.report.markdown import markdown_table
 
     result = run_demo(out, parallel, tasks_file=tasks_file, adapters=adapters, outrank=outrank)
     print(markdown_table(result.envelope))

@@ -11,7 +11,8 @@ locally is not feasible without replacing Prefect's task engine; ending the run 
 ``failures`` failed probes in a row (five: a refused connection fails at once, a
 server too busy to answer gets ten seconds per probe, so a loaded machine is not
 mistaken for a dead server and the run still ends within a minute) it silences
-Prefect's loggers, waits for a save in progress to finish (:data:`ape.tasks.save.WRITE_GUARD`, so no line is torn),
+Prefect's loggers, waits for a save in progress to finish
+(:data:`ape.tasks.storage.save.WRITE_GUARD`, so no line is torn),
 prints one line and ends the process with exit code 1. Everything saved before is
 intact (results.jsonl is fsynced per group; metadata.json is rebuilt from it on
 start), the output folder's lock is released by the kernel, and the same command
@@ -60,7 +61,7 @@ class ApiWatchdog:
                 self._end()
 
     def _end(self) -> None:
-        from ape.tasks.save import WRITE_GUARD
+        from ape.tasks.storage.save import WRITE_GUARD
 
         prefect = logging.getLogger("prefect")
         prefect.setLevel(logging.CRITICAL + 1)

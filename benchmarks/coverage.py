@@ -1,7 +1,7 @@
 """Coverage of APE's 95% intervals for a pass rate, by simulation.
 
 For every true pass rate p and benchmark size n, draw many benchmarks, compute the
-interval APE reports (``ape.tasks.intervals.rate_interval``) and count how often it
+interval APE reports (``ape.tasks.stats.intervals.rate_interval``) and count how often it
 holds p. Two designs:
 
 - independent: n items, each passed with probability p;
@@ -27,7 +27,7 @@ import time
 import numpy as np
 from scipy import stats
 
-from ape.tasks.intervals import rate_interval, wilson
+from ape.tasks.stats.intervals import rate_interval, wilson
 
 PS = (0.5, 0.9, 0.95, 0.99)
 NS = (30, 100, 1000)

@@ -1,6 +1,6 @@
 """Scale of the run history: a year of nightly runs, 3 models, 2,000 items each.
 
-Writes 365 runs through :func:`ape.tasks.history.append_run` (the writer the flow uses;
+Writes 365 runs through :func:`ape.tasks.storage.history.append_run` (the writer the flow uses;
 the summary rows are synthetic, with a verdict against the previous run), then measures:
 
 - the wall and CPU time of ``ape history OUTPUT`` as a user runs it (a fresh process: imports,
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ape.tasks.history import append_run, history_dir
+from ape.tasks.storage.history import append_run, history_dir
 
 
 def build(top: Path, runs: int, models: int, items: int) -> None:

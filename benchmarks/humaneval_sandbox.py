@@ -125,7 +125,7 @@ def write_benchmark(folder: Path, rows: list[dict], *, sandbox: str, label: str,
 
 def run_benchmark(config: Path, env: dict[str, str] | None = None) -> dict:
     """``python -m ape run CONFIG``; the envelope, passes per model, exit code and wall time."""
-    from ape.tasks.run_files import run_files_in
+    from ape.tasks.storage.run_files import run_files_in
 
     started = time.perf_counter()
     done = subprocess.run(

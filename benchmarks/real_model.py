@@ -85,7 +85,7 @@ def run_ape(config: Path, out: Path, attempts: int = 2) -> dict[str, Any]:
         )
     else:
         raise RuntimeError("ape run failed every attempt")
-    from ape.tasks.run_files import run_files_in
+    from ape.tasks.storage.run_files import run_files_in
 
     envelope = json.loads((out / "report.json").read_text())
     sessions = [
@@ -113,7 +113,7 @@ def inspect_task(problems: int) -> Any:
     from inspect_ai.solver import TaskState, generate
     from inspect_ai.util import subprocess as run_subprocess
 
-    from ape.schemas.plugins import load_object
+    from ape.tasks.plugins.loader import load_object
 
     HumanEvalProblem = load_object("humaneval:HumanEvalProblem", base_dir=EXAMPLE)
     extract_function = load_object("humaneval:extract_function", base_dir=EXAMPLE)
@@ -175,7 +175,7 @@ def run_inspect(task: Any, base_url: str, max_tokens: int, log_dir: Path) -> dic
 
 def start_server(logits_all: bool, log: Path) -> Any:
     from ape.schemas.config import ModelConfig
-    from ape.tasks.llama_server import LlamaServer, ServerSpec, model_file
+    from ape.tasks.models.llama_server import LlamaServer, ServerSpec, model_file
 
     server = LlamaServer(
         ServerSpec(file=model_file(ModelConfig(provider="llama-cpp", model="smollm2-135m")), logits_all=logits_all), log

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 from langchain_core.messages import HumanMessage
 
-from ape.tasks.mock_models import MockChatModel
-from ape.tasks.regression import compare
+from ape.tasks.models.mocks import MockChatModel
+from ape.tasks.stats.regression import compare
 
 N = 500
 RUNS = 40

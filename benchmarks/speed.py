@@ -77,7 +77,7 @@ def child(config: str) -> None:
 
     from ape.config import load_config
     from ape.flows.evaluate import Runner
-    from ape.flows.plan import make_plan
+    from ape.flows.run_plan import make_plan
 
     cfg = load_config(config)
     imported = time.perf_counter()

@@ -126,6 +126,6 @@ def serve_config(
 
 def load_benchmark_flow() -> Flow[..., Any]:
     """Import the benchmark flow lazily, so this module loads without the runner."""
-    from ape.schemas.plugins import load_object
+    from ape.tasks.plugins.loader import load_object
 
     return load_object(BENCHMARK_FLOW, where="deployment")

@@ -18,10 +18,10 @@ import logging
 from pathlib import Path
 
 from ape.schemas.config import ApeConfig
-from ape.schemas.plugins import load_object
 from ape.schemas.report import RegressionRow
-from ape.tasks.history import read_runs
-from ape.tasks.trend import history_markdown
+from ape.tasks.plugins.loader import load_object
+from ape.tasks.report.trend import history_markdown
+from ape.tasks.storage.history import read_runs
 
 log = logging.getLogger("ape")
 

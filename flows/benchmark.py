@@ -6,7 +6,7 @@ deployment's run form shows every setting. The report is built even when some
 items errored; the flow run then ends Failed so that a retry redoes only those.
 Runs of a deployment (and ``new_run=True``) are new runs in ``OUTPUT/runs/<run id>``
 that, once finished, join the run history and are compared with earlier runs
-(``ape.tasks.runs``, ``ape.flows.recurring``, ``ape.flows.alerts``).
+(``ape.tasks.storage.runs``, ``ape.flows.recurring``, ``ape.flows.alerts``).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from prefect.states import Failed
 
 from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from ape.flows.logs import run_logs
-from ape.flows.plan import run_label
+from ape.flows.run_plan import run_label
 from ape.flows.states import items_failed
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import Envelope
-from ape.tasks.runs import IN_PLACE, RunInfo, config_for_run, finish_run, start_run
+from ape.tasks.storage.runs import IN_PLACE, RunInfo, config_for_run, finish_run, start_run
 
 log = logging.getLogger("ape")
 
@@ -41,8 +41,8 @@ def _run_name() -> str:
 @task(name="report", task_run_name="report[{config.name}]", cache_policy=NO_CACHE, persist_result=False)
 def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Leaderboard, pairwise comparison and calibration from the saved results (no model calls)."""
-    from ape.tasks.markdown import markdown_table
-    from ape.tasks.report import build_report
+    from ape.tasks.report.build import build_report
+    from ape.tasks.report.markdown import markdown_table
 
     files = [config.output_dir_for(m) / config.run.save_file for m in config.model]
     envelope = build_report(
@@ -68,7 +68,7 @@ def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | 
 
 
 def _calibration_markdown(envelope: Envelope) -> str:
-    from ape.tasks.markdown import calibration_table
+    from ape.tasks.report.markdown import calibration_table
 
     return "\n".join(["# Calibration", "", *calibration_table(envelope)])
 
@@ -79,8 +79,8 @@ def record_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dict[str,
     from ape.flows.alerts import publish
     from ape.flows.recurring import record_run
     from ape.schemas.report import Envelope
-    from ape.tasks.envelope import write_envelope
-    from ape.tasks.markdown import markdown_table
+    from ape.tasks.report.envelope import write_envelope
+    from ape.tasks.report.markdown import markdown_table
 
     report = Envelope.model_validate(envelope)
     rows = record_run(config, top, info, report)
@@ -109,7 +109,7 @@ def benchmark(
     folder itself (false); by default, runs of a deployment (scheduled ones included) are
     new runs and runs by hand are not. ``run_id`` continues that run (``ape retry``).
     """
-    from ape.tasks.llama_server import local_model_servers
+    from ape.tasks.models.llama_server import local_model_servers
 
     # local GGUF models (provider "llama-cpp") are served for the length of the run
     with run_logs(None), local_model_servers(config) as served:

@@ -2,12 +2,12 @@
 
 :func:`run_eval` turns ModelAdapter objects and task specs into an ordinary
 :class:`ape.schemas.config.ApeConfig` (task specs as the data, the adapters as
-``[[model]]`` entries, :class:`ape.tasks.taskspec.TaskSpecChecker` as the checker)
+``[[model]]`` entries, :class:`ape.tasks.checking.taskspec.TaskSpecChecker` as the checker)
 and runs the :func:`ape.flows.benchmark.benchmark` flow, so the demo exercises
 exactly what users run. ``examples/demo/config.toml`` is the same config as a
 file (``ape run examples/demo/config.toml``).
 
-:func:`run_demo` adds seed 3's clean-run verdict (:mod:`ape.tasks.demo_verdicts`). Its criteria are
+:func:`run_demo` adds seed 3's clean-run verdict (:mod:`ape.tasks.report.demo_verdicts`). Its criteria are
 checked in this order; the first that breaks decides the exit code, and
 ``report.json`` then carries a structured ``error`` (type, message, and
 details with the criterion, the exit code and the problems found):
@@ -43,8 +43,8 @@ from ape.schemas.errors import ApeError
 from ape.schemas.models import ModelAdapter
 from ape.schemas.report import Envelope
 from ape.schemas.taskspec import TASK_TEMPLATE, TaskSpec
-from ape.tasks.demo_verdicts import Breach, Criterion, judge, with_verdict
-from ape.tasks.taskspec import check_unique, load_tasks, validate_task, write_tasks
+from ape.tasks.checking.taskspec import check_unique, load_tasks, validate_task, write_tasks
+from ape.tasks.report.demo_verdicts import Breach, Criterion, judge, with_verdict
 
 log = logging.getLogger("ape")
 
@@ -136,7 +136,7 @@ def run_eval(
     """
     from ape.flows.benchmark import benchmark
     from ape.flows.states import items_failed
-    from ape.tasks.model_adapters import model_entry, unregister_adapter
+    from ape.tasks.models.demo_adapters import model_entry, unregister_adapter
 
     specs = as_tasks(tasks)
     if not adapters:
@@ -176,8 +176,8 @@ def run_eval(
 
 def finish(envelope: Envelope, breach: Breach | None, out: Path) -> DemoResult:
     """Write the verdict into the envelope (summary.criteria, and error when broken)."""
-    from ape.tasks.envelope import write_envelope
-    from ape.tasks.markdown import markdown_table
+    from ape.tasks.report.envelope import write_envelope
+    from ape.tasks.report.markdown import markdown_table
 
     envelope = with_verdict(envelope, breach)
     report = write_envelope(out / "report.json", envelope)
@@ -205,7 +205,7 @@ def run_demo(
     ``outrank`` names the model that must rank strictly above the other. Never raises
     for a broken criterion: the verdict is in the result and in ``out/report.json``.
     """
-    from ape.tasks.model_adapters import demo_adapters
+    from ape.tasks.models.demo_adapters import demo_adapters
 
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)

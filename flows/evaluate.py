@@ -30,18 +30,18 @@ from pydantic import BaseModel
 from ape.flows.feeders import DaskFeeder, Feeder, ThreadFeeder, dask_task_runner
 from ape.flows.item import ItemProcessor
 from ape.flows.logs import CONSOLE_SKIP, run_logs
-from ape.flows.plan import Plan, make_plan, resume_fingerprints, run_label
 from ape.flows.progress import ProgressView, Tally, report_errors
 from ape.flows.resume import apply_changes, recorded, refuse_mixing
+from ape.flows.run_plan import RunPlan, make_plan, resume_fingerprints, run_label
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
-from ape.tasks.cost import Budget
-from ape.tasks.outdir import OutputLock
-from ape.tasks.provenance import run_provenance
-from ape.tasks.save import SaveFailed, SaveHandler
-from ape.tasks.transcripts import JSONL_FILE, LOG_FILE, SessionLog
+from ape.tasks.report.provenance import run_provenance
+from ape.tasks.stats.cost import Budget
+from ape.tasks.storage.outdir import OutputLock
+from ape.tasks.storage.save import SaveFailed, SaveHandler
+from ape.tasks.storage.transcripts import JSONL_FILE, LOG_FILE, SessionLog
 
 __all__ = ["ItemsFailed", "ItemProcessor", "Runner", "dask_task_runner", "evaluate"]
 
@@ -57,9 +57,9 @@ class BudgetReached(ItemsFailed):
 
 
 class Runner:
-    """Runs one Plan: feeds items to the solver workers and saves what they finish."""
+    """Runs one RunPlan: feeds items to the solver workers and saves what they finish."""
 
-    def __init__(self, plan: Plan, redo_outcomes: list[str] | None = None):
+    def __init__(self, plan: RunPlan, redo_outcomes: list[str] | None = None):
         self.plan = plan
         self.processor = ItemProcessor(plan)
         self.id_name = self.processor.id_name

@@ -20,13 +20,13 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
 from ape.flows.item import ItemProcessor
-from ape.flows.plan import Plan, fingerprint_hash, make_plan
+from ape.flows.run_plan import RunPlan, fingerprint_hash, make_plan
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch
 from ape.tasks.stages import Worker, bind_worker
-from ape.tasks.transcripts import SessionLog
+from ape.tasks.storage.transcripts import SessionLog
 
 
 class Feeder(Protocol):
@@ -85,7 +85,7 @@ class ThreadFeeder:
 class DaskFeeder:
     """Items as Prefect tasks on the flow's DaskTaskRunner; transcripts are written here."""
 
-    def __init__(self, plan: Plan, refresh: Collection[str], session_log: SessionLog):
+    def __init__(self, plan: RunPlan, refresh: Collection[str], session_log: SessionLog):
         self.config = plan.config
         self.model_index = plan.config.model.index(plan.model_cfg)
         self.refresh = refresh

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ape.flows.plan import Plan
+from ape.flows.run_plan import RunPlan
 from ape.schemas.data import id_field_name, item_id
 from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome, OutputBatch, SessionResult
 from ape.tasks.stage_runs import StageClock, current_flow_run_id, record_stage_runs, start_clock
@@ -30,7 +30,7 @@ from ape.tasks.stages import (
     solve_task,
     unwrap,
 )
-from ape.tasks.transcripts import SessionLog
+from ape.tasks.storage.transcripts import SessionLog
 
 log = logging.getLogger("ape")
 
@@ -44,8 +44,8 @@ def _field_text(item: BaseModel, name: str | None) -> str | None:
 class ItemProcessor:
     """Runs one item's chain (every run of it) on the calling solver-worker thread."""
 
-    def __init__(self, plan: Plan):
-        from ape.tasks.check import CheckerCarousel
+    def __init__(self, plan: RunPlan):
+        from ape.tasks.checking.check import CheckerCarousel
 
         self.plan = plan
         cfg = plan.config
@@ -62,7 +62,7 @@ class ItemProcessor:
         self.id_name = id_field_name(plan.data_model)
 
     def _render(self, template: str, item: BaseModel, key: str) -> str:
-        from ape.tasks.render import render
+        from ape.tasks.solving.render import render
 
         if self.granularity == "stage":
             return render_task(template, item, key)
@@ -71,8 +71,8 @@ class ItemProcessor:
     def run_session(
         self, item: BaseModel, key: str, run_index: int, refresh: bool = False
     ) -> tuple[SessionResult, list[Any]]:
-        from ape.tasks.cost import session_cost
-        from ape.tasks.score import score_session
+        from ape.tasks.checking.builtin import score_session
+        from ape.tasks.stats.cost import session_cost
 
         plan = self.plan
         started = time.perf_counter()

@@ -14,15 +14,15 @@ from typing import Any
 
 import pandas as pd
 
-from ape.flows.plan import _read, fingerprint_hash, load_data_model
+from ape.flows.run_plan import _read, fingerprint_hash, load_data_model
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.report import Envelope, RegressionRow
-from ape.tasks import history
-from ape.tasks.aggregate import item_table
-from ape.tasks.data import DataProvider
-from ape.tasks.regression import compare
-from ape.tasks.runs import RunInfo
+from ape.tasks.stats.aggregate import item_table
+from ape.tasks.stats.regression import compare
+from ape.tasks.storage import history
+from ape.tasks.storage.data import DataProvider
+from ape.tasks.storage.runs import RunInfo
 
 log = logging.getLogger("ape")
 
@@ -39,7 +39,7 @@ def item_hashes(config: ApeConfig) -> dict[str, str]:
 
 def fingerprints(config: ApeConfig, model_index: int) -> dict[str, str]:
     """Hashes of what shapes the answers (model, prompt, solver) and what grades them."""
-    from ape.tasks.model_fingerprint import model_fingerprint
+    from ape.tasks.models.fingerprint import model_fingerprint
 
     prompt = config.prompt
     answers = {

@@ -152,7 +152,7 @@ class Summary(BaseModel):
     provenance: dict[str, Any] = Field(
         default_factory=dict,
         description="'report': the environment that built the report; 'runs': model id -> the "
-        "record its run wrote to metadata.json (see ape.tasks.provenance).",
+        "record its run wrote to metadata.json (see ape.tasks.report.provenance).",
     )
 
 

@@ -5,7 +5,7 @@ A :class:`TaskSpec` is an ordinary DataModel (``[data] schema =
 pipeline as any benchmark. What makes it different from a plain data item is
 that each task names how to grade it: the ``metric`` (one of the five built-in
 ones) and the ``postprocess`` rule applied to the model's answer before the
-metric sees it. :class:`ape.tasks.taskspec.TaskSpecChecker` reads both.
+metric sees it. :class:`ape.tasks.checking.taskspec.TaskSpecChecker` reads both.
 
 The prompt a model sees is the few-shot prefix followed by the prompt body
 (``template = "{{ few_shot }}{{ prompt }}"``).

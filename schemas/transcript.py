@@ -2,7 +2,7 @@
 
 A *session* is one attempt at one item. While it runs, the solver appends
 :class:`TranscriptEntry` objects (prompts, model responses, tool calls, parse
-attempts, failures); when it closes, :class:`ape.tasks.transcripts.SessionLog`
+attempts, failures); when it closes, :class:`ape.tasks.storage.transcripts.SessionLog`
 appends a ``CHECK`` and a ``SESSION_END`` entry and writes the session to two
 files in the output folder:
 

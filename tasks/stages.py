@@ -31,7 +31,7 @@ from ape.tasks.stage_runs import StageClock, current_clock
 
 if TYPE_CHECKING:
     from ape.schemas.config import ApeConfig, ModelConfig
-    from ape.tasks.check import CheckerCarousel
+    from ape.tasks.checking.check import CheckerCarousel
 
 
 class SessionSpec(BaseModel):
@@ -48,7 +48,7 @@ class SessionSpec(BaseModel):
     item: str  # the item as JSON (aliases as keys)
     prompt: str
     system: str | None
-    fingerprint: str  # hash of the model, solver, adapter and tool settings (Plan.fingerprint)
+    fingerprint: str  # hash of the model, solver, adapter and tool settings (RunPlan.fingerprint)
 
 
 class SessionFailed(Exception):
@@ -61,7 +61,7 @@ class SessionFailed(Exception):
 
 
 class StagePlan(Protocol):
-    """What the stages need of a run's resolved plan (``ape.flows.plan.Plan`` provides it),
+    """What the stages need of a run's resolved plan (``ape.flows.run_plan.RunPlan`` provides it),
     so this layer does not import the flows above it."""
 
     @property
@@ -78,8 +78,8 @@ class Worker:
     """What one solver worker owns: its model client and its (possibly stateful) tools."""
 
     def __init__(self, plan: StagePlan, carousel: CheckerCarousel):
-        from ape.tasks.models import build_model
-        from ape.tasks.tools import load_tools
+        from ape.tasks.models.build import build_model
+        from ape.tasks.solving.tools import load_tools
 
         self.plan = plan
         self.carousel = carousel  # the run's shared checkers, also behind the checker tool
@@ -93,7 +93,7 @@ class Worker:
         cfg = self.plan.config.checker
         if not cfg.expose_as_tool:
             return list(self.tools)
-        from ape.tasks.check import checker_tool
+        from ape.tasks.checking.check import checker_tool
 
         tool = checker_tool(self.carousel, item, self.plan.adapter, cfg.checker_tool)
         return [*self.tools, tool]
@@ -128,7 +128,7 @@ def session_task(spec: SessionSpec) -> SolveRecord:
     When the session's stages are recorded (tasks.stage_runs), the solve and adapt
     stages are marked on this thread's clock as they end, failed ones as Failed.
     """
-    from ape.tasks.solve import run_adaption, run_solver
+    from ape.tasks.solving.solve import run_adaption, run_solver
 
     worker = current_worker()
     item = worker.item(spec)
@@ -165,7 +165,7 @@ def mark_adapt(clock: StageClock, record: SolveRecord, solve_failed: bool) -> No
 
 @task(name="solve", task_run_name="solve[{spec.item_id}]#{spec.run_index}", persist_result=True)
 def solve_task(spec: SessionSpec) -> SolverState:
-    from ape.tasks.solve import run_solver
+    from ape.tasks.solving.solve import run_solver
 
     worker = current_worker()
     item = worker.item(spec)
@@ -181,7 +181,7 @@ def solve_task(spec: SessionSpec) -> SolverState:
 
 @task(name="adapt", task_run_name="adapt[{spec.item_id}]#{spec.run_index}", persist_result=True)
 def adapt_task(spec: SessionSpec, state: SolverState) -> SolveRecord:
-    from ape.tasks.solve import run_adaption
+    from ape.tasks.solving.solve import run_adaption
 
     worker = current_worker()
     item = worker.item(spec)
@@ -199,7 +199,7 @@ def adapt_task(spec: SessionSpec, state: SolverState) -> SolveRecord:
 # -- cheap stages (stage granularity only; never cached) ------------------------------------
 @task(name="render", task_run_name="render[{item_id}]", cache_policy=NO_CACHE, persist_result=False)
 def render_task(template: str, item: BaseModel, item_id: str) -> str:
-    from ape.tasks.render import render
+    from ape.tasks.solving.render import render
 
     return render(template, item)
 
@@ -214,7 +214,7 @@ def check_task(carousel: CheckerCarousel, item: BaseModel, solution: Any, item_i
 def score_task(
     outcome: Outcome, check: CheckResult | None, metric: str | None, item_id: str, run_index: int
 ) -> tuple[float, bool]:
-    from ape.tasks.score import score_session
+    from ape.tasks.checking.builtin import score_session
 
     return score_session(outcome, check, metric)
 

@@ -6,44 +6,23 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from llm_server import llama_server  # noqa: F401 - a fixture for the tests of the real LLM
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.processes import free_port, stop_group, wait_http
+
+pytest_plugins = ["tests.helpers.llm_server"]  # the fixture of the tests of the real LLM
 
 # Keep tests away from the user's ~/.prefect and from the network.
 _HOME = Path(tempfile.mkdtemp(prefix="ape-test-prefect-"))
 os.environ.setdefault("PREFECT_HOME", str(_HOME))
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_http(url: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise RuntimeError(f"{url} did not answer within {timeout} s")
 
 
 @pytest.fixture(scope="session")
@@ -79,19 +58,6 @@ def prefect_server() -> Iterator[str]:
         yield api
 
 
-def stop_group(proc: subprocess.Popen, timeout: float) -> None:
-    """SIGTERM a process started in its own session, then SIGKILL its whole group."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # what it left running in its group
-    proc.wait()
-
-
 @pytest.fixture
 def kill_at_end() -> Iterator[Callable[[subprocess.Popen], subprocess.Popen]]:
     """Registers a background process (started with ``start_new_session=True``); whatever is
@@ -117,7 +83,7 @@ def _restore_process_state() -> Iterator[None]:
     ``peak_concurrency`` counts across tests). Each test starts from the state the
     session had, and leaves it so.
     """
-    from ape.tasks.limits import clear_limiters
+    from ape.tasks.models.limits import clear_limiters
 
     environ = dict(os.environ)
     logger = logging.getLogger("ape")

@@ -1,0 +1,238 @@
+"""Resolve a validated config into everything a run needs, once, before any model call.
+
+``ape validate`` runs exactly this (plus a full data scan), so whatever would
+break a run mid-way (an import, a template variable, a tool factory) breaks
+here first with a clear error.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from ape.schemas.config import ApeConfig, ModelConfig
+from ape.schemas.errors import ApeError, did_you_mean
+from ape.tasks.common.deadline import call_with_timeout
+from ape.tasks.plugins.loader import load_object
+from ape.tasks.solving.render import check_template
+from ape.tasks.storage.data import DataProvider
+
+# Bump when the meaning of cached generations changes, to invalidate old caches.
+CACHE_VERSION = "1"
+
+
+@dataclass
+class RunPlan:
+    """One model's run of one config, fully resolved."""
+
+    config: ApeConfig
+    model_cfg: ModelConfig
+    data_model: type[BaseModel]
+    template: str
+    system: str | None
+    adapter: Callable[[str], Any]
+    checker_factory: Callable[[], Any]
+    metric: str | None
+    hook: Callable[[Any], Any] | None = None  # [hooks] on_batch_saved
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    fingerprint_key: str = ""  # hash of ``fingerprint``, part of every session's cache key
+
+    @property
+    def model_id(self) -> str:
+        return self.model_cfg.model_id
+
+    @property
+    def out_dir(self) -> Path:
+        return self.config.output_dir_for(self.model_cfg)
+
+    @property
+    def cache_dir(self) -> Path:
+        from ape.tasks.storage.runs import cache_dir
+
+        return cache_dir(self.config)
+
+    def provider(self) -> DataProvider:
+        d = self.config.data
+        return DataProvider(d.file, self.data_model, d.start_id, d.end_id)
+
+
+def _read(path: Path | None, inline: str | None, key: str) -> str | None:
+    if inline is not None:
+        return inline
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ApeError(f"cannot read {path}: {exc}", where=f"[prompt] {key}") from None
+
+
+def load_data_model(config: ApeConfig) -> type[BaseModel]:
+    where = f"{config.config_file or 'config'} [data] schema"
+    model = load_object(config.data.schema_, kind="schema", where=where, base_dir=config.base_dir)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise ApeError(f"'{config.data.schema_}' is not a pydantic model class", where=where)
+    return model
+
+
+def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> RunPlan:
+    from ape.tasks.checking.check import load_checker
+    from ape.tasks.models.fingerprint import model_fingerprint
+    from ape.tasks.solving.adapt import load_adapter
+    from ape.tasks.storage.runs import cache_scope_key
+
+    data_model = load_data_model(config)
+    template = _read(config.prompt.template_file, config.prompt.template, "template") or ""
+    src = config.config_file or "config"
+    check_template(template, data_model, where=f"{src} [prompt] template")
+    system = _read(config.prompt.system_file, config.prompt.system, "system")
+    if system:
+        check_template(system, data_model, where=f"{src} [prompt] system")
+    if config.data.category_field and config.data.category_field not in data_model.model_fields:
+        raise ApeError(
+            f"'{config.data.category_field}' is not a field of {data_model.__name__}",
+            where=f"{src} [data] category_field",
+        )
+    if config.data.cluster_field and config.data.cluster_field not in data_model.model_fields:
+        raise ApeError(
+            f"'{config.data.cluster_field}' is not a field of {data_model.__name__}",
+            where=f"{src} [data] cluster_field",
+        )
+    if config.run.max_cost is not None and not all(
+        m.price_input_per_mtok is not None or m.price_output_per_mtok is not None for m in config.model
+    ):
+        raise ApeError(
+            "[run] max_cost needs a price for every model",
+            where=f"{src} [run] max_cost",
+            hint="set price_input_per_mtok and price_output_per_mtok in each [[model]]",
+        )
+    adapter = functools.partial(
+        call_with_timeout,
+        load_adapter(config.adapter, config.base_dir),
+        limit_s=config.adapter.timeout_s,
+        label="the adapter",
+        key="[adapter] timeout_s",
+    )
+
+    def checker_factory() -> Any:
+        return load_checker(config.checker, config.base_dir)
+
+    probe = checker_factory()  # fail now on a bad checker, not in a worker thread
+    check_checker_fields(probe, data_model, where=f"{src} [checker] args")
+    hook = None
+    if config.hooks.on_batch_saved:
+        hook = load_object(config.hooks.on_batch_saved, where=f"{src} [hooks] on_batch_saved", base_dir=config.base_dir)
+        if not callable(hook):
+            raise ApeError(f"'{config.hooks.on_batch_saved}' is not callable", where=f"{src} [hooks] on_batch_saved")
+    if config.hooks.on_regression:
+        from ape.flows.alerts import load_hook
+
+        load_hook(config)  # fail now, not after the run
+    fingerprint = {
+        "version": CACHE_VERSION,
+        "model": model_fingerprint(model_cfg),
+        "system": system,
+        # time limits change no answer, so they stay out of the key
+        "solver": config.solver.model_dump(mode="json", exclude={"tool_timeout_s"}),
+        "adapter": config.adapter.model_dump(mode="json", exclude={"timeout_s"}),
+        "tools": {k: v.model_dump(mode="json") for k, v in sorted(config.tools.items())},
+        # the checker shapes the conversation only when the model can call it
+        "checker": config.checker.model_dump(mode="json", exclude={"timeout_s"})
+        if config.checker.expose_as_tool
+        else None,
+        "cache_scope": cache_scope_key(config),  # a new run calls the model afresh
+    }
+    return RunPlan(
+        config=config,
+        model_cfg=model_cfg,
+        data_model=data_model,
+        template=template,
+        system=system,
+        adapter=adapter,
+        checker_factory=checker_factory,
+        metric=getattr(probe, "metric", None),
+        hook=hook,
+        fingerprint=fingerprint,
+        fingerprint_key=fingerprint_hash(fingerprint, size=32),
+    )
+
+
+def resume_fingerprints(plan: RunPlan) -> dict[str, Any]:
+    """What a saved result depends on, part by part, as recorded in metadata.json.
+
+    On resume (see :mod:`ape.flows.resume`) a changed ``generation`` part refuses to mix
+    results, a changed ``checker`` re-scores, and ``runs_per_data`` is compared as a number.
+    """
+    fp = plan.fingerprint
+    cfg = plan.config
+    generation = {
+        "prompt": fingerprint_hash([plan.template, fp.get("system")]),
+        "model": fingerprint_hash(fp.get("model")),
+        "data": file_digest(cfg.data.file),
+        "solver": fingerprint_hash([fp.get("solver"), fp.get("adapter"), fp.get("tools"), fp.get("checker")]),
+    }
+    checker = cfg.checker.model_dump(mode="json", exclude={"timeout_s"})
+    return {
+        "generation": generation,
+        "checker": fingerprint_hash([checker, plan.metric]),
+        "runs_per_data": cfg.run.runs_per_data,
+    }
+
+
+def check_checker_fields(checker: Any, data_model: type[BaseModel], where: str) -> None:
+    """A built-in checker's reference field (``args.field``, ``args.tests_field``) must be a
+    field of the DataModel: otherwise every check of the run would be a check error."""
+    from ape.tasks.checking.builtin import BuiltinChecker
+
+    if not isinstance(checker, BuiltinChecker):
+        return
+    key = "tests_field" if hasattr(checker.args, "tests_field") else "field"
+    name = getattr(checker.args, key)
+    known = {n for n, f in data_model.model_fields.items()} | {
+        f.alias for f in data_model.model_fields.values() if f.alias
+    }
+    # a property or computed field also holds a value the checker can read
+    known |= set(data_model.model_computed_fields) | {
+        n for n in dir(data_model) if isinstance(getattr(data_model, n, None), property)
+    }
+    if name not in known:
+        raise ApeError(
+            f"the checker reads the reference from '{name}', which is not a field of "
+            f"{data_model.__name__} (fields: {', '.join(data_model.model_fields)})",
+            where=f"{where} {key}",
+            hint=did_you_mean(name, sorted(known)) or f"set args.{key} to the field that holds the reference",
+        )
+
+
+def file_digest(path: Path) -> str | None:
+    """sha256 of a file's bytes (None when unreadable: the data loader reports that)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def fingerprint_hash(data: Any, size: int = 16) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:size]
+
+
+def run_label(config: Any, model_index: int | None = None) -> str | None:
+    """ "benchmark · model" for flow run names; ``config`` may still be a raw dict
+    (a deployment's parameters). None when it is not a valid config."""
+    try:
+        cfg = config if isinstance(config, ApeConfig) else ApeConfig.model_validate(config)
+    except Exception:
+        return None
+    models = cfg.model if model_index is None else cfg.model[model_index : model_index + 1]
+    return f"{cfg.name} · {', '.join(m.model_id for m in models)}"

@@ -1,0 +1,368 @@
+"""Built-in mock chat models: demos, dry runs and load tests without an API key.
+
+``provider = "mock"`` in a ``[model]`` section builds a :class:`MockChatModel`.
+It is a real LangChain ``BaseChatModel`` (tools bind, usage and metadata are
+reported), so every stage of a run is exercised exactly as with a real model;
+only the answer is computed locally. ``latency_s`` sleeps per call with
+``time.sleep``, so worker threads overlap like they would on network I/O,
+which is what the performance benchmarks measure.
+
+Behaviours:
+
+- ``arithmetic``: finds the last arithmetic expression ("17 + 25", "(3*4)-2")
+  in the human messages, computes it safely and answers "The answer is N".
+  With ``accuracy`` < 1 a share ``1 - accuracy`` of prompts, chosen
+  deterministically from the prompt text and ``seed``, gets a slightly wrong
+  answer (with ``sampling = true``, of calls instead, like a sampled model);
+  ``accuracy_file`` reads the accuracy from a file at every call, so a served
+  model can change between scheduled runs. With tools bound and ``use_tools``, the first step calls a tool
+  named ``calculator`` and the next step answers from its result.
+- ``echo``: answers with the last human message.
+- ``scripted``: answers with ``responses`` in turn (cycled, per instance).
+- ``give_up``: answers ``I_GIVE_UP``.
+
+Each answer carries ``response_metadata["confidence"]`` (high when right, a
+seeded value otherwise) and word-count ``usage_metadata``; with
+``logprobs = true`` also OpenAI-shaped ``response_metadata["logprobs"]`` whose
+log-probabilities sum to ``log(confidence)``.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import os
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Literal
+
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+
+from ape.schemas.config import GIVE_UP_TOKEN
+from ape.tasks.common.arithmetic import calculate
+
+Behaviour = Literal["arithmetic", "echo", "scripted", "give_up"]
+CALCULATOR_TOOL = "calculator"
+
+# Runs of characters that can form an arithmetic expression; parsed with ast afterwards.
+_EXPRESSION_RUN = re.compile(r"[\d\s().+\-*/%^×÷]+")
+
+
+class MockTransientError(ConnectionError):
+    """Raised by ``transient_failures``: looks like a dropped connection, so it is retried."""
+
+
+def _has_operation(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.BinOp) for n in ast.walk(node))
+
+
+def _trim(text: str) -> str:
+    """Drop what a regex run picks up around an expression: unmatched brackets, a full stop."""
+    text = text.strip()
+    changed = True
+    while changed and text:
+        changed = False
+        if text[-1] in ".+-*/%^×÷ " or (text[-1] == ")" and text.count(")") > text.count("(")):
+            text, changed = text[:-1].rstrip(), True
+        elif text[0] == "(" and text.count("(") > text.count(")"):
+            text, changed = text[1:].lstrip(), True
+        elif text[0] in ")*/%^×÷.":
+            text, changed = text[1:].lstrip(), True
+    return text
+
+
+def find_expression(text: str) -> tuple[str, float | int] | None:
+    """The last arithmetic expression in ``text`` and its value, or None.
+
+    Only runs of digits, operators and brackets that contain at least one
+    binary operation count, so "item 3" or "-5" alone are not expressions.
+    ``^`` is read as a power, ``×`` and ``÷`` as multiply and divide.
+    """
+    for match in reversed(list(_EXPRESSION_RUN.finditer(text))):
+        candidate = _trim(match.group())
+        if not candidate or not any(c.isdigit() for c in candidate):
+            continue
+        source = candidate.replace("^", "**").replace("×", "*").replace("÷", "/")
+        try:
+            tree = ast.parse(source, mode="eval")
+        except SyntaxError:
+            continue
+        if not _has_operation(tree):
+            continue
+        try:
+            return candidate, calculate(source)  # the same safe evaluator as the calculator tool
+        except (ValueError, ArithmeticError, TypeError):
+            continue
+    return None
+
+
+def format_number(value: float | int) -> str:
+    """Integers without a decimal point; other values rounded to 6 decimals."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int):
+        return str(value)
+    return f"{round(value, 6):.6f}".rstrip("0").rstrip(".")
+
+
+def _unit(*parts: object) -> float:
+    """A deterministic number in [0, 1) from the parts (same prompt, same seed, same value)."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def _text_of(message: BaseMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return " ".join(part if isinstance(part, str) else str(part.get("text", "")) for part in content)
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _tool_names(tools: Sequence[Any] | None) -> set[str]:
+    names: set[str] = set()
+    for tool in tools or ():
+        if isinstance(tool, dict):
+            name = tool.get("function", {}).get("name") or tool.get("name")
+            if name:
+                names.add(str(name))
+    return names
+
+
+def _called_tool(result: ToolMessage, messages: list[BaseMessage]) -> str | None:
+    """The name of the tool a ToolMessage answers (solvers do not always set ``name``)."""
+    if result.name:
+        return result.name
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                if call.get("id") == result.tool_call_id:
+                    return call["name"]
+    return None
+
+
+class MockChatModel(BaseChatModel):
+    """A local chat model with a fixed behaviour, for demos, dry runs and load tests."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    behaviour: Behaviour = "arithmetic"
+    latency_s: float = Field(default=0.0, ge=0.0, description="Seconds slept per call.")
+    accuracy: float = Field(default=1.0, ge=0.0, le=1.0, description="Share of right answers.")
+    seed: int = 0
+    use_tools: bool = Field(default=True, description="Call a bound 'calculator' tool first.")
+    sampling: bool = Field(
+        default=False,
+        description="Draw right/wrong per call instead of per prompt, so the runs of one item "
+        "differ (deterministic per instance and call order).",
+    )
+    consistency: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="With sampling: the share of prompts answered alike on every call and for "
+        "every seed (a model's easy and hard items stay so across runs); the rest are drawn per call.",
+    )
+    responses: list[str] = Field(default_factory=list, description="For behaviour 'scripted'.")
+    logprobs: bool = Field(default=False, description="Also report OpenAI-shaped logprobs.")
+    call_log: str | None = Field(
+        default=None, description="File that gets one line per call (counts calls across processes)."
+    )
+    accuracy_file: str | None = Field(
+        default=None,
+        description="File holding the accuracy as a number, read at every call instead of "
+        "'accuracy' (a served model whose quality changes between scheduled runs).",
+    )
+    transient_failures: int = Field(
+        default=0, ge=0, description="The first N calls of this instance fail like a dropped connection."
+    )
+
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _instance_calls: int = PrivateAttr(default=0)
+
+    _counts: ClassVar[Counter[str]] = Counter()  # calls per model name, for the whole process
+    _counts_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @model_validator(mode="after")
+    def _scripted_needs_responses(self) -> MockChatModel:
+        if self.behaviour == "scripted" and not self.responses:
+            raise ValueError("behaviour 'scripted' needs a non-empty 'responses' list")
+        return self
+
+    @property
+    def _llm_type(self) -> str:
+        return "ape-mock"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"behaviour": self.behaviour, "accuracy": self.accuracy, "seed": self.seed}
+
+    @property
+    def model_key(self) -> str:
+        """The key its calls are counted under: its ``name``, else the behaviour."""
+        return self.name or f"mock/{self.behaviour}"
+
+    @classmethod
+    def call_count(cls, name: str | None = None) -> int:
+        """Calls made in this process by mock models called ``name`` (all of them for None)."""
+        with cls._counts_lock:
+            return cls._counts[name] if name is not None else sum(cls._counts.values())
+
+    @classmethod
+    def reset_call_counts(cls) -> None:
+        with cls._counts_lock:
+            cls._counts.clear()
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Bind tools the way OpenAI-style models do: as ``tools=[{"type": "function", ...}]``."""
+        formatted = [convert_to_openai_tool(tool) for tool in tools]
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        return self.bind(tools=formatted, **kwargs)
+
+    def _record_call(self, messages: list[BaseMessage]) -> int:
+        with self._lock:
+            self._instance_calls += 1
+            number = self._instance_calls
+        with self._counts_lock:
+            self._counts[self.model_key] += 1
+        if self.call_log:
+            line = json.dumps(
+                {
+                    "model": self.model_key,
+                    "pid": os.getpid(),
+                    "time": time.time(),
+                    "prompt": _unit(*(_text_of(m) for m in messages)),
+                    "human": next((_text_of(m)[:200] for m in messages if isinstance(m, HumanMessage)), ""),
+                }
+            )
+            with open(self.call_log, "a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+                handle.flush()
+        return number
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        number = self._record_call(messages)
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        if number <= self.transient_failures:
+            raise MockTransientError(
+                f"mock model '{self.model_key}': simulated dropped connection ({number} of {self.transient_failures})"
+            )
+        message = self._answer(messages, _tool_names(kwargs.get("tools")), number)
+        input_tokens = sum(_words(_text_of(m)) for m in messages)
+        output_tokens = _words(_text_of(message)) or (1 if message.tool_calls else 0)
+        message.usage_metadata = {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+        }
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _answer(self, messages: list[BaseMessage], tools: set[str], number: int) -> AIMessage:
+        humans = [m for m in messages if isinstance(m, HumanMessage)]
+        prompt = _text_of(humans[-1]) if humans else ""
+        if self.behaviour == "echo":
+            return self._reply(prompt, _unit(self.seed, prompt, "echo") * 0.5 + 0.5)
+        if self.behaviour == "scripted":
+            text = self.responses[(number - 1) % len(self.responses)]
+            return self._reply(text, _unit(self.seed, prompt, number) * 0.5 + 0.5)
+        if self.behaviour == "give_up":
+            return self._reply(GIVE_UP_TOKEN, 0.05)
+        return self._arithmetic(messages, humans, tools, number)
+
+    def _arithmetic(
+        self, messages: list[BaseMessage], humans: Sequence[BaseMessage], tools: set[str], number: int
+    ) -> AIMessage:
+        last = messages[-1] if messages else None
+        if isinstance(last, ToolMessage) and _called_tool(last, messages) == CALCULATOR_TOOL:
+            return self._reply(f"The answer is {_text_of(last).strip()}", 0.97)
+        found = None
+        for human in reversed(humans):  # a reformat or force-finish prompt holds no expression
+            found = find_expression(_text_of(human))
+            if found:
+                source = _text_of(human)
+                break
+        if found is None:
+            return self._reply(GIVE_UP_TOKEN, 0.05)
+        expression, value = found
+        fresh_step = isinstance(last, HumanMessage)
+        if fresh_step and self.use_tools and CALCULATOR_TOOL in tools:
+            call_id = f"call_{hashlib.sha256(expression.encode()).hexdigest()[:12]}"
+            message = AIMessage(
+                content="",
+                tool_calls=[{"name": CALCULATOR_TOOL, "args": {"expression": expression}, "id": call_id}],
+            )
+            return self._with_metadata(message, 0.9, finish="tool_calls")
+        # sampling: each call of this instance draws afresh, so repeated sessions of one
+        # prompt can differ (what pass@k measures); otherwise the prompt decides
+        key: tuple[object, ...] = (self.seed, source, number) if self.sampling else (self.seed, source)
+        if self.sampling and _unit(source, "consistent") < self.consistency:
+            key = ("consistent", source)
+        if _unit(*key, "right") < self._accuracy():
+            return self._reply(f"The answer is {format_number(value)}", 0.85 + 0.14 * _unit(*key, "c"))
+        offset = 1 + int(_unit(*key, "offset") * 3)  # 1, 2 or 3
+        wrong = value - offset if _unit(*key, "sign") < 0.5 else value + offset
+        return self._reply(f"The answer is {format_number(wrong)}", 0.2 + 0.6 * _unit(*key, "c"))
+
+    def _accuracy(self) -> float:
+        if self.accuracy_file is None:
+            return self.accuracy
+        with open(self.accuracy_file, encoding="utf-8") as handle:
+            value = float(handle.read().strip())
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{self.accuracy_file}: accuracy {value} is not within [0, 1]")
+        return value
+
+    def _reply(self, text: str, confidence: float) -> AIMessage:
+        return self._with_metadata(AIMessage(content=text), confidence, finish="stop")
+
+    def _with_metadata(self, message: AIMessage, confidence: float, *, finish: str) -> AIMessage:
+        confidence = min(max(confidence, 0.0), 1.0)
+        metadata: dict[str, Any] = {
+            "confidence": confidence,
+            "model_name": self.model_key,
+            "finish_reason": finish,
+        }
+        if self.logprobs:
+            tokens = _text_of(message).split() or [""]
+            each = math.log(max(confidence, 1e-12)) / len(tokens)
+            metadata["logprobs"] = {
+                "content": [
+                    {
+                        "token": token,
+                        "logprob": each,
+                        "bytes": list(token.encode()),
+                        "top_logprobs": [{"token": token, "logprob": each, "bytes": list(token.encode())}],
+                    }
+                    for token in tokens
+                ]
+            }
+        message.response_metadata = metadata
+        return message

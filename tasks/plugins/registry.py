@@ -1,0 +1,161 @@
+"""One table of APE's built-in names, so configs say ``factory = "calculator"``,
+``schema = "taskspec"`` or ``class = "rule-based"`` instead of internal module paths.
+
+Entries are lazy: a name maps to the dotted path of its implementation, and nothing is
+imported until a config asks for it, so reading this table costs nothing and the
+``schemas`` layer does not depend on ``tasks``. A name that is not found gets a
+did-you-mean over the names of its kind.
+
+Kinds and the config keys that use them:
+
+========== ================================================
+schema     ``[data] schema``
+adapter    ``[adapter] implementation``
+checker    ``[checker] implementation`` (built-in metrics and checker classes)
+provider   ``[[model]] provider``
+model      ``[[model]] class`` (mock models and ModelAdapters)
+tool       ``[tools.X] factory``
+postprocess the ``postprocess`` rule of a task spec
+========== ================================================
+
+Internal paths of earlier releases (``tasks.tools:calculator``, from before the ``ape.``
+prefix, and ``ape.tasks.tools:calculator``, from before ``ape.tasks`` was grouped by job)
+still resolve, with a one-line deprecation warning naming the short name or path to use.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+from ape.schemas.errors import ApeError, did_you_mean
+from ape.schemas.taskspec import METRIC_NAMES
+from ape.tasks.common.moved import moved_path
+
+Kind = Literal["schema", "adapter", "checker", "provider", "model", "tool", "postprocess"]
+
+_ADAPT = "ape.tasks.solving.adapt"
+_MODELS = "ape.tasks.models.demo_adapters"
+
+BUILTINS: dict[str, dict[str, str]] = {
+    "schema": {"taskspec": "ape.schemas.taskspec:TaskSpec"},
+    "adapter": {
+        "raw": f"{_ADAPT}:RawAdapter",
+        "strip": f"{_ADAPT}:StripAdapter",
+        "regex": f"{_ADAPT}:RegexAdapter",
+        "last_number": f"{_ADAPT}:LastNumberAdapter",
+        "json": f"{_ADAPT}:JsonAdapter",
+    },
+    "checker": {
+        **{name: f"ape.tasks.checking.metrics:{name}" for name in (*METRIC_NAMES, "accuracy")},
+        "taskspec": "ape.tasks.checking.taskspec:TaskSpecChecker",
+    },
+    "provider": {
+        "mock": "ape.tasks.models.mocks:MockChatModel",
+        "openai": "langchain_openai:ChatOpenAI",
+        "llama-cpp": "ape.tasks.models.llama_server:LlamaServer",
+        "anthropic": "langchain_anthropic:ChatAnthropic",
+        "azure_openai": "langchain_openai:AzureChatOpenAI",
+        "bedrock_converse": "langchain_aws:ChatBedrockConverse",
+        "cohere": "langchain_cohere:ChatCohere",
+        "deepseek": "langchain_deepseek:ChatDeepSeek",
+        "fireworks": "langchain_fireworks:ChatFireworks",
+        "google_genai": "langchain_google_genai:ChatGoogleGenerativeAI",
+        "google_vertexai": "langchain_google_vertexai:ChatVertexAI",
+        "groq": "langchain_groq:ChatGroq",
+        "mistralai": "langchain_mistralai:ChatMistralAI",
+        "nvidia": "langchain_nvidia_ai_endpoints:ChatNVIDIA",
+        "ollama": "langchain_ollama:ChatOllama",
+        "perplexity": "langchain_perplexity:ChatPerplexity",
+        "together": "langchain_together:ChatTogether",
+        "xai": "langchain_xai:ChatXAI",
+    },
+    "model": {
+        "mock": "ape.tasks.models.mocks:MockChatModel",
+        "rule-based": f"{_MODELS}:RuleBasedAdapter",
+        "noisy": f"{_MODELS}:NoisyAdapter",
+        "biased": f"{_MODELS}:BiasedAdapter",
+        "random": f"{_MODELS}:RandomAdapter",
+    },
+    "tool": {"calculator": "ape.tasks.solving.tools:calculator"},
+    "postprocess": {
+        "none": "ape.tasks.checking.taskspec:unchanged",
+        "strip": "ape.tasks.checking.taskspec:stripped",
+        "first_line": "ape.tasks.checking.taskspec:first_line",
+        "lower": "ape.tasks.checking.taskspec:lowered",
+        "extract_code": "ape.tasks.checking.taskspec:extract_code",
+        "last_number": "ape.tasks.checking.taskspec:last_number",
+    },
+}
+
+# pip package of a provider whose integration is not one of APE's dependencies
+PROVIDER_PACKAGES: dict[str, str] = {
+    name: path.partition(":")[0].replace("_", "-")
+    for name, path in BUILTINS["provider"].items()
+    if not path.startswith("ape.")
+}
+
+# where a kind is configured, for error messages
+KEYS: dict[str, str] = {
+    "schema": "[data] schema",
+    "adapter": "[adapter] implementation",
+    "checker": "[checker] implementation",
+    "provider": "[model] provider",
+    "model": "[model] class",
+    "tool": "[tools] factory",
+    "postprocess": "postprocess",
+}
+
+_LEGACY_PREFIXES = ("schemas.", "tasks.", "flows.", "deployments.")
+_warned: set[str] = set()
+
+
+def is_short_name(text: str) -> bool:
+    """A built-in name has neither '.' nor ':' (dotted paths always have one)."""
+    return "." not in text and ":" not in text
+
+
+def names(kind: Kind) -> list[str]:
+    return list(BUILTINS[kind])
+
+
+def resolve(kind: Kind, name: str, *, where: str | None = None) -> str:
+    """The dotted path of built-in ``name`` of ``kind``, or an ApeError with did-you-mean."""
+    table = BUILTINS[kind]
+    key = name.strip()
+    if key in table:
+        return table[key]
+    folded = key.lower().replace("_", "-")
+    for candidate, path in table.items():
+        if candidate.replace("_", "-") == folded:
+            return path
+    raise ApeError(
+        f"'{name}' is not a built-in {kind}; built-ins are {', '.join(table)}, "
+        "or give a dotted path 'module:attribute'",
+        where=where or KEYS[kind],
+        hint=did_you_mean(key, list(table)),
+    )
+
+
+def short_name(path: str) -> str | None:
+    """The built-in name whose implementation is ``path`` (any kind), if there is one."""
+    for table in BUILTINS.values():
+        for name, target in table.items():
+            if target == path:
+                return name
+    return None
+
+
+def legacy_path(path: str) -> str | None:
+    """The current path for an internal path of an earlier release, warning once; None when
+    ``path`` is not one. ``tasks.tools:calculator`` and ``ape.tasks.tools:calculator`` both
+    become ``ape.tasks.solving.tools:calculator`` (whose short name is ``calculator``)."""
+    new = moved_path(f"ape.{path}" if path.startswith(_LEGACY_PREFIXES) else path)
+    if new == path:
+        return None
+    if path not in _warned:
+        _warned.add(path)
+        name = short_name(new)
+        better = f"'{name}'" if name else f"'{new}'"
+        logging.getLogger("ape").warning("'%s' is deprecated; write %s instead", path, better)
+    return new

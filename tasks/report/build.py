@@ -1,0 +1,158 @@
+"""The report: saved results in, Parquet tables, a JSON envelope, markdown and a chart out.
+
+:func:`build_report` reads every results file under the given folders (``results.jsonl``,
+or the ``[run] save_file`` a run recorded in its metadata; see :mod:`ape.tasks.storage.run_files`),
+calls no model, and writes into the report folder:
+
+``sessions.parquet`` - one row per session
+    source (string): the results file the row came from; line (int64): its line number;
+    saved_at (timestamp[us, UTC]): when the item's batch was saved;
+    model_id, item_id (string); run_index (int64): which of the runs_per_data sessions;
+    outcome (string): SOLVED, PARSING_FAILED, GAVE_UP or ERROR;
+    error_type, error_message (string, null): the solver failure, if any;
+    check_status (string, null): PASSED, FAILED, ERROR, null when no check ran;
+    check_score (float64, null), check_runtime_s (float64, null);
+    check_error_type, check_error_message (string, null): when the checker raised;
+    check_metadata (string, null): the checker's metadata as JSON text;
+    metric (string, null): the built-in metric, null for user checkers;
+    score (float64): the session's score (0 without a checkable solution);
+    correct (bool): whether the score counts as correct;
+    confidence (float64, null): the model's self-reported confidence in [0, 1];
+    token_nll (float64, null); token_count, input_tokens, output_tokens (int64, null);
+    steps (int64): model calls; latency_s (float64): solve + adapt wall time;
+    category (string, null); cached (bool): answered from the result cache;
+    solution (string, null): the parsed solution as JSON text; raw_output (string, null);
+    cluster (string, null): the item's ``[data] cluster_field`` value;
+    cost (float64, null): the session's tokens at the model's prices;
+    expected (string, null): for a failed check, the reference the checker compared with.
+
+``leaderboard.parquet`` - one row per model, best first
+    rank (int64), model_id (string), n_items, n_sessions, runs_per_data (int64),
+    mean_score, score_se, ci_low, ci_high (float64, null): mean item score, its standard
+    error and 95% interval (method in ci_method); pass_rate (float64): share of sessions
+    correct; pass@K (float64, null): one column per reported k when runs_per_data > 1;
+    solved, parsing_failed, gave_up, error (int64): sessions per outcome;
+    check_errors, cached (int64); mean_latency_s, mean_input_tokens,
+    mean_output_tokens (float64, null); ci_method (string): wilson, wilson-clustered,
+    bca or bca-clustered; n_effective (float64); pass_rate_low, pass_rate_high (float64):
+    Wilson interval of the pass rate; total_input_tokens, total_output_tokens,
+    total_cost, cost_per_session, cost_per_correct (float64, null); rank_low, rank_high
+    (int64): the rank interval; tie_group (int64): models that cannot be told apart.
+
+``categories.parquet`` - per model and category (empty without categories)
+    model_id, category (string), n_items (int64), mean_score, pass_rate (float64).
+
+``pairwise.parquet`` - one row per pair of models (A ranked above B; differences A - B)
+    model_a, model_b (string), n_items (int64): items both answered;
+    mean_a, mean_b, mean_diff, ci_low, ci_high (float64, null): paired BCa bootstrap;
+    wins, ties, losses (int64): items where A scored higher, equal, lower;
+    a_only, b_only (int64): items only A / only B passed; test (string): exact, chi2
+    or none; statistic (float64, null): chi-square value; p_value (float64);
+    ci_method (string); correlation (float64, null): of the two models' item scores;
+    mde_80 (float64, null): minimum difference detectable at 80% power; p_holm
+    (float64): Holm-corrected p_value; significant (bool): p_holm < 0.05.
+
+``calibration_bins.parquet`` - the reliability diagram, one row per model and bin
+    model_id (string), index (int64), lower, upper (float64): bin edges;
+    count (int64); accuracy, mean_confidence (float64, null when the bin is empty).
+
+``report.json`` (the :class:`ape.schemas.report.Envelope`), ``leaderboard.md`` (the
+markdown of :func:`ape.tasks.report.markdown.markdown_table`) and ``summary.png`` (:mod:`tasks.chart`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from ape.schemas.errors import ApeError
+from ape.schemas.report import CalibrationEntry, Envelope
+from ape.tasks.report.chart import write_summary_chart
+from ape.tasks.report.envelope import error_envelope, leaderboard_rows, pairwise_rows, summary_of, write_envelope
+from ape.tasks.report.markdown import markdown_table
+from ape.tasks.report.parquet_tables import INT_LEADERBOARD, INT_PAIRWISE, write_frame
+from ape.tasks.report.provenance import environment, recorded_provenance
+from ape.tasks.report.sessions_table import searched, session_table
+from ape.tasks.stats.aggregate import (
+    CATEGORY_COLUMNS,
+    PAIRWISE_COLUMNS,
+    aggregate,
+    category_breakdown,
+    pairwise_diffs,
+    rank_intervals,
+)
+from ape.tasks.stats.calibration import bins_frame, calibration_by_model
+from ape.tasks.storage.run_files import find_runs
+
+
+def build_report(
+    output_dirs: list[Path],
+    report_dir: Path,
+    *,
+    wall_seconds: float | None = None,
+    extra_summary: dict | None = None,
+    raise_on_error: bool = True,
+) -> Envelope:
+    """Read every results file under ``output_dirs`` and write the report into ``report_dir``.
+
+    On failure ``report.json`` still gets written, holding the error and whatever parts
+    were computed; then the exception propagates (or, with ``raise_on_error=False``,
+    the error envelope is returned), so a caller can exit non-zero.
+    """
+    report_dir = Path(report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    partial: dict[str, Any] = {}
+    stage = "reading results"
+    try:
+        runs = find_runs(output_dirs)  # one walk of the folders for the sessions and provenance
+        table = session_table(runs, searched(output_dirs))
+        pq.write_table(table, report_dir / "sessions.parquet")
+        sessions = table.to_pandas()
+        summary = summary_of(sessions, wall_seconds=wall_seconds, extra_summary=extra_summary)
+        partial["summary"] = summary
+
+        summary.provenance = {"report": environment(), "runs": recorded_provenance(runs)}
+
+        stage = "aggregating the leaderboard"
+        leaderboard = aggregate(sessions)
+        categories = category_breakdown(sessions)
+        write_frame(categories[CATEGORY_COLUMNS], report_dir / "categories.parquet", {"n_items"})
+        partial["leaderboard"] = leaderboard_rows(leaderboard, categories)
+
+        stage = "comparing models pairwise"
+        pairwise = pairwise_diffs(sessions)
+        write_frame(pairwise[PAIRWISE_COLUMNS], report_dir / "pairwise.parquet",
+                    INT_PAIRWISE)  # fmt: skip
+        partial["pairwise"] = pairwise_rows(pairwise)
+        leaderboard = rank_intervals(leaderboard, pairwise)
+        write_frame(leaderboard, report_dir / "leaderboard.parquet", INT_LEADERBOARD)
+        partial["leaderboard"] = leaderboard_rows(leaderboard, categories)
+
+        stage = "calibration"
+        calibration = calibration_by_model(sessions)
+        write_frame(bins_frame(calibration), report_dir / "calibration_bins.parquet",
+                    {"index", "count"})  # fmt: skip
+        partial["calibration"] = {
+            model_id: CalibrationEntry(**report.model_dump()) for model_id, report in calibration.items()
+        }
+
+        stage = "writing the report"
+        envelope = Envelope(**partial)
+        write_envelope(report_dir / "report.json", envelope)
+        (report_dir / "leaderboard.md").write_text(markdown_table(envelope), encoding="utf-8")
+        write_summary_chart(envelope, report_dir / "summary.png")
+        return envelope
+    except Exception as exc:
+        details: dict[str, Any] = {"stage": stage}
+        if isinstance(exc, ApeError):
+            details.update(where=exc.where, hint=exc.hint)
+            message = exc.message
+        else:
+            message = str(exc) or type(exc).__name__
+        envelope = error_envelope(type(exc).__name__, message, details, **partial)
+        write_envelope(report_dir / "report.json", envelope)
+        if raise_on_error:
+            raise
+        return envelope

@@ -1,0 +1,145 @@
+"""Provenance: what a reader needs to trust (and redo) a run's numbers.
+
+Recorded in every run's metadata file (``metadata.json``, key ``provenance``) when a run
+starts, and gathered into ``report.json`` (``provenance``: the report builder's environment plus
+each run's record, by model). Nothing here is secret: API keys and secret-looking
+model arguments never enter a model fingerprint (:func:`ape.tasks.models.fingerprint.model_fingerprint`).
+
+Fields: ``ape_version``; ``python``; ``platform``; ``packages`` (versions of the
+libraries that shape results); ``config_file``, ``config_sha256`` (the file's bytes),
+``config_resolved_sha256`` (the validated config after command-line overrides);
+``data_file``, ``data_sha256``; ``git_commit`` and ``git_dirty`` of the config's
+folder when it is inside a git work tree (else null); ``seeds`` (the report's bootstrap
+seed and every model's ``seed`` argument); ``models`` (model id -> its fingerprint and
+the fingerprint's hash); ``sandbox`` (how ``code_exec`` runs candidate code).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import subprocess
+import sys
+from collections.abc import Iterable
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from ape.schemas.config import ApeConfig
+from ape.tasks.storage.run_files import RunFiles
+
+PACKAGES = (
+    "ape-bench", "prefect", "pydantic", "langchain-core", "langchain-openai", "numpy", "scipy",
+    "pandas", "pyarrow", "sacrebleu", "rouge-score", "prefect-dask",
+)  # fmt: skip
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
+    """Installed versions of ``names``; packages that are not installed are left out."""
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def file_sha256(path: Path) -> str | None:
+    """SHA-256 of a file's bytes, read in chunks; None when it cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with Path(path).open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+@lru_cache(maxsize=32)
+def git_state(folder: str) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the git work tree holding ``folder``; (None, None) outside one."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True,
+                                  timeout=10, check=False)  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None, None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return commit, (bool(status) if status is not None else None)
+
+
+def environment() -> dict[str, Any]:
+    """The software that computed a result: APE, Python, the platform and key packages."""
+    versions = package_versions()
+    return {
+        "ape_version": versions.get("ape-bench"),
+        "python": platform.python_version(),
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "packages": versions,
+    }
+
+
+def run_provenance(config: ApeConfig) -> dict[str, Any]:
+    """Everything about a run of ``config`` that its numbers depend on (see the module doc)."""
+    from ape.tasks.models.fingerprint import model_fingerprint
+    from ape.tasks.stats.intervals import BOOTSTRAP_SEED
+
+    commit, dirty = git_state(str(Path(config.base_dir).resolve()))
+    resolved = json.dumps(config.model_dump(mode="json"), sort_keys=True, default=str)
+    models = {}
+    for model in config.model:
+        fingerprint = model_fingerprint(model)
+        text = json.dumps(fingerprint, sort_keys=True, default=str)
+        models[model.model_id] = {
+            "fingerprint": fingerprint,
+            "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        }
+    return {
+        **environment(),
+        "config_file": str(config.config_file) if config.config_file else None,
+        "config_sha256": file_sha256(config.config_file) if config.config_file else None,
+        "config_resolved_sha256": hashlib.sha256(resolved.encode()).hexdigest(),
+        "data_file": str(config.data.file),
+        "data_sha256": file_sha256(config.data.file),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "seeds": {
+            "bootstrap": BOOTSTRAP_SEED,
+            "models": {m.model_id: m.args.get("seed") for m in config.model if "seed" in m.args},
+        },
+        "models": models,
+        "sandbox": sandbox_of(config),
+    }
+
+
+def sandbox_of(config: ApeConfig) -> str | None:
+    """The sandbox kind model-written code runs in (bwrap, unshare, none), or None when the
+    checker runs no code."""
+    if config.checker.implementation not in {"code_exec", "taskspec"}:
+        return None
+    from ape.tasks.checking.code.sandbox import SandboxUnavailable, resolve
+
+    try:
+        return resolve(config.checker.args.get("sandbox", "auto"))
+    except SandboxUnavailable as exc:
+        return f"unavailable: {exc}"
+
+
+def recorded_provenance(runs: Iterable[RunFiles]) -> dict[str, Any]:
+    """Model id -> the ``provenance`` each of ``runs`` (from
+    :func:`ape.tasks.storage.run_files.find_runs`) recorded in the metadata beside its results."""
+    found: dict[str, Any] = {}
+    for run in runs:
+        if isinstance(run.metadata.get("provenance"), dict):
+            found[str(run.metadata.get("model") or run.folder.name)] = run.metadata["provenance"]
+    return found

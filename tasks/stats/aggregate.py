@@ -1,0 +1,426 @@
+"""Aggregation over saved sessions: the leaderboard, per-category scores and pairwise comparisons.
+
+Every function takes the sessions table of :func:`ape.tasks.report.sessions_table.load_sessions` (one row
+per session; at least ``model_id``, ``item_id``, ``score``, ``correct``) and returns a
+plain DataFrame. Items are the unit of statistics: a model's runs of one item are
+averaged first, then means are taken over items, so ``runs_per_data > 1`` does not
+pretend to add independent items. Intervals come from :mod:`ape.tasks.stats.intervals`
+(Wilson for pass rates, BCa bootstrap for graded scores, clustered over the runs of an
+item and over ``[data] cluster_field`` when set; the ``ci_method`` column names it).
+Bootstraps use a fixed seed, so the same results always give the same report.
+
+The leaderboard is tie-aware (:func:`rank_intervals`): pairwise McNemar p-values are
+Holm-corrected, and a model's rank interval spans every place it could take among the
+models it cannot be told apart from.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+from ape.tasks.stats.intervals import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    CONFIDENCE_LEVEL,
+    Interval,
+    clustered_se,
+    holm,
+    minimum_detectable_difference,
+    rate_interval,
+    score_interval,
+)
+
+STANDARD_KS = (1, 2, 5, 10, 20, 50, 100)
+EXACT_TEST_BELOW = 25  # discordant pairs under which McNemar uses the exact binomial test
+OUTCOME_COLUMNS = {
+    "SOLVED": "solved",
+    "PARSING_FAILED": "parsing_failed",
+    "GAVE_UP": "gave_up",
+    "ERROR": "error",
+}
+REQUIRED_COLUMNS = ("model_id", "item_id", "score", "correct")
+_CHUNK_CELLS = 4_000_000  # bootstrap index cells drawn at once (bounds memory)
+
+
+def _require(sessions: pd.DataFrame, columns: Iterable[str]) -> None:
+    missing = [c for c in columns if c not in sessions.columns]
+    if missing:
+        raise ValueError(
+            f"the sessions table lacks the columns {missing}; "
+            "build it with ape.tasks.report.sessions_table.load_sessions"
+        )
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one item with ``c`` correct among ``n`` samples (HumanEval paper).
+
+    ``1 - C(n - c, k) / C(n, k)``, computed as a product so large ``n`` stays exact enough.
+    """
+    if not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n, got n={n}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+
+
+def bootstrap_mean_ci(
+    values: Iterable[float],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    level: float = CONFIDENCE_LEVEL,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean; (nan, nan) for no values."""
+    data = np.asarray(list(values), dtype=float)
+    data = data[~np.isnan(data)]
+    n = data.size
+    if n == 0:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples)
+    step = max(1, _CHUNK_CELLS // n)
+    for start in range(0, resamples, step):
+        stop = min(resamples, start + step)
+        means[start:stop] = data[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(means, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def item_table(sessions: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, item): runs ``n``, correct runs ``c``, mean ``score``, ``correct_share``."""
+    _require(sessions, REQUIRED_COLUMNS)
+    frame = sessions.assign(
+        score=pd.to_numeric(sessions["score"], errors="coerce").astype(float),
+        correct=sessions["correct"].fillna(False).astype(bool),
+    )
+    grouped = frame.groupby(["model_id", "item_id"], sort=True)
+    items = grouped.agg(
+        n=("correct", "size"),
+        c=("correct", "sum"),
+        score=("score", "mean"),
+        correct_share=("correct", "mean"),
+    )
+    if "category" in frame.columns:
+        items["category"] = grouped["category"].first()  # the first non-null category
+    if "cluster" in frame.columns:
+        items["cluster"] = grouped["cluster"].first()
+    return items.reset_index()
+
+
+def _cluster_labels(frame: pd.DataFrame) -> np.ndarray:
+    """Cluster of each row: ``[data] cluster_field`` when recorded, else the item itself."""
+    labels = frame["item_id"].astype(str)
+    if "cluster" in frame.columns:
+        cluster = frame["cluster"]
+        labels = ("c:" + cluster.astype(str)).where(cluster.notna(), "i:" + labels)
+    return labels.to_numpy(dtype=object)
+
+
+def score_interval_of(sessions: pd.DataFrame, items: pd.DataFrame) -> Interval:
+    """The interval of a model's mean score.
+
+    0/1 scores: Wilson over sessions, clustered by item (several runs) and cluster field.
+    Graded scores: BCa over item means, clustered by the cluster field when set.
+    """
+    values = pd.to_numeric(sessions["score"], errors="coerce").to_numpy(dtype=float)
+    finite = values[~np.isnan(values)]
+    if finite.size and np.all((finite == 0.0) | (finite == 1.0)):
+        return rate_interval(values, _cluster_labels(sessions))
+    scores = items["score"].to_numpy(dtype=float)
+    clusters = _cluster_labels(items) if "cluster" in items.columns else None
+    return score_interval(scores, clusters, binary=False)
+
+
+def ks_for(runs: pd.Series) -> list[int]:
+    """The k of pass@k worth reporting: standard ones up to the fewest runs of any item."""
+    if runs.empty or int(runs.max()) <= 1:
+        return []
+    fewest = int(runs.min())
+    return sorted({k for k in STANDARD_KS if k <= fewest} | {fewest})
+
+
+def _mean(series: pd.Series) -> float:
+    values = pd.to_numeric(series, errors="coerce").astype(float)
+    return float(values.mean()) if values.notna().any() else math.nan
+
+
+def _model_row(model_id: str, sessions: pd.DataFrame, items: pd.DataFrame) -> dict[str, object]:
+    scores = items["score"].to_numpy(dtype=float)
+    interval = score_interval_of(sessions, items)
+    correct = sessions["correct"].fillna(False).astype(bool)
+    rate = rate_interval(correct.to_numpy(dtype=float), _cluster_labels(sessions))
+    row: dict[str, object] = {
+        "model_id": model_id,
+        "n_items": len(items),
+        "n_sessions": len(sessions),
+        "runs_per_data": int(items["n"].max()) if len(items) else 0,
+        "mean_score": float(np.nanmean(scores)) if np.any(~np.isnan(scores)) else math.nan,
+        "score_se": interval.se,
+        "ci_low": interval.low,
+        "ci_high": interval.high,
+        "ci_method": interval.method,
+        "n_effective": interval.n_effective,
+        "pass_rate": float(correct.mean()),
+        "pass_rate_low": rate.low,
+        "pass_rate_high": rate.high,
+    }
+    for k in ks_for(items["n"]):
+        row[f"pass@{k}"] = float(np.mean([pass_at_k(int(n), int(c), k) for n, c in zip(items["n"], items["c"])]))
+    outcomes = sessions["outcome"].astype(str) if "outcome" in sessions.columns else None
+    for outcome, column in OUTCOME_COLUMNS.items():
+        row[column] = int((outcomes == outcome).sum()) if outcomes is not None else 0
+    row["check_errors"] = (
+        int((sessions["check_status"].astype(str) == "ERROR").sum()) if "check_status" in sessions.columns else 0
+    )
+    row["cached"] = int(sessions["cached"].fillna(False).astype(bool).sum()) if "cached" in sessions.columns else 0
+    for column, name in (
+        ("latency_s", "mean_latency_s"),
+        ("input_tokens", "mean_input_tokens"),
+        ("output_tokens", "mean_output_tokens"),
+    ):
+        row[name] = _mean(sessions[column]) if column in sessions.columns else math.nan
+    row.update(cost_columns(sessions))
+    return row
+
+
+def cost_columns(sessions: pd.DataFrame) -> dict[str, float | int]:
+    """Tokens and cost of a model's sessions; cost is NaN when no session has a price."""
+
+    def total(column: str) -> float:
+        if column not in sessions.columns:
+            return math.nan
+        values = pd.to_numeric(sessions[column], errors="coerce")
+        return float(values.sum()) if values.notna().any() else math.nan
+
+    cost = total("cost")
+    correct = int(sessions["correct"].fillna(False).astype(bool).sum())
+    return {
+        "total_input_tokens": total("input_tokens"),
+        "total_output_tokens": total("output_tokens"),
+        "total_cost": cost,
+        "cost_per_session": cost / len(sessions) if len(sessions) else math.nan,
+        "cost_per_correct": cost / correct if correct else math.nan,
+    }
+
+
+LEADERBOARD_COLUMNS = [
+    "rank", "model_id", "n_items", "n_sessions", "runs_per_data", "mean_score", "score_se",
+    "ci_low", "ci_high", "pass_rate", *OUTCOME_COLUMNS.values(), "check_errors", "cached",
+    "mean_latency_s", "mean_input_tokens", "mean_output_tokens",
+    "ci_method", "n_effective", "pass_rate_low", "pass_rate_high",
+    "total_input_tokens", "total_output_tokens", "total_cost", "cost_per_session",
+    "cost_per_correct", "rank_low", "rank_high", "tie_group",
+]  # fmt: skip
+RANK_COLUMNS = ("rank_low", "rank_high", "tie_group")
+
+
+def aggregate(sessions: pd.DataFrame) -> pd.DataFrame:
+    """The leaderboard: one row per model, best first (mean score, then pass rate, then id).
+
+    Columns are :data:`LEADERBOARD_COLUMNS` plus one ``pass@K`` column per reported k
+    (only when some model ran an item more than once).
+    """
+    _require(sessions, REQUIRED_COLUMNS)
+    items = item_table(sessions)
+    rows = [
+        _model_row(str(model_id), group, items[items["model_id"] == model_id])
+        for model_id, group in sessions.groupby("model_id", sort=True)
+    ]
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(columns=LEADERBOARD_COLUMNS)
+    frame = frame.sort_values(
+        ["mean_score", "pass_rate", "model_id"], ascending=[False, False, True], na_position="last"
+    ).reset_index(drop=True)
+    frame.insert(0, "rank", range(1, len(frame) + 1))
+    for column in RANK_COLUMNS:  # filled in by rank_intervals once pairwise tests exist
+        frame[column] = frame["rank"]
+    pass_columns = sorted((c for c in frame.columns if c.startswith("pass@")), key=lambda c: int(c.split("@")[1]))
+    ordered = LEADERBOARD_COLUMNS[: LEADERBOARD_COLUMNS.index("pass_rate") + 1] + pass_columns
+    ordered += LEADERBOARD_COLUMNS[LEADERBOARD_COLUMNS.index("pass_rate") + 1 :]
+    return frame[ordered]
+
+
+CATEGORY_COLUMNS = ["model_id", "category", "n_items", "mean_score", "pass_rate"]
+NO_CATEGORY = "(none)"
+
+
+def category_breakdown(sessions: pd.DataFrame) -> pd.DataFrame:
+    """Per model and category: items, mean item score, share of sessions correct.
+
+    Empty when no session has a category; items without one are grouped under "(none)".
+    """
+    _require(sessions, REQUIRED_COLUMNS)
+    if "category" not in sessions.columns or not sessions["category"].notna().any():
+        return pd.DataFrame(columns=CATEGORY_COLUMNS)
+    items = item_table(sessions)
+    items["category"] = items["category"].fillna(NO_CATEGORY).astype(str)
+    grouped = items.groupby(["model_id", "category"], sort=True)
+    frame = grouped.agg(
+        n_items=("item_id", "size"),
+        mean_score=("score", "mean"),
+        runs=("n", "sum"),
+        hits=("c", "sum"),
+    ).reset_index()
+    frame["pass_rate"] = frame["hits"] / frame["runs"]
+    return frame[CATEGORY_COLUMNS]
+
+
+def mcnemar(a_only: int, b_only: int, *, exact: bool = False) -> tuple[str, float | None, float]:
+    """Paired pass/fail test from the discordant counts: (test, statistic, two-sided p).
+
+    Exact binomial test when there are fewer than 25 discordant items (or ``exact``),
+    otherwise the chi-square statistic with continuity correction; "none" (p = 1) without any.
+    """
+    n = a_only + b_only
+    if n == 0:
+        return "none", None, 1.0
+    if n < EXACT_TEST_BELOW or exact:
+        tail = sum(math.comb(n, i) for i in range(min(a_only, b_only) + 1)) / 2**n
+        return "exact", None, min(1.0, 2.0 * tail)
+    statistic = (abs(a_only - b_only) - 1) ** 2 / n
+    return "chi2", float(statistic), math.erfc(math.sqrt(statistic / 2.0))
+
+
+PAIRWISE_COLUMNS = [
+    "model_a", "model_b", "n_items", "mean_a", "mean_b", "mean_diff", "ci_low", "ci_high",
+    "wins", "ties", "losses", "a_only", "b_only", "test", "statistic", "p_value",
+    "ci_method", "correlation", "mde_80", "p_holm", "significant",
+]  # fmt: skip
+TIE_TOLERANCE = 1e-9
+SIGNIFICANCE = 0.05
+POWER = 0.8
+
+
+def pairwise_diffs(sessions: pd.DataFrame) -> pd.DataFrame:
+    """Every pair of models over the items both answered; differences are A - B.
+
+    Models are ordered by mean item score (best first, then id), and A comes before B.
+    Per item: mean score over runs (for the difference, its paired BCa interval, the
+    per-item correlation of the two models and the minimum difference detectable at
+    80% power) and passed when at least half the runs were correct (for McNemar, whose
+    p-values are then Holm-corrected over all pairs: ``p_holm``, ``significant``).
+    """
+    items = item_table(sessions)
+    if items.empty:
+        return pd.DataFrame(columns=PAIRWISE_COLUMNS)
+    order = (
+        items.groupby("model_id")["score"].mean().rename("mean").reset_index()
+        .sort_values(["mean", "model_id"], ascending=[False, True], na_position="last")["model_id"]
+        .tolist()
+    )  # fmt: skip
+    scores = items.pivot(index="item_id", columns="model_id", values="score")
+    passes = items.pivot(index="item_id", columns="model_id", values="correct_share") >= 0.5
+    answered = items.pivot(index="item_id", columns="model_id", values="n").notna()
+    clusters = None
+    if "cluster" in items.columns and items["cluster"].notna().any():
+        first = items.drop_duplicates("item_id").set_index("item_id")
+        clusters = pd.Series(_cluster_labels(first.reset_index()), index=first.index)
+    rows = []
+    for i, model_a in enumerate(order):
+        for model_b in order[i + 1 :]:
+            both = answered[model_a] & answered[model_b]
+            a, b = scores.loc[both, model_a].to_numpy(float), scores.loc[both, model_b].to_numpy(float)
+            diff = a - b
+            labels = clusters.reindex(scores.index[both]).to_numpy(dtype=object) if clusters is not None else None
+            interval = score_interval(diff, labels, binary=False)
+            pass_a, pass_b = passes.loc[both, model_a], passes.loc[both, model_b]
+            a_only, b_only = int((pass_a & ~pass_b).sum()), int((~pass_a & pass_b).sum())
+            test, statistic, p_value = mcnemar(a_only, b_only)
+            rows.append({
+                "model_a": model_a,
+                "model_b": model_b,
+                "n_items": int(both.sum()),
+                "mean_a": float(np.nanmean(a)) if a.size else math.nan,
+                "mean_b": float(np.nanmean(b)) if b.size else math.nan,
+                "mean_diff": float(np.nanmean(diff)) if diff.size else math.nan,
+                "ci_low": interval.low,
+                "ci_high": interval.high,
+                "wins": int((diff > TIE_TOLERANCE).sum()),
+                "ties": int((np.abs(diff) <= TIE_TOLERANCE).sum()),
+                "losses": int((diff < -TIE_TOLERANCE).sum()),
+                "a_only": a_only,
+                "b_only": b_only,
+                "test": test,
+                "statistic": statistic if statistic is not None else math.nan,
+                "p_value": p_value,
+                "ci_method": interval.method,
+                "correlation": item_correlation(a, b),
+                "mde_80": detectable_difference(diff, labels),
+            })  # fmt: skip
+    frame = pd.DataFrame(rows, columns=PAIRWISE_COLUMNS)
+    frame["p_holm"] = holm(frame["p_value"].astype(float).tolist()) if len(frame) else []
+    frame["significant"] = (frame["p_holm"] < SIGNIFICANCE).astype(bool)
+    return frame
+
+
+def item_correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson correlation of two models' item scores (NaN when either does not vary).
+
+    High correlation (the models pass and fail the same items) is what makes a paired
+    comparison so much more sensitive than two separate intervals.
+    """
+    keep = ~(np.isnan(a) | np.isnan(b))
+    a, b = a[keep], b[keep]
+    if a.size < 2 or np.all(a == a[0]) or np.all(b == b[0]):
+        return math.nan
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def detectable_difference(diff: np.ndarray, clusters: np.ndarray | None = None) -> float:
+    """Minimum detectable difference (80% power, two-sided 5%) of a paired comparison.
+
+    From the (clustered) standard error of the item differences: ``2.80 * SE``.
+    """
+    diff = diff[~np.isnan(diff)]
+    if diff.size < 2:
+        return math.nan
+    se, _ = clustered_se(diff, clusters)
+    if math.isnan(se) or se == 0.0:
+        return math.nan  # every item differs by the same amount: no spread to size a test by
+    return minimum_detectable_difference(se * math.sqrt(diff.size), diff.size, power=POWER)
+
+
+def rank_intervals(leaderboard: pd.DataFrame, pairwise: pd.DataFrame) -> pd.DataFrame:
+    """Fill ``rank_low``, ``rank_high`` and ``tie_group`` from the Holm-corrected pairwise tests.
+
+    A model's best possible rank is 1 + the models significantly better than it, its
+    worst the number of models minus those significantly worse. Tie groups walk down
+    the leaderboard: a model joins the current group unless it differs significantly
+    from the group's first model. Without pairwise rows every model is its own group.
+    """
+    frame = leaderboard.copy()
+    if frame.empty:
+        return frame
+    models = frame["model_id"].astype(str).tolist()
+    better: dict[str, set[str]] = {m: set() for m in models}  # model -> models significantly above
+    worse: dict[str, set[str]] = {m: set() for m in models}
+    known: set[tuple[str, str]] = set()
+    for row in pairwise.to_dict("records"):
+        a, b = str(row["model_a"]), str(row["model_b"])
+        if a not in better or b not in better:
+            continue
+        known.add((a, b))
+        known.add((b, a))
+        if not bool(row["significant"]):
+            continue
+        winner, loser = (a, b) if float(row["mean_diff"]) > 0 else (b, a)
+        better[loser].add(winner)
+        worse[winner].add(loser)
+    total = len(models)
+    frame["rank_low"] = [1 + len(better[m]) for m in models]
+    frame["rank_high"] = [total - len(worse[m]) for m in models]
+    groups, group, head = [], 0, None
+    for m in models:
+        if head is None or (m, head) not in known or m in worse[head]:
+            group, head = group + 1, m
+        groups.append(group)
+    frame["tie_group"] = groups
+    return frame

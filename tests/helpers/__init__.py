@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: benchmark folders, loopback servers, attacks, concurrency gates."""

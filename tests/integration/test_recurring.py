@@ -1,0 +1,141 @@
+"""New runs against a real Prefect server: a run folder each, the model called afresh (or not,
+with a shared cache), the history, regressions in report.json, ``latest``, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ape.config import load_config
+from ape.tasks.models.mocks import MockChatModel
+from tests.helpers.runner import make_benchmark, read_results
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+N = 60
+
+
+def bench(tmp_path: Path, *, run: str = "", extra: str = "") -> tuple[Path, Path]:
+    accuracy = tmp_path / "accuracy.txt"
+    accuracy.write_text("1.0")
+    args = f'behaviour = "arithmetic", use_tools = false, accuracy_file = "{accuracy}"'
+    return make_benchmark(tmp_path, n=N, model_args=args, run=run, extra=extra), accuracy
+
+
+def new_run(path: Path, **overrides):
+    from ape.flows.benchmark import benchmark
+
+    config = load_config(path, overrides)
+    state = benchmark(config, new_run=True, return_state=True)
+    assert state.is_completed(), state
+    return config, state.result()
+
+
+def test_new_runs_measure_afresh_and_report_a_regression(tmp_path: Path) -> None:
+    (tmp_path / "alerting.py").write_text(
+        "from pathlib import Path\n"
+        "def on_regression(row):\n"
+        "    with open(Path(__file__).with_name('alerts.jsonl'), 'a') as f:\n"
+        "        f.write(row.model_dump_json() + '\\n')\n"
+    )
+    path, accuracy = bench(tmp_path, extra='[hooks]\non_regression = "alerting:on_regression"')
+    before = MockChatModel.call_count("m")
+    config, first = new_run(path)
+    assert MockChatModel.call_count("m") - before == N
+    top = config.run.output
+    folder = Path(first["output"])
+    assert folder.parent == top / "runs" and folder.name == first["run_id"]
+    assert (folder / "results.jsonl").is_file() and (folder / "metadata.json").is_file()
+    assert not (top / "results.jsonl").exists()  # nothing written in place
+    assert (top / "latest").resolve() == folder.resolve()
+    report = json.loads((folder / "report.json").read_text())
+    assert report["summary"]["run_id"] == first["run_id"]
+    assert report["summary"]["cache_scope"] == "run"
+    assert report["regressions"] == []  # nothing to compare with yet
+
+    accuracy.write_text("0.5")
+    _, second = new_run(path)
+    assert MockChatModel.call_count("m") - before == 2 * N  # every item asked again
+    rows = read_results(Path(second["output"]) / "results.jsonl")
+    assert not any(s["cached"] for b in rows for s in b["sessions"])
+    (verdict,) = second["regressions"]
+    assert verdict["verdict"] == "regressed" and verdict["against"] == "previous"
+    assert verdict["reference_run_id"] == first["run_id"]
+    assert verdict["reference_only"] > 10 and verdict["current_only"] == 0
+    assert verdict["p_value"] < 0.001 and verdict["mean_diff"] < 0
+    report = json.loads((Path(second["output"]) / "report.json").read_text())
+    assert report["regressions"][0]["verdict"] == "regressed"
+    assert "regressed" in (Path(second["output"]) / "leaderboard.md").read_text()
+    assert (top / "latest").resolve() == Path(second["output"]).resolve()
+    # the on_regression hook got the regression
+    (alert,) = read_results(tmp_path / "alerts.jsonl")
+    assert alert["verdict"] == "regressed" and alert["run_id"] == second["run_id"]
+
+    runs = pd.read_parquet(top / "history" / "runs.parquet")
+    assert list(runs["run_id"]) == [first["run_id"], second["run_id"]]
+    assert runs["mean_score"].iloc[0] == 1.0 and runs["mean_score"].iloc[1] < 0.8
+    assert runs["previous_verdict"].iloc[1] == "regressed"
+    items = pd.read_parquet(top / "history" / "items")
+    assert len(items) == 2 * N and set(items["run_id"]) == {first["run_id"], second["run_id"]}
+
+
+def test_shared_cache_scope_reuses_generations_across_runs(tmp_path: Path) -> None:
+    path, _ = bench(tmp_path, run='cache_scope = "shared"')
+    before = MockChatModel.call_count("m")
+    new_run(path)
+    _, second = new_run(path)
+    assert MockChatModel.call_count("m") - before == N  # the second run called no model
+    report = json.loads((Path(second["output"]) / "report.json").read_text())
+    assert report["summary"]["cache_scope"] == "shared"
+    assert report["leaderboard"][0]["cached"] == N
+    assert second["regressions"][0]["verdict"] == "no detectable change"
+
+
+def test_cli_gate_history_baseline_and_retry_of_a_run(tmp_path: Path, capsys) -> None:
+    from ape.cli import EXIT_REGRESSED, main
+
+    path, accuracy = bench(tmp_path)
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--new-run", "--fail-on-regression", "--no-server"]) == 0
+    assert main(["baseline", str(out), "latest"]) == 0
+    first = json.loads((out / "history" / "baseline.json").read_text())["run_id"]
+    accuracy.write_text("0.6")
+    assert main(["run", str(path), "--new-run", "--fail-on-regression", "--no-server"]) == EXIT_REGRESSED
+    assert "regression: m against its previous run" in capsys.readouterr().err
+    accuracy.write_text("0.6")
+    assert main(["run", str(path), "--new-run", "--no-server"]) == 0  # no gate: exit 0
+    runs = pd.read_parquet(out / "history" / "runs.parquet")
+    assert len(runs) == 3
+    # the third run: unchanged against the second, still regressed against the pinned baseline
+    assert runs["previous_verdict"].iloc[2] == "no detectable change"
+    assert runs["baseline_run"].iloc[2] == first and runs["baseline_verdict"].iloc[2] == "regressed"
+    capsys.readouterr()
+    assert main(["history", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("| m |") == 3 and "▼ regressed" in printed
+    assert (out / "trend.png").stat().st_size > 1000
+    # `ape retry` of a run folder continues that run instead of starting a new one
+    latest = (out / "latest").resolve()
+    assert main(["retry", str(latest), "--no-server"]) == 0
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(runs["run_id"])
+    # bad input is one clear line and exit code 2
+    assert main(["baseline", str(out), "20990101T000000Z-deadbeef"]) == 2
+    assert "no run '20990101T000000Z-deadbeef'" in capsys.readouterr().err
+    assert main(["history", str(tmp_path / "nowhere")]) == 2
+
+
+def test_in_place_runs_keep_the_seeds_behaviour(tmp_path: Path) -> None:
+    from ape.flows.benchmark import benchmark
+
+    path, _ = bench(tmp_path)
+    config = load_config(path)
+    state = benchmark(config, return_state=True)
+    assert state.is_completed()
+    assert (config.run.output / "results.jsonl").is_file()
+    assert not (config.run.output / "runs").exists() and not (config.run.output / "history").exists()
+    report = json.loads((config.run.output / "report.json").read_text())
+    assert report["summary"]["cache_scope"] == "in-place" and "run_id" not in report["summary"]
+    assert report["regressions"] == []

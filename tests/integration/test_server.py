@@ -1,0 +1,226 @@
+"""The local Prefect server: start, reuse, status, stop, and the API URL ``ape run`` uses."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prefect import context as prefect_context
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from ape import server
+from ape.schemas.errors import ApeError
+from tests.helpers.processes import free_port
+
+
+@pytest.fixture
+def ape_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An isolated APE_HOME; a server a failing test leaves behind is killed afterwards."""
+    home = tmp_path / "ape"
+    monkeypatch.setenv("APE_HOME", str(home))
+    monkeypatch.delenv("APE_SERVER_PORT", raising=False)
+    yield home
+    # Kill whatever a failing test left running: the recorded server and every server
+    # this process spawned.
+    state = server._read_state(home / "server")
+    pids = set(server._SPAWNED) | ({state.pid} if state is not None else set())
+    for pid in pids:
+        if server._alive(pid) and server._is_prefect_process(pid):
+            os.killpg(pid, signal.SIGKILL)
+            server._alive(pid)  # reaps our child
+
+
+@pytest.fixture
+def quiet_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No API URL configured, and Prefect's global settings restored after the test."""
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    original = prefect_context.GLOBAL_SETTINGS_CONTEXT
+    monkeypatch.setattr(prefect_context, "GLOBAL_SETTINGS_CONTEXT", original)
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        yield
+
+
+def test_api_urls_reach_wildcard_hosts_through_loopback() -> None:
+    assert server.api_url_for("127.0.0.1", 4300) == "http://127.0.0.1:4300/api"
+    assert server.api_url_for("0.0.0.0", 4300) == "http://127.0.0.1:4300/api"
+    assert server.api_url_for("::", 4300) == "http://[::1]:4300/api"
+
+
+def test_flow_run_links_follow_the_configured_api() -> None:
+    with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:4999/api"}):
+        assert server.flow_run_url("f00") == "http://127.0.0.1:4999/runs/flow-run/f00"
+    cloud = "https://api.prefect.cloud/api/accounts/a1/workspaces/w1"
+    with temporary_settings({PREFECT_API_URL: cloud}):
+        assert server.flow_run_url("f00") == ("https://app.prefect.cloud/account/a1/workspace/w1/runs/flow-run/f00")
+
+
+def test_home_follows_ape_home(ape_home: Path) -> None:
+    assert server.server_home() == ape_home / "server"
+
+
+def test_bad_port_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APE_SERVER_PORT", "forty-two")
+    with pytest.raises(ApeError, match="APE_SERVER_PORT"):
+        server.default_port()
+    monkeypatch.setenv("APE_SERVER_PORT", "4321")
+    assert server.default_port() == 4321
+
+
+def test_configured_url_wins_and_starts_nothing(ape_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFECT_API_URL", "http://prefect.example:4200/api")
+    messages: list[str] = []
+    assert server.ensure_api_url(on_status=messages.append) == "http://prefect.example:4200/api"
+    assert messages == ["Using the Prefect API at http://prefect.example:4200/api"]
+    assert not (ape_home / "server" / server.STATE_FILE).exists()
+
+
+def test_stale_state_is_cleared(ape_home: Path) -> None:
+    home = ape_home / "server"
+    home.mkdir(parents=True)
+    port = free_port()
+    dead = server._State(pid=2**22 + 12345, host="127.0.0.1", port=port, started_at=0.0)
+    server._write_state(home, dead)
+    assert server._live_state(home) is None
+    assert server.status(port) is None
+    assert server.stop() is False
+    assert not (home / server.STATE_FILE).exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
+def test_stop_never_kills_a_process_that_is_not_prefect(ape_home: Path) -> None:
+    """A recorded pid reused by another program (here a sleeper) is left alone."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 10
+        while not Path(f"/proc/{sleeper.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        home = ape_home / "server"
+        home.mkdir(parents=True)
+        stranger = server._State(pid=sleeper.pid, host="127.0.0.1", port=free_port(), started_at=0)
+        server._write_state(home, stranger)
+        assert server.stop() is False
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_port_taken_by_another_program(ape_home: Path) -> None:
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ApeError, match="not a Prefect server") as err:
+            server.start(port=httpd.server_address[1], wait_s=5)
+        assert "--port" in str(err.value)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert not (ape_home / "server" / server.STATE_FILE).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_failed_start_points_to_its_log(ape_home: Path) -> None:
+    port = free_port()
+    messages: list[str] = []
+    with pytest.raises(ApeError, match="failed to start") as err:
+        server.start(port=port, host="256.0.0.1", wait_s=60, on_status=messages.append)
+    assert messages and messages[0].startswith("Starting a Prefect server")
+    log_file = ape_home / "server" / server.LOG_FILE
+    assert str(log_file) in str(err.value)
+    assert "Invalid host" in log_file.read_text()
+    assert server._read_state(ape_home / "server") is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_start_reuse_status_stop(ape_home: Path, quiet_settings: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    port = free_port()
+    monkeypatch.setenv("APE_SERVER_PORT", str(port))
+    assert server.status(port) is None
+
+    # A server that is still booting (another `ape run` just started it) is waited for,
+    # not started twice.
+    home = server.server_home()
+    home.mkdir(parents=True)
+    booting = server._spawn(home, "127.0.0.1", port)
+    messages: list[str] = []
+    api_url = server.ensure_api_url(on_status=messages.append)
+    info = server.status()
+    assert info is not None, messages
+    assert info.pid == booting.pid, (server._read_state(home), server._alive(booting.pid))
+    assert api_url == info.api_url == f"http://127.0.0.1:{port}/api"
+    assert info.ui_url == f"http://127.0.0.1:{port}"
+    assert info.log_file == ape_home / "server" / "server.log"
+    assert messages == [f"Waiting for the Prefect server (pid {booting.pid}) to answer"]
+    # Flows in this process (and its subprocesses) now report to the local server.
+    assert os.environ["PREFECT_API_URL"] == api_url
+    assert prefect_context.GLOBAL_SETTINGS_CONTEXT.settings.api.url == api_url
+    # Its database lives in APE_HOME, not in the user's Prefect home.
+    assert (ape_home / "server" / "prefect").is_dir()
+
+    again: list[str] = []
+    reused = server.start(port=port, on_status=again.append)
+    assert reused.pid == info.pid
+    assert again == [f"Reusing the Prefect server at http://127.0.0.1:{port}"]
+
+    # Without APE_SERVER_PORT, later runs find the server ape runs, whatever its port.
+    monkeypatch.delenv("APE_SERVER_PORT")
+    monkeypatch.delenv("PREFECT_API_URL")
+    assert server.preferred_port() == port
+    assert server.ensure_api_url() == api_url
+    # ape manages one server: a second one on another port is refused, not orphaned.
+    with pytest.raises(ApeError, match=f"already runs a Prefect server on port {port}"):
+        server.start(port=free_port())
+
+    assert server.stop() is True
+    assert server.status(port) is None
+    assert not server._alive(info.pid)
+    assert server.stop() is False
+
+
+def test_ui_api_url_and_env_line() -> None:
+    # the UI calls the API where the server listens; bound to every interface, it calls
+    # the API relative to the page, so any name the browser used works
+    assert server.ui_api_url_for("127.0.0.1", 4311) == "http://127.0.0.1:4311/api"
+    assert server.ui_api_url_for("0.0.0.0", 4311) == "/api"
+    assert server.env_line("http://127.0.0.1:4311/api") == "export PREFECT_API_URL=http://127.0.0.1:4311/api"
+    assert server.env_line("http://h/a b") == "export PREFECT_API_URL='http://h/a b'"
+
+
+def test_serve_hint_names_the_api_url() -> None:
+    from ape.commands import run_hint
+
+    lines = run_hint("http://127.0.0.1:4311/api", "benchmark", "my bench")
+    assert lines[1].strip() == "export PREFECT_API_URL=http://127.0.0.1:4311/api"
+    assert lines[2].strip() == "prefect deployment run 'benchmark/my bench'"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_server_on_another_port_serves_a_ui_that_calls_it(
+    ape_home: Path, quiet_settings: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ape import commands
+
+    port = free_port()
+    info = server.start(port=port)
+    try:
+        settings = httpx.get(f"{info.ui_url}/ui-settings", timeout=10, trust_env=False).json()
+        assert settings["api_url"] == f"http://127.0.0.1:{port}/api"
+        monkeypatch.delenv("PREFECT_API_URL", raising=False)  # `ape server env` finds it by port
+        assert commands.server_env(port) == 0
+        assert capsys.readouterr().out.strip() == f"export PREFECT_API_URL=http://127.0.0.1:{port}/api"
+    finally:
+        server.stop()
+    assert commands.server_env(port) == 1

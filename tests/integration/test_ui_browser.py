@@ -1,0 +1,159 @@
+"""The Prefect UI in a real browser: the link ``ape run`` prints, on a server APE started on
+a non-default port, shows the flow run, an item's stage chain, the leaderboard artifact and
+a failed check.
+
+Drives Debian's chromium through the playwright package (no browser download); skips
+with the reason when either is missing
+(fails instead where ``APE_REQUIRE_BROWSER`` is set, as ``.ci/run`` does). Screenshots go to the test's temp folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.processes import free_port
+
+CHROMIUM = os.environ.get("APE_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+SCHEMA = '''from pydantic import BaseModel
+
+
+class Problem(BaseModel):
+    id: str
+    question: str
+    answer: int
+
+
+def check(item, solution):
+    """Exact match; raises for item p3, so one check errors."""
+    if item.id == "p3":
+        raise RuntimeError("checker crashed on p3")
+    return solution == item.answer
+'''
+
+CONFIG = """name = "uicheck"
+[data]
+file = "data.jsonl"
+schema = "uischema:Problem"
+[prompt]
+template = "What is {{ question }}?"
+[[model]]
+name = "mock-exact"
+provider = "mock"
+args = { behaviour = "arithmetic", accuracy = 1.0, latency_s = 0.01, seed = 1 }
+[adapter]
+implementation = "last_number"
+[checker]
+implementation = "uischema:check"
+[run]
+solver_workers = 2
+output = "out"
+"""
+
+
+def _browser_ready() -> str | None:
+    """Why the test cannot run here, or None."""
+    if not Path(CHROMIUM).exists():
+        return f"chromium not installed at {CHROMIUM} (apt-get install chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed (pip install playwright)"
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_printed_link_shows_chain_leaderboard_and_failed_check(tmp_path: Path) -> None:
+    reason = _browser_ready()
+    if reason and os.environ.get("APE_REQUIRE_BROWSER"):
+        pytest.fail(f"APE_REQUIRE_BROWSER is set but {reason}")
+    if reason:
+        pytest.skip(reason)
+    from playwright.sync_api import expect, sync_playwright
+
+    (tmp_path / "uischema.py").write_text(SCHEMA)
+    with (tmp_path / "data.jsonl").open("w") as handle:
+        for i, (a, b) in enumerate([(2, 3), (4, 5), (6, 7)], start=1):
+            handle.write(json.dumps({"id": f"p{i}", "question": f"{a} + {b}", "answer": a + b}) + "\n")
+    (tmp_path / "config.toml").write_text(CONFIG)
+
+    port = free_port()
+    env = dict(os.environ, APE_HOME=str(tmp_path / "ape-home"), APE_SERVER_PORT=str(port))
+    for key in ("PREFECT_API_URL", "PREFECT_UI_URL", "PREFECT_UI_API_URL", "PREFECT_SERVER_UI_API_URL"):
+        env.pop(key, None)
+    ape = [sys.executable, "-m", "ape"]
+    try:
+        run = subprocess.run(
+            [*ape, "run", str(tmp_path / "config.toml"), "--no-progress"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        output = run.stdout + run.stderr
+        assert run.returncode in (0, 1), output
+        match = re.search(r"Flow run: (\S+)", output)
+        assert match, output
+        link = match.group(1)
+        assert link.startswith(f"http://127.0.0.1:{port}/"), link
+        # a new shell reaches the same server with the printed export line
+        printed_env = subprocess.run([*ape, "server", "env"], env=env, capture_output=True, text=True, timeout=60)
+        assert printed_env.stdout.strip() == f"export PREFECT_API_URL=http://127.0.0.1:{port}/api"
+
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1600, "height": 1100})
+            page.set_default_timeout(60_000)
+            api_calls: list[str] = []
+            page.on("request", lambda request: api_calls.append(request.url) if "/api/" in request.url else None)
+            page.goto(link)
+            # the flow run itself, and the leaderboard artifact of its report
+            expect(page.get_by_text("uicheck · mock-exact").first).to_be_visible()
+            page.screenshot(path=str(tmp_path / "flow-run.png"), full_page=True)
+            # (the run graph is drawn on a canvas: read the tabs, which are text)
+            page.get_by_text("Artifacts", exact=True).click()
+            expect(page.get_by_text("uicheck-leaderboard").first).to_be_visible()
+            page.screenshot(path=str(tmp_path / "artifacts.png"), full_page=True)
+            # the UI talks to this server's API, not to a default port
+            assert api_calls and all(f"127.0.0.1:{port}" in url for url in api_calls), api_calls[:5]
+
+            # the model's evaluate subflow holds the items' task runs
+            page.get_by_text("Subflow Runs", exact=True).click()
+            page.get_by_text("evaluate").first.wait_for()
+            page.get_by_role("link", name=re.compile("mock-exact")).first.click()
+            page.get_by_text("Task Runs", exact=True).click()
+            for stage in ("render", "solve", "adapt", "check", "score"):
+                expect(page.get_by_text(f"{stage}[p1]#0").first).to_be_visible()
+            # the check that raised is a Failed task run
+            expect(page.get_by_text("check[p3]#0").first).to_be_visible()
+            # three items, each render, solve, adapt, check, score and the live session
+            expect(page.get_by_text("(17 Completed, 1 Failed)")).to_be_visible()
+            page.screenshot(path=str(tmp_path / "task-runs.png"), full_page=True)
+            page.get_by_text("check[p3]#0").first.click()
+            expect(page.get_by_text("Failed", exact=True).first).to_be_visible()
+            page.screenshot(path=str(tmp_path / "failed-check.png"), full_page=True)
+            browser.close()
+        for name in ("flow-run.png", "artifacts.png", "task-runs.png", "failed-check.png"):
+            assert (tmp_path / name).stat().st_size > 10_000
+    finally:
+        subprocess.run([*ape, "server", "stop"], env=env, capture_output=True, timeout=60)
+        shutil.rmtree(tmp_path / "out" / ".cache", ignore_errors=True)

@@ -1,0 +1,167 @@
+"""The command line as a user meets it: help, validate, one-line errors, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ape.cli import main
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.runner import make_benchmark
+
+
+def validate(path, capsys):
+    code = main(["validate", str(path)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_help_explains_every_command():
+    out = subprocess.run(
+        [sys.executable, "-m", "ape", "--help"], capture_output=True, text=True, cwd=REPO_ROOT, check=True
+    ).stdout
+    for command in ("run", "validate", "report", "retry", "demo", "serve", "server"):
+        assert command in out
+    run_help = subprocess.run(
+        [sys.executable, "-m", "ape", "run", "--help"], capture_output=True, text=True, cwd=REPO_ROOT, check=True
+    ).stdout
+    for option in ("--output", "--workers", "--no-load-save", "--no-progress", "--no-server"):
+        assert option in run_help
+
+
+def test_validate_the_shipped_example(capsys):
+    code, out, err = validate(REPO_ROOT / "examples" / "arithmetic" / "config.toml", capsys)
+    assert code == 0, err
+    assert "ok:" in out and "30 items" in out and "template variables: question" in out
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda t: t.replace("[run]", "[run]\nsolver_wrokers = 2"), "unknown key 'solver_wrokers'"),
+        (lambda t: t.replace("benchschema:Item", "benchschema:Itme"), "has no attribute 'Itme'"),
+        (lambda t: t.replace("benchschema:Item", "no_such_module:Item"), "cannot import module 'no_such_module'"),
+        (lambda t: t.replace("What is {{ question }}?", "What is {{ qestion }}?"), "'{{ qestion }}' is not a field"),
+        (
+            lambda t: t.replace('schema = "benchschema:Item"', 'schema = "benchschema:Item"\nstart_id = "zz"'),
+            "start_id 'zz' is not in the file",
+        ),
+    ],
+    ids=["unknown-key", "bad-attribute", "bad-module", "template-variable", "start-id"],
+)
+def test_bad_configs_give_one_clear_line(tmp_path, capsys, change, expected):
+    path = make_benchmark(tmp_path)
+    path.write_text(change(path.read_text()))
+    code, out, err = validate(path, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert expected in lines[0] and lines[0].startswith("error: ")
+    assert "Traceback" not in err
+
+
+def test_duplicate_id_names_file_and_line(tmp_path, capsys):
+    path = make_benchmark(tmp_path, n=3)
+    data = tmp_path / "data.jsonl"
+    first = data.read_text().splitlines()[0]
+    data.write_text(data.read_text() + first + "\n")
+    code, _, err = validate(path, capsys)
+    assert code == 2
+    assert err.strip() == f"error: {data}:4: duplicate id 'i0' (every item needs a unique id)"
+
+
+def test_debug_shows_traceback(tmp_path, capsys):
+    path = make_benchmark(tmp_path)
+    path.write_text(path.read_text().replace("benchschema:Item", "benchschema:Itme"))
+    for argv in (["--debug", "validate", str(path)], ["validate", str(path), "--debug"]):
+        code = main(argv)
+        assert code == 2
+        assert "Traceback" in capsys.readouterr().err
+
+
+def test_missing_config_file(capsys, tmp_path):
+    code = main([str(tmp_path / "nope.toml")])
+    assert code == 2
+    assert "config file not found" in capsys.readouterr().err
+
+
+def test_report_rebuilds_from_saved_results(tmp_path, capsys):
+    from ape.schemas.results import Outcome, OutputBatch, SessionResult
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    with (folder / "results.jsonl").open("w") as handle:
+        for i, ok in enumerate([True, False, True]):
+            s = SessionResult(
+                item_id=f"i{i}",
+                run_index=0,
+                model_id="m",
+                outcome=Outcome.SOLVED,
+                score=float(ok),
+                correct=ok,
+                confidence=0.8,
+            )
+            handle.write(OutputBatch(item_id=f"i{i}", model_id="m", sessions=[s]).model_dump_json() + "\n")
+    code = main(["report", str(folder), "--out", str(tmp_path / "rep")])
+    assert code == 0
+    assert "| 1 | m |" in capsys.readouterr().out
+    envelope = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert envelope["leaderboard"][0]["model_id"] == "m"
+    assert (tmp_path / "rep" / "leaderboard.parquet").exists()
+
+
+def test_report_refuses_to_rank_different_benchmarks_together(tmp_path, capsys):
+    from ape.schemas.results import Outcome, OutputBatch, SessionResult
+
+    folders = []
+    for bench, model in (("maths", "m"), ("poetry", "p")):
+        folder = tmp_path / bench
+        folder.mkdir()
+        s = SessionResult(item_id="i0", run_index=0, model_id=model, outcome=Outcome.SOLVED, score=1.0, correct=True)
+        (folder / "results.jsonl").write_text(
+            OutputBatch(item_id="i0", model_id=model, sessions=[s]).model_dump_json() + "\n"
+        )
+        meta = {"benchmark": bench, "model": model, "completed_ids": ["i0"], "errored_ids": []}
+        (folder / "metadata.json").write_text(json.dumps(meta))
+        folders.append(str(folder))
+    code = main(["report", *folders, "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert code == 2 and "different benchmarks" in err and "maths" in err and "poetry" in err
+    assert not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (
+            lambda t: t.replace('"last_number"', '"last_numbr"'),
+            r":\d+ \[adapter\] implementation: .*did you mean 'last_number'",
+        ),
+        (
+            lambda t: t.replace('"exact_match"', '"exact_mach"'),
+            r":\d+ \[checker\] implementation: .*did you mean 'exact_match'",
+        ),
+        (
+            lambda t: t + '\n[tools.calc]\nfactory = "ape.tasks.solving.tools:calculatr"\n',
+            r":\d+ \[tools.calc\] factory: .*did you mean 'calculator'",
+        ),
+        (lambda t: t.replace('provider = "mock"', 'provider = "mokc"'), r":\d+ \[model\] 'm': .*did you mean 'mock'"),
+        (
+            lambda t: t + '\n[hooks]\non_batch_saved = "benchschema:remembr"\n',
+            r"\[hooks\] on_batch_saved: .*did you mean 'remember'",
+        ),
+    ],
+    ids=["adapter", "checker", "tool", "provider", "hook"],
+)
+def test_plugin_errors_name_file_line_and_key(tmp_path, capsys, change, expected):
+    import re
+
+    path = make_benchmark(tmp_path)
+    path.write_text(change(path.read_text()))
+    code, _, err = validate(path, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"error: {path}")
+    assert re.search(expected, err), err

@@ -1,0 +1,120 @@
+"""SaveHandler: durable appends, atomic metadata, crash reconciliation, redo without duplicates."""
+
+from __future__ import annotations
+
+import json
+
+from ape.schemas.results import ErrorInfo, Outcome, OutputBatch, SessionResult
+from ape.tasks.storage.save import SaveHandler, read_batches
+
+
+def batch(item: str, outcome: Outcome = Outcome.SOLVED) -> OutputBatch:
+    session = SessionResult(
+        item_id=item,
+        run_index=0,
+        model_id="m",
+        outcome=outcome,
+        error=ErrorInfo(type="X", message="boom") if outcome is Outcome.ERROR else None,
+    )
+    return OutputBatch(item_id=item, model_id="m", sessions=[session])
+
+
+def meta(tmp_path) -> dict:
+    return json.loads((tmp_path / "metadata.json").read_text())
+
+
+def test_save_and_resume(tmp_path):
+    with SaveHandler(tmp_path, run_info={"solver_config": {"max_steps": 3}}) as saver:
+        saver.load()
+        saver.save([batch("a"), batch("b", Outcome.ERROR)])
+        saver.save([batch("c")])
+    data = meta(tmp_path)
+    assert data["completed_ids"] == ["a", "b", "c"]
+    assert data["errored_ids"] == ["b"]
+    assert data["solver_config"] == {"max_steps": 3}
+    again = SaveHandler(tmp_path)
+    again.load()
+    assert set(again.completed) == {"a", "b", "c"} and again.errored_ids() == ["b"]
+
+
+def test_torn_line_and_lagging_metadata_are_reconciled(tmp_path):
+    saver = SaveHandler(tmp_path)
+    saver.load()
+    saver.save([batch("a")])
+    saver.close()
+    # a crash after the results line reached disk but before metadata.json was updated,
+    # followed by a torn write of the next item
+    with (tmp_path / "results.jsonl").open("a") as handle:
+        handle.write(batch("b").model_dump_json() + "\n")
+        handle.write(batch("c").model_dump_json()[:40])
+    (tmp_path / "metadata.json").write_text(json.dumps({"completed_ids": ["a"]}))
+    saver = SaveHandler(tmp_path)
+    saver.load()
+    assert list(saver.completed) == ["a", "b"]
+    assert meta(tmp_path)["completed_ids"] == ["a", "b"]
+    assert [b.item_id for b in read_batches(tmp_path / "results.jsonl")] == ["a", "b"]
+    assert (tmp_path / "results.jsonl").read_text().endswith("\n")
+
+
+def test_discard_then_redo_never_duplicates(tmp_path):
+    saver = SaveHandler(tmp_path)
+    saver.load()
+    saver.save([batch("a"), batch("b", Outcome.ERROR), batch("c")])
+    assert saver.discard(saver.errored_ids()) == 1
+    saver.save([batch("b")])
+    saver.close()
+    ids = [b.item_id for b in read_batches(tmp_path / "results.jsonl")]
+    assert sorted(ids) == ["a", "b", "c"] and len(ids) == 3
+    assert meta(tmp_path)["errored_ids"] == []
+
+
+def test_reset_moves_old_results_aside(tmp_path):
+    saver = SaveHandler(tmp_path)
+    saver.load()
+    saver.save([batch("a")])
+    saver.close()
+    fresh = SaveHandler(tmp_path)
+    fresh.reset()
+    assert fresh.completed == {}
+    assert not (tmp_path / "results.jsonl").exists()
+    assert (tmp_path / "results.jsonl.bak").is_file()
+    # a second fresh start replaces that backup instead of adding another
+    again = SaveHandler(tmp_path)
+    again.load()
+    again.save([batch("b")])
+    again.close()
+    SaveHandler(tmp_path).reset()
+    assert [p.name for p in tmp_path.glob("results.jsonl*")] == ["results.jsonl.bak"]
+    assert [b.item_id for b in read_batches(tmp_path / "results.jsonl.bak")] == ["b"]
+
+
+def test_ids_with_outcomes(tmp_path):
+    saver = SaveHandler(tmp_path)
+    saver.load()
+    saver.save([batch("a"), batch("b", Outcome.PARSING_FAILED), batch("c", Outcome.GAVE_UP)])
+    assert saver.ids_with_outcomes({Outcome.PARSING_FAILED, Outcome.GAVE_UP}) == ["b", "c"]
+
+
+def test_a_resumed_run_counts_the_saved_items_in_its_pass_rate(tmp_path):
+    from ape.flows.progress import Tally
+
+    passed = SessionResult(item_id="a", run_index=0, model_id="m", outcome=Outcome.SOLVED, correct=True)
+    failed = passed.model_copy(update={"correct": False, "run_index": 1})
+    with SaveHandler(tmp_path) as saver:
+        saver.load()
+        saver.save(
+            [
+                OutputBatch(item_id="a", model_id="m", sessions=[passed, failed]),
+                OutputBatch(item_id="b", model_id="m", sessions=[passed.model_copy(update={"item_id": "b"})]),
+            ]
+        )
+    again = SaveHandler(tmp_path)
+    again.load()
+    assert again.counts == {"a": (2, 1), "b": (1, 1)}
+    tally = Tally(total=3)
+    for item_id in ("a", "b"):
+        tally.resumed(again.counts[item_id])
+    assert (tally.done, tally.sessions, tally.passed) == (2, 3, 2)
+    assert "2/3 items, pass 66.7%" in tally.line()
+    again.discard(["a"])
+    assert again.counts == {"b": (1, 1)}

@@ -1,0 +1,101 @@
+"""Layers import only downward: ape (commands, API) -> deployments / flows -> tasks -> schemas,
+and inside ``ape.tasks`` from the task wrappers down through its sub-packages by job.
+
+Every import of an ``ape.*`` module in the product code is read from the source (also
+the ones inside functions), so a lower layer reaching up is caught even when it only
+happens on one code path. The order inside ``ape.tasks`` is the one its package
+docstring gives.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.paths import REPO_ROOT
+
+# package -> layer; a module may import its own package's layer and the ones below
+LAYERS = {
+    "ape.schemas": 0,
+    "ape.tasks.common": 1,
+    "ape.tasks.plugins": 2,
+    "ape.tasks.storage": 3,
+    "ape.tasks.stats": 4,
+    "ape.tasks.models": 5,
+    "ape.tasks.solving": 6,
+    "ape.tasks.checking": 7,
+    "ape.tasks.report": 8,
+    "ape.tasks": 9,  # stages, stage_runs and the package itself
+    "ape.flows": 10,
+    "ape.deployments": 10,
+    "ape": 11,
+}
+# top-level folder of the repository -> the package it installs as
+FOLDERS = {"schemas": "ape.schemas", "tasks": "ape.tasks", "flows": "ape.flows", "deployments": "ape.deployments"}
+
+
+def _layer_of(module: str) -> int:
+    for package in sorted(LAYERS, key=len, reverse=True):
+        if module == package or module.startswith(package + "."):
+            return LAYERS[package]
+    raise AssertionError(f"not an ape module: {module}")
+
+
+def _imports(path: Path, package: str) -> list[tuple[int, str]]:
+    """(line, absolute module) of every ape import in ``path``, relative ones resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name.split(".")[0] == "ape"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            if module.split(".")[0] == "ape":
+                found.append((node.lineno, module))
+    return found
+
+
+def _package_of(path: Path) -> str:
+    """The package a source file belongs to (``tasks/stats/power.py`` -> ``ape.tasks.stats``)."""
+    relative = path.relative_to(REPO_ROOT)
+    top = FOLDERS.get(relative.parts[0], "ape")
+    return ".".join([top, *relative.parts[1:-1]])
+
+
+def _sources() -> list[Path]:
+    paths = sorted((REPO_ROOT / "ape").glob("*.py"))
+    for folder in FOLDERS:
+        paths += sorted((REPO_ROOT / folder).rglob("*.py"))
+    return paths
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_no_module_imports_a_layer_above_its_own(path):
+    package = _package_of(path)
+    layer = _layer_of(package)
+    upward = [
+        f"{path.relative_to(REPO_ROOT)}:{line} imports {module}"
+        for line, module in _imports(path, package)
+        if _layer_of(module) > layer
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def test_every_sub_package_of_tasks_has_a_layer():
+    packages = {f"ape.tasks.{p.name}" for p in (REPO_ROOT / "tasks").iterdir() if (p / "__init__.py").exists()}
+    assert packages <= set(LAYERS) | {"ape.tasks.checking.code"}, packages - set(LAYERS)
+
+
+def test_the_layer_check_sees_imports_inside_functions(tmp_path):
+    source = tmp_path / "probe.py"
+    source.write_text("def f():\n    from ape.flows.run_plan import make_plan\n    from . import sibling\n")
+    found = _imports(source, "ape.tasks.stats")
+    assert (2, "ape.flows.run_plan") in found and (3, "ape.tasks.stats") in found
+    assert _layer_of("ape.flows.run_plan") > _layer_of("ape.tasks.stats")
+    assert _layer_of("ape.tasks.report.build") > _layer_of("ape.tasks.checking.code.sandbox")
