@@ -16,11 +16,13 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prefect import task
-from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
+from prefect.cache_policies import NO_CACHE, CacheKeyFnPolicy, CachePolicy
+from prefect.context import TaskRunContext
 from prefect.results import ResultRecord
 from prefect.states import State
 from pydantic import BaseModel, ConfigDict
@@ -227,11 +229,34 @@ def _spec_key(context: Any, parameters: dict[str, Any]) -> str:
     return hashlib.sha256(f"{context.task.name}\0{spec.model_dump_json()}".encode()).hexdigest()
 
 
+# The part of a model stage's cache key that stands for its code. Prefect's TASK_SOURCE
+# hashes the wrapper's own source only: it changed when an import path inside a wrapper
+# moved, and it misses changes in the logic the wrapper calls. A version per stage says it
+# outright: change it when a change to the stage would make cached answers wrong. The
+# values are the hashes TASK_SOURCE gave these stages before ape.tasks was grouped by job,
+# so generations cached by earlier releases stay valid.
+STAGE_CODE_VERSIONS = {"solve": "2e2e0c9133e017ea35247b66e83e7a8f", "adapt": "0c6ff364672dbc707478962ba4fd915e"}
+
+
+@dataclass
+class StageCode(CachePolicy):
+    """The cache-key part of :data:`STAGE_CODE_VERSIONS` for the stage being run."""
+
+    def compute_key(
+        self,
+        task_ctx: TaskRunContext,
+        inputs: dict[str, Any] | None,
+        flow_parameters: dict[str, Any] | None,
+        **kwargs: Any,
+    ) -> str | None:
+        return STAGE_CODE_VERSIONS[task_ctx.task.name]
+
+
 def cached_variant(stage: Any, cache_dir: Path | None) -> Any:
     """The stage with its cache policy bound to this run's cache folder (or no cache)."""
     if cache_dir is None:
         return stage.with_options(cache_policy=NO_CACHE, persist_result=False)
-    policy = CacheKeyFnPolicy(cache_key_fn=_spec_key) + TASK_SOURCE
+    policy = CacheKeyFnPolicy(cache_key_fn=_spec_key) + StageCode()
     policy = policy.configure(key_storage=str(cache_dir))
     return stage.with_options(cache_policy=policy)
 
