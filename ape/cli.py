@@ -1,4 +1,4 @@
-"""The command line: ``ape run|validate|report|retry|demo|serve|server|history|baseline``.
+"""The command line: ``ape run|validate|report|retry|demo|serve|server|history|baseline|diff``.
 
 Errors print one line naming the file and key (``--debug`` adds the
 traceback) and exit non-zero: 2 for bad input, 1 for a run whose items
@@ -17,7 +17,7 @@ from pathlib import Path
 from ape.schemas.errors import ApeError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REGRESSED = 0, 1, 2, 3
-COMMANDS = ("run", "validate", "report", "retry", "demo", "serve", "server", "plan", "history", "baseline")
+COMMANDS = ("run", "validate", "report", "retry", "demo", "serve", "server", "plan", "history", "baseline", "diff")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -112,7 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     srv.add_argument("--port", type=int, default=None, help="port (default 4200)")
     hist, base = _history_commands(sub)
-    for command in (run, val, rep, ret, demo, serve, srv, pln, hist, base):  # --debug also after the command
+    dif = _diff_command(sub)
+    for command in (run, val, rep, ret, demo, serve, srv, pln, hist, base, dif):  # --debug also after the command
         command.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and debug logs"
         )
@@ -160,6 +161,23 @@ def _history_commands(sub: argparse._SubParsersAction) -> tuple[argparse.Argumen
     base.add_argument("output", type=Path, help="output folder holding history/")
     base.add_argument("run_id", help="a run id from `ape history`, or 'latest'")
     return hist, base
+
+
+def _diff_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    diff = sub.add_parser(
+        "diff",
+        help="compare two runs item by item (flipped items, largest changes, what changed); writes diff.md",
+    )
+    diff.add_argument(
+        "paths", type=Path, nargs="+", help="DIR_A DIR_B, or OUTPUT RUN_A RUN_B (run ids, latest, previous)"
+    )
+    diff.add_argument(
+        "--out", type=Path, default=None, help="folder for diff.md and diff.parquet (default: the later side)"
+    )
+    diff.add_argument(
+        "--no-rescore", action="store_true", help="compare saved scores even when the checker changed between the runs"
+    )
+    return diff
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -258,6 +276,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
     if args.command == "history":
         return commands.history(args.output, args.model, chart=not args.no_chart)
+    if args.command == "diff":
+        from ape.diffs import diff
+
+        return diff(args.paths, args.out, rescore=not args.no_rescore)
     if args.command == "baseline":
         return commands.baseline(args.output, args.run_id)
     if args.command == "server":

@@ -1,0 +1,90 @@
+"""``ape diff``: two runs compared item by item, with what changed between them.
+
+``ape diff DIR_A DIR_B`` compares two output folders (or run folders);
+``ape diff OUTPUT RUN_A RUN_B`` two runs of ``OUTPUT/runs`` by id (``latest`` and
+``previous`` name the last two). The tables come from :mod:`ape.tasks.report.diff`; a
+model whose checker differs between the runs has the earlier run's saved answers re-scored
+with the later run's checker first (:mod:`ape.flows.rescore`), and the diff says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ape.schemas.errors import ApeError
+
+log = logging.getLogger("ape")
+
+
+def _run_ids(output: Path) -> list[str]:
+    from ape.tasks.storage.runs import runs_root
+
+    root = runs_root(output)
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def resolve_sides(paths: list[Path]) -> list[tuple[str, Path]]:
+    """(label, folder) of both sides, from two folders or an output folder and two run ids."""
+    from ape.tasks.storage.runs import run_folder
+
+    if len(paths) == 2:
+        for path in paths:
+            if not path.is_dir():
+                raise ApeError("not a folder", where=str(path), hint="give two output folders, or OUTPUT RUN_A RUN_B")
+        return [(path.name, path) for path in paths]
+    if len(paths) != 3:
+        raise ApeError("ape diff takes two folders or an output folder and two run ids", where="ape diff")
+    output, ids = paths[0], _run_ids(paths[0])
+    if not ids:
+        raise ApeError("no runs here", where=str(output), hint="runs started with `ape run --new-run` make them")
+    sides = []
+    for given in (str(paths[1]), str(paths[2])):
+        named = {"latest": ids[-1], "previous": ids[-2] if len(ids) > 1 else None}.get(given, given)
+        if named is None or named not in ids:
+            hint = f"runs: {', '.join(ids[-5:])}, latest, previous"
+            raise ApeError(f"no run '{given}'", where=str(output), hint=hint)
+        sides.append((named, run_folder(output, named)))
+    return sides
+
+
+def diff(paths: list[Path], out: Path | None = None, *, rescore: bool = True) -> int:
+    """Print the diff and write diff.md and diff.parquet (into ``out``, else the later side)."""
+    from ape.tasks.report.diff import (
+        FAIL_TO_PASS,
+        PASS_TO_FAIL,
+        changed_settings,
+        compare_items,
+        diff_markdown,
+        write_diff,
+    )
+    from ape.tasks.report.sessions_table import load_sessions
+    from ape.tasks.storage.run_files import find_runs
+
+    (label_a, folder_a), (label_b, folder_b) = resolve_sides(paths)
+    meta_a = {str(r.metadata.get("model") or r.folder.name): r.metadata for r in find_runs([folder_a])}
+    meta_b = {str(r.metadata.get("model") or r.folder.name): r.metadata for r in find_runs([folder_b])}
+    sessions_a, sessions_b = load_sessions([folder_a]), load_sessions([folder_b])
+    notes = []
+    for model_id in sorted(set(meta_a) & set(meta_b)):
+        checker_a = (meta_a[model_id].get("fingerprints") or {}).get("checker")
+        checker_b = (meta_b[model_id].get("fingerprints") or {}).get("checker")
+        if rescore and checker_a and checker_b and checker_a != checker_b:
+            from ape.flows.rescore import config_of
+            from ape.flows.rescore import rescore as rescore_sessions
+
+            config = config_of(meta_b[model_id], where=f"{folder_b} ({model_id})")
+            sessions_a = rescore_sessions(sessions_a, config, model_id)
+            notes.append(
+                f"{model_id}: the checker changed; {label_a}'s saved answers were re-scored with "
+                f"{label_b}'s checker (no model calls), so both sides are graded alike."
+            )
+    items = compare_items(sessions_a, sessions_b)
+    markdown = diff_markdown(items, changed_settings(meta_a, meta_b), label_a, label_b)
+    if notes:
+        markdown += "\n" + "\n".join(f"- {note}" for note in notes) + "\n"
+    print(markdown)
+    md, parquet = write_diff(out or folder_b, items, markdown)
+    down, up = int((items["flip"] == PASS_TO_FAIL).sum()), int((items["flip"] == FAIL_TO_PASS).sum())
+    log.info("%d items went from pass to fail, %d from fail to pass; written to %s and %s", down, up, md, parquet)
+    return 0

@@ -1,0 +1,80 @@
+"""Re-scoring saved generations with another run's checker: no model is called.
+
+When two runs of a model differ in their checker (a fixed reference field, a new pass
+mark, a repaired checker), their scores are not comparable as saved. Every session of the
+earlier run that produced an answer is adapted again from its saved answer text and
+checked with the later run's adapter and checker, so both sides are graded the same way.
+Sessions that produced no answer (model errors, no final text) keep their outcome and
+score 0, as they would have under any checker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from ape.config import load_config
+from ape.flows.run_plan import make_plan
+from ape.schemas.config import ApeConfig
+from ape.schemas.data import item_id
+from ape.schemas.errors import ApeError
+from ape.schemas.results import CheckStatus, Outcome
+from ape.tasks.checking.builtin import score_session
+from ape.tasks.checking.check import run_check
+
+log = logging.getLogger("ape")
+
+
+def config_of(metadata: dict, where: str) -> ApeConfig:
+    """The config a run recorded in its metadata (``config_file``), loaded afresh."""
+    path = metadata.get("config_file")
+    if not path or not Path(path).is_file():
+        raise ApeError(
+            "the run does not name a config file that still exists, so its checker cannot be rebuilt",
+            where=where,
+            hint="re-score by hand with `ape run` on the earlier output, or compare without re-scoring",
+        )
+    return load_config(Path(path))
+
+
+def rescore(sessions: pd.DataFrame, config: ApeConfig, model_id: str) -> pd.DataFrame:
+    """``sessions`` of ``model_id`` with score, correct and check columns recomputed by the
+    adapter and checker ``config`` gives that model. Other models' rows are returned as they are."""
+    model_cfg = next((m for m in config.model if m.model_id == model_id), None)
+    if model_cfg is None:
+        raise ApeError(f"the later run's config has no model '{model_id}'", where=str(config.config_file))
+    plan = make_plan(config, model_cfg)
+    items = {str(item_id(item)): item for item in plan.provider()}
+    checker = plan.checker_factory()
+    timeout = config.checker.timeout_s
+    out = sessions.copy()
+    mine = out.index[out["model_id"] == model_id]
+    for index in mine:
+        row = out.loc[index]
+        item = items.get(str(row["item_id"]))
+        text = row["raw_output"]
+        if item is None or text is None or pd.isna(text) or row["outcome"] == Outcome.ERROR.value:
+            continue
+        try:
+            solution = plan.adapter(str(text))
+        except Exception as exc:  # noqa: BLE001 - a parse failure is an outcome, as in a run
+            out.loc[index, ["outcome", "score", "correct"]] = [Outcome.PARSING_FAILED.value, 0.0, False]
+            out.at[index, "check_metadata"] = None
+            log.debug("re-score: %s of %s no longer parses: %s", row["item_id"], model_id, exc)
+            continue
+        result = run_check(checker, item, solution, timeout)
+        score, correct = score_session(Outcome.SOLVED, result, plan.metric)
+        out.loc[index, ["outcome", "score", "correct", "check_status", "check_score"]] = [
+            Outcome.SOLVED.value,
+            score,
+            correct,
+            result.status.value,
+            result.score,
+        ]
+        out.at[index, "check_metadata"] = json.dumps(result.metadata, default=str) if result.metadata else None
+        if result.status is CheckStatus.ERROR and result.error is not None:
+            out.at[index, "check_error_message"] = result.error.message
+    return out

@@ -1,0 +1,230 @@
+"""Why did the score move: two runs compared item by item, and what changed between them.
+
+A run-to-run diff answers the question a regression verdict raises. For every model that
+both runs hold, each item's mean score over its sessions and whether it passed (at least
+half its sessions correct, the rule of :func:`ape.tasks.stats.aggregate.item_table`) are
+set side by side; items that went from pass to fail (or back) and the largest score
+changes are listed with both answers and the check's reason. Beside them stands what
+changed between the runs: every fingerprint a run records in its metadata file
+(``fingerprints``: prompt, model, data, solver (with adapter and tools), checker;
+``runs_per_data``) and its provenance (model fingerprint, sandbox kind, Python and every
+package version).
+
+Written as ``diff.md`` (the printed markdown) and ``diff.parquet`` (one row per model and
+item: ``model_id``, ``item_id``, ``score_a``, ``score_b``, ``change``, ``passed_a``,
+``passed_b``, ``flip`` (``pass->fail``, ``fail->pass``, or empty), ``answer_a``,
+``answer_b``, ``reason_a``, ``reason_b``, ``sessions_a``, ``sessions_b``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+PASS_TO_FAIL, FAIL_TO_PASS = "pass->fail", "fail->pass"
+ANSWER_CHARS = 120  # answers and reasons are cut to this length in the markdown
+DIFF_SCHEMA = pa.schema([
+    ("model_id", pa.string()), ("item_id", pa.string()), ("score_a", pa.float64()), ("score_b", pa.float64()),
+    ("change", pa.float64()), ("passed_a", pa.bool_()), ("passed_b", pa.bool_()), ("flip", pa.string()),
+    ("answer_a", pa.string()), ("answer_b", pa.string()), ("reason_a", pa.string()), ("reason_b", pa.string()),
+    ("sessions_a", pa.int64()), ("sessions_b", pa.int64()),
+])  # fmt: skip
+
+
+@dataclass
+class RunSide:
+    """One side of a diff: its label, its sessions table and the metadata of each model."""
+
+    label: str
+    sessions: pd.DataFrame
+    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # model id -> metadata.json
+
+
+@dataclass
+class Change:
+    """One recorded setting that differs between the runs (``part`` of ``model_id``)."""
+
+    model_id: str
+    part: str
+    a: Any
+    b: Any
+
+
+def _reason(metadata: Any) -> str | None:
+    if not isinstance(metadata, str) or not metadata:
+        return None
+    try:
+        value = json.loads(metadata)
+    except ValueError:
+        return None
+    reason = value.get("reason") if isinstance(value, dict) else None
+    return None if reason is None else str(reason)
+
+
+def item_view(sessions: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, item): sessions, mean score, passed (at least half correct), the first
+    session's answer and the check's reason (or the error message when there is no check)."""
+    if sessions.empty:
+        columns = ["model_id", "item_id", "sessions", "score", "passed", "answer", "reason"]
+        return pd.DataFrame(columns=columns)
+    ordered = sessions.sort_values(["model_id", "item_id", "run_index"])
+    first = ordered.groupby(["model_id", "item_id"], sort=False).first()
+    grouped = ordered.groupby(["model_id", "item_id"], sort=False)
+    view = pd.DataFrame(
+        {
+            "sessions": grouped.size(),
+            "score": grouped["score"].mean(),
+            "passed": grouped["correct"].mean() >= 0.5,
+            "answer": first["solution"].where(first["solution"].notna(), first["raw_output"]),
+            "reason": [
+                _reason(meta) or err or check_err
+                for meta, err, check_err in zip(
+                    first["check_metadata"], first["error_message"], first["check_error_message"]
+                )
+            ],
+        }
+    )
+    return view.reset_index()
+
+
+def compare_items(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """The per-item table of the diff (columns in the module docstring), for the models both
+    sides hold; items of only one side have NaN on the other."""
+    left, right = item_view(a), item_view(b)
+    models = set(left["model_id"]) & set(right["model_id"])
+    left, right = left[left["model_id"].isin(models)], right[right["model_id"].isin(models)]
+    merged = left.merge(right, on=["model_id", "item_id"], how="outer", suffixes=("_a", "_b"))
+    merged["change"] = merged["score_b"] - merged["score_a"]
+    both = merged["passed_a"].notna() & merged["passed_b"].notna()
+    was, now = merged["passed_a"].astype("boolean"), merged["passed_b"].astype("boolean")
+    merged["flip"] = ""
+    merged.loc[both & was & ~now, "flip"] = PASS_TO_FAIL
+    merged.loc[both & ~was & now, "flip"] = FAIL_TO_PASS
+    columns = ["model_id", "item_id", "score_a", "score_b", "change", "passed_a", "passed_b", "flip",
+               "answer_a", "answer_b", "reason_a", "reason_b", "sessions_a", "sessions_b"]  # fmt: skip
+    return merged[columns].sort_values(["model_id", "item_id"]).reset_index(drop=True)
+
+
+def _flat(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"args": {"accuracy": 0.6}}`` -> ``{"args.accuracy": 0.6}``."""
+    flat: dict[str, Any] = {}
+    for key, item in value.items():
+        name = f"{prefix}{key}"
+        if isinstance(item, Mapping) and item:
+            flat.update(_flat(item, name + "."))
+        else:
+            flat[name] = item
+    return flat
+
+
+def _parts(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The comparable settings of one model's metadata.json, flattened to part -> value."""
+    parts: dict[str, Any] = {}
+    fingerprints = metadata.get("fingerprints") or {}
+    for name, value in (fingerprints.get("generation") or {}).items():
+        parts[f"fingerprint {name}"] = value
+    parts["fingerprint checker"] = fingerprints.get("checker")
+    parts["runs_per_data"] = metadata.get("runs_per_data")
+    provenance = metadata.get("provenance") or {}
+    model = (provenance.get("models") or {}).get(str(metadata.get("model")), {}).get("fingerprint")
+    for key, value in _flat(model if isinstance(model, dict) else {}).items():
+        parts[f"model {key}"] = value
+    parts["sandbox"] = provenance.get("sandbox")
+    parts["python"] = provenance.get("python")
+    for package, version in (provenance.get("packages") or {}).items():
+        parts[f"package {package}"] = version
+    return parts
+
+
+def changed_settings(a: Mapping[str, Mapping[str, Any]], b: Mapping[str, Mapping[str, Any]]) -> list[Change]:
+    """Every recorded setting that differs, per model both runs hold (a setting one run does
+    not record counts as changed only when the other records it)."""
+    changes = []
+    for model_id in sorted(set(a) & set(b)):
+        left, right = _parts(a[model_id]), _parts(b[model_id])
+        for part in sorted(set(left) | set(right)):
+            if left.get(part) != right.get(part):
+                changes.append(Change(model_id, part, left.get(part), right.get(part)))
+    return changes
+
+
+def _cut(value: Any) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return ""
+    text = " ".join(str(value).split()).replace("|", "\\|")
+    return text if len(text) <= ANSWER_CHARS else text[: ANSWER_CHARS - 1] + "…"
+
+
+def _number(value: Any) -> str:
+    return "" if value is None or pd.isna(value) else f"{value:.3f}"
+
+
+def diff_markdown(items: pd.DataFrame, changes: list[Change], a: str, b: str, *, top: int = 10) -> str:
+    """The diff as markdown: per model, a summary line, the flipped items and the largest
+    score changes with both answers and reasons; then what changed between the runs."""
+    lines = [f"# Diff: {a} -> {b}", ""]
+    if items.empty:
+        lines += ["The two runs hold no model in common.", ""]
+    for model_id, rows in items.groupby("model_id", sort=True):
+        flips = rows[rows["flip"] != ""]
+        down, up = int((rows["flip"] == PASS_TO_FAIL).sum()), int((rows["flip"] == FAIL_TO_PASS).sum())
+        mean_a, mean_b = rows["score_a"].mean(), rows["score_b"].mean()
+        lines += [
+            f"## {model_id}",
+            "",
+            f"Mean item score {_number(mean_a)} -> {_number(mean_b)} over {len(rows)} items; "
+            f"{down} went from pass to fail, {up} from fail to pass.",
+            "",
+        ]
+        moved = rows[rows["change"].abs() > 0]
+        moved = moved.loc[moved["change"].abs().sort_values(ascending=False).index]
+        shown = pd.concat([flips, moved]).drop_duplicates(subset=["item_id"]).head(top)
+        if not shown.empty:
+            lines += [
+                f"| Item | Change | Score {a} | Score {b} | Answer {a} | Answer {b} | Reason {a} | Reason {b} |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
+            for row in shown.itertuples():
+                label = row.flip or f"{row.change:+.3f}"
+                lines.append(
+                    f"| {_cut(row.item_id)} | {label} | {_number(row.score_a)} | {_number(row.score_b)} | "
+                    f"{_cut(row.answer_a)} | {_cut(row.answer_b)} | {_cut(row.reason_a)} | {_cut(row.reason_b)} |"
+                )
+            lines.append("")
+    lines += ["## What changed between the runs", ""]
+    if not changes:
+        lines += ["Nothing that the runs record: same fingerprints, sandbox, Python and package versions.", ""]
+    else:
+        lines += ["| Model | Setting | " + a + " | " + b + " |", "|---|---|---|---|"]
+        lines += [f"| {c.model_id} | {c.part} | {_cut(c.a)} | {_cut(c.b)} |" for c in changes]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_diff(out_dir: Path, items: pd.DataFrame, markdown: str) -> tuple[Path, Path]:
+    """``diff.md`` and ``diff.parquet`` in ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = out_dir / "diff.md"
+    md.write_text(markdown + "\n", encoding="utf-8")
+    table = items.astype(object).where(items.notna(), None)
+    for column in ("answer_a", "answer_b", "reason_a", "reason_b", "item_id", "model_id"):
+        table[column] = [None if v is None else str(v) for v in table[column]]
+    parquet = out_dir / "diff.parquet"
+    pq.write_table(pa.Table.from_pandas(table, schema=DIFF_SCHEMA, preserve_index=False), parquet)
+    return md, parquet
+
+
+def flipped_items(items: pd.DataFrame, model_id: str, limit: int = 20) -> dict[str, list[str]]:
+    """The item ids of ``model_id`` that flipped, by direction (for an alert's payload)."""
+    rows = items[items["model_id"] == model_id]
+    return {
+        PASS_TO_FAIL: rows.loc[rows["flip"] == PASS_TO_FAIL, "item_id"].astype(str).head(limit).tolist(),
+        FAIL_TO_PASS: rows.loc[rows["flip"] == FAIL_TO_PASS, "item_id"].astype(str).head(limit).tolist(),
+    }
