@@ -32,7 +32,10 @@ def resolve_sides(paths: list[Path]) -> list[tuple[str, Path]]:
         for path in paths:
             if not path.is_dir():
                 raise ApeError("not a folder", where=str(path), hint="give two output folders, or OUTPUT RUN_A RUN_B")
-        return [(path.name, path) for path in paths]
+        names = [path.name for path in paths]
+        if names[0] == names[1]:  # a/out and b/out: name them by their parents too
+            names = [f"{path.parent.name}/{path.name}" for path in paths]
+        return list(zip(names, paths))
     if len(paths) != 3:
         raise ApeError("ape diff takes two folders or an output folder and two run ids", where="ape diff")
     output, ids = paths[0], _run_ids(paths[0])
