@@ -427,14 +427,11 @@ def _run_in_sandbox(
     return box, collected, exit_code
 
 
-def _start_failure(kind: SandboxKind, box: _Sandbox, exit_code: int | None) -> str:
+def _start_failure(box: _Sandbox, exit_code: int | None) -> str:
     """Why a sandbox never started its harness, in the launcher's own words where it gave any."""
-    if exit_code is None:
-        what = f"the {kind} sandbox did not start its interpreter within {START_LIMIT_S:g} s"
-    else:
-        what = f"the {kind} sandbox ended (exit code {exit_code}) before it started the code"
+    what = f"no start within {START_LIMIT_S:g} s" if exit_code is None else f"exit code {exit_code}"
     said = [line.strip() for line in box.stderr_tail.splitlines() if line.strip()]
-    return f"{what}: {said[-1][:300]}" if said else what
+    return f"{what}: {said[-1][:160]}" if said else what
 
 
 def run_code(
@@ -490,15 +487,15 @@ def run_code(
         try:
             box, collected, exit_code = _run_in_sandbox(kind, fields, key, timeout_s)
         except OSError as exc:  # no process or file left to start one
-            problems.append(f"the {kind} sandbox could not be started: {exc}")
+            problems.append(f"could not launch it: {exc}")
             continue
         if collected.started_at is not None:
             break
-        problems.append(_start_failure(kind, box, exit_code))
+        problems.append(_start_failure(box, exit_code))
     else:
         raise SandboxError(
-            f"no {kind} sandbox started in {START_ATTEMPTS} attempts, so the code was not run: {problems[-1]}; "
-            "fix the sandbox on this machine ([checker.args] sandbox) and rerun to check these items again"
+            f"the {kind} sandbox failed to start ({START_ATTEMPTS} tries), the code was not run: "
+            f"{problems[-1]}; fix the sandbox, then rerun to check again"
         )
     ended, started_at = time.monotonic(), collected.started_at
     assert started_at is not None  # the loop ends early only for a sandbox that started
