@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -412,7 +413,7 @@ def _score(data: bytes, key: bytes, total: int) -> tuple[int, list[str], str | N
 
 
 def _run_in_sandbox(
-    kind: SandboxKind, fields: dict[str, object], key: bytes, timeout_s: float
+    kind: SandboxKind, fields: Mapping[str, object], key: bytes, timeout_s: float
 ) -> tuple[_Sandbox, _Collected, int | None]:
     """One sandbox from the pool, given the job and waited for; killed before returning."""
     box = pool_for(kind).take()
