@@ -140,6 +140,15 @@ def peek_exit(process: subprocess.Popen[bytes], timeout: float = 0.0) -> int | N
         time.sleep(0.01)
 
 
+def _above_prelude_fds(fd: int) -> int:
+    """``fd`` moved to a number that a sandbox's start-up script leaves alone (it may use 3-9)."""
+    import fcntl  # POSIX only, like the namespaces that need it
+
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, sandboxes.FIRST_FREE_FD)
+    os.close(fd)
+    return moved
+
+
 class _Sandbox:
     """One started interpreter waiting for its job, with its pipes and temporary folder."""
 
@@ -148,6 +157,8 @@ class _Sandbox:
         self.root = Path(tempfile.mkdtemp(prefix="ape-code-"))
         self.cgroup: sandboxes.PidsCgroup | None = None
         read_end, write_end = os.pipe()
+        if key.kind != "none":
+            write_end = _above_prelude_fds(write_end)
         self.channel = read_end
         self.channel_fd = write_end
         stdout = (self.root / "stdout.txt").open("wb")

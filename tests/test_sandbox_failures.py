@@ -228,3 +228,37 @@ def test_a_broken_sandbox_through_ape_run_is_check_errors_then_a_rerun_checks_th
     after = checks()
     assert {item: check["status"] for item, check in after.items()} == {"q0": "PASSED", "q1": "PASSED", "q2": "FAILED"}
     assert {check["metadata"]["sandbox"] for check in after.values()} == {"bwrap"}
+
+
+# ------------------------------------------------------------------ an interpreter under /tmp
+
+RUN_ONE_CHECK = """
+import site, sys
+site.addsitedir({site!r})
+from ape.tasks.code_exec import run_code
+result = run_code("def add(a, b):\\n    return a + b\\n", "assert add(1, 2) == 3\\n", sandbox={kind!r}, timeout_s=10.0)
+print(sys.prefix, result.sandbox, result.score)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["bwrap", "unshare"])
+def test_a_virtual_environment_under_tmp_runs_in_the_sandbox(kind):
+    """The sandbox mounts a private /tmp; a venv made there (as CI often does) is bound back in."""
+    try:
+        sandboxes.prefix(kind)
+    except sandboxes.SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+    import site
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="ape-venv-", dir="/tmp"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / "venv")], check=True, timeout=120)
+        python = folder / "venv" / "bin" / "python"
+        script = RUN_ONE_CHECK.format(site=site.getsitepackages()[0], kind=kind)
+        done = subprocess.run([str(python), "-c", script], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.split() == [str(folder / "venv"), kind, "1.0"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
