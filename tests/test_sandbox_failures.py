@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_code_exec_run import PLUGIN, ape_run
 
 from ape.schemas.results import CheckStatus, Outcome, OutputBatch, SessionResult
 from ape.tasks import code_exec
@@ -123,26 +124,6 @@ def test_the_check_stage_records_a_check_error_that_is_redone(launcher):
 
 # ------------------------------------------------------------------ through `ape run`
 
-PLUGIN = '''from pydantic import BaseModel
-
-from ape import Generation
-
-
-class Item(BaseModel):
-    id: str
-    code: str
-    tests: str
-
-
-class Echo:
-    """Answers each item with the code it carries."""
-
-    model_id = "echo"
-
-    def generate(self, prompt, task):
-        return Generation(text=task.code, confidence=1.0)
-'''
-
 CONFIG = """name = "sandbox-down"
 [data]
 file = "items.jsonl"
@@ -152,8 +133,8 @@ schema = "plugin:Item"
 template = "{{ id }}"
 
 [[model]]
-name = "echo"
-class = "plugin:Echo"
+name = "attacker"
+class = "plugin:Attacker"
 max_retries = 0
 
 [adapter]
@@ -204,17 +185,11 @@ def test_a_broken_sandbox_through_ape_run_is_check_errors_then_a_rerun_checks_th
     (broken / "bwrap").chmod(0o755)
     env = dict(os.environ, PREFECT_API_URL=prefect_server)
 
-    def ape_run(path: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "ape", "run", "config.toml", "--no-server", "--no-progress"]
-        return subprocess.run(
-            command, cwd=folder, env=dict(env, PATH=path), capture_output=True, text=True, timeout=600
-        )
-
     def checks() -> dict[str, dict]:
         lines = (folder / "out" / "results.jsonl").read_text().splitlines()
         return {batch["item_id"]: batch["sessions"][0]["check"] for batch in map(json.loads, lines)}
 
-    down = ape_run(f"{broken}{os.pathsep}{env['PATH']}")
+    down = ape_run(folder / "config.toml", dict(env, PATH=f"{broken}{os.pathsep}{env['PATH']}"))
     assert down.returncode == 1, down.stdout[-3000:] + down.stderr[-3000:]
     said = down.stdout + down.stderr
     assert said.count("check error: SandboxError") == 3 and BWRAP_SAYS in said
@@ -223,7 +198,7 @@ def test_a_broken_sandbox_through_ape_run_is_check_errors_then_a_rerun_checks_th
     report = json.loads((folder / "out" / "report.json").read_text())
     assert report["leaderboard"][0]["check_errors"] == 3
 
-    fixed = ape_run(env["PATH"])
+    fixed = ape_run(folder / "config.toml", env)
     assert fixed.returncode == 0, fixed.stdout[-3000:] + fixed.stderr[-3000:]
     after = checks()
     assert {item: check["status"] for item, check in after.items()} == {"q0": "PASSED", "q1": "PASSED", "q2": "FAILED"}
