@@ -2,7 +2,7 @@
 
 ``ape diff DIR_A DIR_B`` compares two output folders (or run folders);
 ``ape diff OUTPUT RUN_A RUN_B`` two runs of ``OUTPUT/runs`` by id (``latest`` and
-``previous`` name the last two). The tables come from :mod:`ape.tasks.report.diff`; a
+``previous`` name the last two). The tables come from :mod:`ape.tasks.report.build.diff`; a
 model whose checker differs between the runs has the earlier run's saved answers re-scored
 with the later run's checker first (:mod:`ape.flows.rescore`), and the diff says so.
 """
@@ -53,7 +53,7 @@ def resolve_sides(paths: list[Path]) -> list[tuple[str, Path]]:
 
 def diff(paths: list[Path], out: Path | None = None, *, rescore: bool = True) -> int:
     """Print the diff and write diff.md and diff.parquet (into ``out``, else the later side)."""
-    from ape.tasks.report.diff import (
+    from ape.tasks.report.build.diff import (
         FAIL_TO_PASS,
         PASS_TO_FAIL,
         changed_settings,

@@ -14,6 +14,16 @@ limit) is a test not passed, and files the candidate writes are never read.
 
 Speed: interpreters are started ahead of need by a :class:`WarmPool` (one per
 sandbox kind and process), so a check pays only for sending the job and running it.
+
+Infrastructure failures are errors, never scores: the harness announces with a keyed
+start record that it holds the job, before any candidate code runs. A sandbox that
+ends or hangs before that record (a launcher that cannot create its namespaces, an
+interpreter that cannot start, no processes left) has not run the candidate at all, so
+it is started again, and after :data:`START_ATTEMPTS` tries :func:`run_code` raises
+:class:`SandboxError`, which the check stage records as a check error (counted, shown,
+redone by a rerun) instead of a score of 0 charged to the model. The candidate's
+``timeout_s`` is counted from the start record, so a slow sandbox start on a busy
+machine cannot eat the candidate's time either.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,10 +61,21 @@ _TAIL = 2000
 _MAX_FAILURES = 5
 _MAX_CHANNEL_BYTES = 4 * 1024 * 1024
 _POOL_SIZE = 3
+START_LIMIT_S = 15.0  # a sandbox that has not started its harness by then is broken, not slow
+START_ATTEMPTS = 2  # tries at starting a sandbox for one check before it is a SandboxError
+_RESTART_PAUSE_S = 0.5
 
 
 class NoTestsError(ValueError):
     """The item's tests are missing, empty or only comments: nothing could be checked."""
+
+
+class SandboxError(RuntimeError):
+    """No sandbox could be started for a check: the candidate's code never ran.
+
+    An infrastructure failure (the message says what the sandbox reported), so the
+    check is an error to fix and redo, not a score.
+    """
 
 
 class CodeExecResult(BaseModel):
@@ -68,7 +90,8 @@ class CodeExecResult(BaseModel):
     error: str | None = Field(default=None, description="Why tests did not run, if they did not.")
     failures: list[str] = Field(default_factory=list, description="First failing tests' errors.")
     exit_code: int | None = None
-    duration_s: float = 0.0
+    duration_s: float = Field(default=0.0, description="From the harness's start to its end.")
+    start_s: float = Field(default=0.0, description="Waiting for a started sandbox, before the time limit ran.")
     stdout_tail: str = ""
     stderr_tail: str = ""
     sandbox: SandboxKind = "none"
@@ -117,6 +140,15 @@ def peek_exit(process: subprocess.Popen[bytes], timeout: float = 0.0) -> int | N
         time.sleep(0.01)
 
 
+def _above_prelude_fds(fd: int) -> int:
+    """``fd`` moved to a number that a sandbox's start-up script leaves alone (it may use 3-9)."""
+    import fcntl  # POSIX only, like the namespaces that need it
+
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, sandboxes.FIRST_FREE_FD)
+    os.close(fd)
+    return moved
+
+
 class _Sandbox:
     """One started interpreter waiting for its job, with its pipes and temporary folder."""
 
@@ -125,6 +157,8 @@ class _Sandbox:
         self.root = Path(tempfile.mkdtemp(prefix="ape-code-"))
         self.cgroup: sandboxes.PidsCgroup | None = None
         read_end, write_end = os.pipe()
+        if key.kind != "none":
+            write_end = _above_prelude_fds(write_end)
         self.channel = read_end
         self.channel_fd = write_end
         stdout = (self.root / "stdout.txt").open("wb")
@@ -301,32 +335,61 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def _collect(box: _Sandbox, job: bytes, key: bytes, timeout_s: float) -> tuple[bytes, bool]:
-    """Send the job, read the channel until the harness ends or time runs out."""
-    deadline = time.monotonic() + timeout_s
+@dataclass
+class _Collected:
+    """What came back from one sandbox: the channel's bytes and when its phases ended."""
+
+    data: bytes
+    started_at: float | None  # monotonic time of the harness's start record; None if none came
+    timed_out: bool  # the candidate's time limit ran out (only after the start record)
+
+
+def _collect(box: _Sandbox, job: bytes, key: bytes, timeout_s: float, start_limit_s: float) -> _Collected:
+    """Send the job, read the channel until the harness ends or time runs out.
+
+    The job is written as the pipe takes it, inside the same wait, so a sandbox that
+    never reads it cannot block the parent. The sandbox has ``start_limit_s`` to send
+    its start record; the candidate's ``timeout_s`` runs from that record.
+    """
     assert box.process.stdin is not None
-    try:
-        box.process.stdin.write(job)
-        box.process.stdin.close()
-    except OSError:
-        pass  # it died: nothing will come back, which scores 0
+    stdin = box.process.stdin.fileno()
+    os.set_blocking(stdin, False)
+    pending = memoryview(job)
     received = bytearray()
+    started_at: float | None = None
+    deadline = time.monotonic() + start_limit_s
+    start = b"\n" + key + b" S\n"
     ends = (b"\n" + key + b" D\n", b"\n" + key + b" E ")
     with selectors.DefaultSelector() as selector:
         selector.register(box.channel, selectors.EVENT_READ)
+        selector.register(stdin, selectors.EVENT_WRITE)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                return bytes(received), True
-            if not selector.select(left):
-                continue
-            chunk = os.read(box.channel, 65536)
-            if not chunk:  # every writer is gone: the harness (and the candidate) ended
-                return bytes(received), False
-            if len(received) < _MAX_CHANNEL_BYTES:
-                received += chunk
-                if any(end in b"\n" + received for end in ends):
-                    return bytes(received), False  # the harness is done (or gave up)
+                return _Collected(bytes(received), started_at, started_at is not None)
+            for ready, _ in selector.select(left):
+                if ready.fd == stdin:
+                    try:
+                        pending = pending[os.write(stdin, pending[:65536]) :]
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # it died: nothing more to send
+                        pending = pending[:0]
+                    if not pending:
+                        selector.unregister(stdin)
+                        box.process.stdin.close()
+                    continue
+                chunk = os.read(box.channel, 65536)
+                if not chunk:  # every writer is gone: the harness (and the candidate) ended
+                    return _Collected(bytes(received), started_at, False)
+                if len(received) < _MAX_CHANNEL_BYTES:
+                    received += chunk
+                    window = b"\n" + received
+                    if started_at is None and start in window:
+                        started_at = time.monotonic()
+                        deadline = started_at + timeout_s
+                    if any(end in window for end in ends):
+                        return _Collected(bytes(received), started_at, False)  # the harness is done (or gave up)
 
 
 def _score(data: bytes, key: bytes, total: int) -> tuple[int, list[str], str | None, int]:
@@ -344,7 +407,7 @@ def _score(data: bytes, key: bytes, total: int) -> tuple[int, list[str], str | N
             rejected += 1
             continue
         parts = line[len(key) + 1 :].split(b" ", 3)
-        if parts[0] == b"D":
+        if parts[0] in (b"D", b"S"):
             continue
         if parts[0] == b"E" and error is None:
             error = b" ".join(parts[1:]).decode("utf-8", "replace")
@@ -358,6 +421,29 @@ def _score(data: bytes, key: bytes, total: int) -> tuple[int, list[str], str | N
         else:
             failures.append(parts[3].decode("utf-8", "replace") if len(parts) > 3 else "failed")
     return passed, failures, error, rejected
+
+
+def _run_in_sandbox(
+    kind: SandboxKind, fields: Mapping[str, object], key: bytes, timeout_s: float
+) -> tuple[_Sandbox, _Collected, int | None]:
+    """One sandbox from the pool, given the job and waited for; killed before returning."""
+    box = pool_for(kind).take()
+    try:
+        job = json.dumps({**fields, "fd": box.channel_fd, "workdir": box.workdir}).encode("utf-8")
+        collected = _collect(box, job, key, timeout_s, START_LIMIT_S)
+        exit_code = peek_exit(box.process)
+        if not collected.timed_out and exit_code is None and (b"\n" + key + b" D\n") not in b"\n" + collected.data:
+            exit_code = peek_exit(box.process, timeout=0.5)  # it ended early: its exit status
+    finally:
+        box.kill()  # also when the harness ended: its children die with the namespace
+    return box, collected, exit_code
+
+
+def _start_failure(box: _Sandbox, exit_code: int | None) -> str:
+    """Why a sandbox never started its harness, in the launcher's own words where it gave any."""
+    what = f"no start within {START_LIMIT_S:g} s" if exit_code is None else f"exit code {exit_code}"
+    said = [line.strip() for line in box.stderr_tail.splitlines() if line.strip()]
+    return f"{what}: {said[-1][:160]}" if said else what
 
 
 def run_code(
@@ -379,9 +465,11 @@ def run_code(
 
     Limits: ``timeout_s`` of wall time (then the sandbox is killed, and the tests that
     finished still count), CPU time, ``memory_mb`` of address space, 16 MiB per file,
-    256 open files, 64 processes. Raises :class:`NoTestsError` when ``tests`` holds no
-    statement, ValueError for bad limits, and
-    :class:`ape.tasks.checking.code.sandbox.SandboxUnavailable` when an explicit sandbox cannot run.
+    256 open files, 64 processes; the time limit starts when the sandbox has started
+    and holds the job. Raises :class:`NoTestsError` when ``tests`` holds no statement,
+    ValueError for bad limits, :class:`ape.tasks.checking.code.sandbox.SandboxUnavailable` when an
+    explicit sandbox cannot run, and :class:`SandboxError` when no sandbox started in
+    :data:`START_ATTEMPTS` tries (the code never ran, so there is no score to give).
     """
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
@@ -396,24 +484,34 @@ def run_code(
         raise NoTestsError("the tests are empty (no statement to run, only blank lines or comments)")
     kind = sandboxes.resolve(sandbox)
     key = secrets.token_hex(16).encode("ascii")
-    started = time.perf_counter()
-    box = pool_for(kind).take()
-    try:
-        job = json.dumps({
-            "key": key.decode("ascii"), "fd": box.channel_fd, "code": code, "tests": tests,
-            "workdir": box.workdir,
-            "limits": {
-                "memory_bytes": memory_mb * 1024 * 1024, "cpu_seconds": math.ceil(timeout_s) + 1,
-                "file_bytes": FILE_LIMIT_BYTES, "open_files": OPEN_FILES, "processes": PROCESSES,
-            },
-        }).encode("utf-8")  # fmt: skip
-        data, timed_out = _collect(box, job, key, timeout_s)
-        exit_code = peek_exit(box.process)
-        if not timed_out and exit_code is None and (b"\n" + key + b" D\n") not in b"\n" + data:
-            exit_code = peek_exit(box.process, timeout=0.5)  # it ended early: its exit status
-    finally:
-        box.kill()  # also when the harness ended: its children die with the namespace
-    duration = time.perf_counter() - started
+    fields = {
+        "key": key.decode("ascii"), "code": code, "tests": tests,
+        "limits": {
+            "memory_bytes": memory_mb * 1024 * 1024, "cpu_seconds": math.ceil(timeout_s) + 1,
+            "file_bytes": FILE_LIMIT_BYTES, "open_files": OPEN_FILES, "processes": PROCESSES,
+        },
+    }  # fmt: skip
+    asked = time.monotonic()
+    problems: list[str] = []
+    for attempt in range(START_ATTEMPTS):
+        if attempt:
+            time.sleep(_RESTART_PAUSE_S)
+        try:
+            box, collected, exit_code = _run_in_sandbox(kind, fields, key, timeout_s)
+        except OSError as exc:  # no process or file left to start one
+            problems.append(f"could not launch it: {exc}")
+            continue
+        if collected.started_at is not None:
+            break
+        problems.append(_start_failure(box, exit_code))
+    else:
+        raise SandboxError(
+            f"the {kind} sandbox failed to start ({START_ATTEMPTS} tries), the code was not run: "
+            f"{problems[-1]}; fix the sandbox, then rerun to check again"
+        )
+    ended, started_at = time.monotonic(), collected.started_at
+    assert started_at is not None  # the loop ends early only for a sandbox that started
+    data, timed_out = collected.data, collected.timed_out
     passed, failures, error, rejected = _score(data, key, total)
     ran = passed + len(failures)
     if timed_out:
@@ -428,7 +526,8 @@ def run_code(
         error=error,
         failures=failures[:_MAX_FAILURES],
         exit_code=exit_code,
-        duration_s=duration,
+        duration_s=ended - started_at,
+        start_s=started_at - asked,
         stdout_tail=box.stdout_tail,
         stderr_tail=box.stderr_tail,
         sandbox=kind,

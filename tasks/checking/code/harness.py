@@ -18,9 +18,11 @@ needs it), then:
 The parent counts one record per test, in order, and only records with the key;
 everything else (missing records, early exits, files) counts as not passed.
 
-Wire format of a record (one line): ``KEY T <index> 1`` (test passed), ``KEY T <index>
-0 <reason>`` (failed), ``KEY E <reason>`` (nothing more will run: the code or a
-setup statement failed) or ``KEY D`` (all tests ran).
+Wire format of a record (one line): ``KEY S`` (the job arrived; sent before anything
+else, so the parent can tell a sandbox that never started from code that failed, and
+start the time limit there), ``KEY T <index> 1`` (test passed), ``KEY T <index> 0
+<reason>`` (failed), ``KEY E <reason>`` (nothing more will run: the code or a setup
+statement failed) or ``KEY D`` (all tests ran).
 """
 
 import os
@@ -58,6 +60,10 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
         fd += 1
     dup2(job["fd"], fd)
     close(job["fd"])
+    try:  # the start record: the job is here and no candidate code has run yet
+        write(fd, key + b" S\n")
+    except OSError:
+        pass
     null = os.open(os.devnull, os.O_RDONLY)
     dup2(null, 0)
     close(null)

@@ -5,7 +5,8 @@
 ``bwrap``
     bubblewrap: new user (unprivileged uid 65534), PID, network, IPC, UTS and mount
     namespaces; ``/`` read-only, a fresh ``/proc`` that shows only the sandbox, a
-    minimal ``/dev``, a private size-limited tmpfs at ``/tmp`` (the working folder),
+    minimal ``/dev``, a private size-limited tmpfs at ``/tmp`` (the working folder;
+    a virtual environment of this Python under ``/tmp`` is bound back in, read-only),
     no further user namespaces (bwrap 0.8 and later), a new terminal session, killed with
     its parent.
 ``unshare``
@@ -34,6 +35,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -52,6 +54,7 @@ KINDS: tuple[SandboxKind, ...] = ("bwrap", "unshare", "none")
 SANDBOX_HOME = "/tmp"  # the private tmpfs inside a namespace sandbox
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 TMPFS_BYTES = 64 * 1024 * 1024
+FIRST_FREE_FD = 10  # descriptors passed to a sandbox are numbered from here; 3-9 are the prelude's
 
 
 class SandboxUnavailable(RuntimeError):
@@ -64,6 +67,23 @@ def base_env(home: str) -> dict[str, str]:
             "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
 
 
+def hidden_interpreter_folders() -> tuple[str, ...]:
+    """The folders of this Python that the sandbox's private ``/tmp`` would hide.
+
+    A virtual environment made under ``/tmp`` (common in CI) keeps its interpreter link,
+    ``pyvenv.cfg`` and packages there; without them the sandbox cannot start Python at
+    all. These folders are bound back in, read-only, at the same paths.
+    """
+    home = SANDBOX_HOME.rstrip("/") + "/"
+    found = {
+        os.path.normpath(path)
+        for path in (sys.prefix, sys.base_prefix, os.path.dirname(sys.executable),
+                     os.path.dirname(os.path.realpath(sys.executable)))
+        if os.path.normpath(path).startswith(home)
+    }  # fmt: skip
+    return tuple(sorted(path for path in found if not any(path.startswith(other + "/") for other in found)))
+
+
 def bwrap_argv(tmpfs_bytes: int = TMPFS_BYTES, *, disable_userns: bool = True) -> list[str]:
     """The bubblewrap command line that precedes the interpreter."""
     argv = [
@@ -72,6 +92,8 @@ def bwrap_argv(tmpfs_bytes: int = TMPFS_BYTES, *, disable_userns: bool = True) -
         "--dev", "/dev", "--size", str(tmpfs_bytes), "--tmpfs", SANDBOX_HOME,
         "--chdir", SANDBOX_HOME, "--clearenv",
     ]  # fmt: skip
+    for folder in hidden_interpreter_folders():
+        argv += ["--ro-bind", folder, folder]
     if disable_userns:
         argv.insert(8, "--disable-userns")
     for name, value in base_env(SANDBOX_HOME).items():
@@ -79,11 +101,14 @@ def bwrap_argv(tmpfs_bytes: int = TMPFS_BYTES, *, disable_userns: bool = True) -
     return argv + ["--"]
 
 
-# Runs as root of the new user namespace, before the interpreter: the private tmpfs,
-# every other mount read-only, then every capability dropped for good.
+# Runs as root of the new user namespace, before the interpreter: the private tmpfs (with
+# the interpreter's folders it hides bound back in, through descriptors opened before it
+# covers them), every other mount read-only, then every capability dropped for good.
 _UNSHARE_PRELUDE = r"""
 set -e
+%s
 mount -t tmpfs -o size=$APE_TMPFS,mode=1777,nosuid,nodev tmpfs /tmp
+%s
 awk '{print $5}' /proc/self/mountinfo | while read -r point; do
   case "$point" in /proc|/proc/*|/tmp) ;; *) mount -o remount,bind,ro "$point" 2>/dev/null || true ;; esac
 done
@@ -96,12 +121,17 @@ exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- env -i %s "$@
 def unshare_argv(tmpfs_bytes: int = TMPFS_BYTES) -> list[str]:
     """The util-linux command line that precedes the interpreter."""
     env = " ".join(f"{name}={value}" for name, value in base_env(SANDBOX_HOME).items())
+    opened: list[str] = []
+    bound: list[str] = []
+    for fd, folder in enumerate(map(shlex.quote, hidden_interpreter_folders()), start=3):
+        opened.append(f"exec {fd}< {folder}")
+        bound += [f"mkdir -p {folder}", f"mount --no-canonicalize --bind /proc/self/fd/{fd} {folder}", f"exec {fd}<&-"]
     return [
         "setpriv", "--pdeathsig", "KILL", "--",
         "unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--net",
         "--mount", "--mount-proc", "--ipc", "--uts", "--",
         "env", "-i", f"APE_TMPFS={tmpfs_bytes}", "PATH=" + SANDBOX_PATH,
-        "sh", "-c", _UNSHARE_PRELUDE % env, "ape-sandbox",
+        "sh", "-c", _UNSHARE_PRELUDE % ("\n".join(opened), "\n".join(bound), env), "ape-sandbox",
     ]  # fmt: skip
 
 

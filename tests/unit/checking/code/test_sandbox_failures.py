@@ -1,0 +1,239 @@
+"""code_exec when the sandbox itself fails: an error to fix and redo, never a score for the model.
+
+The launchers here are real processes standing where bwrap would: one that fails the
+way bwrap does when the machine has no user namespaces left, one that starts slowly,
+one that never starts. The end-to-end test puts such a ``bwrap`` first on PATH of a
+real ``ape run`` and then reruns with the real one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from ape.schemas.results import CheckStatus, Outcome, OutputBatch, SessionResult
+from ape.tasks.checking.builtin import builtin_checker, score_session
+from ape.tasks.checking.check import run_check
+from ape.tasks.checking.code import code_exec
+from ape.tasks.checking.code import sandbox as sandboxes
+from ape.tasks.checking.code.code_exec import SandboxError, WarmPool, run_code
+from tests.unit.checking.code.test_code_exec_run import PLUGIN, ape_run
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sandboxes need Linux")
+
+ADD = "def add(a, b):\n    return a + b\n"
+TESTS = "assert add(1, 2) == 3\nassert add(2, 2) == 4\n"
+BWRAP_SAYS = "bwrap: Creating new namespace failed: No space left on device"
+FAILING = f'echo launched >> "$0"; echo "{BWRAP_SAYS}" >&2; exit 1'
+
+
+@pytest.fixture
+def launcher(monkeypatch, tmp_path):
+    """Make kind ``bwrap`` start its interpreters through a shell script instead of bubblewrap.
+
+    Each check starts its own interpreter (a pool that keeps none ready), so every
+    launch is one attempt; a script can count them with ``echo launched >> "$0"``
+    (``$0`` is the file ``launches``: the launcher gets no environment of the run).
+    """
+    launches = tmp_path / "launches"
+    pools: list[WarmPool] = []
+
+    def use(script: str) -> Path:
+        monkeypatch.setattr(sandboxes, "prefix", lambda kind: ("sh", "-c", script, str(launches)))
+        pool = WarmPool(code_exec._PoolKey("bwrap", sys.executable), size=0)
+        pools.append(pool)
+        monkeypatch.setattr(code_exec, "pool_for", lambda kind: pool)
+        return launches
+
+    yield use
+    for pool in pools:
+        pool.close()
+
+
+def attempts(launches: Path) -> int:
+    return len(launches.read_text().splitlines()) if launches.exists() else 0
+
+
+def test_a_sandbox_that_cannot_start_is_an_error_naming_the_cause(launcher):
+    launches = launcher(FAILING)
+    with pytest.raises(SandboxError) as info:
+        run_code(ADD, TESTS, sandbox="bwrap", timeout_s=2.0)
+    message = str(info.value)
+    assert BWRAP_SAYS in message and "exit code 1" in message and "not run" in message
+    assert "\n" not in message
+    assert attempts(launches) == code_exec.START_ATTEMPTS
+
+
+def test_a_sandbox_that_fails_once_is_started_again_and_scores_normally(launcher, tmp_path):
+    flag = tmp_path / "failed-once"
+    launches = launcher(f'echo launched >> "$0"; [ -e {flag} ] && exec "$@"; touch {flag}; exit 1')
+    result = run_code(ADD, TESTS + "assert add(1, 1) == 3\n", sandbox="bwrap", timeout_s=2.0)
+    assert (result.passed, result.total) == (2, 3)
+    assert attempts(launches) == 2
+
+
+def test_the_time_limit_starts_once_the_sandbox_has_started(launcher):
+    launcher('sleep 2; exec "$@"')
+    result = run_code(ADD, TESTS, sandbox="bwrap", timeout_s=0.5)
+    assert result.score == 1.0 and not result.timed_out, result
+    assert result.start_s >= 2.0  # the launcher slept 2 s: none of it was charged to the code
+    looping = run_code("def add(a, b):\n    while True:\n        pass\n", TESTS, sandbox="bwrap", timeout_s=0.5)
+    assert looping.timed_out and looping.score == 0.0  # the limit still binds the candidate
+
+
+def test_a_sandbox_that_never_starts_is_an_error_and_cannot_block_the_check(launcher, monkeypatch):
+    launches = launcher('echo launched >> "$0"; exec sleep 600')
+    monkeypatch.setattr(code_exec, "START_LIMIT_S", 0.5)
+    big = ADD + "# " + "x" * 300_000 + "\n"  # more than a pipe holds: the job is never read
+    raised: list[BaseException] = []
+    check = threading.Thread(target=lambda: raised.extend(_raises(big)), daemon=True)
+    check.start()
+    check.join(timeout=120)  # a hang guard, not a measurement
+    assert not check.is_alive(), "run_code blocked on a sandbox that never read its job"
+    assert len(raised) == 1 and isinstance(raised[0], SandboxError)
+    assert "no start within 0.5 s" in str(raised[0])
+    assert attempts(launches) == code_exec.START_ATTEMPTS
+
+
+def _raises(code: str) -> list[BaseException]:
+    try:
+        run_code(code, TESTS, sandbox="bwrap", timeout_s=1.0)
+    except BaseException as exc:
+        return [exc]
+    return []
+
+
+def test_the_check_stage_records_a_check_error_that_is_redone(launcher):
+    launcher(FAILING)
+    checker = builtin_checker("code_exec", {"sandbox": "bwrap", "timeout_s": 2.0})
+    check = run_check(checker, {"id": "q1", "tests": TESTS}, ADD)
+    assert check.status is CheckStatus.ERROR and check.score is None
+    assert check.error is not None and check.error.type == "SandboxError" and BWRAP_SAYS in check.error.message
+    session = SessionResult(item_id="q1", run_index=0, model_id="m", outcome=Outcome.SOLVED, check=check)
+    batch = OutputBatch(item_id="q1", model_id="m", sessions=[session])
+    assert batch.check_errors == 1 and batch.needs_redo
+    assert score_session(Outcome.SOLVED, check, "code_exec") == (0.0, False)
+
+
+# ------------------------------------------------------------------ through `ape run`
+
+CONFIG = """name = "sandbox-down"
+[data]
+file = "items.jsonl"
+schema = "plugin:Item"
+
+[prompt]
+template = "{{ id }}"
+
+[[model]]
+name = "attacker"
+class = "plugin:Attacker"
+max_retries = 0
+
+[adapter]
+implementation = "raw"
+
+[checker]
+implementation = "code_exec"
+args = { timeout_s = 10.0, memory_mb = 256, sandbox = "bwrap" }
+
+[run]
+solver_workers = 2
+output = "out"
+
+[cli]
+progress = false
+"""
+
+# passes the start-up probe (`bwrap ... true`), fails every real sandbox
+BROKEN_BWRAP = f"""#!/bin/sh
+for last; do :; done
+[ "$last" = true ] && exit 0
+echo "{BWRAP_SAYS}" >&2
+exit 1
+"""
+
+
+def _bwrap_works() -> bool:
+    try:
+        sandboxes.prefix("bwrap")
+    except sandboxes.SandboxUnavailable:
+        return False
+    return True
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None or not _bwrap_works(), reason="needs a working bubblewrap")
+def test_a_broken_sandbox_through_ape_run_is_check_errors_then_a_rerun_checks_them(tmp_path, prefect_server):
+    folder = tmp_path / "bench"
+    folder.mkdir()
+    (folder / "plugin.py").write_text(PLUGIN)
+    (folder / "config.toml").write_text(CONFIG)
+    right, wrong = ADD, "def add(a, b):\n    return a - b\n"
+    with (folder / "items.jsonl").open("w") as handle:
+        for number, code in enumerate([right, right, wrong]):
+            handle.write(json.dumps({"id": f"q{number}", "code": code, "tests": TESTS}) + "\n")
+    broken = tmp_path / "broken-bin"
+    broken.mkdir()
+    (broken / "bwrap").write_text(BROKEN_BWRAP)
+    (broken / "bwrap").chmod(0o755)
+    env = dict(os.environ, PREFECT_API_URL=prefect_server)
+
+    def checks() -> dict[str, dict]:
+        lines = (folder / "out" / "results.jsonl").read_text().splitlines()
+        return {batch["item_id"]: batch["sessions"][0]["check"] for batch in map(json.loads, lines)}
+
+    down = ape_run(folder / "config.toml", dict(env, PATH=f"{broken}{os.pathsep}{env['PATH']}"))
+    assert down.returncode == 1, down.stdout[-3000:] + down.stderr[-3000:]
+    said = down.stdout + down.stderr
+    assert said.count("check error: SandboxError") == 3 and BWRAP_SAYS in said
+    assert "3 check error(s)" in said
+    assert {item: check["status"] for item, check in checks().items()} == {"q0": "ERROR", "q1": "ERROR", "q2": "ERROR"}
+    report = json.loads((folder / "out" / "report.json").read_text())
+    assert report["leaderboard"][0]["check_errors"] == 3
+
+    fixed = ape_run(folder / "config.toml", env)
+    assert fixed.returncode == 0, fixed.stdout[-3000:] + fixed.stderr[-3000:]
+    after = checks()
+    assert {item: check["status"] for item, check in after.items()} == {"q0": "PASSED", "q1": "PASSED", "q2": "FAILED"}
+    assert {check["metadata"]["sandbox"] for check in after.values()} == {"bwrap"}
+
+
+# ------------------------------------------------------------------ an interpreter under /tmp
+
+RUN_ONE_CHECK = """
+import site, sys
+site.addsitedir({site!r})
+from ape.tasks.checking.code.code_exec import run_code
+result = run_code("def add(a, b):\\n    return a + b\\n", "assert add(1, 2) == 3\\n", sandbox={kind!r}, timeout_s=10.0)
+print(sys.prefix, result.sandbox, result.score)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["bwrap", "unshare"])
+def test_a_virtual_environment_under_tmp_runs_in_the_sandbox(kind):
+    """The sandbox mounts a private /tmp; a venv made there (as CI often does) is bound back in."""
+    try:
+        sandboxes.prefix(kind)
+    except sandboxes.SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+    import site
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="ape-venv-", dir="/tmp"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / "venv")], check=True, timeout=120)
+        python = folder / "venv" / "bin" / "python"
+        script = RUN_ONE_CHECK.format(site=site.getsitepackages()[0], kind=kind)
+        done = subprocess.run([str(python), "-c", script], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.split() == [str(folder / "venv"), kind, "1.0"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
