@@ -41,9 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,7 +117,7 @@ def parse_scale(text: str) -> Scale:
     found = re.fullmatch(r"0-(\d{1,3})", cleaned)
     if found and 1 <= int(found.group(1)) <= 100:
         return Scale(int(found.group(1)))
-    raise ValueError(f"'{text}' is not a scale; use \"pass/fail\" or \"0-N\" with N from 1 to 100, e.g. \"0-5\"")
+    raise ValueError(f'\'{text}\' is not a scale; use "pass/fail" or "0-N" with N from 1 to 100, e.g. "0-5"')
 
 
 def parse_grade(text: str, scale: Scale) -> str:
@@ -416,23 +414,14 @@ class JudgeChecker:
         return value if isinstance(value, dict) and "score" in value else None
 
     def _store(self, key: str, verdict: dict[str, Any]) -> None:
+        from ape.tasks.storage.save import atomic_write_text
+
         path = self._path(key)
-        if path is None:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                json.dump(verdict, out, default=str)
-            os.replace(temp, path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        if path is not None:
+            atomic_write_text(path, json.dumps(verdict, default=str))
 
 
-def judge_factory(
-    config: ApeConfig, data_model: type[BaseModel], cache_dir: Path | None
-) -> Callable[[], JudgeChecker]:
+def judge_factory(config: ApeConfig, data_model: type[BaseModel], cache_dir: Path | None) -> Callable[[], JudgeChecker]:
     """Resolve the judge now (a bad model, rubric or calibration file fails at start) and
     return a maker of checker instances (one per ``checker_workers`` slot)."""
     args = parse_args(dict(config.checker.args))

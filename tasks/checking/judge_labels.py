@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +55,11 @@ def load_calibration(path: Path, data_model: type[BaseModel], scale: Scale) -> l
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ApeError(f"cannot read the calibration file {path}: {exc}", where=WHERE,
-                       hint="paths are relative to the config file's folder") from None  # fmt: skip
+        raise ApeError(
+            f"cannot read the calibration file {path}: {exc}",
+            where=WHERE,
+            hint="paths are relative to the config file's folder",
+        ) from None
     rows: list[CalibrationRow] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -72,8 +73,11 @@ def load_calibration(path: Path, data_model: type[BaseModel], scale: Scale) -> l
             raise ApeError("each line must be a JSON object (the item's fields, solution, human)", where=where)
         missing = [key for key in ("solution", "human") if key not in raw]
         if missing:
-            raise ApeError(f"the line lacks {' and '.join(repr(k) for k in missing)}", where=where,
-                           hint="each line: the item's fields, \"solution\" and \"human\" (the people's grade)")  # fmt: skip
+            raise ApeError(
+                f"the line lacks {' and '.join(repr(k) for k in missing)}",
+                where=where,
+                hint='each line: the item\'s fields, "solution" and "human" (the people\'s grade)',
+            )
         try:
             human = scale.label(raw["human"])
         except ValueError as exc:
@@ -86,11 +90,19 @@ def load_calibration(path: Path, data_model: type[BaseModel], scale: Scale) -> l
             key = ".".join(str(p) for p in first["loc"])
             raise ApeError(f"not a valid {data_model.__name__}: '{key}': {first['msg']}", where=where) from None
         model = raw.get("model")
-        rows.append(CalibrationRow(line=number, item=item, solution=raw["solution"], human=human,
-                                   model=None if model is None else str(model)))  # fmt: skip
+        rows.append(
+            CalibrationRow(
+                line=number,
+                item=item,
+                solution=raw["solution"],
+                human=human,
+                model=None if model is None else str(model),
+            )
+        )
     if len(rows) < 2:
-        raise ApeError(f"{path} has {len(rows)} graded line(s); calibration needs at least 2 (better 50 or more)",
-                       where=WHERE)  # fmt: skip
+        raise ApeError(
+            f"{path} has {len(rows)} graded line(s); calibration needs at least 2 (better 50 or more)", where=WHERE
+        )
     return rows
 
 
@@ -105,9 +117,16 @@ def run_calibration(config: ApeConfig, checker: JudgeChecker, data_model: type[B
     tokens_in = tokens_out = 0
     cost: float | None = None
     for row in rows:
-        entry: dict[str, Any] = {"line": row.line, "item_id": _id(row.item), "model": row.model,
-                                 "human": row.human, "human_score": scale.score(row.human),
-                                 "judge": None, "judge_score": None, "error": None}  # fmt: skip
+        entry: dict[str, Any] = {
+            "line": row.line,
+            "item_id": _id(row.item),
+            "model": row.model,
+            "human": row.human,
+            "human_score": scale.score(row.human),
+            "judge": None,
+            "judge_score": None,
+            "error": None,
+        }
         try:
             verdict = checker.grade(checker.prompt(row.item, row.solution))
         except Exception as exc:  # counted and shown; the run goes on
@@ -123,8 +142,14 @@ def run_calibration(config: ApeConfig, checker: JudgeChecker, data_model: type[B
     errors = sum(1 for entry in out if entry["error"])
     if errors:
         first = next(entry for entry in out if entry["error"])
-        log.warning("judge calibration: %d of %d line(s) of %s not graded; first: line %d: %s",
-                    errors, len(out), path, first["line"], first["error"])  # fmt: skip
+        log.warning(
+            "judge calibration: %d of %d line(s) of %s not graded; first: line %d: %s",
+            errors,
+            len(out),
+            path,
+            first["line"],
+            first["error"],
+        )
     result = {
         "judge": checker.model_cfg.model_id,
         "fingerprint": checker.fingerprint,
@@ -164,13 +189,7 @@ def _id(item: Any) -> str | None:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON atomically (never half-written)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=2, default=str)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    """Write ``data`` as JSON atomically (never half-written), with the user's usual permissions."""
+    from ape.tasks.storage.save import atomic_write_text
+
+    atomic_write_text(path, json.dumps(data, indent=2, default=str))

@@ -63,13 +63,19 @@ def judge_report(sessions: pd.DataFrame, calibration: dict[str, Any] | None) -> 
         labels = list(calibration.get("labels") or [])
         a = agreement([r["human"] for r in rows], [r["judge"] for r in rows], labels)
         agree = JudgeAgreement(
-            n=a.n, not_graded=int(calibration.get("errors") or 0), accuracy=a.accuracy, kappa=a.kappa,
-            labels=a.labels, confusion=a.confusion,
+            n=a.n,
+            not_graded=int(calibration.get("errors") or 0),
+            accuracy=a.accuracy,
+            kappa=a.kappa,
+            labels=a.labels,
+            confusion=a.confusion,
             mean_human=float(np.mean([r["human_score"] for r in rows])) if rows else None,
             mean_judge=float(np.mean([r["judge_score"] for r in rows])) if rows else None,
-        )  # fmt: skip
-    models = [_model_score(model_id, group, verdicts.loc[group.index], rows)
-              for model_id, group in sessions.groupby("model_id", sort=True)]  # fmt: skip
+        )
+    models = [
+        _model_score(model_id, group, verdicts.loc[group.index], rows)
+        for model_id, group in sessions.groupby("model_id", sort=True)
+    ]
     judge = (calibration or {}).get("judge") or (judge_ids[0] if judge_ids else "judge")
     return JudgeReport(
         judge=str(judge),
@@ -81,7 +87,9 @@ def judge_report(sessions: pd.DataFrame, calibration: dict[str, Any] | None) -> 
     )
 
 
-def _model_score(model_id: str, group: pd.DataFrame, verdicts: pd.Series, rows: list[dict[str, Any]]) -> JudgeModelScore:
+def _model_score(
+    model_id: str, group: pd.DataFrame, verdicts: pd.Series, rows: list[dict[str, Any]]
+) -> JudgeModelScore:
     # check errors are flagged elsewhere and are no grade: leave them out of both estimates
     usable = group[group["check_status"].fillna("") != "ERROR"]
     judged = usable["check_status"].isin(["PASSED", "FAILED"])
@@ -90,8 +98,11 @@ def _model_score(model_id: str, group: pd.DataFrame, verdicts: pd.Series, rows: 
     own = [r for r in rows if r.get("model") == model_id]
     labelled, source = (own, "model") if len(own) >= MIN_OWN_LABELS else (rows, "all" if rows else "none")
     raw = raw_mean(items)
-    corrected = ppi_mean(items, [r["human_score"] for r in labelled], [r["judge_score"] for r in labelled],
-                         share=share) if labelled else None  # fmt: skip
+    corrected = (
+        ppi_mean(items, [r["human_score"] for r in labelled], [r["judge_score"] for r in labelled], share=share)
+        if labelled
+        else None
+    )
     calls = [v for v in verdicts if v]
     tokens_in = [v.get("input_tokens") for v in calls if v.get("input_tokens") is not None]
     tokens_out = [v.get("output_tokens") for v in calls if v.get("output_tokens") is not None]
@@ -99,18 +110,21 @@ def _model_score(model_id: str, group: pd.DataFrame, verdicts: pd.Series, rows: 
     return JudgeModelScore(
         model_id=str(model_id),
         n_items=int(items.size),
-        judge_score=raw.estimate, judge_low=raw.low, judge_high=raw.high,
+        judge_score=raw.estimate,
+        judge_low=raw.low,
+        judge_high=raw.high,
         corrected_score=corrected.estimate if corrected else None,
         corrected_se=corrected.se if corrected else None,
         corrected_low=corrected.low if corrected else None,
         corrected_high=corrected.high if corrected else None,
         share_judged=share if len(usable) else None,
-        n_labels=len(labelled), labels_from=source,  # type: ignore[arg-type]
+        n_labels=len(labelled),
+        labels_from=source,
         judge_calls=len(calls),
         judge_input_tokens=int(sum(tokens_in)) if tokens_in else None,
         judge_output_tokens=int(sum(tokens_out)) if tokens_out else None,
         judge_cost=float(sum(costs)) if costs else None,
-    )  # fmt: skip
+    )
 
 
 def judge_markdown(report: JudgeReport) -> list[str]:
@@ -127,12 +141,12 @@ def judge_markdown(report: JudgeReport) -> list[str]:
     lines = [f"## Judge ({report.judge})", ""]
     agree = report.agreement
     if agree is not None:
-        lines.append(f"Agreement with people on {agree.n} calibration solutions: accuracy {cell(agree.accuracy)}, "
-                     f"Cohen's kappa {cell(agree.kappa)}; mean score people {cell(agree.mean_human)}, "
-                     f"judge {cell(agree.mean_judge)}"
-                     + (f"; {agree.not_graded} not graded" if agree.not_graded else "") + ".")  # fmt: skip
-        lines += ["", "| people \\ judge | " + " | ".join(agree.labels) + " |",
-                  "|---|" + "---|" * len(agree.labels)]  # fmt: skip
+        lines.append(
+            f"Agreement with people on {agree.n} calibration solutions: accuracy {cell(agree.accuracy)}, "
+            f"Cohen's kappa {cell(agree.kappa)}; mean score people {cell(agree.mean_human)}, "
+            f"judge {cell(agree.mean_judge)}" + (f"; {agree.not_graded} not graded" if agree.not_graded else "") + "."
+        )
+        lines += ["", "| people \\ judge | " + " | ".join(agree.labels) + " |", "|---|" + "---|" * len(agree.labels)]
         for label, counts in zip(agree.labels, agree.confusion, strict=False):
             lines.append(f"| {label} | " + " | ".join(str(c) for c in counts) + " |")
         lines.append("")
@@ -143,14 +157,25 @@ def judge_markdown(report: JudgeReport) -> list[str]:
     header += ["Judge cost"] if with_cost else []
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for m in report.models:
-        tokens = f"{m.judge_input_tokens if m.judge_input_tokens is not None else '-'}/" \
-                 f"{m.judge_output_tokens if m.judge_output_tokens is not None else '-'}"  # fmt: skip
-        cells = [m.model_id, str(m.n_items), interval(m.judge_score, m.judge_low, m.judge_high),
-                 interval(m.corrected_score, m.corrected_low, m.corrected_high),
-                 f"{m.n_labels} ({m.labels_from})", tokens]  # fmt: skip
+        tokens = (
+            f"{m.judge_input_tokens if m.judge_input_tokens is not None else '-'}/"
+            f"{m.judge_output_tokens if m.judge_output_tokens is not None else '-'}"
+        )
+        cells = [
+            m.model_id,
+            str(m.n_items),
+            interval(m.judge_score, m.judge_low, m.judge_high),
+            interval(m.corrected_score, m.corrected_low, m.corrected_high),
+            f"{m.n_labels} ({m.labels_from})",
+            tokens,
+        ]
         if with_cost:
             cells.append("-" if m.judge_cost is None else f"{m.judge_cost:.4g}")
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Corrected: prediction-powered inference (Angelopoulos et al., Science 2023): the judge's "
-              "mean plus its mean error on the people-graded solutions, with an interval that counts both.", ""]  # fmt: skip
+    lines += [
+        "",
+        "Corrected: prediction-powered inference (Angelopoulos et al., Science 2023): the judge's "
+        "mean plus its mean error on the people-graded solutions, with an interval that counts both.",
+        "",
+    ]
     return lines

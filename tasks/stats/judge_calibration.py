@@ -73,7 +73,7 @@ def agreement(human: Sequence[str], judge: Sequence[str], labels: Sequence[str])
     if n == 0:
         return Agreement(0, None, None, list(labels), table.tolist())
     observed = float(np.trace(table)) / n
-    expected = float((table.sum(axis=1) @ table.sum(axis=0))) / n**2
+    expected = float(table.sum(axis=1) @ table.sum(axis=0)) / n**2
     kappa = None if math.isclose(expected, 1.0) else (observed - expected) / (1.0 - expected)
     return Agreement(n, observed, kappa, list(labels), table.tolist())
 

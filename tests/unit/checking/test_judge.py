@@ -30,11 +30,21 @@ class Item(BaseModel):
 
 
 ITEM = Item(id="q1", question="Why is the sky blue?", reference="rayleigh scattering")
-RUBRIC = "Q: {{ question }}\nReference: <reference>{{ reference }}</reference>\nAnswer: <solution>{{ solution }}</solution>"
+RUBRIC = (
+    "Q: {{ question }}\nReference: <reference>{{ reference }}</reference>\nAnswer: <solution>{{ solution }}</solution>"
+)
 
 
-def judge(tmp_path: Path, responses: list[str] | None = None, *, scale: str = "pass/fail", attempts: int = 2,
-          cache: bool = True, name: str = "j", **model: object) -> JudgeChecker:  # fmt: skip
+def judge(
+    tmp_path: Path,
+    responses: list[str] | None = None,
+    *,
+    scale: str = "pass/fail",
+    attempts: int = 2,
+    cache: bool = True,
+    name: str = "j",
+    **model: object,
+) -> JudgeChecker:
     args = model.pop("args", None) or {"behaviour": "scripted", "responses": responses}
     cfg = ModelConfig(name=name, provider="mock", args=args, max_retries=0, **model)  # type: ignore[arg-type]
     parsed = parse_args({"rubric": RUBRIC, "scale": scale, "reference_field": "reference"})
@@ -110,8 +120,15 @@ def test_judgements_are_cached_under_the_judge_fingerprint(tmp_path):
     assert verdict["cached"] is True and verdict["grade"] == "PASS"
     assert MockChatModel.call_count("grader-a") == 1
     # another judge fingerprint is another key
-    other = JudgeChecker(again.model_cfg, again.args, again.rubric, again.settings, tmp_path, tmp_path / ".cache",
-                         fingerprint={"model": "something else"})  # fmt: skip
+    other = JudgeChecker(
+        again.model_cfg,
+        again.args,
+        again.rubric,
+        again.settings,
+        tmp_path,
+        tmp_path / ".cache",
+        fingerprint={"model": "something else"},
+    )
     assert other(ITEM, "Rayleigh scattering").metadata["judge"]["cached"] is False
     assert MockChatModel.call_count("grader-a") == 2
     uncached = judge(tmp_path, args={"behaviour": "grader"}, name="grader-a", cache=False)
@@ -128,14 +145,19 @@ def test_mock_grader_passes_answers_with_every_reference_word(tmp_path):
 
 def _config(tmp_path: Path, rubric: str = RUBRIC, judge: object = "j", **args: object) -> ApeConfig:
     (tmp_path / "rubric.mustache").write_text(rubric)
-    return ApeConfig.model_validate({
-        "data": {"file": str(tmp_path / "d.jsonl"), "schema": "x:Item"},
-        "prompt": {"template": "{{ question }}"},
-        "model": [{"name": "solver", "provider": "mock"}, {"name": "j", "provider": "mock", "model": "grader"}],
-        "checker": {"implementation": "judge", "judge": judge,
-                    "args": {"rubric_file": "rubric.mustache", "reference_field": "reference", **args}},
-        "base_dir": str(tmp_path),
-    })  # fmt: skip
+    return ApeConfig.model_validate(
+        {
+            "data": {"file": str(tmp_path / "d.jsonl"), "schema": "x:Item"},
+            "prompt": {"template": "{{ question }}"},
+            "model": [{"name": "solver", "provider": "mock"}, {"name": "j", "provider": "mock", "model": "grader"}],
+            "checker": {
+                "implementation": "judge",
+                "judge": judge,
+                "args": {"rubric_file": "rubric.mustache", "reference_field": "reference", **args},
+            },
+            "base_dir": str(tmp_path),
+        }
+    )
 
 
 def test_the_judge_is_part_of_the_checker_fingerprint(tmp_path):
