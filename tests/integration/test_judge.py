@@ -147,9 +147,10 @@ def test_the_judge_example_reports_agreement_and_corrected_scores(tmp_path, pref
 def test_the_smollm2_judge_example_runs(tmp_path, prefect_server):
     folder = tmp_path / "judge"
     shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("output", "__pycache__"))
-    done = ape("run", str(folder / "config-smollm2.toml"), "--no-server", api=prefect_server)
+    out = tmp_path / "out"
+    done = ape("run", str(folder / "config-smollm2.toml"), "--no-server", "--output", str(out), api=prefect_server)
     # a 135M model is a poor judge: some answers may not parse (check errors, exit 1);
     # what must hold is that every session was graded or got a check error, and the report has the judge
     assert done.returncode in (0, 1), done.stdout + done.stderr
-    report = json.loads((folder / "output-smollm2" / "report.json").read_text())
+    report = json.loads((out / "report.json").read_text())
     assert report["judge"]["agreement"]["n"] + report["judge"]["agreement"]["not_graded"] == 24
