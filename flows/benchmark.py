@@ -92,6 +92,16 @@ def record_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dict[str,
     return [row.model_dump(mode="json") for row in rows]
 
 
+@task(name="judge-calibration", cache_policy=NO_CACHE, persist_result=False)
+def calibrate_judge(config: ApeConfig) -> None:
+    """A judge checker with a calibration file grades it before any model runs
+    (``ape.tasks.checking.judge_labels``); the report compares it with the people's grades."""
+    from ape.flows.run_plan import load_data_model
+    from ape.tasks.checking.judge_labels import calibrate
+
+    calibrate(config, load_data_model(config))
+
+
 @flow(name="benchmark", flow_run_name=_run_name, persist_result=False)
 def benchmark(
     config: ApeConfig,
@@ -133,6 +143,8 @@ def _evaluate_all(
         info = start_run(config, flow_run_id=flow_run.id, run_id=run_id)
         config = config_for_run(config, info)
         log.info("run %s (cache scope: %s) in %s", info.run_id, info.cache_scope, config.run.output)
+    if config.checker.implementation == "judge" and config.checker.args.get("calibration_file"):
+        calibrate_judge(config)
     failures: list[str] = []
     summaries = []
     runner = evaluate

@@ -39,6 +39,7 @@ def item_hashes(config: ApeConfig) -> dict[str, str]:
 
 def fingerprints(config: ApeConfig, model_index: int) -> dict[str, str]:
     """Hashes of what shapes the answers (model, prompt, solver) and what grades them."""
+    from ape.tasks.checking.judge import checker_fingerprint
     from ape.tasks.models.fingerprint import model_fingerprint
 
     prompt = config.prompt
@@ -52,7 +53,7 @@ def fingerprints(config: ApeConfig, model_index: int) -> dict[str, str]:
     }
     return {
         "config_fingerprint": fingerprint_hash(answers),
-        "checker_fingerprint": fingerprint_hash(config.checker.model_dump(mode="json")),
+        "checker_fingerprint": fingerprint_hash(checker_fingerprint(config, exclude=frozenset())),
     }
 
 

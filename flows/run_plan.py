@@ -124,6 +124,12 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> RunPlan:
     def checker_factory() -> Any:
         return load_checker(config.checker, config.base_dir)
 
+    if config.checker.implementation == "judge":  # a model grades: it needs the whole config
+        from ape.tasks.checking.judge import judge_factory
+        from ape.tasks.storage.runs import cache_dir
+
+        checker_factory = judge_factory(config, data_model, cache_dir(config) if config.run.cache else None)
+
     probe = checker_factory()  # fail now on a bad checker, not in a worker thread
     check_checker_fields(probe, data_model, where=f"{src} [checker] args")
     hook = None
@@ -178,7 +184,9 @@ def resume_fingerprints(plan: RunPlan) -> dict[str, Any]:
         "data": file_digest(cfg.data.file),
         "solver": fingerprint_hash([fp.get("solver"), fp.get("adapter"), fp.get("tools"), fp.get("checker")]),
     }
-    checker = cfg.checker.model_dump(mode="json", exclude={"timeout_s"})
+    from ape.tasks.checking.judge import checker_fingerprint
+
+    checker = checker_fingerprint(cfg)  # a judge's model and rubric are part of it
     return {
         "generation": generation,
         "checker": fingerprint_hash([checker, plan.metric]),

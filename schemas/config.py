@@ -12,7 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 GIVE_UP_TOKEN = "I_GIVE_UP"
 MAX_TIMEOUT_S = 86_400.0  # a day: any time limit above it is a typo
@@ -164,6 +172,20 @@ class CheckerConfig(Section):
     timeout_s: float = Field(
         default=60.0, gt=0, le=MAX_TIMEOUT_S, description="Time limit of one check; a hung check is a check error."
     )
+    # -- model-graded checks (implementation = "judge"; see ape.tasks.checking.judge) --
+    judge: str | ModelConfig | None = Field(
+        default=None,
+        description="The judge model of implementation 'judge': the name of a [[model]] entry, or its own "
+        "[checker.judge] block (provider, model, temperature, prices, ... like a [[model]]).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_unset_judge(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Leave ``judge`` out when unset, so fingerprints of checkers without one stay as they were."""
+        data = handler(self)
+        if self.judge is None and isinstance(data, dict):
+            data.pop("judge", None)
+        return data
 
 
 class RunConfig(Section):

@@ -200,6 +200,59 @@ class RegressionRow(ReportModel):
     note: str | None = Field(default=None, description="Why the comparison is partial or void.")
 
 
+# -- model-graded checks (the judge checker; ape.tasks.report.judge) ------------------------
+class JudgeAgreement(ReportModel):
+    """The judge against people on the calibration file's solutions."""
+
+    n: int = Field(description="Calibration solutions the judge graded.")
+    not_graded: int = Field(default=0, description="Calibration solutions the judge failed to grade.")
+    accuracy: float | None = Field(default=None, description="Share of equal grades.")
+    kappa: float | None = Field(default=None, description="Cohen's kappa (null when chance agreement is 1).")
+    labels: list[str] = Field(default_factory=list, description="The scale, lowest first.")
+    confusion: list[list[int]] = Field(
+        default_factory=list, description="Rows: the people's grade, columns: the judge's (labels order)."
+    )
+    mean_human: float | None = Field(default=None, description="Mean of the people's scores.")
+    mean_judge: float | None = Field(default=None, description="Mean of the judge's scores, same solutions.")
+
+
+class JudgeModelScore(ReportModel):
+    """One model's judge score beside its bias-corrected (prediction-powered) estimate."""
+
+    model_id: str
+    n_items: int
+    judge_score: float | None = Field(default=None, description="Mean item score as the judge gave it.")
+    judge_low: float | None = Field(default=None, description="95% CLT interval of judge_score, low end.")
+    judge_high: float | None = None
+    corrected_score: float | None = Field(
+        default=None, description="Prediction-powered estimate: judge_score + share_judged * mean(human - judge)."
+    )
+    corrected_se: float | None = None
+    corrected_low: float | None = Field(default=None, description="95% PPI interval, low end.")
+    corrected_high: float | None = None
+    share_judged: float | None = Field(default=None, description="Share of sessions the judge graded.")
+    n_labels: int = Field(default=0, description="Calibration solutions behind the correction.")
+    labels_from: Literal["model", "all", "none"] = Field(
+        default="none", description="'model': this model's own calibration rows; 'all': every row."
+    )
+    judge_calls: int = Field(default=0, description="Judgements of this model's sessions (cached ones too).")
+    judge_input_tokens: int | None = None
+    judge_output_tokens: int | None = None
+    judge_cost: float | None = Field(default=None, description="At the judge's prices; null without prices.")
+
+
+class JudgeReport(ReportModel):
+    """What the judge checker adds to the report."""
+
+    judge: str = Field(description="The judge model's id.")
+    method: str = "prediction-powered inference (Angelopoulos et al., Science 2023), 95% CLT interval"
+    agreement: JudgeAgreement | None = Field(default=None, description="Null without a calibration file.")
+    models: list[JudgeModelScore] = Field(default_factory=list)
+    calibration_input_tokens: int | None = None
+    calibration_output_tokens: int | None = None
+    calibration_cost: float | None = None
+
+
 class Envelope(ReportModel):
     """The whole report, as written to ``report.json``."""
 
@@ -211,6 +264,7 @@ class Envelope(ReportModel):
     regressions: list[RegressionRow] = Field(
         default_factory=list, description="New runs only: each model against its previous run and its pinned baseline."
     )
+    judge: JudgeReport | None = Field(default=None, description="Only with the judge checker.")
 
     @property
     def ok(self) -> bool:

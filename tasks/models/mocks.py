@@ -20,6 +20,12 @@ Behaviours:
 - ``echo``: answers with the last human message.
 - ``scripted``: answers with ``responses`` in turn (cycled, per instance).
 - ``give_up``: answers ``I_GIVE_UP``.
+- ``grader``: a stand-in judge for demos of the ``judge`` checker. It reads the
+  ``<solution>...</solution>`` and ``<reference>...</reference>`` parts of the prompt and
+  answers ``GRADE: PASS`` when the solution holds every word of the reference (``GRADE:
+  FAIL`` otherwise), or with ``scale = N`` ``GRADE: k``, k the share of the reference's
+  words found times N. With ``accuracy`` < 1 a share of prompts (chosen from the prompt
+  text and ``seed``) gets the opposite (or a shifted) grade: a judge with a known error rate.
 
 Each answer carries ``response_metadata["confidence"]`` (high when right, a
 seeded value otherwise) and word-count ``usage_metadata``; with
@@ -52,7 +58,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 from ape.schemas.config import GIVE_UP_TOKEN
 from ape.tasks.common.arithmetic import calculate
 
-Behaviour = Literal["arithmetic", "echo", "scripted", "give_up"]
+Behaviour = Literal["arithmetic", "echo", "scripted", "give_up", "grader"]
 CALCULATOR_TOOL = "calculator"
 
 # Runs of characters that can form an arithmetic expression; parsed with ast afterwards.
@@ -129,6 +135,15 @@ def _text_of(message: BaseMessage) -> str:
     return " ".join(part if isinstance(part, str) else str(part.get("text", "")) for part in content)
 
 
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _tagged(text: str, tag: str) -> str | None:
+    """The text between ``<tag>`` and ``</tag>`` (the last such part), or None."""
+    found = re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.S)
+    return found[-1] if found else None
+
+
 def _words(text: str) -> int:
     return len(text.split())
 
@@ -179,6 +194,9 @@ class MockChatModel(BaseChatModel):
     )
     responses: list[str] = Field(default_factory=list, description="For behaviour 'scripted'.")
     logprobs: bool = Field(default=False, description="Also report OpenAI-shaped logprobs.")
+    scale: int | None = Field(
+        default=None, ge=1, le=100, description="For behaviour 'grader': grade 0..scale instead of PASS/FAIL."
+    )
     call_log: str | None = Field(
         default=None, description="File that gets one line per call (counts calls across processes)."
     )
@@ -295,6 +313,8 @@ class MockChatModel(BaseChatModel):
             return self._reply(text, _unit(self.seed, prompt, number) * 0.5 + 0.5)
         if self.behaviour == "give_up":
             return self._reply(GIVE_UP_TOKEN, 0.05)
+        if self.behaviour == "grader":
+            return self._reply(self._grade(prompt), 0.9)
         return self._arithmetic(messages, humans, tools, number)
 
     def _arithmetic(
@@ -330,6 +350,24 @@ class MockChatModel(BaseChatModel):
         offset = 1 + int(_unit(*key, "offset") * 3)  # 1, 2 or 3
         wrong = value - offset if _unit(*key, "sign") < 0.5 else value + offset
         return self._reply(f"The answer is {format_number(wrong)}", 0.2 + 0.6 * _unit(*key, "c"))
+
+    def _grade(self, prompt: str) -> str:
+        """Behaviour ``grader``: the reference's words found in the solution, as a grade."""
+        solution = _tagged(prompt, "solution")
+        reference = _tagged(prompt, "reference")
+        if solution is None or reference is None:
+            return "I need <solution>...</solution> and <reference>...</reference> in the prompt to grade."
+        wanted = set(_WORD.findall(reference.lower()))
+        found = set(_WORD.findall(solution.lower()))
+        share = len(wanted & found) / len(wanted) if wanted else 1.0
+        wrong = _unit(self.seed, prompt, "grader") >= self._accuracy()
+        if self.scale is None:
+            passed = (share == 1.0) != wrong
+            return f"GRADE: {'PASS' if passed else 'FAIL'}"
+        grade = round(share * self.scale)
+        if wrong:
+            grade = grade - 1 if grade > 0 else grade + 1
+        return f"GRADE: {grade}"
 
     def _accuracy(self) -> float:
         if self.accuracy_file is None:

@@ -49,6 +49,7 @@ BUILTINS: dict[str, dict[str, str]] = {
     "checker": {
         **{name: f"ape.tasks.checking.metrics:{name}" for name in (*METRIC_NAMES, "accuracy")},
         "taskspec": "ape.tasks.checking.taskspec:TaskSpecChecker",
+        "judge": "ape.tasks.checking.judge:JudgeChecker",
     },
     "provider": {
         "mock": "ape.tasks.models.mocks:MockChatModel",

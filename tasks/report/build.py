@@ -56,7 +56,8 @@ calls no model, and writes into the report folder:
     model_id (string), index (int64), lower, upper (float64): bin edges;
     count (int64); accuracy, mean_confidence (float64, null when the bin is empty).
 
-``report.json`` (the :class:`ape.schemas.report.Envelope`), ``leaderboard.md`` (the
+``report.json`` (the :class:`ape.schemas.report.Envelope`; with the judge checker its
+``judge`` part, :mod:`ape.tasks.report.judge`), ``leaderboard.md`` (the
 markdown of :func:`ape.tasks.report.markdown.markdown_table`) and ``summary.png`` (:mod:`tasks.chart`).
 """
 
@@ -137,6 +138,11 @@ def build_report(
         partial["calibration"] = {
             model_id: CalibrationEntry(**report.model_dump()) for model_id, report in calibration.items()
         }
+
+        stage = "the judge's calibration"
+        from ape.tasks.report.judge import find_calibration, judge_report
+
+        partial["judge"] = judge_report(sessions, find_calibration([report_dir, *map(Path, output_dirs)]))
 
         stage = "writing the report"
         envelope = Envelope(**partial)

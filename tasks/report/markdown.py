@@ -84,6 +84,10 @@ def markdown_table(envelope: Envelope) -> str:
         lines += ["## Leaderboard", "", *_table(header, rows), "",
                   "Rank (range): the places a model could hold given the Holm-corrected pairwise "
                   "tests; models in one group are not significantly different from its first.", ""]  # fmt: skip
+    if envelope.judge is not None:
+        from ape.tasks.report.judge import judge_markdown
+
+        lines += judge_markdown(envelope.judge)
     categories = sorted({c for row in envelope.leaderboard for c in row.by_category})
     if categories:
         header = ["Model", *(_cell(c) for c in categories)]

@@ -58,3 +58,8 @@ def _unescaped(template: str) -> tuple[tuple[str, str], ...]:
 
 def render(template: str, item: BaseModel) -> str:
     return mustache.render(list(_unescaped(template)), item_context(item))
+
+
+def render_context(template: str, context: dict[str, Any]) -> str:
+    """``template`` rendered with any variables (a judge's rubric: item fields, solution, reference)."""
+    return mustache.render(list(_unescaped(template)), context)

@@ -1,0 +1,447 @@
+"""The ``judge`` checker: a chat model grades each solution against a rubric.
+
+Open answers (summaries, explanations, refusals) have no exact reference to compare
+with, so ``[checker] implementation = "judge"`` asks a model. Any configured chat model
+judges: a ``[[model]]`` entry named by ``[checker] judge = "name"``, or a
+``[checker.judge]`` block of its own (the keys of a ``[[model]]``). The judge is built
+like a solved model (:func:`ape.tasks.models.build.build_model`), so its calls are
+retried and rate-limited the same way, and a judge that is also a ``[[model]]`` shares
+that model's limiter.
+
+``[checker] args`` (:class:`JudgeArgs`):
+
+- ``rubric`` (inline) or ``rubric_file`` (a mustache file beside the config): the
+  prompt. Its variables are the item's fields, ``solution`` (the parsed solution as
+  text) and ``reference`` (the item's ``reference_field``, empty when unset). APE adds
+  one line saying how to give the grade, so answers parse strictly.
+- ``scale``: ``"pass/fail"`` (``GRADE: PASS`` or ``GRADE: FAIL``, scored 1 or 0) or
+  ``"0-N"`` (``GRADE: k`` for an integer k in 0..N, scored k / N).
+- ``pass_mark``: the score from which a grade counts as passed (default 0.5).
+- ``calibration_file``: human verdicts on a few solutions
+  (:mod:`ape.tasks.checking.judge_labels`).
+
+Strict parsing: the answer must hold exactly one ``GRADE:`` line (reasoning before it
+is fine) with a value on the scale. An answer that does not parse gets the reformat
+prompts a solver gets (``[solver] solution_adaption_attempts`` and ``reformat_prompt``,
+through the same :func:`ape.tasks.solving.solve.solve_session`); if none parses, or
+the judge model fails, the checker raises and the session gets a check error: a judge
+failure is never a score.
+
+Every check's metadata (in ``sessions.jsonl``, ``sessions.log`` and the
+``check_metadata`` column of ``sessions.parquet``) holds ``judge``: the judge model,
+its fingerprint, the prompt, its answer, the parsed grade and score, the attempts, its
+tokens and cost at the judge's prices (never added to the solved model's), and whether
+it came from the cache. Successful judgements are cached in ``.cache/judge/`` under a
+key of the judge's fingerprint, the prompt and the parse settings, so a rerun, a
+re-score or ``ape retry`` calls the judge only for what it has not graded; a failed
+judgement is not cached, so a retry asks again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ape.schemas.check import Failed, Passed
+from ape.schemas.config import ApeConfig, ModelConfig, SolverConfig
+from ape.schemas.errors import ApeError, did_you_mean
+from ape.schemas.results import Outcome
+from ape.tasks.solving.render import render_context, template_variables
+
+WHERE = "[checker] judge"
+WHERE_ARGS = "[checker] args"
+# Change when a change here would make cached judgements wrong.
+JUDGE_CODE_VERSION = "1"
+GRADE_LINE = re.compile(r"^\s*\**\s*GRADE\s*\**\s*:\s*\**\s*(?P<value>[^*\s]+)\s*\**\s*$", re.I | re.M)
+
+
+class JudgeError(Exception):
+    """The judge could not grade a solution (model failure or no parsable grade)."""
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A grading scale: pass/fail (``points`` None) or the integers 0..points."""
+
+    points: int | None = None
+
+    @property
+    def labels(self) -> list[str]:
+        """The grades a judge (or a person) can give, lowest first."""
+        return ["FAIL", "PASS"] if self.points is None else [str(k) for k in range(self.points + 1)]
+
+    def instruction(self) -> str:
+        if self.points is None:
+            return "End your reply with one line holding only the grade: GRADE: PASS or GRADE: FAIL"
+        return f"End your reply with one line holding only the grade, an integer from 0 to {self.points}: GRADE: <n>"
+
+    def score(self, label: str) -> float:
+        """A label's score in [0, 1]."""
+        index = self.labels.index(label)
+        return float(index) if self.points is None else index / self.points
+
+    def label(self, value: Any) -> str:
+        """A grade (the judge's text, or a person's verdict) as one of :attr:`labels`.
+
+        Pass/fail accepts PASS/FAIL, true/false, 1/0 and yes/no; 0-N accepts the integers.
+        Raises ValueError naming what is accepted.
+        """
+        text = str(value).strip().strip(".").upper()
+        if self.points is None:
+            if text in {"PASS", "PASSED", "TRUE", "1", "YES", "1.0"}:
+                return "PASS"
+            if text in {"FAIL", "FAILED", "FALSE", "0", "NO", "0.0"}:
+                return "FAIL"
+            raise ValueError(f"'{value}' is not a grade on the pass/fail scale (PASS or FAIL)")
+        try:
+            number = float(text)
+        except ValueError:
+            number = float("nan")
+        if not number.is_integer() or not 0 <= number <= self.points:
+            raise ValueError(f"'{value}' is not a grade on the 0-{self.points} scale (an integer 0..{self.points})")
+        return str(int(number))
+
+
+def parse_scale(text: str) -> Scale:
+    """``"pass/fail"`` or ``"0-N"`` (N from 1 to 100)."""
+    cleaned = text.strip().lower().replace(" ", "")
+    if cleaned in {"pass/fail", "pass-fail", "passfail", "binary"}:
+        return Scale(None)
+    found = re.fullmatch(r"0-(\d{1,3})", cleaned)
+    if found and 1 <= int(found.group(1)) <= 100:
+        return Scale(int(found.group(1)))
+    raise ValueError(f'\'{text}\' is not a scale; use "pass/fail" or "0-N" with N from 1 to 100, e.g. "0-5"')
+
+
+def parse_grade(text: str, scale: Scale) -> str:
+    """The one grade in a judge's answer, strictly: exactly one ``GRADE:`` line whose value
+    is on the scale (repeated lines with the same value count as one)."""
+    values = {match.group("value").strip() for match in GRADE_LINE.finditer(text)}
+    if not values:
+        raise ValueError(f"no 'GRADE: ...' line in the answer; {scale.instruction()}")
+    labels = {scale.label(value) for value in values}
+    if len(labels) > 1:
+        raise ValueError(f"the answer gives several grades ({', '.join(sorted(labels))}); give exactly one")
+    return labels.pop()
+
+
+class JudgeArgs(BaseModel):
+    """``[checker] args`` of the ``judge`` checker."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rubric: str | None = Field(default=None, description="The judge's prompt (mustache), inline.")
+    rubric_file: str | None = Field(default=None, description="The judge's prompt as a mustache file.")
+    scale: str = Field(default="pass/fail", description='"pass/fail" or "0-N" (scored k / N).')
+    reference_field: str | None = Field(default=None, description="Item field offered as {{ reference }}.")
+    pass_mark: float = Field(default=0.5, ge=0.0, le=1.0, description="Scores from here on count as passed.")
+    calibration_file: str | None = Field(
+        default=None, description="JSONL of items with a solution and a human verdict (see judge_labels)."
+    )
+
+    @field_validator("scale")
+    @classmethod
+    def _scale(cls, value: str) -> str:
+        parse_scale(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_rubric(self) -> JudgeArgs:
+        if (self.rubric is None) == (self.rubric_file is None):
+            raise ValueError("set exactly one of 'rubric' or 'rubric_file'")
+        return self
+
+
+def parse_args(args: dict[str, Any]) -> JudgeArgs:
+    try:
+        return JudgeArgs.model_validate(args)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            key = ".".join(str(part) for part in error["loc"]) or "args"
+            hint = did_you_mean(key, JudgeArgs.model_fields) if error["type"] == "extra_forbidden" else None
+            message = str(error["msg"]).removeprefix("Value error, ")
+            problems.append(f"'{key}': {message}" + (f" ({hint})" if hint else ""))
+        raise ApeError(
+            f"bad argument for checker 'judge': {'; '.join(problems)}",
+            where=WHERE_ARGS,
+            hint=f"accepted: {', '.join(JudgeArgs.model_fields)}",
+        ) from None
+
+
+def judge_model_config(config: ApeConfig) -> ModelConfig:
+    """The judge's model: the ``[[model]]`` that ``[checker] judge`` names, or its own block."""
+    judge = config.checker.judge
+    src = f"{config.config_file or 'config'} "
+    if judge is None:
+        raise ApeError(
+            "the judge checker needs a judge model",
+            where=src + WHERE,
+            hint='name a [[model]] (judge = "my-model") or add a [checker.judge] block with provider and model',
+        )
+    if isinstance(judge, ModelConfig):
+        if judge.provider and judge.provider.strip().lower() == "llama-cpp":
+            raise ApeError(
+                "a [checker.judge] block cannot use provider 'llama-cpp' (APE serves only [[model]] entries)",
+                where=src + WHERE,
+                hint='add the GGUF model as a [[model]] and name it: judge = "its-name"',
+            )
+        return judge
+    names = [m.model_id for m in config.model]
+    for model in config.model:
+        if model.model_id == judge:
+            return model
+    raise ApeError(
+        f"no [[model]] is named '{judge}' (models: {', '.join(names)})",
+        where=src + WHERE,
+        hint=did_you_mean(judge, names) or "or give the judge its own [checker.judge] block",
+    )
+
+
+def judge_fingerprint(config: ApeConfig) -> dict[str, Any] | None:
+    """What makes the judge's grades what they are: its model, rubric text, scale and pass
+    mark, and how its answers are parsed. Part of the checker's fingerprint (resume,
+    regression comparisons); None for other checkers or a judge config that is invalid."""
+    from ape.tasks.models.fingerprint import model_fingerprint
+
+    if config.checker.implementation != "judge":
+        return None
+    try:
+        model_cfg = judge_model_config(config)
+        args = parse_args(dict(config.checker.args))
+        rubric = read_rubric(args, config.base_dir)
+        model = model_fingerprint(model_cfg)
+    except (ApeError, OSError):
+        return None
+    return {
+        "version": JUDGE_CODE_VERSION,
+        "model": model,
+        "rubric_sha256": hashlib.sha256(rubric.encode()).hexdigest(),
+        "scale": parse_scale(args.scale).labels,
+        "pass_mark": args.pass_mark,
+        "reference_field": args.reference_field,
+        "attempts": config.solver.solution_adaption_attempts,
+        "reformat_prompt": config.solver.reformat_prompt,
+    }
+
+
+def checker_fingerprint(config: ApeConfig, exclude: frozenset[str] = frozenset({"timeout_s"})) -> Any:
+    """The checker part of resume and regression fingerprints: the ``[checker]`` section
+    (``exclude``: the time limit) plus, for a judge, :func:`judge_fingerprint`, so a changed judge
+    model or rubric file counts as a changed checker."""
+    section = config.checker.model_dump(mode="json", exclude=set(exclude))
+    judge = judge_fingerprint(config)
+    if judge is None:
+        return section
+    return {**section, "judge_fingerprint": judge}
+
+
+def read_rubric(args: JudgeArgs, base_dir: Path) -> str:
+    if args.rubric is not None:
+        return args.rubric
+    assert args.rubric_file is not None
+    path = resolve_path(args.rubric_file, base_dir)
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ApeError(
+            f"cannot read the rubric file {path}: {exc}",
+            where=WHERE_ARGS + ".rubric_file",
+            hint="paths are relative to the config file's folder",
+        ) from None
+
+
+def resolve_path(text: str, base_dir: Path) -> Path:
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else Path(base_dir) / path
+
+
+def check_rubric(rubric: str, data_model: type[BaseModel]) -> None:
+    """Every rubric variable must be an item field, ``solution`` or ``reference``."""
+    from ape.tasks.solving.render import schema_variables
+
+    try:
+        used = template_variables(rubric)
+    except Exception as exc:
+        raise ApeError(f"invalid mustache rubric: {exc}", where=WHERE_ARGS + ".rubric") from None
+    known = schema_variables(data_model) | {"solution", "reference"}
+    for name in sorted(used - known):
+        raise ApeError(
+            f"rubric variable '{{{{ {name} }}}}' is neither a field of {data_model.__name__} nor solution/reference",
+            where=WHERE_ARGS + ".rubric",
+            hint=did_you_mean(name, known) or f"variables: {', '.join(sorted(known))}",
+        )
+
+
+def solution_text(solution: Any) -> str:
+    if isinstance(solution, str):
+        return solution
+    if isinstance(solution, BaseModel):
+        return solution.model_dump_json()
+    try:
+        return json.dumps(solution, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(solution)
+
+
+class JudgeChecker:
+    """``(item, solution) -> Passed | Failed``, graded by a chat model (see the module doc)."""
+
+    metric = "judge"
+
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        args: JudgeArgs,
+        rubric: str,
+        solver: SolverConfig,
+        base_dir: Path,
+        cache_dir: Path | None,
+        fingerprint: dict[str, Any] | None = None,
+    ):
+        from ape.tasks.models.build import build_model
+
+        self.model_cfg = model_cfg
+        self.args = args
+        self.rubric = rubric
+        self.scale = parse_scale(args.scale)
+        self.cache_dir = cache_dir
+        self.fingerprint = fingerprint or {}
+        self.fingerprint_key = hashlib.sha256(json.dumps(self.fingerprint, sort_keys=True, default=str).encode())
+        # the judge gets one call, then the solver's reformat attempts; no tools
+        self.settings = SolverConfig(
+            max_steps=1,
+            solution_adaption_attempts=solver.solution_adaption_attempts,
+            reformat_prompt=solver.reformat_prompt,
+        )
+        self.model = build_model(model_cfg, base_dir)
+
+    def __repr__(self) -> str:
+        return f"JudgeChecker({self.model_cfg.model_id!r}, scale={self.args.scale!r})"
+
+    def prompt(self, item: Any, solution: Any) -> str:
+        from ape.tasks.checking.builtin import item_value
+        from ape.tasks.solving.render import item_context
+
+        context = item_context(item) if isinstance(item, BaseModel) else dict(item)
+        reference = ""
+        if self.args.reference_field:
+            reference = solution_text(item_value(item, self.args.reference_field))
+        context.update(solution=solution_text(solution), reference=reference)
+        return render_context(self.rubric, context).rstrip() + "\n\n" + self.scale.instruction()
+
+    def __call__(self, item: Any, solution: Any) -> Passed | Failed:
+        verdict = self.grade(self.prompt(item, solution))
+        score = verdict["score"]
+        metadata = {"metric": "judge", "judge": verdict}
+        if score >= self.args.pass_mark:
+            return Passed(score=score, metadata=metadata)
+        if self.args.reference_field:
+            from ape.tasks.checking.builtin import item_value
+
+            metadata["expected"] = solution_text(item_value(item, self.args.reference_field))
+        return Failed(score=score, reason=f"the judge graded {verdict['grade']}", metadata=metadata)
+
+    def grade(self, prompt: str) -> dict[str, Any]:
+        """The judge's verdict on one rendered prompt: from the cache, or asked now."""
+        key = self._key(prompt)
+        cached = self._load(key)
+        if cached is not None:
+            return {**cached, "cached": True}
+        verdict = self._ask(prompt)
+        self._store(key, verdict)
+        return {**verdict, "cached": False}
+
+    def _ask(self, prompt: str) -> dict[str, Any]:
+        from ape.tasks.solving.solve import solve_session
+        from ape.tasks.stats.cost import session_cost
+
+        scale = self.scale
+        record = solve_session(
+            self.model, prompt, None, adapter=lambda text: parse_grade(text, scale), settings=self.settings
+        )
+        model_id = self.model_cfg.model_id
+        if record.outcome is not Outcome.SOLVED:
+            error = record.error
+            detail = f"{error.type}: {error.message}" if error else record.outcome.value
+            if record.outcome is Outcome.PARSING_FAILED:
+                raise JudgeError(
+                    f"judge '{model_id}' gave no parsable grade in {self.settings.solution_adaption_attempts} "
+                    f"attempt(s): {detail}; last answer: {(record.raw_output or '')[:200]!r}"
+                )
+            if record.outcome is Outcome.GAVE_UP:
+                raise JudgeError(f"judge '{model_id}' gave up instead of grading")
+            raise JudgeError(f"judge '{model_id}' failed: {detail}")
+        label = str(record.solution)
+        attempts = sum(1 for entry in record.transcript if entry.kind.value == "PARSE_ATTEMPT")
+        return {
+            "model": model_id,
+            "fingerprint": self.fingerprint_key.hexdigest()[:16],
+            "prompt": prompt,
+            "answer": record.raw_output,
+            "grade": label,
+            "score": scale.score(label),
+            "attempts": attempts,
+            "input_tokens": record.input_tokens,
+            "output_tokens": record.output_tokens,
+            "cost": session_cost(self.model_cfg, record.input_tokens, record.output_tokens),
+        }
+
+    # -- the judgement cache ---------------------------------------------------------------
+    def _key(self, prompt: str) -> str:
+        digest = self.fingerprint_key.copy()
+        digest.update(b"\0" + prompt.encode())
+        return digest.hexdigest()
+
+    def _path(self, key: str) -> Path | None:
+        return None if self.cache_dir is None else self.cache_dir / "judge" / key[:2] / f"{key}.json"
+
+    def _load(self, key: str) -> dict[str, Any] | None:
+        path = self._path(key)
+        if path is None or not path.is_file():
+            return None
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # a damaged entry is asked again, and replaced
+            return None
+        return value if isinstance(value, dict) and "score" in value else None
+
+    def _store(self, key: str, verdict: dict[str, Any]) -> None:
+        from ape.tasks.storage.save import atomic_write_text
+
+        path = self._path(key)
+        if path is not None:
+            atomic_write_text(path, json.dumps(verdict, default=str))
+
+
+def judge_factory(config: ApeConfig, data_model: type[BaseModel], cache_dir: Path | None) -> Callable[[], JudgeChecker]:
+    """Resolve the judge now (a bad model, rubric or calibration file fails at start) and
+    return a maker of checker instances (one per ``checker_workers`` slot)."""
+    args = parse_args(dict(config.checker.args))
+    model_cfg = judge_model_config(config)
+    rubric = read_rubric(args, config.base_dir)
+    check_rubric(rubric, data_model)
+    if args.reference_field and args.reference_field not in data_model.model_fields:
+        known = list(data_model.model_fields)
+        raise ApeError(
+            f"'{args.reference_field}' is not a field of {data_model.__name__} (fields: {', '.join(known)})",
+            where=WHERE_ARGS + ".reference_field",
+            hint=did_you_mean(args.reference_field, known),
+        )
+    if args.calibration_file:
+        from ape.tasks.checking.judge_labels import load_calibration
+
+        load_calibration(resolve_path(args.calibration_file, config.base_dir), data_model, parse_scale(args.scale))
+    fingerprint = judge_fingerprint(config)
+
+    def make() -> JudgeChecker:
+        return JudgeChecker(model_cfg, args, rubric, config.solver, config.base_dir, cache_dir, fingerprint)
+
+    return make

@@ -1,0 +1,60 @@
+"""Agreement with people and prediction-powered scores (Angelopoulos et al., Science 2023)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ape.tasks.stats.judge_calibration import agreement, ppi_mean, raw_mean, simulate_coverage
+
+
+def test_agreement_equals_scikit_learn():
+    sklearn_metrics = pytest.importorskip(
+        "sklearn.metrics", reason="scikit-learn is not installed (pip install -e '.[dev]')"
+    )
+    rng = np.random.default_rng(7)
+    for labels in (["FAIL", "PASS"], ["0", "1", "2", "3"]):
+        human = list(rng.choice(labels, size=60))
+        judge = [h if rng.random() < 0.7 else str(rng.choice(labels)) for h in human]
+        ours = agreement(human, judge, labels)
+        assert ours.kappa == pytest.approx(sklearn_metrics.cohen_kappa_score(human, judge, labels=labels))
+        assert ours.confusion == sklearn_metrics.confusion_matrix(human, judge, labels=labels).tolist()
+        assert ours.accuracy == pytest.approx(sklearn_metrics.accuracy_score(human, judge))
+        assert ours.n == 60
+
+
+def test_agreement_edge_cases():
+    same = agreement(["PASS"] * 4, ["PASS"] * 4, ["FAIL", "PASS"])
+    assert same.accuracy == 1.0 and same.kappa is None  # chance agreement is 1: kappa undefined
+    with pytest.raises(ValueError, match="not on the scale"):
+        agreement(["PASS"], ["MAYBE"], ["FAIL", "PASS"])
+
+
+def test_ppi_mean_is_the_judge_mean_plus_the_rectifier():
+    f = np.array([1, 1, 0, 1, 0, 1, 1, 1], dtype=float)  # judge on all items
+    y = np.array([1, 0, 0, 1, 0], dtype=float)  # people on the labelled ones
+    g = np.array([1, 1, 0, 1, 1], dtype=float)  # judge on the labelled ones
+    est = ppi_mean(f, y, g)
+    assert est.estimate == pytest.approx(f.mean() + (y - g).mean())
+    se = np.sqrt(f.var(ddof=1) / f.size + (y - g).var(ddof=1) / y.size)
+    assert est.se == pytest.approx(se)
+    assert est.low == pytest.approx(max(0.0, est.estimate - 1.959964 * se), abs=1e-5)
+    half = ppi_mean(f, y, g, share=0.5)
+    assert half.estimate == pytest.approx(f.mean() + 0.5 * (y - g).mean())
+    assert half.se is not None and half.se < est.se
+    assert ppi_mean([], y, g).estimate is None
+
+
+def test_ppi_interval_covers_the_truth_at_its_nominal_rate_and_the_raw_one_does_not():
+    """A lenient judge (passes 25% of wrong answers, fails 5% of right ones) over 500 items,
+    100 of them graded by people, true pass rate 0.6; 1,000 seeded replicates."""
+    coverage = simulate_coverage(replicates=1000, n_items=500, n_labels=100, seed=11)
+    assert 0.93 <= coverage.ppi <= 0.97, coverage
+    assert coverage.raw < 0.5, coverage
+    assert coverage.raw_width < coverage.ppi_width  # the raw interval is narrow and wrong
+
+
+def test_raw_mean_interval():
+    est = raw_mean([0.0, 1.0, 1.0, 1.0])
+    assert est.estimate == pytest.approx(0.75) and est.high == 1.0  # clipped to the score range
+    assert raw_mean([1.0]).se is None
