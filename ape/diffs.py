@@ -2,7 +2,7 @@
 
 ``ape diff DIR_A DIR_B`` compares two output folders (or run folders);
 ``ape diff OUTPUT RUN_A RUN_B`` two runs of ``OUTPUT/runs`` by id (``latest`` and
-``previous`` name the last two). The tables come from :mod:`ape.tasks.report.build.diff`; a
+``previous`` name the last two). The tables come from :mod:`ape.tasks.report.diff`; a
 model whose checker differs between the runs has the earlier run's saved answers re-scored
 with the later run's checker first (:mod:`ape.flows.rescore`), and the diff says so.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 
 log = logging.getLogger("ape")
@@ -51,9 +52,23 @@ def resolve_sides(paths: list[Path]) -> list[tuple[str, Path]]:
     return sides
 
 
+def config_of(metadata: dict, where: str) -> ApeConfig:
+    """The config a run recorded in its metadata (``config_file``), loaded afresh."""
+    from ape.config import load_config
+
+    path = metadata.get("config_file")
+    if not path or not Path(path).is_file():
+        raise ApeError(
+            "the run does not name a config file that still exists, so its checker cannot be rebuilt",
+            where=where,
+            hint="compare the saved scores with --no-rescore",
+        )
+    return load_config(Path(path))
+
+
 def diff(paths: list[Path], out: Path | None = None, *, rescore: bool = True) -> int:
     """Print the diff and write diff.md and diff.parquet (into ``out``, else the later side)."""
-    from ape.tasks.report.build.diff import (
+    from ape.tasks.report.diff import (
         FAIL_TO_PASS,
         PASS_TO_FAIL,
         changed_settings,
@@ -73,7 +88,6 @@ def diff(paths: list[Path], out: Path | None = None, *, rescore: bool = True) ->
         checker_a = (meta_a[model_id].get("fingerprints") or {}).get("checker")
         checker_b = (meta_b[model_id].get("fingerprints") or {}).get("checker")
         if rescore and checker_a and checker_b and checker_a != checker_b:
-            from ape.flows.rescore import config_of
             from ape.flows.rescore import rescore as rescore_sessions
 
             config = config_of(meta_b[model_id], where=f"{folder_b} ({model_id})")

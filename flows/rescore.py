@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 import pandas as pd
 
-from ape.config import load_config
 from ape.flows.run_plan import make_plan
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
@@ -26,18 +24,6 @@ from ape.tasks.checking.builtin import score_session
 from ape.tasks.checking.check import run_check
 
 log = logging.getLogger("ape")
-
-
-def config_of(metadata: dict, where: str) -> ApeConfig:
-    """The config a run recorded in its metadata (``config_file``), loaded afresh."""
-    path = metadata.get("config_file")
-    if not path or not Path(path).is_file():
-        raise ApeError(
-            "the run does not name a config file that still exists, so its checker cannot be rebuilt",
-            where=where,
-            hint="re-score by hand with `ape run` on the earlier output, or compare without re-scoring",
-        )
-    return load_config(Path(path))
 
 
 def rescore(sessions: pd.DataFrame, config: ApeConfig, model_id: str) -> pd.DataFrame:

@@ -14,7 +14,7 @@ Sub-packages, from the bottom layer up (each may import the ones listed before i
 
 ``stages`` (the Prefect tasks of a session's stages and the worker they run on) and
 ``stage_runs`` (the stage chain recorded as task runs) sit on top and may import all of
-them. Dotted paths of earlier releases (``ape.tasks.checking.builtin``) still import, with a warning
+them. Dotted paths of earlier releases (``ape.tasks.score``) still import, with a warning
 (:mod:`ape.tasks.common.moved`).
 """
 

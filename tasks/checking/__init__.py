@@ -6,5 +6,5 @@ applies one metric to one answer; ``builtin`` holds the checkers a metric name b
 ``taskspec`` grades seed-3 task specs; ``code`` runs model-written code in a sandbox.
 
 May import: ``ape.schemas``, ``ape.tasks.common``, ``ape.tasks.plugins``, ``ape.tasks.storage``,
-``ape.tasks.stats``, ``ape.tasks.models.build``, ``ape.tasks.solving``.
+``ape.tasks.stats``, ``ape.tasks.models``, ``ape.tasks.solving``.
 """

@@ -1,8 +1,8 @@
 """Dotted paths of earlier releases into ``ape.tasks``: they keep working, with a one-line warning.
 
-Until the modules of ``ape.tasks`` were grouped by job, ``ape.tasks.checking.builtin``,
-``ape.tasks.models.mocks`` and their siblings sat side by side. A config or script that
-still names such a path (``implementation = "ape.tasks.checking.metrics:f1"``) imports the module's
+Until the modules of ``ape.tasks`` were grouped by job, ``ape.tasks.score``,
+``ape.tasks.mock_models`` and their siblings sat side by side. A config or script that
+still names such a path (``implementation = "ape.tasks.metrics:f1"``) imports the module's
 new home under its old name, and the ``ape`` logger says once where it lives now. A
 finder on ``sys.meta_path`` does this rather than a stub module per old name, so the
 tree on disk holds only real modules.

@@ -14,7 +14,7 @@ from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    """``ape.tasks.models.build:build_model`` of earlier releases: now ``ape.tasks.models.build``."""
+    """``ape.tasks.models:build_model`` of earlier releases: now ``ape.tasks.models.build``."""
     from ape.tasks.common.moved import moved_attribute
 
     return moved_attribute("models", "models.build", name)

@@ -19,7 +19,7 @@ postprocess the ``postprocess`` rule of a task spec
 ========== ================================================
 
 Internal paths of earlier releases (``tasks.tools:calculator``, from before the ``ape.``
-prefix, and ``ape.tasks.solving.tools:calculator``, from before ``ape.tasks`` was grouped by job)
+prefix, and ``ape.tasks.tools:calculator``, from before ``ape.tasks`` was grouped by job)
 still resolve, with a one-line deprecation warning naming the short name or path to use.
 """
 
@@ -149,7 +149,7 @@ def short_name(path: str) -> str | None:
 
 def legacy_path(path: str) -> str | None:
     """The current path for an internal path of an earlier release, warning once; None when
-    ``path`` is not one. ``tasks.tools:calculator`` and ``ape.tasks.solving.tools:calculator`` both
+    ``path`` is not one. ``tasks.tools:calculator`` and ``ape.tasks.tools:calculator`` both
     become ``ape.tasks.solving.tools:calculator`` (whose short name is ``calculator``)."""
     new = moved_path(f"ape.{path}" if path.startswith(_LEGACY_PREFIXES) else path)
     if new == path:

@@ -13,7 +13,7 @@ from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    """``ape.tasks.report.build:build_report`` of earlier releases: now ``ape.tasks.report.build``."""
+    """``ape.tasks.report:build_report`` of earlier releases: now ``ape.tasks.report.build``."""
     from ape.tasks.common.moved import moved_attribute
 
     return moved_attribute("report", "report.build", name)

@@ -23,10 +23,10 @@ LAYERS = {
     "ape.tasks.plugins": 2,
     "ape.tasks.storage": 3,
     "ape.tasks.stats": 4,
-    "ape.tasks.models.build": 5,
+    "ape.tasks.models": 5,
     "ape.tasks.solving": 6,
     "ape.tasks.checking": 7,
-    "ape.tasks.report.build": 8,
+    "ape.tasks.report": 8,
     "ape.tasks": 9,  # stages, stage_runs and the package itself
     "ape.flows": 10,
     "ape.deployments": 10,

@@ -40,18 +40,18 @@ def test_every_old_module_imports_as_its_new_home(old):
 
 
 def test_an_old_import_warns_once(caplog):
-    sys.modules.pop("ape.tasks.models.mocks", None)
+    sys.modules.pop("ape.tasks.mock_models", None)
     with pytest.warns(DeprecationWarning, match="now 'ape.tasks.models.mocks'"):
-        from ape.tasks.models.mocks import MockChatModel  # type: ignore[import-not-found]  # noqa: F401
+        from ape.tasks.mock_models import MockChatModel  # type: ignore[import-not-found]  # noqa: F401
 
 
 def test_an_old_config_path_names_the_short_name(caplog):
     from ape.tasks.checking.metrics import f1
 
     caplog.set_level(logging.WARNING, logger="ape")
-    assert load_object("ape.tasks.checking.metrics:f1") is f1
-    assert load_object("ape.tasks.checking.metrics:f1") is f1
-    assert _deprecations(caplog) == ["'ape.tasks.checking.metrics:f1' is deprecated; write 'f1' instead"]
+    assert load_object("ape.tasks.metrics:f1") is f1
+    assert load_object("ape.tasks.metrics:f1") is f1
+    assert _deprecations(caplog) == ["'ape.tasks.metrics:f1' is deprecated; write 'f1' instead"]
 
 
 def test_attributes_of_a_module_that_became_a_package(caplog):
@@ -59,18 +59,18 @@ def test_attributes_of_a_module_that_became_a_package(caplog):
     from ape.tasks.report.build import build_report
 
     caplog.set_level(logging.WARNING, logger="ape")
-    assert load_object("ape.tasks.models.build:build_model") is build_model
+    assert load_object("ape.tasks.models:build_model") is build_model
     assert _deprecations(caplog) == [
-        "'ape.tasks.models.build:build_model' is deprecated; write 'ape.tasks.models.build:build_model' instead"
+        "'ape.tasks.models:build_model' is deprecated; write 'ape.tasks.models.build:build_model' instead"
     ]
     with pytest.warns(DeprecationWarning):
-        assert importlib.import_module("ape.tasks.report.build").build_report is build_report
+        assert importlib.import_module("ape.tasks.report").build_report is build_report
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-        importlib.import_module("ape.tasks.models.build").nothing  # noqa: B018
+        importlib.import_module("ape.tasks.models").nothing  # noqa: B018
 
 
 def test_moved_path_leaves_current_and_foreign_paths_alone():
-    assert moved_path("ape.tasks.checking.builtin:builtin_checker") == "ape.tasks.checking.builtin:builtin_checker"
+    assert moved_path("ape.tasks.score:builtin_checker") == "ape.tasks.checking.builtin:builtin_checker"
     assert moved_path("ape.tasks.models.mocks:MockChatModel") == "ape.tasks.models.mocks:MockChatModel"
     assert moved_path("mypkg.tasks.score:x") == "mypkg.tasks.score:x"
 
@@ -83,9 +83,7 @@ def test_a_config_with_old_dotted_paths_still_runs_validation(tmp_path, capsys):
     config = folder / "config.toml"
     text = config.read_text()
     assert 'implementation = "last_number"' in text
-    text = text.replace(
-        'implementation = "last_number"', 'implementation = "ape.tasks.solving.adapt:LastNumberAdapter"'
-    )
+    text = text.replace('implementation = "last_number"', 'implementation = "ape.tasks.adapt:LastNumberAdapter"')
     config.write_text(text)
     assert main(["validate", str(config)]) == 0
     assert "ok:" in capsys.readouterr().out

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pyarrow.parquet as pq
 
-from ape.tasks.report.build.diff import (
+from ape.tasks.report.diff import (
     FAIL_TO_PASS,
     PASS_TO_FAIL,
     changed_settings,
