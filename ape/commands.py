@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ape.api import preflight
+from ape.api import canary, preflight
 from ape.config import load_config, locate
 from ape.schemas.config import ApeConfig, slug
 from ape.schemas.errors import ApeError
@@ -160,8 +160,21 @@ def run(
     preflight(config)
     _cache_storage(config)
     with _output_lock(config):  # before a server start, so a second run is refused at once
+        checked = _canary(config)
         _use_prefect_server(use_server)
-        return _run_flow(config, new_run=new_run, fail_on_regression=fail_on_regression)
+        with checked:
+            return _run_flow(config, new_run=new_run, fail_on_regression=fail_on_regression)
+
+
+def _canary(config: ApeConfig) -> Any:
+    """Grade the checker's known answers before a server starts or a model is called
+    (``ape.tasks.canary``); the returned context tells the flow not to grade them again."""
+    from ape.tasks.canary import passed
+
+    graded = canary(config)
+    if graded:
+        log.info("canary: the checker graded %d known answers as expected", len(graded))
+    return passed(config.checker)
 
 
 def validate(config_path: Path, *, estimate: bool = False) -> int:
@@ -179,6 +192,12 @@ def validate(config_path: Path, *, estimate: bool = False) -> int:
         + (f" + checker tool '{config.checker.checker_tool}'" if config.checker.expose_as_tool else "")
     )
     print(f"  checker: {config.checker.implementation}; adapter: {config.adapter.implementation}")
+    graded = canary(config)
+    print(
+        f"  canary: {len(graded)} known answers graded as expected"
+        if graded
+        else "  canary: none (a user checker declares its known answers in [[checker.canary]])"
+    )
     print(f"  output: {config.run.output}")
     if estimate:
         _print_estimate(config, plan)
@@ -351,8 +370,10 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
     preflight(config)
     _cache_storage(config)
     with _output_lock(config):
+        checked = _canary(config)
         _use_prefect_server(use_server)
-        return _run_flow(config, redo_outcomes=wanted, only_models=models, run_id=run_id)
+        with checked:
+            return _run_flow(config, redo_outcomes=wanted, only_models=models, run_id=run_id)
 
 
 def history(output: Path, model: str | None, chart: bool) -> int:

@@ -111,9 +111,24 @@ def benchmark(
     """
     from ape.tasks.llama_server import local_model_servers
 
+    _canary(config)  # before any model is served or called
     # local GGUF models (provider "llama-cpp") are served for the length of the run
     with run_logs(None), local_model_servers(config) as served:
         return _evaluate_all(served, redo_outcomes, only_models, new_run, run_id)
+
+
+def _canary(config: ApeConfig) -> None:
+    """Grade the checker's known answers (``ape.tasks.canary``) unless the command that
+    started this flow already did; a wrong verdict raises and fails the flow run."""
+    from ape.flows.plan import load_data_model
+    from ape.tasks.canary import already_passed, run_canary
+    from ape.tasks.check import checker_factory
+
+    if already_passed(config.checker):
+        return
+    graded = run_canary(config.checker, checker_factory(config.checker, config.base_dir), load_data_model(config))
+    if graded:
+        log.info("canary: the checker graded %d known answers as expected", len(graded))
 
 
 def _evaluate_all(
