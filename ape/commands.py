@@ -123,7 +123,10 @@ def _run_benchmark(
         log.info("outputs in %s (report.json, leaderboard.parquet, summary.png, sessions.jsonl, ...)", output)
         return _regression_exit(state.result(), fail_on_regression)
     print(f"error: {failed}", file=sys.stderr)
-    print("       `ape retry " + str(output) + "` redoes only the failed items", file=sys.stderr)
+    from ape.flows.benchmark import ResultsSuspect
+
+    if not isinstance(failed, ResultsSuspect):
+        print("       `ape retry " + str(output) + "` redoes only the failed items", file=sys.stderr)
     return 1
 
 

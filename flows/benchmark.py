@@ -32,6 +32,11 @@ from ape.tasks.runs import IN_PLACE, RunInfo, config_for_run, finish_run, start_
 log = logging.getLogger("ape")
 
 
+class ResultsSuspect(ItemsFailed):
+    """Every item ran, but a model's results share one non-answer signature (``ape.tasks.health``)
+    and ``[run] accept_unhealthy`` is off: the report exists, its numbers measured nothing."""
+
+
 def _run_name() -> str:
     from prefect.runtime import flow_run
 
@@ -50,6 +55,8 @@ def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | 
         config.run.output,
         wall_seconds=wall_seconds,
         extra_summary={"benchmark": config.name, **(extra or {})},
+        health_share=config.run.health_share,
+        health_min_sessions=config.run.health_min_sessions,
     )
     table = markdown_table(envelope)
     try:
@@ -117,6 +124,22 @@ def benchmark(
         return _evaluate_all(served, redo_outcomes, only_models, new_run, run_id)
 
 
+def _suspect(config: ApeConfig, envelope: dict[str, Any]) -> str | None:
+    """The run-health line(s) that fail this run, or None (healthy, or accepted by config)."""
+    from ape.schemas.report import HealthEntry
+    from ape.tasks.health import suspect_lines
+
+    health = {model: HealthEntry.model_validate(entry) for model, entry in (envelope.get("health") or {}).items()}
+    lines = suspect_lines(health)
+    if not lines:
+        return None
+    if config.run.accept_unhealthy:
+        for line in lines:
+            log.warning("%s (accepted: [run] accept_unhealthy = true)", line)
+        return None
+    return "; ".join(lines) + " (if this is expected, set [run] accept_unhealthy = true)"
+
+
 def _canary(config: ApeConfig) -> None:
     """Grade the checker's known answers (``ape.tasks.canary``) unless the command that
     started this flow already did; a wrong verdict raises and fails the flow run."""
@@ -180,6 +203,9 @@ def _evaluate_all(
     }
     if failures:
         return Failed(message="; ".join(failures), data=ItemsFailed("; ".join(failures)))
+    suspect = _suspect(config, envelope)
+    if suspect:
+        return Failed(message=suspect, data=ResultsSuspect(suspect))
     if info is not None:
         result["run_id"] = info.run_id
         result["regressions"] = record_task(config, top, info, envelope)
