@@ -463,6 +463,7 @@ def serve(
 
     config_path = config_path.resolve()
     config = load_config(config_path)  # fail fast on a bad config
+    canary(config)  # and on a checker that cannot grade here (each run grades it again)
     if cron:
         cron_schedule(cron, timezone)  # and on a bad schedule, before any server starts
     api_url = _use_prefect_server(True)

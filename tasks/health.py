@@ -143,10 +143,10 @@ def model_health(
     it makes the results suspect (see the module docstring)."""
     total = len(sessions)
     best: tuple[str | None, str | None, int] = (None, None, 0)
-    for kind in KINDS:
-        signature, count = top_signature(sessions, kind)
-        if count > best[2]:
-            best = (kind, signature, count)
+    for name in KINDS:
+        found, shared = top_signature(sessions, name)
+        if shared > best[2]:
+            best = (name, found, shared)
     kind, signature, count = best
     ratio = count / total if total else 0.0
     return HealthEntry(
