@@ -185,6 +185,7 @@ def validate(config_path: Path, *, estimate: bool = False) -> int:
 
     config = load_config(config_path)
     plan, tools, ids = preflight(config)
+    graded = canary(config)  # before "ok": a checker that cannot grade is not a valid config
     variables = ", ".join(sorted(template_variables(plan.template))) or "none"
     print(f"ok: {config_path}")
     print(f"  data: {len(ids)} items from {config.data.file.name}" + (f" ({ids[0]} .. {ids[-1]})" if ids else ""))
@@ -195,7 +196,6 @@ def validate(config_path: Path, *, estimate: bool = False) -> int:
         + (f" + checker tool '{config.checker.checker_tool}'" if config.checker.expose_as_tool else "")
     )
     print(f"  checker: {config.checker.implementation}; adapter: {config.adapter.implementation}")
-    graded = canary(config)
     print(
         f"  canary: {len(graded)} known answers graded as expected"
         if graded

@@ -165,8 +165,10 @@ def test_a_failing_user_canary_stops_before_any_model_call(tmp_path, capsys, com
     checker = 'implementation = "benchschema:check_strict"' + USER_CANARY.format(passed="false")
     config = make_benchmark(tmp_path, checker=checker, models=_counted_model(tmp_path))
     code = main([command, str(config), "--no-server"] if command == "run" else [command, str(config)])
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     assert code == 2
+    assert "ok:" not in captured.out
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("error: ") and "checker 'benchschema:check_strict'" in lines[0]
