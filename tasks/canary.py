@@ -9,6 +9,7 @@ and the benchmark flow (also when a deployment starts it) first grade:
   problem, in the configured sandbox with the configured limits; they must score 1 and 0;
 - for the text metrics (``exact_match``, ``accuracy``, ``f1``, ``bleu4``, ``rouge_l``): a
   known match and a known miss, read through the configured ``args.field``; 1 and 0;
+- for ``taskspec``: both of these, as task specs (a code task and an exact-match task);
 - for any checker, the examples of ``[[checker.canary]]`` in the config: an ``item`` (a
   table of the DataModel's fields), a ``solution`` (handed to the checker as the adapter
   would return it) and the expected ``passed`` and/or ``score``.
@@ -34,8 +35,10 @@ from pydantic import BaseModel, ValidationError
 from ape.schemas.config import CheckerConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.results import CheckResult, CheckStatus
+from ape.schemas.taskspec import TaskSpec
 from ape.tasks.check import Checker, run_check
 from ape.tasks.score import BuiltinChecker, CodeExecArgs
+from ape.tasks.taskspec import TaskSpecChecker
 
 SCORE_TOLERANCE = 1e-6
 CAUSE_CHARS = 300  # the cause is cut here so the error stays one readable line
@@ -76,6 +79,8 @@ def builtin_examples(checker: Checker) -> list[Example]:
     Items are plain mappings holding only the field the checker reads (``args.field``, or
     ``args.tests_field`` for ``code_exec``), so they fit whatever DataModel the run uses.
     """
+    if isinstance(checker, TaskSpecChecker):
+        return taskspec_examples()
     if not isinstance(checker, BuiltinChecker):
         return []
     if isinstance(checker.args, CodeExecArgs):
@@ -91,6 +96,22 @@ def builtin_examples(checker: Checker) -> list[Example]:
     return [
         Example(f"known match {match!r}", item, match, passed=True, score=1.0),
         Example(f"known miss {miss!r}", item, miss, passed=False, score=0.0),
+    ]
+
+
+def taskspec_examples() -> list[Example]:
+    """Known answers for ``taskspec``: a code task run with the checker's memory limit and
+    sandbox, and an exact-match task (each task spec carries its own metric)."""
+    code = TaskSpec(
+        id="canary-code", category="canary", metric="code_exec", prompt="add", reference=CODE_CORRECT, tests=CODE_TESTS
+    )
+    reference, match, miss = TEXT_EXAMPLES["exact_match"]
+    text = TaskSpec(id="canary-text", category="canary", metric="exact_match", prompt="capital", reference=reference)
+    return [
+        Example("known-correct code", code, CODE_CORRECT, passed=True, score=1.0),
+        Example("known-wrong code", code, CODE_WRONG, passed=False, score=0.0),
+        Example(f"known match {match!r}", text, match, passed=True, score=1.0),
+        Example(f"known miss {miss!r}", text, miss, passed=False, score=0.0),
     ]
 
 

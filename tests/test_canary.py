@@ -207,3 +207,16 @@ def test_the_flow_grades_the_canary_itself_when_no_command_did(tmp_path, monkeyp
         benchmark_mod._canary(config)
     with canary_mod.passed(config.checker):  # graded by `ape run` already: not again
         benchmark_mod._canary(config)
+
+
+def test_taskspec_grades_a_code_task_and_a_text_task():
+    from ape.schemas.taskspec import TaskSpec
+
+    cfg = CheckerConfig(implementation="taskspec")
+    graded = run_canary(cfg, checker_factory(cfg, Path(".")), TaskSpec)
+    assert [(example.item.metric, result.status, result.score) for example, result in graded] == [
+        ("code_exec", CheckStatus.PASSED, 1.0),
+        ("code_exec", CheckStatus.FAILED, 0.0),
+        ("exact_match", CheckStatus.PASSED, 1.0),
+        ("exact_match", CheckStatus.FAILED, 0.0),
+    ]
