@@ -30,6 +30,8 @@ def test_one_answer_to_every_item_exits_1_with_the_health_line(tmp_path: Path, p
     errors = [row for row in first.stderr.splitlines() if row.startswith("error: ")]
     assert errors == [f"error: {line} (if this is expected, set [run] accept_unhealthy = true)"], first.stderr
     assert "ape retry" not in first.stderr  # retrying would ask the same model the same way
+    # graded once by the command, not again by the flow it started
+    assert first.stderr.count("canary: the checker graded 2 known answers as expected") == 1, first.stderr
     assert first.stdout.splitlines()[0] == f"**Run health:** {line}"
     health = json.loads((tmp_path / "out" / "report.json").read_text())["health"]["m"]
     assert health["suspect"] and health["kind"] == "identical answer"
