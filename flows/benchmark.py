@@ -106,8 +106,11 @@ def benchmark(
     only_models: list[str] | None = None,
     new_run: bool | None = None,
     run_id: str | None = None,
-) -> dict[str, Any]:
+) -> Any:
     """Evaluate every model of ``config`` and write the report into its output folder.
+
+    Returns the run's summary (a dict), or a Failed state: items errored, the canary
+    failed (``ape.tasks.canary``), or a model's results are suspect (``ape.tasks.health``).
 
     ``redo_outcomes`` (used by ``ape retry``) re-runs saved items whose sessions ended with
     one of these outcomes; items that errored are always redone on a rerun.
@@ -116,9 +119,14 @@ def benchmark(
     folder itself (false); by default, runs of a deployment (scheduled ones included) are
     new runs and runs by hand are not. ``run_id`` continues that run (``ape retry``).
     """
+    from ape.tasks.canary import CanaryFailed
     from ape.tasks.llama_server import local_model_servers
 
-    _canary(config)  # before any model is served or called
+    try:
+        _canary(config)  # before any model is served or called
+    except CanaryFailed as exc:  # one line in the log and the state, not a traceback
+        log.error("%s", exc)
+        return Failed(message=str(exc), data=exc)
     # local GGUF models (provider "llama-cpp") are served for the length of the run
     with run_logs(None), local_model_servers(config) as served:
         return _evaluate_all(served, redo_outcomes, only_models, new_run, run_id)
@@ -142,7 +150,8 @@ def _suspect(config: ApeConfig, envelope: dict[str, Any]) -> str | None:
 
 def _canary(config: ApeConfig) -> None:
     """Grade the checker's known answers (``ape.tasks.canary``) unless the command that
-    started this flow already did; a wrong verdict raises and fails the flow run."""
+    started this flow already did; a wrong verdict raises :class:`CanaryFailed`, which
+    ends the flow run Failed with that one line (``items_failed`` raises it again)."""
     from ape.flows.plan import load_data_model
     from ape.tasks.canary import already_passed, run_canary
     from ape.tasks.check import checker_factory

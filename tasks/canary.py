@@ -34,6 +34,7 @@ from pydantic import BaseModel, ValidationError
 
 from ape.schemas.config import CheckerConfig
 from ape.schemas.errors import ApeError
+from ape.schemas.registry import is_short_name
 from ape.schemas.results import CheckResult, CheckStatus
 from ape.schemas.taskspec import TaskSpec
 from ape.tasks.check import Checker, run_check
@@ -205,7 +206,10 @@ def run_canary(
 
     Returns the graded examples (empty for a user checker that declares none).
     """
-    examples = builtin_examples(factory()) + configured_examples(cfg, data_model)
+    # only a built-in (a short name) has built-in examples: a user's checker is not
+    # instantiated just to find that out
+    builtin = builtin_examples(factory()) if is_short_name(cfg.implementation) else []
+    examples = builtin + configured_examples(cfg, data_model)
     graded = grade_examples(factory, examples, cfg.timeout_s)
     for example, result in graded:
         cause = problem(example, result)

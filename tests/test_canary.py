@@ -220,3 +220,18 @@ def test_taskspec_grades_a_code_task_and_a_text_task():
         ("exact_match", CheckStatus.PASSED, 1.0),
         ("exact_match", CheckStatus.FAILED, 0.0),
     ]
+
+
+def test_a_deployment_run_with_a_failing_canary_ends_failed_before_any_model_call(tmp_path, prefect_server):
+    """No command ran the canary: the benchmark flow does, and its state carries the one line."""
+    from ape.config import load_config
+    from ape.flows.benchmark import benchmark
+
+    checker = 'implementation = "benchschema:check_strict"' + USER_CANARY.format(passed="false")
+    config = load_config(make_benchmark(tmp_path, checker=checker, models=_counted_model(tmp_path)))
+    state = benchmark(config, return_state=True)
+    assert state.is_failed()
+    assert isinstance(state.result(raise_on_failure=False), CanaryFailed)
+    assert "'two': expected FAILED, got PASSED" in str(state.message)
+    assert not (tmp_path / "calls.log").exists()
+    assert not (tmp_path / "out" / "results.jsonl").exists()
