@@ -106,7 +106,7 @@ def benchmark(
     only_models: list[str] | None = None,
     new_run: bool | None = None,
     run_id: str | None = None,
-) -> Any:
+) -> dict[str, Any]:
     """Evaluate every model of ``config`` and write the report into its output folder.
 
     Returns the run's summary (a dict), or a Failed state: items errored, the canary
@@ -119,14 +119,11 @@ def benchmark(
     folder itself (false); by default, runs of a deployment (scheduled ones included) are
     new runs and runs by hand are not. ``run_id`` continues that run (``ape retry``).
     """
-    from ape.tasks.canary import CanaryFailed
     from ape.tasks.llama_server import local_model_servers
 
-    try:
-        _canary(config)  # before any model is served or called
-    except CanaryFailed as exc:  # one line in the log and the state, not a traceback
-        log.error("%s", exc)
-        return Failed(message=str(exc), data=exc)
+    refused = _canary_refusal(config)  # before any model is served or called
+    if refused is not None:
+        return refused
     # local GGUF models (provider "llama-cpp") are served for the length of the run
     with run_logs(None), local_model_servers(config) as served:
         return _evaluate_all(served, redo_outcomes, only_models, new_run, run_id)
@@ -146,6 +143,19 @@ def _suspect(config: ApeConfig, envelope: dict[str, Any]) -> str | None:
             log.warning("%s (accepted: [run] accept_unhealthy = true)", line)
         return None
     return "; ".join(lines) + " (if this is expected, set [run] accept_unhealthy = true)"
+
+
+def _canary_refusal(config: ApeConfig) -> Any:
+    """None when the canary passed; else the Failed state that ends the flow run with its
+    one line (a log line and the state's message, not a traceback)."""
+    from ape.tasks.canary import CanaryFailed
+
+    try:
+        _canary(config)
+    except CanaryFailed as exc:
+        log.error("%s", exc)
+        return Failed(message=str(exc), data=exc)
+    return None
 
 
 def _canary(config: ApeConfig) -> None:
