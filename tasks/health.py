@@ -6,8 +6,9 @@ looks like a result but measured nothing. After a model's items are done the rep
 every session the *non-answer signatures* it shows, of five kinds:
 
 - ``model error``: the session ended ERROR; signature is the error's type and message
-  (a dead endpoint, a transport failure, a rejected API key);
-- ``check error``: the checker raised or timed out; its error's type and message;
+  with its numbers as ``#`` (a dead endpoint, a transport failure, a rejected API key);
+- ``check error``: the checker raised or timed out; its error's type and message (numbers
+  as ``#``);
 - ``exit before tests``: ``code_exec`` ran none of the tests because the process ended
   first; the exit code and the last line of stderr (an interpreter that is not there,
   a harness that could not start);
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +43,7 @@ from ape.schemas.report import HealthEntry
 DEFAULT_SHARE = 0.8
 DEFAULT_MIN_SESSIONS = 5
 SIGNATURE_CHARS = 160  # signatures are shown on one line
+_DIGITS = re.compile(r"\d+")
 PROMPT_HASH_CHARS = 16
 EMPTY_PROMPT_HASH = hashlib.sha256(b"").hexdigest()[:PROMPT_HASH_CHARS]
 
@@ -57,6 +60,12 @@ def _flat(text: Any, limit: int = SIGNATURE_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def _shape(text: str) -> str:
+    """An error message with its numbers as ``#``: the same failure on different items
+    (a request id, a port, an item's line number) gives the same signature."""
+    return _DIGITS.sub("#", _flat(text))
+
+
 def _present(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and pd.isna(value))
 
@@ -64,13 +73,13 @@ def _present(value: Any) -> bool:
 def model_error(row: pd.Series) -> str | None:
     if row["outcome"] != "ERROR":
         return None
-    return _flat(f"{row['error_type'] or 'error'}: {row['error_message'] or ''}")
+    return _shape(f"{row['error_type'] or 'error'}: {row['error_message'] or ''}")
 
 
 def check_error(row: pd.Series) -> str | None:
     if row["check_status"] != "ERROR":
         return None
-    return _flat(f"{row['check_error_type'] or 'error'}: {row['check_error_message'] or ''}")
+    return _shape(f"{row['check_error_type'] or 'error'}: {row['check_error_message'] or ''}")
 
 
 def exit_before_tests(row: pd.Series) -> str | None:
@@ -87,7 +96,7 @@ def exit_before_tests(row: pd.Series) -> str | None:
     if meta.get("passed") or meta.get("failures") or meta.get("exit_code") is None:
         return None
     stderr = str(meta.get("stderr_tail") or "").strip().splitlines()
-    return _flat(f"exit code {meta['exit_code']}" + (f": {stderr[-1]}" if stderr else ""))
+    return f"exit code {meta['exit_code']}" + (f": {_shape(stderr[-1])}" if stderr else "")
 
 
 def identical_answer(row: pd.Series) -> str | None:

@@ -57,6 +57,17 @@ def test_the_same_model_error_everywhere_is_suspect():
     assert (entry.count, entry.sessions, entry.share) == (N, N, 1.0)
 
 
+def test_errors_that_differ_only_in_numbers_share_a_signature():
+    rows = [
+        session(
+            i, outcome="ERROR", error_type="APIError", error_message=f"request req_{i}{i} failed: 503", raw_output=None
+        )
+        for i in range(N)
+    ]
+    entry = model_health(frame(rows))
+    assert entry.suspect and entry.signature == "APIError: request req_# failed: #"
+
+
 def test_the_same_check_error_is_suspect():
     rows = [
         session(i, check_status="ERROR", check_error_type="OSError", check_error_message="no sandbox") for i in range(9)
