@@ -66,56 +66,66 @@ def _shape(text: str) -> str:
     return _DIGITS.sub("#", _flat(text))
 
 
-def _present(value: Any) -> bool:
-    return value is not None and not (isinstance(value, float) and pd.isna(value))
+def _column(sessions: pd.DataFrame, name: str) -> pd.Series:
+    """A column of the sessions table; all-null when the table predates it."""
+    if name in sessions.columns:
+        return sessions[name]
+    return pd.Series([None] * len(sessions), index=sessions.index, dtype=object)
 
 
-def model_error(row: pd.Series) -> str | None:
-    if row["outcome"] != "ERROR":
-        return None
-    return _shape(f"{row['error_type'] or 'error'}: {row['error_message'] or ''}")
+def _error_text(types: pd.Series, messages: pd.Series) -> pd.Series:
+    texts = types.where(types.notna(), "error").astype(str) + ": " + messages.where(messages.notna(), "").astype(str)
+    return texts.map(_shape)
 
 
-def check_error(row: pd.Series) -> str | None:
-    if row["check_status"] != "ERROR":
-        return None
-    return _shape(f"{row['check_error_type'] or 'error'}: {row['check_error_message'] or ''}")
+def model_error(sessions: pd.DataFrame) -> pd.Series:
+    """Sessions that ended ERROR: the error's type and message."""
+    hit = sessions[sessions["outcome"] == "ERROR"]
+    return _error_text(hit["error_type"], hit["error_message"])
 
 
-def exit_before_tests(row: pd.Series) -> str | None:
-    """code_exec checks whose process ended before any test ran (not a time-out: that is
-    the candidate's own doing, and its signature would be the same for every slow answer)."""
-    if row["check_status"] != "FAILED" or not _present(row["check_metadata"]):
-        return None
+def check_error(sessions: pd.DataFrame) -> pd.Series:
+    """Checks that raised or timed out: the check error's type and message."""
+    hit = sessions[sessions["check_status"] == "ERROR"]
+    return _error_text(hit["check_error_type"], hit["check_error_message"])
+
+
+def _exit_signature(metadata: Any) -> str | None:
+    """``exit code N: last stderr line`` of a code_exec check that ran no test, else None
+    (a time-out is the candidate's own doing, and the same for every slow answer)."""
     try:
-        meta = json.loads(row["check_metadata"])
-    except ValueError:
+        meta = json.loads(metadata)
+    except (TypeError, ValueError):
         return None
-    if not isinstance(meta, dict) or "exit_code" not in meta or meta.get("timed_out"):
+    if not isinstance(meta, dict) or meta.get("timed_out") or meta.get("exit_code") is None:
         return None
-    if meta.get("passed") or meta.get("failures") or meta.get("exit_code") is None:
+    if meta.get("passed") or meta.get("failures"):
         return None
     stderr = str(meta.get("stderr_tail") or "").strip().splitlines()
     return f"exit code {meta['exit_code']}" + (f": {_shape(stderr[-1])}" if stderr else "")
 
 
-def identical_answer(row: pd.Series) -> str | None:
-    """The answer text of a session judged wrong (a correct answer is never a signature)."""
-    if row["outcome"] == "ERROR" or bool(row["correct"]):
-        return None
-    text = row["raw_output"] if _present(row["raw_output"]) else row["solution"]
-    return _flat(repr(text)) if _present(text) else None
+def exit_before_tests(sessions: pd.DataFrame) -> pd.Series:
+    """code_exec checks whose process ended before any test ran."""
+    hit = sessions[(sessions["check_status"] == "FAILED") & sessions["check_metadata"].notna()]
+    return hit["check_metadata"].map(_exit_signature).dropna()
 
 
-def identical_prompt(row: pd.Series) -> str | None:
-    value = row.get("prompt_hash")
-    if not _present(value):
-        return None
-    return "empty" if value == EMPTY_PROMPT_HASH else f"sha256 {value}"
+def identical_answer(sessions: pd.DataFrame) -> pd.Series:
+    """The answer text of sessions judged wrong (a correct answer is never a signature)."""
+    wrong = sessions[(sessions["outcome"] != "ERROR") & ~sessions["correct"].fillna(False).astype(bool)]
+    text = wrong["raw_output"].where(wrong["raw_output"].notna(), wrong["solution"]).dropna()
+    return text.map(lambda value: _flat(repr(value)))
 
 
-# kind -> (signature of one session, whether the signature must span two or more items)
-KINDS: dict[str, tuple[Callable[[pd.Series], str | None], bool]] = {
+def identical_prompt(sessions: pd.DataFrame) -> pd.Series:
+    """The rendered prompt's hash; ``empty`` for an empty prompt."""
+    hashes = _column(sessions, "prompt_hash").dropna()
+    return hashes.map(lambda value: "empty" if value == EMPTY_PROMPT_HASH else f"sha256 {value}")
+
+
+# kind -> (the signatures of a model's sessions by row, whether one must span two or more items)
+KINDS: dict[str, tuple[Callable[[pd.DataFrame], pd.Series], bool]] = {
     "model error": (model_error, False),
     "check error": (check_error, False),
     "exit before tests": (exit_before_tests, False),
@@ -130,9 +140,8 @@ def top_signature(sessions: pd.DataFrame, kind: str) -> tuple[str | None, int]:
     For the kinds that need it, a signature seen on one item only does not count
     (several runs of one item may well agree); an empty prompt always counts.
     """
-    signature_of, across_items = KINDS[kind]
-    found = sessions.apply(signature_of, axis=1) if len(sessions) else pd.Series(dtype=object)
-    found = found.dropna()
+    signatures_of, across_items = KINDS[kind]
+    found = signatures_of(sessions).dropna() if len(sessions) else pd.Series(dtype=object)
     if found.empty:
         return None, 0
     frame = pd.DataFrame({"signature": found, "item_id": sessions.loc[found.index, "item_id"]})
