@@ -42,6 +42,27 @@ def preflight(config: ApeConfig) -> tuple[Any, list[Any], list[str]]:
         raise locate(exc, config) from None
 
 
+def canary(config: ApeConfig) -> list[Any]:
+    """Grade the checker's known answers (``ape.tasks.checking.canary``) before any model call.
+
+    Raises:
+        CanaryFailed: one line naming the checker, the example and the cause.
+        ApeError: a ``[[checker.canary]]`` item that does not fit the DataModel.
+    """
+    from ape.flows.run_plan import load_data_model
+    from ape.tasks.checking.canary import run_canary
+    from ape.tasks.checking.check import checker_factory
+
+    try:
+        return run_canary(
+            config.checker,
+            checker_factory(config.checker, config.base_dir),
+            load_data_model(config),
+        )
+    except ApeError as exc:
+        raise locate(exc, config) from None
+
+
 def run(config: ApeConfig | str | Path, overrides: dict[str, Any] | None = None) -> Envelope:
     """Run a benchmark (every model, then the report) and return its report.
 
@@ -61,6 +82,7 @@ def run(config: ApeConfig | str | Path, overrides: dict[str, Any] | None = None)
 
     Raises:
         ApeError: a bad config, plugin or data file (nothing has run yet).
+        CanaryFailed: the checker graded a known answer wrongly (no model was called).
     """
     from ape.flows.benchmark import benchmark
     from ape.flows.states import items_failed
@@ -70,7 +92,11 @@ def run(config: ApeConfig | str | Path, overrides: dict[str, Any] | None = None)
     elif overrides:
         raise ApeError("overrides apply to a config file; edit the ApeConfig instead", where="ape.run(overrides=...)")
     preflight(config)
-    failed = items_failed(benchmark(config, return_state=True))
+    from ape.tasks.checking.canary import passed
+
+    canary(config)
+    with passed(config.checker):
+        failed = items_failed(benchmark(config, return_state=True))
     if failed is not None:
         log.warning("%s", failed)
     report = Path(config.run.output) / "report.json"

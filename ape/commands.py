@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ape.api import preflight
+from ape.api import canary, preflight
 from ape.cli import EXIT_REGRESSED
 from ape.config import load_config, locate
 from ape.schemas.config import ApeConfig, slug
@@ -121,7 +121,10 @@ def _run_benchmark(
         log.info("outputs in %s (report.json, leaderboard.parquet, summary.png, sessions.jsonl, ...)", output)
         return _regression_exit(state.result(), fail_on_regression)
     print(f"error: {failed}", file=sys.stderr)
-    print("       `ape retry " + str(output) + "` redoes only the failed items", file=sys.stderr)
+    from ape.flows.benchmark import ResultsSuspect
+
+    if not isinstance(failed, ResultsSuspect):
+        print("       `ape retry " + str(output) + "` redoes only the failed items", file=sys.stderr)
     return 1
 
 
@@ -158,8 +161,21 @@ def run(
     preflight(config)
     _cache_storage(config)
     with _output_lock(config):  # before a server start, so a second run is refused at once
+        checked = _canary(config)
         _use_prefect_server(use_server)
-        return _run_flow(config, new_run=new_run, fail_on_regression=fail_on_regression)
+        with checked:
+            return _run_flow(config, new_run=new_run, fail_on_regression=fail_on_regression)
+
+
+def _canary(config: ApeConfig) -> Any:
+    """Grade the checker's known answers before a server starts or a model is called
+    (``ape.tasks.checking.canary``); the returned context tells the flow not to grade them again."""
+    from ape.tasks.checking.canary import passed
+
+    graded = canary(config)
+    if graded:
+        log.info("canary: the checker graded %d known answers as expected", len(graded))
+    return passed(config.checker)
 
 
 def validate(config_path: Path, *, estimate: bool = False) -> int:
@@ -167,6 +183,7 @@ def validate(config_path: Path, *, estimate: bool = False) -> int:
 
     config = load_config(config_path)
     plan, tools, ids = preflight(config)
+    graded = canary(config)  # before "ok": a checker that cannot grade is not a valid config
     variables = ", ".join(sorted(template_variables(plan.template))) or "none"
     print(f"ok: {config_path}")
     print(f"  data: {len(ids)} items from {config.data.file.name}" + (f" ({ids[0]} .. {ids[-1]})" if ids else ""))
@@ -177,6 +194,11 @@ def validate(config_path: Path, *, estimate: bool = False) -> int:
         + (f" + checker tool '{config.checker.checker_tool}'" if config.checker.expose_as_tool else "")
     )
     print(f"  checker: {config.checker.implementation}; adapter: {config.adapter.implementation}")
+    print(
+        f"  canary: {len(graded)} known answers graded as expected"
+        if graded
+        else "  canary: none (a user checker declares its known answers in [[checker.canary]])"
+    )
     print(f"  output: {config.run.output}")
     if estimate:
         _print_estimate(config, plan)
@@ -349,8 +371,10 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
     preflight(config)
     _cache_storage(config)
     with _output_lock(config):
+        checked = _canary(config)
         _use_prefect_server(use_server)
-        return _run_flow(config, redo_outcomes=wanted, only_models=models, run_id=run_id)
+        with checked:
+            return _run_flow(config, redo_outcomes=wanted, only_models=models, run_id=run_id)
 
 
 def history(output: Path, model: str | None, chart: bool) -> int:
@@ -437,6 +461,7 @@ def serve(
 
     config_path = config_path.resolve()
     config = load_config(config_path)  # fail fast on a bad config
+    canary(config)  # and on a checker that cannot grade here (each run grades it again)
     if cron:
         cron_schedule(cron, timezone)  # and on a bad schedule, before any server starts
     api_url = _use_prefect_server(True)

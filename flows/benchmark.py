@@ -32,6 +32,11 @@ from ape.tasks.storage.runs import IN_PLACE, RunInfo, config_for_run, finish_run
 log = logging.getLogger("ape")
 
 
+class ResultsSuspect(ItemsFailed):
+    """Every item ran, but a model's results share one non-answer signature (``ape.tasks.report.health``)
+    and ``[run] accept_unhealthy`` is off: the report exists, its numbers measured nothing."""
+
+
 def _run_name() -> str:
     from prefect.runtime import flow_run
 
@@ -50,6 +55,8 @@ def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | 
         config.run.output,
         wall_seconds=wall_seconds,
         extra_summary={"benchmark": config.name, **(extra or {})},
+        health_share=config.run.health_share,
+        health_min_sessions=config.run.health_min_sessions,
     )
     table = markdown_table(envelope)
     try:
@@ -112,6 +119,9 @@ def benchmark(
 ) -> dict[str, Any]:
     """Evaluate every model of ``config`` and write the report into its output folder.
 
+    Returns the run's summary (a dict), or a Failed state: items errored, the canary
+    failed (``ape.tasks.checking.canary``), or a model's results are suspect (``ape.tasks.report.health``).
+
     ``redo_outcomes`` (used by ``ape retry``) re-runs saved items whose sessions ended with
     one of these outcomes; items that errored are always redone on a rerun.
     ``only_models`` (model ids) evaluates just those; the report still covers every model.
@@ -121,9 +131,56 @@ def benchmark(
     """
     from ape.tasks.models.llama_server import local_model_servers
 
+    refused = _canary_refusal(config)  # before any model is served or called
+    if refused is not None:
+        return refused
     # local GGUF models (provider "llama-cpp") are served for the length of the run
     with run_logs(None), local_model_servers(config) as served:
         return _evaluate_all(served, redo_outcomes, only_models, new_run, run_id)
+
+
+def _suspect(config: ApeConfig, envelope: dict[str, Any]) -> str | None:
+    """The run-health line(s) that fail this run, or None (healthy, or accepted by config)."""
+    from ape.schemas.report import HealthEntry
+    from ape.tasks.report.health import suspect_lines
+
+    health = {model: HealthEntry.model_validate(entry) for model, entry in (envelope.get("health") or {}).items()}
+    lines = suspect_lines(health)
+    if not lines:
+        return None
+    if config.run.accept_unhealthy:
+        for line in lines:
+            log.warning("%s (accepted: [run] accept_unhealthy = true)", line)
+        return None
+    return "; ".join(lines) + " (if this is expected, set [run] accept_unhealthy = true)"
+
+
+def _canary_refusal(config: ApeConfig) -> Any:
+    """None when the canary passed; else the Failed state that ends the flow run with its
+    one line (a log line and the state's message, not a traceback)."""
+    from ape.tasks.checking.canary import CanaryFailed
+
+    try:
+        _canary(config)
+    except CanaryFailed as exc:
+        log.error("%s", exc)
+        return Failed(message=str(exc), data=exc)
+    return None
+
+
+def _canary(config: ApeConfig) -> None:
+    """Grade the checker's known answers (``ape.tasks.checking.canary``) unless the command that
+    started this flow already did; a wrong verdict raises :class:`CanaryFailed`, which
+    ends the flow run Failed with that one line (``items_failed`` raises it again)."""
+    from ape.flows.run_plan import load_data_model
+    from ape.tasks.checking.canary import already_passed, run_canary
+    from ape.tasks.checking.check import checker_factory
+
+    if already_passed(config.checker):
+        return
+    graded = run_canary(config.checker, checker_factory(config.checker, config.base_dir), load_data_model(config))
+    if graded:
+        log.info("canary: the checker graded %d known answers as expected", len(graded))
 
 
 def _evaluate_all(
@@ -177,6 +234,9 @@ def _evaluate_all(
     }
     if failures:
         return Failed(message="; ".join(failures), data=ItemsFailed("; ".join(failures)))
+    suspect = _suspect(config, envelope)
+    if suspect:
+        return Failed(message=suspect, data=ResultsSuspect(suspect))
     if info is not None:
         result["run_id"] = info.run_id
         result["regressions"] = record_task(config, top, info, envelope)

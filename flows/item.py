@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from ape.flows.run_plan import RunPlan
 from ape.schemas.data import id_field_name, item_id
 from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome, OutputBatch, SessionResult
+from ape.tasks.report.health import prompt_hash
 from ape.tasks.stage_runs import StageClock, current_flow_run_id, record_stage_runs, start_clock
 from ape.tasks.stages import (
     SessionSpec,
@@ -149,6 +150,7 @@ class ItemProcessor:
             cached=cached,
             cluster=_field_text(item, plan.config.data.cluster_field),
             cost=session_cost(plan.model_cfg, record.input_tokens, record.output_tokens),
+            prompt_hash=prompt_hash(prompt, system),
         )
         return result, record.transcript
 

@@ -164,6 +164,23 @@ class ToolConfig(Section):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+class CanaryExample(Section):
+    """One ``[[checker.canary]]`` entry: a known answer the checker must grade as stated
+    before any model is called (see ``ape.tasks.checking.canary``)."""
+
+    name: str | None = Field(default=None, description="Shown in the error; defaults to 'example N'.")
+    item: dict[str, Any] = Field(description="A data item: a table of the DataModel's fields.")
+    solution: Any = Field(description="The parsed solution handed to the checker, as the adapter would return it.")
+    passed: bool | None = Field(default=None, description="The verdict the checker must give (PASSED or FAILED).")
+    score: float | None = Field(default=None, description="The score the checker must give (within 1e-6).")
+
+    @model_validator(mode="after")
+    def _expects_something(self) -> CanaryExample:
+        if self.passed is None and self.score is None:
+            raise ValueError("set 'passed' (true/false) or 'score', the verdict this example must get")
+        return self
+
+
 class CheckerConfig(Section):
     implementation: str = Field(description="Built-in metric name or dotted path to a checker.")
     args: dict[str, Any] = Field(default_factory=dict)
@@ -171,6 +188,10 @@ class CheckerConfig(Section):
     checker_tool: str = Field(default="check_solution", pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
     timeout_s: float = Field(
         default=60.0, gt=0, le=MAX_TIMEOUT_S, description="Time limit of one check; a hung check is a check error."
+    )
+    canary: list[CanaryExample] = Field(
+        default_factory=list,
+        description="Known answers graded before any model call; a verdict that differs stops the run (exit 2).",
     )
     # -- model-graded checks (implementation = "judge"; see ape.tasks.checking.judge) --
     judge: str | ModelConfig | None = Field(
@@ -181,10 +202,14 @@ class CheckerConfig(Section):
 
     @model_serializer(mode="wrap")
     def _without_unset_judge(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """Leave ``judge`` out when unset, so fingerprints of checkers without one stay as they were."""
+        """Leave ``judge`` out when unset and ``canary`` when empty, so fingerprints of checkers
+        without them stay as they were (a changed fingerprint would re-score saved results)."""
         data = handler(self)
-        if self.judge is None and isinstance(data, dict):
-            data.pop("judge", None)
+        if isinstance(data, dict):
+            if self.judge is None:
+                data.pop("judge", None)
+            if not self.canary:
+                data.pop("canary", None)
         return data
 
 
@@ -225,6 +250,21 @@ class RunConfig(Section):
     task_runner: Literal["thread", "dask"] = "thread"
     dask_address: str | None = None
     dask_workers: int = Field(default=2, ge=1, le=1024)
+    accept_unhealthy: bool = Field(
+        default=False,
+        description="Exit 0 (and end the flow run Completed) even when a model's results are "
+        "flagged suspect by the run-health check (see ape.tasks.report.health).",
+    )
+    health_share: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="A model is suspect when at least this share of its sessions end with one "
+        "and the same non-answer signature.",
+    )
+    health_min_sessions: int = Field(
+        default=5, ge=1, description="Fewer sessions than this for a model are never flagged suspect."
+    )
     max_cost: float | None = Field(
         default=None,
         gt=0,

@@ -253,6 +253,23 @@ class JudgeReport(ReportModel):
     calibration_cost: float | None = None
 
 
+class HealthEntry(ReportModel):
+    """One model's run health (see ``ape.tasks.report.health``): its most shared non-answer signature."""
+
+    sessions: int = Field(default=0, description="The model's sessions.")
+    kind: str | None = Field(
+        default=None,
+        description="model error, check error, exit before tests, identical answer or identical prompt; "
+        "null when no session shows a signature.",
+    )
+    signature: str | None = Field(default=None, description="The shared error, exit, answer or prompt.")
+    count: int = Field(default=0, description="Sessions that ended with this signature.")
+    share: float = Field(default=0.0, description="count / sessions.")
+    suspect: bool = Field(default=False, description="share >= threshold with at least min_sessions sessions.")
+    threshold: float = Field(default=0.8, description="The share that makes results suspect ([run] health_share).")
+    min_sessions: int = Field(default=5, description="Fewer sessions are never suspect ([run] health_min_sessions).")
+
+
 class Envelope(ReportModel):
     """The whole report, as written to ``report.json``."""
 
@@ -260,6 +277,9 @@ class Envelope(ReportModel):
     pairwise: list[PairwiseRow] = Field(default_factory=list)
     calibration: dict[str, CalibrationEntry] = Field(default_factory=dict)
     summary: Summary = Field(default_factory=Summary)
+    health: dict[str, HealthEntry] = Field(
+        default_factory=dict, description="Model id -> run health; suspect results are not a measurement."
+    )
     error: ErrorDetail | None = None
     regressions: list[RegressionRow] = Field(
         default_factory=list, description="New runs only: each model against its previous run and its pinned baseline."

@@ -75,6 +75,7 @@ class SessionResult(Record):
     cached: bool = False  # True when the generation came from the result cache
     cluster: str | None = None  # the item's [data] cluster_field value
     cost: float | None = None  # tokens x the model's prices; None without prices or tokens
+    prompt_hash: str | None = None  # the rendered prompt's sha256, 16 hex digits (run health)
 
 
 class OutputBatch(Record):

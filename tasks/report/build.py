@@ -24,7 +24,9 @@ calls no model, and writes into the report folder:
     solution (string, null): the parsed solution as JSON text; raw_output (string, null);
     cluster (string, null): the item's ``[data] cluster_field`` value;
     cost (float64, null): the session's tokens at the model's prices;
-    expected (string, null): for a failed check, the reference the checker compared with.
+    expected (string, null): for a failed check, the reference the checker compared with;
+    prompt_hash (string, null): sha256 of the rendered prompt (system prompt first, when
+    there is one), 16 hex digits; what run health compares (:mod:`ape.tasks.report.health`).
 
 ``leaderboard.parquet`` - one row per model, best first
     rank (int64), model_id (string), n_items, n_sessions, runs_per_data (int64),
@@ -56,8 +58,9 @@ calls no model, and writes into the report folder:
     model_id (string), index (int64), lower, upper (float64): bin edges;
     count (int64); accuracy, mean_confidence (float64, null when the bin is empty).
 
-``report.json`` (the :class:`ape.schemas.report.Envelope`; with the judge checker its
-``judge`` part, :mod:`ape.tasks.report.judge`), ``leaderboard.md`` (the
+``report.json`` (the :class:`ape.schemas.report.Envelope`, with each model's run ``health``
+from :mod:`ape.tasks.report.health`; with the judge checker its ``judge`` part,
+:mod:`ape.tasks.report.judge`), ``leaderboard.md`` (the
 markdown of :func:`ape.tasks.report.markdown.markdown_table`) and ``summary.png`` (:mod:`tasks.chart`).
 """
 
@@ -72,6 +75,7 @@ from ape.schemas.errors import ApeError
 from ape.schemas.report import CalibrationEntry, Envelope
 from ape.tasks.report.chart import write_summary_chart
 from ape.tasks.report.envelope import error_envelope, leaderboard_rows, pairwise_rows, summary_of, write_envelope
+from ape.tasks.report.health import DEFAULT_MIN_SESSIONS, DEFAULT_SHARE, run_health
 from ape.tasks.report.markdown import markdown_table
 from ape.tasks.report.parquet_tables import INT_LEADERBOARD, INT_PAIRWISE, write_frame
 from ape.tasks.report.provenance import environment, recorded_provenance
@@ -95,12 +99,15 @@ def build_report(
     wall_seconds: float | None = None,
     extra_summary: dict | None = None,
     raise_on_error: bool = True,
+    health_share: float = DEFAULT_SHARE,
+    health_min_sessions: int = DEFAULT_MIN_SESSIONS,
 ) -> Envelope:
     """Read every results file under ``output_dirs`` and write the report into ``report_dir``.
 
     On failure ``report.json`` still gets written, holding the error and whatever parts
     were computed; then the exception propagates (or, with ``raise_on_error=False``,
-    the error envelope is returned), so a caller can exit non-zero.
+    the error envelope is returned), so a caller can exit non-zero. ``health_share`` and
+    ``health_min_sessions`` are the run-health thresholds (:mod:`ape.tasks.report.health`).
     """
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -115,6 +122,9 @@ def build_report(
         partial["summary"] = summary
 
         summary.provenance = {"report": environment(), "runs": recorded_provenance(runs)}
+
+        stage = "run health"
+        partial["health"] = run_health(sessions, share=health_share, min_sessions=health_min_sessions)
 
         stage = "aggregating the leaderboard"
         leaderboard = aggregate(sessions)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ape.schemas.report import Envelope, LeaderboardRow
+from ape.tasks.report.health import suspect_lines
 
 
 def _cell(value: Any, digits: int = 3) -> str:
@@ -59,6 +60,9 @@ def markdown_table(envelope: Envelope) -> str:
     lines: list[str] = []
     if envelope.error is not None:
         lines += [f"**Report failed** ({envelope.error.type}): {_cell(envelope.error.message)}", ""]
+    suspect = suspect_lines(envelope.health)
+    if suspect:  # first: these numbers are not a measurement
+        lines += [*(f"**Run health:** {_cell(line)}" for line in suspect), ""]
     if envelope.leaderboard:
         with_k = any(row.pass_at_k for row in envelope.leaderboard)
         with_cost = any(row.total_cost is not None for row in envelope.leaderboard)

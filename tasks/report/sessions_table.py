@@ -35,6 +35,7 @@ SESSIONS_SCHEMA = pa.schema([
     ("steps", pa.int64()), ("latency_s", pa.float64()), ("category", pa.string()),
     ("cached", pa.bool_()), ("solution", pa.string()), ("raw_output", pa.string()),
     ("cluster", pa.string()), ("cost", pa.float64()), ("expected", pa.string()),
+    ("prompt_hash", pa.string()),
 ])  # fmt: skip
 
 
@@ -78,6 +79,7 @@ def session_row(session: SessionResult, batch: OutputBatch, source: Path, line: 
         "cluster": session.cluster,
         "cost": session.cost,
         "expected": _expected(check),
+        "prompt_hash": session.prompt_hash,
     }
 
 

@@ -1,0 +1,203 @@
+"""Run health: is a model's score a measurement, or one failure repeated on every item?
+
+A sandbox that never starts, an endpoint that answers every request with the same error, a
+template that renders the same text for every item: each gives a model a number that
+looks like a result but measured nothing. After a model's items are done the report gives
+every session the *non-answer signatures* it shows, of five kinds:
+
+- ``model error``: the session ended ERROR; signature is the error's type and message
+  with its numbers as ``#`` (a dead endpoint, a transport failure, a rejected API key);
+- ``check error``: the checker raised or timed out; its error's type and message (numbers
+  as ``#``);
+- ``exit before tests``: ``code_exec`` ran none of the tests because the process ended
+  first; the exit code and the last line of stderr (an interpreter that is not there,
+  a harness that could not start);
+- ``identical answer``: the same answer text (the model's last answer) judged wrong on
+  two or more different items; a model that says "42" to everything;
+- ``identical prompt``: the same rendered prompt for two or more different items, or an
+  empty rendered prompt (a template that uses no item field, or fields that are empty).
+
+For each kind the signature shared by the most sessions counts. A model's results are
+**suspect** when that count is at least ``share`` (default 0.8, ``[run] health_share``)
+of its sessions and the model has at least ``min_sessions`` sessions (default 5,
+``[run] health_min_sessions``). A weak model that fails everything in different ways
+(different assertion failures, different wrong answers) shares no signature and is not
+flagged; a correct answer is never part of a signature. A wrong answer given to one item
+only (several runs of the same item may agree) is not a signature either.
+
+Everything here is a pure function of the sessions table (:mod:`ape.tasks.report.sessions_table`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+from ape.schemas.report import HealthEntry
+
+DEFAULT_SHARE = 0.8
+DEFAULT_MIN_SESSIONS = 5
+SIGNATURE_CHARS = 160  # signatures are shown on one line
+_DIGITS = re.compile(r"\d+")
+PROMPT_HASH_CHARS = 16
+EMPTY_PROMPT_HASH = hashlib.sha256(b"").hexdigest()[:PROMPT_HASH_CHARS]
+
+
+def prompt_hash(prompt: str, system: str | None = None) -> str:
+    """What a session records of its rendered prompt (``prompt_hash``): enough to tell two
+    prompts apart, and an empty prompt (:data:`EMPTY_PROMPT_HASH`), without storing it again."""
+    text = f"{system}\x00{prompt}" if system else prompt
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:PROMPT_HASH_CHARS]
+
+
+def _flat(text: Any, limit: int = SIGNATURE_CHARS) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _shape(text: str) -> str:
+    """An error message with its numbers as ``#``: the same failure on different items
+    (a request id, a port, an item's line number) gives the same signature."""
+    return _DIGITS.sub("#", _flat(text))
+
+
+def _column(sessions: pd.DataFrame, name: str) -> pd.Series:
+    """A column of the sessions table; all-null when the table predates it."""
+    if name in sessions.columns:
+        return sessions[name]
+    return pd.Series([None] * len(sessions), index=sessions.index, dtype=object)
+
+
+def _error_text(types: pd.Series, messages: pd.Series) -> pd.Series:
+    texts = types.where(types.notna(), "error").astype(str) + ": " + messages.where(messages.notna(), "").astype(str)
+    return texts.map(_shape)
+
+
+def model_error(sessions: pd.DataFrame) -> pd.Series:
+    """Sessions that ended ERROR: the error's type and message."""
+    hit = sessions[sessions["outcome"] == "ERROR"]
+    return _error_text(hit["error_type"], hit["error_message"])
+
+
+def check_error(sessions: pd.DataFrame) -> pd.Series:
+    """Checks that raised or timed out: the check error's type and message."""
+    hit = sessions[sessions["check_status"] == "ERROR"]
+    return _error_text(hit["check_error_type"], hit["check_error_message"])
+
+
+def _exit_signature(metadata: Any) -> str | None:
+    """``exit code N: last stderr line`` of a code_exec check that ran no test, else None
+    (a time-out is the candidate's own doing, and the same for every slow answer)."""
+    try:
+        meta = json.loads(metadata)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("timed_out") or meta.get("exit_code") is None:
+        return None
+    if meta.get("passed") or meta.get("failures"):
+        return None
+    stderr = str(meta.get("stderr_tail") or "").strip().splitlines()
+    return f"exit code {meta['exit_code']}" + (f": {_shape(stderr[-1])}" if stderr else "")
+
+
+def exit_before_tests(sessions: pd.DataFrame) -> pd.Series:
+    """code_exec checks whose process ended before any test ran."""
+    hit = sessions[(sessions["check_status"] == "FAILED") & sessions["check_metadata"].notna()]
+    return hit["check_metadata"].map(_exit_signature).dropna()
+
+
+def identical_answer(sessions: pd.DataFrame) -> pd.Series:
+    """The answer text of sessions judged wrong (a correct answer is never a signature)."""
+    wrong = sessions[(sessions["outcome"] != "ERROR") & ~sessions["correct"].fillna(False).astype(bool)]
+    text = wrong["raw_output"].where(wrong["raw_output"].notna(), wrong["solution"]).dropna()
+    return text.map(lambda value: _flat(repr(value)))
+
+
+def identical_prompt(sessions: pd.DataFrame) -> pd.Series:
+    """The rendered prompt's hash; ``empty`` for an empty prompt."""
+    hashes = _column(sessions, "prompt_hash").dropna()
+    return hashes.map(lambda value: "empty" if value == EMPTY_PROMPT_HASH else f"sha256 {value}")
+
+
+# kind -> (the signatures of a model's sessions by row, whether one must span two or more items)
+KINDS: dict[str, tuple[Callable[[pd.DataFrame], pd.Series], bool]] = {
+    "model error": (model_error, False),
+    "check error": (check_error, False),
+    "exit before tests": (exit_before_tests, False),
+    "identical answer": (identical_answer, True),
+    "identical prompt": (identical_prompt, True),
+}
+
+
+def top_signature(sessions: pd.DataFrame, kind: str) -> tuple[str | None, int]:
+    """The signature of ``kind`` shared by the most sessions of one model, and how many.
+
+    For the kinds that need it, a signature seen on one item only does not count
+    (several runs of one item may well agree); an empty prompt always counts.
+    """
+    signatures_of, across_items = KINDS[kind]
+    found = signatures_of(sessions).dropna() if len(sessions) else pd.Series(dtype=object)
+    if found.empty:
+        return None, 0
+    frame = pd.DataFrame({"signature": found, "item_id": sessions.loc[found.index, "item_id"]})
+    groups = frame.groupby("signature", sort=True).agg(count=("item_id", "size"), items=("item_id", "nunique"))
+    if across_items:
+        groups = groups[(groups["items"] >= 2) | (groups.index == "empty")]
+    if groups.empty:
+        return None, 0
+    best = groups.sort_values("count", ascending=False, kind="stable").iloc[0]
+    return str(best.name), int(best["count"])
+
+
+def model_health(
+    sessions: pd.DataFrame, *, share: float = DEFAULT_SHARE, min_sessions: int = DEFAULT_MIN_SESSIONS
+) -> HealthEntry:
+    """The health of one model's sessions: its most shared non-answer signature and whether
+    it makes the results suspect (see the module docstring)."""
+    total = len(sessions)
+    best: tuple[str | None, str | None, int] = (None, None, 0)
+    for name in KINDS:
+        found, shared = top_signature(sessions, name)
+        if shared > best[2]:
+            best = (name, found, shared)
+    kind, signature, count = best
+    ratio = count / total if total else 0.0
+    return HealthEntry(
+        sessions=total,
+        kind=kind,
+        signature=signature,
+        count=count,
+        share=round(ratio, 4),
+        suspect=total >= min_sessions and count > 0 and ratio >= share,
+        threshold=share,
+        min_sessions=min_sessions,
+    )
+
+
+def run_health(
+    sessions: pd.DataFrame, *, share: float = DEFAULT_SHARE, min_sessions: int = DEFAULT_MIN_SESSIONS
+) -> dict[str, HealthEntry]:
+    """:func:`model_health` of every model in the sessions table, by model id."""
+    if sessions.empty:
+        return {}
+    return {
+        str(model_id): model_health(group, share=share, min_sessions=min_sessions)
+        for model_id, group in sessions.groupby("model_id", sort=True)
+    }
+
+
+def health_line(model_id: str, entry: HealthEntry) -> str:
+    """One line for the terminal and leaderboard.md about a suspect model."""
+    return (
+        f"suspect results for model '{model_id}': {entry.count} of {entry.sessions} sessions "
+        f"({entry.share:.0%}) ended with the same {entry.kind}: {entry.signature}"
+    )
+
+
+def suspect_lines(health: dict[str, HealthEntry]) -> list[str]:
+    return [health_line(model_id, entry) for model_id, entry in sorted(health.items()) if entry.suspect]
