@@ -241,6 +241,24 @@ class HooksConfig(Section):
     )
 
 
+class MonitorConfig(Section):
+    """How new runs are judged against the model's own history (see ``ape.tasks.monitor``)."""
+
+    false_alarms_per_year: float = Field(
+        default=1.0,
+        gt=0,
+        description="False alarms of an unchanged model allowed per model and year, on average.",
+    )
+    window: int = Field(
+        default=30, ge=1, description="At most this many runs since the last change point form the reference."
+    )
+    runs_per_year: float | None = Field(
+        default=None,
+        gt=0,
+        description="The cadence; by default from the spacing of the model's runs (nightly until there are three).",
+    )
+
+
 class ApeConfig(Section):
     name: str = Field(default="benchmark", description="Benchmark name, shown in the Prefect UI.")
     data: DataConfig
@@ -253,6 +271,7 @@ class ApeConfig(Section):
     run: RunConfig = Field(default_factory=RunConfig)
     cli: CliConfig = Field(default_factory=CliConfig)
     hooks: HooksConfig = Field(default_factory=HooksConfig)
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig)
     base_dir: Path = Field(default=Path("."), description="Folder of the config file; plugins import from here.")
     config_file: Path | None = None
 
