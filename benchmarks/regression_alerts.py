@@ -181,7 +181,7 @@ SETTINGS = [
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--years", type=int, default=40, help="simulated model-years per setting (365 runs each)")
-    parser.add_argument("--trials", type=int, default=400, help="trials of the drop and the drift")
+    parser.add_argument("--trials", type=int, default=300, help="trials of the drop and the drift")
     args = parser.parse_args()
     plan = design(RUNS_PER_YEAR, BUDGET)
     print(
@@ -201,7 +201,12 @@ def main() -> None:
             cells += ["-", "-", "-", "-"]
         else:
             first, two, today_first = drop(setting, args.trials, seed=200 + index)
-            cells += [f"{first:.2f}", f"{two:.2f}", f"{today_first:.2f}", f"{drift(setting, args.trials, 300 + index):.2f}"]
+            cells += [
+                f"{first:.2f}",
+                f"{two:.2f}",
+                f"{today_first:.2f}",
+                f"{drift(setting, args.trials, 300 + index):.2f}",
+            ]
         print(f"| {setting.label} | " + " | ".join(cells) + f" |  <!-- {time.perf_counter() - started:.0f} s -->")
 
 

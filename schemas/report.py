@@ -211,7 +211,9 @@ class RegressionRow(ReportModel):
     evidence: str | None = Field(default=None, description="What decided: the statistic against its threshold.")
     reference_from: str | None = Field(default=None, description="History: the oldest run of the reference.")
     reference_runs: int = Field(default=0, description="History: runs in the reference.")
-    runs_since_change: int = Field(default=0, description="History: runs since the last change point, this one included.")
+    runs_since_change: int = Field(
+        default=0, description="History: runs since the last change point, this one included."
+    )
     change_point: str | None = Field(
         default=None, description="Why a new reference starts with or after this run (alarm, fingerprint, baseline)."
     )

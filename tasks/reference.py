@@ -141,6 +141,8 @@ def judge(
                      "the next runs are compared with this one onwards")  # fmt: skip
     if begin.change == "baseline":
         notes.append(f"the reference starts at the pinned baseline {begin.start}")
+    if not reference:
+        notes.append("the first run of a new reference (the run before it alarmed): nothing to compare with yet")
     unpaired = len(scores) - n
     if unpaired:
         notes.append(f"{unpaired} items new or changed: left out")

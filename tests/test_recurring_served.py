@@ -97,8 +97,8 @@ def test_served_schedule_runs_afresh_and_alerts_on_a_drop(prefect_server: str, t
     # the first run that saw the drop is a regression against the run before it
     assert runs["mean_score"].iloc[0] == 1.0
     first_drop = next(i for i, s in enumerate(runs["mean_score"]) if s < 0.8)
-    assert runs["previous_verdict"].iloc[first_drop] == "regressed"
-    assert (runs["previous_verdict"].iloc[first_drop + 1 :] != "regressed").all()
+    assert runs["history_verdict"].iloc[first_drop] == "regressed"
+    assert (runs["history_verdict"].iloc[first_drop + 1 :] != "regressed").all()
     regressed_run = run_ids[first_drop]
     report = json.loads((out / "runs" / regressed_run / "report.json").read_text())
     (row,) = report["regressions"]
@@ -136,4 +136,4 @@ def test_served_schedule_runs_afresh_and_alerts_on_a_drop(prefect_server: str, t
         timeout=120,
     )
     assert gate.returncode == 3, gate.stdout[-2000:] + gate.stderr[-2000:]
-    assert "regression: m against its previous run" in gate.stderr
+    assert "regression: m against its history" in gate.stderr
