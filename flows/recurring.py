@@ -113,7 +113,9 @@ def record_run(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) 
     pinned = history.baseline(top)
     before = history.read_runs(top)
     finished = pd.Timestamp.now(tz="UTC")
-    rows, comparisons, baselines = [], [], []
+    rows: list[dict[str, Any]] = []
+    comparisons: list[RegressionRow] = []
+    baselines: list[tuple[int, RegressionRow]] = []
     for index, model in enumerate(config.model):
         model_id = model.model_id
         if not any(r.model_id == model_id for r in envelope.leaderboard):

@@ -141,3 +141,42 @@ def test_in_place_runs_keep_the_seeds_behaviour(tmp_path: Path) -> None:
     report = json.loads((config.run.output / "report.json").read_text())
     assert report["summary"]["cache_scope"] == "in-place" and "run_id" not in report["summary"]
     assert report["regressions"] == []
+
+
+def test_thirty_nightly_runs_of_an_unchanged_sampled_model_stay_quiet_then_a_drop_exits_3(
+    tmp_path: Path, capsys
+) -> None:
+    """`ape run --new-run` 31 times: a sampled mock model whose answers vary between runs
+    (a fresh seed per run, four items in five consistent), judged against its own history at a
+    nightly cadence; no alarm while it is unchanged, then a drop is a regression and exit 3."""
+    from ape.cli import EXIT_REGRESSED, main
+
+    n = 40
+    seed = tmp_path / "seed.txt"
+    accuracy = tmp_path / "accuracy.txt"
+    accuracy.write_text("0.9")
+    args = (
+        f'behaviour = "arithmetic", use_tools = false, sampling = true, consistency = 0.8, '
+        f'accuracy_file = "{accuracy}", seed_file = "{seed}"'
+    )
+    path = make_benchmark(
+        tmp_path, n=n, model_args=args, run="solver_workers = 1", extra="[monitor]\nruns_per_year = 365"
+    )
+    out = tmp_path / "out"
+    for night in range(30):
+        seed.write_text(str(1000 + night))
+        assert main(["run", str(path), "--new-run", "--fail-on-regression", "--no-server", "--no-progress"]) == 0
+    runs = pd.read_parquet(out / "history" / "runs.parquet").sort_values("run_id")
+    assert runs["mean_score"].nunique() > 3  # the runs differ, like a sampled model's
+    assert (runs["history_verdict"].iloc[1:] == "no detectable change").all()
+    assert runs["history_reference_runs"].iloc[-1] == 29 and runs["history_change"].iloc[1:].isna().all()
+    capsys.readouterr()
+    seed.write_text("2000")
+    accuracy.write_text("0.4")
+    assert (
+        main(["run", str(path), "--new-run", "--fail-on-regression", "--no-server", "--no-progress"]) == EXIT_REGRESSED
+    )
+    assert "regression: m against its history (30 runs up to" in capsys.readouterr().err
+    report = json.loads(((out / "latest") / "report.json").read_text())
+    (verdict,) = report["regressions"]
+    assert verdict["verdict"] == "regressed" and verdict["ci_high"] < 0 and verdict["runs_since_change"] == 31
