@@ -237,7 +237,7 @@ class HooksConfig(Section):
     on_regression: str | None = Field(
         default=None,
         description="Dotted path to a callable(regression) run for each model a new run found "
-        "worse than its previous run or its baseline.",
+        "worse than its own recent history or its pinned baseline.",
     )
 
 

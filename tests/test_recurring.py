@@ -167,7 +167,7 @@ def test_thirty_nightly_runs_of_an_unchanged_sampled_model_stay_quiet_then_a_dro
         seed.write_text(str(1000 + night))
         assert main(["run", str(path), "--new-run", "--fail-on-regression", "--no-server", "--no-progress"]) == 0
     runs = pd.read_parquet(out / "history" / "runs.parquet").sort_values("run_id")
-    assert runs["mean_score"].nunique() > 3  # the runs differ, like a sampled model's
+    assert runs["mean_score"].nunique() > 1  # the runs differ, like a sampled model's
     assert (runs["history_verdict"].iloc[1:] == "no detectable change").all()
     assert runs["history_reference_runs"].iloc[-1] == 29 and runs["history_change"].iloc[1:].isna().all()
     capsys.readouterr()
