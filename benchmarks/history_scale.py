@@ -1,7 +1,7 @@
 """Scale of the run history: a year of nightly runs, 3 models, 2,000 items each.
 
 Writes 365 runs through :func:`ape.tasks.history.append_run` (the writer the flow uses;
-the summary rows are synthetic, with a verdict against the previous run), then measures:
+the summary rows are synthetic, with the history monitor's columns and an alarm every 50 runs), then measures:
 
 - the wall and CPU time of ``ape history OUTPUT`` as a user runs it (a fresh process: imports,
   reading the history, printing 1,095 rows, drawing trend.png); goal under 3 s;
@@ -78,10 +78,21 @@ def build(top: Path, runs: int, models: int, items: int) -> None:
                     "config_fingerprint": "c",
                     "data_fingerprint": "d",
                     "checker_fingerprint": "k",
-                    "previous_run": "x" if r else None,
-                    "previous_verdict": ("no detectable change" if r % 50 else "regressed") if r else None,
-                    "previous_diff": 0.0 if r else None,
-                    "previous_p": 0.5 if r else None,
+                    "history_run": "x" if r else None,
+                    "history_verdict": ("no detectable change" if r % 50 else "regressed") if r else None,
+                    "history_diff": 0.0 if r else None,
+                    "history_z": float(rng.normal()) if r else None,
+                    "history_se": half / 1.96 if r else None,
+                    "history_limit": 3.45,
+                    "history_h": 2.65,
+                    "history_k": 1.0,
+                    "history_cusum_up": 0.0,
+                    "history_cusum_down": 0.5,
+                    "history_reference_mean": mean if r else None,
+                    "history_reference_runs": min(r, 30),
+                    "history_start": "x",
+                    "history_change": None if r % 50 else "alarm",
+                    "history_joins": bool(r % 50),
                 }
             )
         append_run(top, run_id, rows, pd.concat(frames, ignore_index=True))
