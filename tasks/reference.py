@@ -47,7 +47,7 @@ def current_start(mine: pd.DataFrame, pinned: str | None) -> Start:
     last = mine.iloc[-1]
     if not _fresh(last.get("history_start")):
         start = str(last["history_start"])
-        restarted = not _fresh(last.get("history_change"))
+        restarted = last.get("history_change") in ("alarm", "fingerprint")  # "baseline" reset before its run
         up = 0.0 if restarted or _fresh(last.get("history_cusum_up")) else float(last["history_cusum_up"])
         down = 0.0 if restarted or _fresh(last.get("history_cusum_down")) else float(last["history_cusum_down"])
     else:  # a history written before the monitor: the trailing runs with the newest fingerprints
