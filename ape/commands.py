@@ -140,10 +140,14 @@ def _run_output(config: ApeConfig, state: Any, new_run: bool) -> Path:
 def _regression_exit(result: Any, fail_on_regression: bool) -> int:
     regressed = [r for r in (result or {}).get("regressions") or [] if r["verdict"] == "regressed"]
     for row in regressed:
+        if row["against"] == "history":
+            where = f"its history ({row['reference_runs']} runs up to {row['reference_run_id']})"
+            evidence = row.get("evidence") or ""
+        else:
+            where = f"its {row['against']} run {row['reference_run_id']}"
+            evidence = f"p={row['p_value']:.3g}"
         print(
-            f"regression: {row['model_id']} against its {row['against']} run {row['reference_run_id']}: "
-            f"score {row['mean_diff']:+.3f}, p={row['p_value']:.3g}",
-            file=sys.stderr,
+            f"regression: {row['model_id']} against {where}: score {row['mean_diff']:+.3f}, {evidence}", file=sys.stderr
         )
     return EXIT_REGRESSED if regressed and fail_on_regression else 0
 

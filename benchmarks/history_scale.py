@@ -1,12 +1,13 @@
 """Scale of the run history: a year of nightly runs, 3 models, 2,000 items each.
 
 Writes 365 runs through :func:`ape.tasks.storage.history.append_run` (the writer the flow uses;
-the summary rows are synthetic, with a verdict against the previous run), then measures:
+the summary rows are synthetic, with the history monitor's columns and an alarm every 50 runs), then measures:
 
 - the wall and CPU time of ``ape history OUTPUT`` as a user runs it (a fresh process: imports,
   reading the history, printing 1,095 rows, drawing trend.png); goal under 3 s;
 - the history's size on disk; goal under 50 MB;
-- reading every per-item row back with pandas (2.19 million rows), for reference.
+- reading every per-item row back with pandas (2.19 million rows), for reference;
+- the history monitor's step for one model's next run (reads the reference's item files).
 
 Usage: python benchmarks/history_scale.py [--runs 365] [--models 3] [--items 2000]
 """
@@ -33,9 +34,11 @@ def build(top: Path, runs: int, models: int, items: int) -> None:
     item_ids = [f"item-{i:05d}" for i in range(items)]
     hashes = [f"{h:016x}" for h in rng.integers(0, 2**63, size=items)]
     start = datetime(2026, 1, 1, 3, tzinfo=UTC)
+    first_run = ""
     for r in range(runs):
         when = start + timedelta(days=r)
         run_id = f"{when:%Y%m%dT%H%M%SZ}-{r:08x}"
+        first_run = first_run or run_id
         frames, rows = [], []
         for m in range(models):
             accuracy = 0.6 + 0.1 * m
@@ -78,10 +81,21 @@ def build(top: Path, runs: int, models: int, items: int) -> None:
                     "config_fingerprint": "c",
                     "data_fingerprint": "d",
                     "checker_fingerprint": "k",
-                    "previous_run": "x" if r else None,
-                    "previous_verdict": ("no detectable change" if r % 50 else "regressed") if r else None,
-                    "previous_diff": 0.0 if r else None,
-                    "previous_p": 0.5 if r else None,
+                    "history_run": "x" if r else None,
+                    "history_verdict": ("no detectable change" if r % 50 else "regressed") if r else None,
+                    "history_diff": 0.0 if r else None,
+                    "history_z": float(rng.normal()) if r else None,
+                    "history_se": half / 1.96 if r else None,
+                    "history_limit": 3.45,
+                    "history_h": 2.65,
+                    "history_k": 1.0,
+                    "history_cusum_up": 0.0,
+                    "history_cusum_down": 0.5,
+                    "history_reference_mean": mean if r else None,
+                    "history_reference_runs": min(r, 30),
+                    "history_start": first_run,
+                    "history_change": None if r % 50 else "alarm",
+                    "history_joins": bool(r % 50),
                 }
             )
         append_run(top, run_id, rows, pd.concat(frames, ignore_index=True))
@@ -126,6 +140,28 @@ def main() -> None:
         )
         print(f"history on disk: {size:.1f} MB; goal < 50 MB: {'met' if size < 50 else 'NOT met'}")
         print(f"pandas.read_parquet of every per-item row: {len(items):,} rows in {read_s:.2f} s")
+        print(f"judging one model's next run against its history (a {WINDOW}-run reference): {judge_s(top):.2f} s")
+
+
+WINDOW = 30
+
+
+def judge_s(top: Path) -> float:
+    """Wall time of the history monitor's step for one model's new run (what a new run adds per model)."""
+    from ape.schemas.config import MonitorConfig
+    from ape.tasks.stats.reference import judge
+    from ape.tasks.storage.history import read_items, read_runs
+
+    runs = read_runs(top)
+    newest = runs.iloc[-1]
+    current = read_items(top, newest["run_id"], "model-0")
+    prints = {"config_fingerprint": "c", "data_fingerprint": "d", "checker_fingerprint": "k"}
+    started = time.perf_counter()
+    judge(
+        top, "model-0", "29990101T000000Z-ffffffff", current, prints, MonitorConfig(window=WINDOW),
+        runs=runs, pinned=None, finished=pd.Timestamp.now(tz="UTC"),
+    )  # fmt: skip
+    return time.perf_counter() - started
 
 
 if __name__ == "__main__":

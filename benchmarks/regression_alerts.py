@@ -1,131 +1,213 @@
-"""Can the regression alerts be trusted? A simulation with the built-in mock model.
+"""Can the regression alerts be trusted night after night? A seeded simulation.
 
-Two figures, each over repeated trials:
+Runs are drawn the way the built-in mock model answers with ``sampling = true``: an
+item is *consistent* with probability ``consistency`` (answered alike in every run, right
+when its fixed draw is below the accuracy) and drawn afresh per session otherwise;
+``runs_per_data`` sessions per item are averaged into the item's score. The graded
+metric draws scores in [0, 1] (Beta around an item's quality, mean 0.90) the same way.
+Each run is judged by the functions a scheduled run calls (:func:`ape.tasks.stats.monitor.design`,
+:func:`~ape.tasks.stats.monitor.paired`, :func:`~ape.tasks.stats.monitor.step`, as
+:mod:`ape.flows.recurring` does), with a reference of the runs since the last change
+point (at most ``window``), vectorised over trials so a model-year takes milliseconds.
 
-1. False alarms: 40 scheduled runs of an unchanged model (accuracy 0.90, N=500 items),
-   each compared (as a new run is) with the previous run and with the first run as the
-   pinned baseline. A run *raises an alert* when either comparison says "regressed".
-   The alert rate should be at most the nominal 5%, within its binomial error.
-2. Power: the model drops from 0.90 to 0.85; the share of trials in which the first run
-   after the drop is flagged "regressed" against the run before it (goal: at least 80%).
+Figures (N = 500 items, nightly: 365 runs a year, budget 1 false alarm per model-year):
 
-The mock model samples (``sampling = true``) with a fresh seed per run, so runs differ
-like repeated evaluations of a served model do. ``consistency`` is the share of items a
-model answers alike in every run (a model at temperature 0 is consistent on most items):
-at 0 every answer is an independent draw, the hardest case for any test at N=500.
-Correctness comes from the mock model's own generation (its ``_generate``, without
-LangChain's callback layer, which would only add time) and is graded by the exact answer.
+1. False alarms of an unchanged model per model-year (goal: at most 1).
+2. A drop 0.90 -> 0.85 after 30 ordinary runs: share of trials flagged "regressed" in the
+   first run after it and within two runs (goals: first run >= 0.80 at consistency >= 0.5;
+   within two >= 0.80 at consistency 0 and >= 0.95 at >= 0.5).
+3. A drift of one point per run from 0.90: share flagged within 6 runs (goal >= 0.90).
 
-Usage: python benchmarks/regression_alerts.py [--trials 10] [--power-trials 100]
+Today's method (each run against the previous run and the first run, the exact McNemar
+test of :func:`ape.tasks.stats.regression.compare` at 5%) is measured on the same draws for
+comparison, vectorised the same way.
+
+Usage: python benchmarks/regression_alerts.py [--years 40] [--trials 400]
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import re
 import time
+from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
-from langchain_core.messages import HumanMessage
+from scipy import stats
 
-from ape.tasks.models.mocks import MockChatModel
-from ape.tasks.stats.regression import compare
+from ape.tasks.stats.monitor import design, paired, step
 
 N = 500
-RUNS = 40
-NOMINAL = 0.05
+WINDOW = 30
+RUNS_PER_YEAR = 365
+BUDGET = 1.0
+WARMUP = 30
 
 
-def problems(n: int) -> list[tuple[str, int]]:
-    return [(f"What is {i + 2} + {3 * i + 1}?", 4 * i + 3) for i in range(n)]
+@dataclass(frozen=True)
+class Setting:
+    consistency: float
+    runs_per_data: int = 1
+    graded: bool = False
+
+    @property
+    def label(self) -> str:
+        metric = "graded" if self.graded else "pass/fail"
+        return f"{metric:9} c={self.consistency:.1f} k={self.runs_per_data}"
 
 
-def one_run(items: list[tuple[str, int]], accuracy: float, seed: int, consistency: float) -> pd.DataFrame:
-    model = MockChatModel(
-        behaviour="arithmetic", accuracy=accuracy, sampling=True, seed=seed, consistency=consistency, use_tools=False
-    )
-    passed = []
-    for prompt, answer in items:
-        text = model._generate([HumanMessage(prompt)]).generations[0].message.content
-        passed.append(int(re.findall(r"-?\d+", text)[-1]) == answer)
-    flags = np.array(passed)
-    return pd.DataFrame(
-        {
-            "item_id": [str(i) for i in range(len(items))],
-            "score": flags.astype(float),
-            "passed": flags,
-            "item_hash": "same",
-        }
-    )
+class Model:
+    """Draws runs of ``trials`` independent models on ``n`` items (one benchmark each)."""
+
+    def __init__(self, setting: Setting, trials: int, n: int, rng: np.random.Generator) -> None:
+        self.setting, self.rng = setting, rng
+        self.consistent = rng.random((trials, n)) < setting.consistency
+        self.fixed = rng.random((trials, n))
+        if setting.graded:
+            self.quality = rng.beta(9.0, 1.0, (trials, n))
+        self._fixed_scores: dict[float, np.ndarray] = {}
+
+    def run(self, accuracy: np.ndarray | float) -> np.ndarray:
+        trials, n = self.fixed.shape
+        k = self.setting.runs_per_data
+        accuracy = np.broadcast_to(np.asarray(accuracy, dtype=float), (trials,))[:, None, None]
+        if self.setting.graded:
+            a = 10.0 * np.clip(self.quality * accuracy[..., 0] / 0.9, 1e-3, 1 - 1e-3)[:, None, :]
+            fresh = self.rng.beta(a, 10.0 - a, (trials, k, n))
+            key = float(accuracy.mean())
+            if key not in self._fixed_scores:  # a consistent item's score: one draw for every run
+                self._fixed_scores[key] = stats.beta.ppf(self.fixed, a[:, 0], 10.0 - a[:, 0])[:, None, :]
+            fixed = self._fixed_scores[key]
+            scores = np.where(self.consistent[:, None, :], fixed, fresh)
+        else:
+            fresh = self.rng.random((trials, k, n))
+            draw = np.where(self.consistent[:, None, :], self.fixed[:, None, :], fresh)
+            scores = (draw < accuracy).astype(float)
+        return scores.mean(axis=1)
 
 
-def verdict(current: pd.DataFrame, reference: pd.DataFrame) -> str:
-    return compare(current, reference, model_id="m", run_id="b", reference_run_id="a", against="previous").verdict
+class Monitor:
+    """The scheduled run's monitor over a batch of trials: reference window and sums."""
+
+    def __init__(self, trials: int, n: int, plan_runs_per_year: float = RUNS_PER_YEAR) -> None:
+        self.plan = design(plan_runs_per_year, BUDGET)
+        self.buffer = np.full((trials, WINDOW, n), np.nan)
+        self.up = np.zeros(trials)
+        self.down = np.zeros(trials)
+        self.t = 0
+
+    def observe(self, scores: np.ndarray) -> np.ndarray:
+        comparison = paired(scores, self.buffer)
+        result = step(comparison.z, self.up, self.down, self.plan)
+        self.up, self.down = result.up, result.down
+        self.buffer[result.restart] = np.nan  # a new reference starts (after an alarming run)
+        self.buffer[:, self.t % WINDOW] = np.where(result.joins[:, None], scores, np.nan)
+        self.t += 1
+        return result.verdict
 
 
-def false_alarms(trials: int, consistency: float, seed0: int) -> tuple[int, int, int, int, float]:
-    """(runs with an alert, runs compared, "regressed" against the previous run, against the
-    baseline, standard error of the alert rate across trials).
+class Today:
+    """Today's method: McNemar (exact, 5%) against the previous run and the first run."""
 
-    The runs of one trial share a baseline (a lucky baseline makes later runs look worse
-    together), so the error of the rate is taken across trials, not across runs.
-    """
-    items = problems(N)
-    alerts = runs = vs_previous = vs_baseline = 0
-    per_trial = []
-    for trial in range(trials):
-        alerts_before = alerts
-        history = [one_run(items, 0.90, seed0 + trial * 1000, consistency)]
-        for r in range(1, RUNS):
-            current = one_run(items, 0.90, seed0 + trial * 1000 + r, consistency)
-            verdicts = [verdict(current, history[-1]), verdict(current, history[0])]
-            vs_previous += verdicts[0] == "regressed"
-            vs_baseline += verdicts[1] == "regressed"
-            alerts += "regressed" in verdicts
-            runs += 1
-            history.append(current)
-        per_trial.append((alerts - alerts_before) / (RUNS - 1))
-    spread = float(np.std(per_trial, ddof=1) / math.sqrt(trials)) if trials > 1 else math.nan
-    return alerts, runs, vs_previous, vs_baseline, spread
+    def __init__(self) -> None:
+        self.first: np.ndarray | None = None
+        self.previous: np.ndarray | None = None
+
+    @staticmethod
+    def regressed(current: np.ndarray, reference: np.ndarray) -> np.ndarray:
+        now, before = current >= 0.5, reference >= 0.5
+        gained, lost = (now & ~before).sum(axis=-1), (~now & before).sum(axis=-1)
+        p = np.minimum(1.0, 2 * stats.binom.cdf(np.minimum(gained, lost), gained + lost, 0.5))
+        return (p < 0.05) & (gained < lost)
+
+    def observe(self, scores: np.ndarray) -> np.ndarray:
+        alert = np.zeros(scores.shape[0], dtype=bool)
+        if self.previous is not None and self.first is not None:
+            alert = self.regressed(scores, self.previous) | self.regressed(scores, self.first)
+        self.first = scores if self.first is None else self.first
+        self.previous = scores
+        return alert
 
 
-def power(trials: int, consistency: float, seed0: int) -> tuple[int, int]:
-    items = problems(N)
-    hits = 0
-    for trial in range(trials):
-        before = one_run(items, 0.90, seed0 + 2 * trial, consistency)
-        after = one_run(items, 0.85, seed0 + 2 * trial + 1, consistency)
-        hits += verdict(after, before) == "regressed"
-    return hits, trials
+def false_alarms(setting: Setting, years: int, seed: int) -> tuple[float, float, float]:
+    """(alarms per model-year, its 95% half-width across years, today's alerts per model-year)."""
+    rng = np.random.default_rng(seed)
+    model = Model(setting, years, N, rng)
+    monitor, today = Monitor(years, N), Today()
+    alarms = np.zeros(years)
+    alerts = np.zeros(years)
+    for _ in range(RUNS_PER_YEAR):
+        scores = model.run(0.90)
+        alarms += monitor.observe(scores) != 0
+        alerts += today.observe(scores)
+    return float(alarms.mean()), float(1.96 * alarms.std(ddof=1) / np.sqrt(years)), float(alerts.mean())
+
+
+def drop(setting: Setting, trials: int, seed: int) -> tuple[float, float, float]:
+    """(flagged in the first run after 0.90 -> 0.85, within two runs, today's first-run share)."""
+    rng = np.random.default_rng(seed)
+    model = Model(setting, trials, N, rng)
+    monitor, today = Monitor(trials, N), Today()
+    for _ in range(WARMUP):
+        scores = model.run(0.90)
+        monitor.observe(scores)
+        today.observe(scores)
+    first_scores = model.run(0.85)
+    first = monitor.observe(first_scores) < 0
+    today_first = today.regressed(first_scores, today.previous)
+    second = monitor.observe(model.run(0.85)) < 0
+    return float(first.mean()), float((first | second).mean()), float(today_first.mean())
+
+
+def drift(setting: Setting, trials: int, seed: int, runs: int = 6) -> float:
+    """Share of trials flagged "regressed" within ``runs`` runs of a drift of one point per run."""
+    rng = np.random.default_rng(seed)
+    model = Model(setting, trials, N, rng)
+    monitor = Monitor(trials, N)
+    for _ in range(WARMUP):
+        monitor.observe(model.run(0.90))
+    flagged = np.zeros(trials, dtype=bool)
+    for j in range(1, runs + 1):
+        flagged |= monitor.observe(model.run(0.90 - 0.01 * j)) < 0
+    return float(flagged.mean())
+
+
+SETTINGS = [
+    *(Setting(c, k) for k in (1, 3) for c in (0.0, 0.5, 0.8, 1.0)),
+    Setting(0.0, 1, graded=True),
+    Setting(0.5, 1, graded=True),
+]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=10, help="trials of 40 runs for the false-alarm rate")
-    parser.add_argument("--power-trials", type=int, default=100)
-    parser.add_argument("--consistency", type=float, nargs="+", default=[0.0, 0.5, 0.8])
+    parser.add_argument("--years", type=int, default=40, help="simulated model-years per setting (365 runs each)")
+    parser.add_argument("--trials", type=int, default=300, help="trials of the drop and the drift")
     args = parser.parse_args()
-    print(f"N={N} items, {RUNS} runs per trial, accuracy 0.90 (drop to 0.85), alpha 0.05")
-    for consistency in args.consistency:
+    plan = design(RUNS_PER_YEAR, BUDGET)
+    print(
+        f"N={N} items, nightly ({RUNS_PER_YEAR} runs/year), budget {BUDGET:g} false alarm per model-year, "
+        f"window {WINDOW} runs; design k={plan.k:.2f} h={plan.h:.2f} L={plan.limit:.2f} (in-control ARL {plan.arl:.0f})"
+    )
+    print(
+        "| setting | false alarms / model-year (goal <= 1) | today: alerts / model-year "
+        "| drop: 1st run | drop: within 2 | today: 1st run | drift: within 6 |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for index, setting in enumerate(SETTINGS):
         started = time.perf_counter()
-        alerts, runs, vs_previous, vs_baseline, se = false_alarms(args.trials, consistency, seed0=11)
-        rate = alerts / runs
-        hits, trials = power(args.power_trials, consistency, seed0=7_000_000)
-        share = hits / trials
-        print(
-            f"consistency {consistency:.1f}: unchanged model: alerts in {alerts}/{runs} runs = {rate:.3f} "
-            f"+- {1.96 * se:.3f} across trials "
-            f"(nominal {NOMINAL:.2f}: {'within its error' if rate - 1.96 * se <= NOMINAL else 'ABOVE'}); "
-            f"'regressed' against the previous run {vs_previous / runs:.3f}, against the baseline "
-            f"{vs_baseline / runs:.3f} (each test's nominal share: {NOMINAL / 2:.3f})"
-        )
-        print(
-            f"consistency {consistency:.1f}: drop 0.90 -> 0.85 flagged in the first run after it in "
-            f"{hits}/{trials} trials = {share:.2f} (goal >= 0.80: {'met' if share >= 0.8 else 'NOT met'}) "
-            f"[{time.perf_counter() - started:.0f} s]"
-        )
+        rate, half, today = false_alarms(setting, args.years, seed=100 + index)
+        cells = [f"{rate:.2f} ± {half:.2f}", f"{today:.1f}"]
+        if setting.graded:
+            cells += ["-", "-", "-", "-"]
+        else:
+            first, two, today_first = drop(setting, args.trials, seed=200 + index)
+            cells += [
+                f"{first:.2f}",
+                f"{two:.2f}",
+                f"{today_first:.2f}",
+                f"{drift(setting, args.trials, 300 + index):.2f}",
+            ]
+        print(f"| {setting.label} | " + " | ".join(cells) + f" |  <!-- {time.perf_counter() - started:.0f} s -->")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """What a new run adds after its report: the history entry, the comparisons, ``latest``.
 
 Runs on the benchmark flow's thread once every model finished and the report was
-written. The comparisons are taken before the run joins the history (its previous run
-is the newest one already there), then the run is appended, then ``latest`` moves.
+written. The comparisons are taken before the run joins the history: each model against
+its own recent history (:mod:`ape.tasks.stats.reference`, the detector of
+:mod:`ape.tasks.stats.monitor`) and against the pinned baseline (exact McNemar, Holm-corrected
+across the run's models); then the run is appended with the monitor's state, then
+``latest`` moves.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.report import Envelope, RegressionRow
 from ape.tasks.stats.aggregate import item_table
+from ape.tasks.stats.monitor import holm
+from ape.tasks.stats.reference import judge
 from ape.tasks.stats.regression import compare
 from ape.tasks.storage import history
 from ape.tasks.storage.data import DataProvider
@@ -101,18 +106,22 @@ def _comparison_columns(against: str, row: RegressionRow | None) -> dict[str, An
 
 
 def record_run(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) -> list[RegressionRow]:
-    """Compare each model with its previous run and the baseline, then append the run to the history."""
+    """Judge each model against its own history (and the pinned baseline), then append the run."""
     sessions = pd.read_parquet(Path(config.run.output) / "sessions.parquet")
     hashes = item_hashes(config)
     items = run_items(sessions, hashes)
     data_fp = fingerprint_hash(sorted(hashes.items()))
     pinned = history.baseline(top)
-    rows, comparisons = [], []
+    before = history.read_runs(top)
+    finished = pd.Timestamp.now(tz="UTC")
+    rows: list[dict[str, Any]] = []
+    comparisons: list[RegressionRow] = []
+    baselines: list[tuple[int, RegressionRow]] = []
     for index, model in enumerate(config.model):
         model_id = model.model_id
         if not any(r.model_id == model_id for r in envelope.leaderboard):
             continue
-        prints = fingerprints(config, index)
+        prints = {**fingerprints(config, index), "data_fingerprint": data_fp}
         mine = items[items["model_id"] == model_id]
         summary = {
             **_summary(envelope, model_id, sessions),
@@ -121,46 +130,82 @@ def record_run(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) 
             "flow_run_id": info.flow_run_id,
             "cache_scope": info.cache_scope,
             "started_at": pd.Timestamp(info.started_at),
-            "finished_at": pd.Timestamp.now(tz="UTC"),
-            "data_fingerprint": data_fp,
+            "finished_at": finished,
         }
-        references = [("previous", history.previous_run(top, model_id, info.run_id))]
-        if pinned and pinned != info.run_id:
-            references.append(("baseline", history.run_row(top, pinned, model_id)))
-        for against, ref in references:
-            if ref is None:
-                continue
+        verdict, record = judge(
+            top, model_id, info.run_id, mine, prints, config.monitor, runs=before, pinned=pinned, finished=finished
+        )
+        summary.update(record)
+        if verdict is not None:
+            comparisons.append(verdict)
+            summary.update(_comparison_columns("history", verdict))
+        ref = history.run_row(top, pinned, model_id) if pinned and pinned != info.run_id else None
+        if ref is not None:
             result = compare(
                 mine,
                 history.read_items(top, ref["run_id"], model_id),
                 model_id=model_id,
                 run_id=info.run_id,
                 reference_run_id=ref["run_id"],
-                against=against,
+                against="baseline",
+                alpha=_baseline_alpha(config, record["history_runs_per_year"]),
                 checker_changed=ref["checker_fingerprint"] != prints["checker_fingerprint"],
                 config_changed=ref["config_fingerprint"] != prints["config_fingerprint"],
             )
-            comparisons.append(result)
-            summary.update(_comparison_columns(against, result))
+            baselines.append((len(rows), result))
         rows.append(summary)
+    for (position, result), keep in zip(baselines, _holm([r for _, r in baselines])):
+        if not keep and result.verdict in ("regressed", "improved"):
+            note = f"not significant after Holm's correction across the run's {len(baselines)} baseline comparisons"
+            result = result.model_copy(update={"verdict": "no detectable change", "note": _join(result.note, note)})
+        comparisons.append(result)
+        rows[position].update(_comparison_columns("baseline", result))
     history.append_run(top, info.run_id, rows, items)
     for row in comparisons:
         log.info(
-            "%s vs %s run %s: %s (%s)", row.model_id, row.against, row.reference_run_id, row.verdict, describe(row)
+            "%s vs %s (runs up to %s): %s (%s)",
+            row.model_id,
+            row.against,
+            row.reference_run_id,
+            row.verdict,
+            describe(row),
         )
     return comparisons
 
 
+def _baseline_alpha(config: ApeConfig, cadence: float) -> float:
+    """Each run's test against the pinned baseline spends half the false-alarm budget (the
+    history monitor the other half): two-sided level = budget / runs per year (Bonferroni over time)."""
+    return min(0.05, 0.5 * config.monitor.false_alarms_per_year / cadence)
+
+
+def _holm(rows: list[RegressionRow]) -> list[bool]:
+    """Holm (1979) across the models' baseline comparisons of one run, each at its ``alpha``."""
+    if not rows:
+        return []
+    return holm([r.p_value for r in rows], rows[0].alpha)
+
+
+def _join(*notes: str | None) -> str | None:
+    return "; ".join(n for n in notes if n) or None
+
+
 def describe(row: RegressionRow) -> str:
-    """One line: the difference, its interval, the p-value and what could have been detected."""
+    """One line: the difference, its interval, the evidence and what could have been detected."""
     if row.verdict == "not comparable":
         return row.note or "not comparable"
     parts = [f"diff {row.mean_diff:+.3f}"]
     if row.ci_low is not None and row.ci_high is not None:
         parts[0] += f" [{row.ci_low:+.3f}, {row.ci_high:+.3f}]"
-    parts.append(f"McNemar p={row.p_value:.3g}" if row.p_value is not None else "no test")
+    if row.against == "history":
+        parts.append(row.evidence or "no test")
+        parts.append(f"reference {row.reference_runs} runs {row.reference_from}..{row.reference_run_id}")
+        parts.append(f"{row.runs_since_change} runs since the change point")
+    else:
+        parts.append(f"McNemar p={row.p_value:.3g} at {row.alpha:.2g}" if row.p_value is not None else "no test")
     if row.min_detectable_change is not None:
-        parts.append(f"detectable {row.min_detectable_change:.3f}")
+        parts.append(f"next run detects {row.min_detectable_change:.3f}" if row.against == "history"
+                     else f"detectable {row.min_detectable_change:.3f}")  # fmt: skip
     parts.append(f"{row.n_items} items")
     if row.note:
         parts.append(row.note)

@@ -299,7 +299,25 @@ class HooksConfig(Section):
     on_regression: str | None = Field(
         default=None,
         description="Dotted path to a callable(regression) run for each model a new run found "
-        "worse than its previous run or its baseline.",
+        "worse than its own recent history or its pinned baseline.",
+    )
+
+
+class MonitorConfig(Section):
+    """How new runs are judged against the model's own history (see ``ape.tasks.stats.monitor``)."""
+
+    false_alarms_per_year: float = Field(
+        default=1.0,
+        gt=0,
+        description="False alarms of an unchanged model allowed per model and year, on average.",
+    )
+    window: int = Field(
+        default=30, ge=1, description="At most this many runs since the last change point form the reference."
+    )
+    runs_per_year: float | None = Field(
+        default=None,
+        gt=0,
+        description="The cadence; by default from the spacing of the model's runs (nightly until there are three).",
     )
 
 
@@ -315,6 +333,7 @@ class ApeConfig(Section):
     run: RunConfig = Field(default_factory=RunConfig)
     cli: CliConfig = Field(default_factory=CliConfig)
     hooks: HooksConfig = Field(default_factory=HooksConfig)
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig)
     base_dir: Path = Field(default=Path("."), description="Folder of the config file; plugins import from here.")
     config_file: Path | None = None
 

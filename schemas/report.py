@@ -168,18 +168,23 @@ Verdict = Literal["regressed", "improved", "no detectable change", "not comparab
 
 
 class RegressionRow(ReportModel):
-    """One model of a run compared with an earlier run, paired item by item (``current - reference``).
+    """One model of a run compared with earlier runs, paired item by item (``current - reference``).
 
-    ``verdict`` comes from the exact McNemar test on pass/fail at ``alpha``; the
-    difference and its interval are of mean item scores. ``min_detectable_change`` is
-    the smallest drop or gain in pass rate this comparison would flag four times in
-    five, given its items and discordance: a "no detectable change" says nothing about
-    smaller changes.
+    ``against = "history"``: the reference is the item's mean score over the model's runs
+    since the last change point (``reference_from`` .. ``reference_run_id``, ``reference_runs``
+    of them); the verdict comes from the sequential detector of :mod:`ape.tasks.stats.monitor`
+    (``statistic`` against ``threshold``, see ``evidence``), whose false alarms are budgeted
+    per model-year; the interval is ``mean_diff +- 1.96 se``; ``min_detectable_change`` is
+    the smallest drop the *next* run would flag four times in five.
+    ``against = "baseline"`` (and "previous" in histories of older versions): the exact
+    McNemar test on pass/fail at ``alpha``, Holm-corrected across the run's models; the
+    difference and its (bootstrap) interval are of mean item scores.
+    A "no detectable change" says nothing about changes smaller than ``min_detectable_change``.
     """
 
     model_id: str
     run_id: str
-    against: Literal["previous", "baseline"]
+    against: Literal["history", "previous", "baseline"]
     reference_run_id: str
     verdict: Verdict
     n_items: int = Field(default=0, description="Items both runs answered, unchanged in between.")
@@ -198,6 +203,20 @@ class RegressionRow(ReportModel):
     new_items: int = Field(default=0, description="Items only the current run has; left out.")
     removed_items: int = Field(default=0, description="Items only the reference run has.")
     note: str | None = Field(default=None, description="Why the comparison is partial or void.")
+    statistic: float | None = Field(default=None, description="History: the run's standardized paired difference z.")
+    threshold: float | None = Field(default=None, description="History: the single-run limit L on |z|.")
+    cusum_down: float | None = Field(default=None, description="History: the downward cumulative sum (before reset).")
+    cusum_up: float | None = Field(default=None, description="History: the upward cumulative sum (before reset).")
+    cusum_limit: float | None = Field(default=None, description="History: the limit h of the cumulative sums.")
+    evidence: str | None = Field(default=None, description="What decided: the statistic against its threshold.")
+    reference_from: str | None = Field(default=None, description="History: the oldest run of the reference.")
+    reference_runs: int = Field(default=0, description="History: runs in the reference.")
+    runs_since_change: int = Field(
+        default=0, description="History: runs since the last change point, this one included."
+    )
+    change_point: str | None = Field(
+        default=None, description="Why a new reference starts with or after this run (alarm, fingerprint, baseline)."
+    )
 
 
 # -- model-graded checks (the judge checker; ape.tasks.report.judge) ------------------------

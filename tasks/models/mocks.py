@@ -205,6 +205,11 @@ class MockChatModel(BaseChatModel):
         description="File holding the accuracy as a number, read at every call instead of "
         "'accuracy' (a served model whose quality changes between scheduled runs).",
     )
+    seed_file: str | None = Field(
+        default=None,
+        description="File holding the seed as an integer, read at every call instead of 'seed' "
+        "(a sampled model whose draws differ between scheduled runs while its settings stay the same).",
+    )
     transient_failures: int = Field(
         default=0, ge=0, description="The first N calls of this instance fail like a dropped connection."
     )
@@ -342,7 +347,8 @@ class MockChatModel(BaseChatModel):
             return self._with_metadata(message, 0.9, finish="tool_calls")
         # sampling: each call of this instance draws afresh, so repeated sessions of one
         # prompt can differ (what pass@k measures); otherwise the prompt decides
-        key: tuple[object, ...] = (self.seed, source, number) if self.sampling else (self.seed, source)
+        seed = self._seed()
+        key: tuple[object, ...] = (seed, source, number) if self.sampling else (seed, source)
         if self.sampling and _unit(source, "consistent") < self.consistency:
             key = ("consistent", source)
         if _unit(*key, "right") < self._accuracy():
@@ -368,6 +374,12 @@ class MockChatModel(BaseChatModel):
         if wrong:
             grade = grade - 1 if grade > 0 else grade + 1
         return f"GRADE: {grade}"
+
+    def _seed(self) -> int:
+        if self.seed_file is None:
+            return self.seed
+        with open(self.seed_file, encoding="utf-8") as handle:
+            return int(handle.read().strip())
 
     def _accuracy(self) -> float:
         if self.accuracy_file is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ape.schemas.report import Envelope, LeaderboardRow
+from ape.schemas.report import Envelope, LeaderboardRow, RegressionRow
 from ape.tasks.report.health import suspect_lines
 
 
@@ -124,12 +124,11 @@ def markdown_table(envelope: Envelope) -> str:
     if envelope.calibration:
         lines += ["## Calibration", "", *calibration_table(envelope), ""]
     if envelope.regressions:
-        header = ["Model", "Against run", "Verdict", "Items", "Score diff [95% CI]", "Passed now/before only",
-                  "p (exact McNemar)", "Detectable change"]  # fmt: skip
+        header = ["Model", "Against", "Verdict", "Items", "Score diff [95% CI]", "Evidence",
+                  "Detectable change"]  # fmt: skip
         rows = [
-            [_cell(r.model_id), f"{r.against} {r.reference_run_id}", f"**{r.verdict}**", str(r.n_items),
-             _interval(r.mean_diff, r.ci_low, r.ci_high), f"{r.current_only}/{r.reference_only}",
-             _cell(r.p_value), _cell(r.min_detectable_change)]
+            [_cell(r.model_id), _against(r), f"**{r.verdict}**", str(r.n_items),
+             _interval(r.mean_diff, r.ci_low, r.ci_high), _evidence(r), _cell(r.min_detectable_change)]
             for r in envelope.regressions
         ]  # fmt: skip
         notes = [f"- {r.model_id} vs {r.against}: {_cell(r.note)}" for r in envelope.regressions if r.note]
@@ -139,6 +138,19 @@ def markdown_table(envelope: Envelope) -> str:
     lines.append(f"{summary.tasks} tasks, {summary.models} models, {summary.sessions} sessions{wall}")
     lines += _provenance_lines(summary.provenance)
     return "\n".join(lines) + "\n"
+
+
+def _against(row: RegressionRow) -> str:
+    if row.against == "history":
+        return f"own history: {row.reference_runs} runs {row.reference_from} .. {row.reference_run_id}"
+    return f"{row.against} run {row.reference_run_id}"
+
+
+def _evidence(row: RegressionRow) -> str:
+    if row.against == "history":
+        return _cell(row.evidence)
+    flips = f"passed now/before only {row.current_only}/{row.reference_only}"
+    return f"exact McNemar p = {_cell(row.p_value)} at {row.alpha:.2g}; {flips}"
 
 
 def _provenance_lines(provenance: Mapping[str, Any]) -> list[str]:

@@ -1,6 +1,10 @@
 """The history as a table (``ape history``, the Prefect history artifact) and ``trend.png``.
 
-Takes the runs table of :func:`ape.tasks.storage.history.read_runs`. The chart is drawn on a bare
+Takes the runs table of :func:`ape.tasks.storage.history.read_runs`. The verdicts shown are the
+ones recorded at run time (with the monitor's statistic, limits and sums), so the table
+says what the alerts said; change points (a new reference after an alarm, a changed
+fingerprint or ``ape baseline``) and the reference band (reference mean +- the single-run
+limit in standard errors) come from the same columns. The chart is drawn on a bare
 matplotlib ``Figure`` (Agg canvas), like :mod:`ape.tasks.report.chart`: no display needed.
 """
 
@@ -26,38 +30,59 @@ def _verdict(verdict: object, diff: object, p: object) -> str:
     return text
 
 
+def _history_verdict(row: dict) -> str:
+    """The verdict against the model's own history, or (older histories) against the previous run."""
+    verdict = row.get("history_verdict")
+    if not isinstance(verdict, str):
+        old = _verdict(row.get("previous_verdict"), row.get("previous_diff"), row.get("previous_p"))
+        return old if old == "-" else f"{old} (vs previous run)"
+    text = MARKS.get(verdict, verdict)
+    z, limit = row.get("history_z"), row.get("history_limit")
+    if verdict in ("regressed", "improved") and not pd.isna(row.get("history_diff")):
+        text += f" {row['history_diff']:+.3f}"
+    if z is not None and not pd.isna(z) and limit is not None and not pd.isna(limit):
+        text += (
+            f" (z={z:+.2f}, limit ±{limit:.2f}; CUSUM ↓{row['history_cusum_down']:.2f} ↑{row['history_cusum_up']:.2f}"
+        )
+        text += f" vs h={row['history_h']:.2f})"
+    return text
+
+
+def reference_band(runs: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """The band around the reference a run's score had to leave for a single-run alarm:
+    reference mean +- L se (null where a run had no reference)."""
+    mean = runs["history_reference_mean"].astype(float)
+    half = runs["history_limit"].astype(float) * runs["history_se"].astype(float)
+    return mean - half, mean + half
+
+
+def _change(row: dict) -> str:
+    change = row.get("history_change")
+    if not isinstance(change, str):
+        return ""
+    after = " after this run" if change == "alarm" else ""
+    return f"◆ new reference ({change}){after}"
+
+
 def history_markdown(runs: pd.DataFrame, title: str | None = None) -> str:
-    """Each model's score per run with its 95% CI and the verdicts, as a markdown table."""
+    """Each model's score per run with its 95% CI, the verdicts, the reference band and change points."""
     lines = [f"# {title}", ""] if title else []
     if runs.empty:
         return "\n".join([*lines, "no runs recorded yet"]) + "\n"
     runs = runs.sort_values(["model_id", "run_id"])
     finished = runs["finished_at"].dt.strftime("%Y-%m-%d %H:%M").fillna("-")
-    columns = [
-        runs[c].tolist()
-        for c in (
-            "model_id",
-            "run_id",
-            "n_items",
-            "mean_score",
-            "ci_low",
-            "ci_high",
-            "previous_verdict",
-            "previous_diff",
-            "previous_p",
-            "baseline_verdict",
-            "baseline_diff",
-            "baseline_p",
-        )
-    ]
+    low, high = reference_band(runs)
     lines += [
-        "| Model | Run | Finished | Items | Score [95% CI] | vs previous | vs baseline |",
-        "|---|---|---|---|---|---|---|",
+        "| Model | Run | Finished | Items | Score [95% CI] | vs own history | Reference ± limit | Change point "
+        "| vs baseline |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for when, (model, run, n, mean, low, high, pv, pd_, pp, bv, bd, bp) in zip(finished, zip(*columns)):
+    for when, band_low, band_high, row in zip(finished, low, high, runs.to_dict("records")):
+        band = "-" if pd.isna(band_low) else f"{row['history_reference_mean']:.3f} [{band_low:.3f}, {band_high:.3f}]"
         lines.append(
-            f"| {model} | {run} | {when} | {n} | {_num(mean)} [{_num(low)}, {_num(high)}] | "
-            f"{_verdict(pv, pd_, pp)} | {_verdict(bv, bd, bp)} |"
+            f"| {row['model_id']} | {row['run_id']} | {when} | {row['n_items']} | {_num(row['mean_score'])} "
+            f"[{_num(row['ci_low'])}, {_num(row['ci_high'])}] | {_history_verdict(row)} | {band} | {_change(row)} | "
+            f"{_verdict(row.get('baseline_verdict'), row.get('baseline_diff'), row.get('baseline_p'))} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -70,7 +95,7 @@ def write_trend_chart(runs: pd.DataFrame, path: Path, title: str = "Score per ru
     figure = Figure(figsize=(10, 5), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    axes.set_title(f"{title} (95% CI; ▼ regression, ▲ improvement)")
+    axes.set_title(f"{title} (95% CI; grey: reference band; dotted: change point; ▼ regression, ▲ improvement)")
     axes.set_ylabel("mean score")
     if runs.empty:
         axes.text(0.5, 0.5, "no runs recorded yet", ha="center", va="center", transform=axes.transAxes)
@@ -85,8 +110,18 @@ def write_trend_chart(runs: pd.DataFrame, path: Path, title: str = "Score per ru
             alpha=0.2,
             linewidth=0,
         )
+        low, high = reference_band(group)
+        if low.notna().any():
+            axes.fill_between(when, low, high, step="mid", color="grey", alpha=0.25, linewidth=0,
+                              label=f"{model_id}: reference ± limit")  # fmt: skip
+        for point in when[group["history_change"].isin(["alarm", "fingerprint", "baseline"]).to_numpy()]:
+            axes.axvline(point, color=line.get_color(), linestyle=":", linewidth=1)
         for verdict, marker, color in (("regressed", "v", "red"), ("improved", "^", "green")):
-            hit = (group["previous_verdict"] == verdict) | (group["baseline_verdict"] == verdict)
+            hit = (
+                (group["history_verdict"] == verdict)
+                | (group["previous_verdict"] == verdict)
+                | (group["baseline_verdict"] == verdict)
+            )
             if hit.any():
                 axes.scatter(when[hit], group.loc[hit, "mean_score"], marker=marker, s=70, color=color, zorder=3)
     if not runs.empty:

@@ -14,9 +14,19 @@ started_at, finished_at (timestamp[us, UTC]); n_items, n_sessions (int64); mean_
 score_se, ci_low, ci_high, pass_rate (float64); pass_at_k (string: JSON object k -> value);
 ece, brier (float64, null without confidences); input_tokens, output_tokens (int64);
 cost (float64, null when unknown); errors, check_errors (int64); config_fingerprint,
-data_fingerprint, checker_fingerprint (string); and for ``previous`` and ``baseline``:
-<against>_run (string), <against>_verdict (string), <against>_diff, <against>_ci_low,
-<against>_ci_high, <against>_p, <against>_mdc (float64), <against>_note (string).
+data_fingerprint, checker_fingerprint (string); and for ``history`` (the model's own
+recent history), ``baseline`` (the pinned run) and ``previous`` (histories written before
+the history monitor): <against>_run (string: the reference's newest run), <against>_verdict
+(string), <against>_diff, <against>_ci_low, <against>_ci_high, <against>_p, <against>_mdc
+(float64), <against>_note (string). The monitor's evidence and state after the run:
+history_z, history_se, history_limit (L), history_h, history_k, history_cusum_up,
+history_cusum_down (before a reset), history_reference_mean (float64);
+history_reference_from (string), history_reference_runs, history_since (int64);
+history_start (string: the oldest run the next run's reference may hold), history_change
+(string: "first", "alarm", "fingerprint" or "baseline" where a new reference starts),
+history_joins (bool: the run belongs to the reference; an alarming run does not),
+history_runs_per_year (float64), history_evidence (string). Files written before these
+columns existed read with them null.
 
 ``items`` columns: run_id, model_id, item_id, item_hash (string: the item's content);
 score (float64: mean over its sessions); passed (bool: at least half correct);
@@ -52,7 +62,7 @@ HISTORY_DIR = "history"
 RUNS_FILE = "runs.parquet"
 ITEMS = "items"
 BASELINE_FILE = "baseline.json"
-AGAINST = ("previous", "baseline")
+AGAINST = ("history", "previous", "baseline")  # "previous": written by versions before the monitor
 
 ITEMS_SCHEMA = pa.schema([
     ("run_id", pa.string()), ("model_id", pa.string()), ("item_id", pa.string()),
@@ -67,6 +77,15 @@ _COMPARISON_FIELDS = [
                        ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("p", pa.float64()),
                        ("mdc", pa.float64()), ("note", pa.string()))
 ]  # fmt: skip
+# the monitor's evidence and state after the run (see ape.tasks.stats.monitor); null in older histories
+MONITOR_FIELDS = [
+    ("history_z", pa.float64()), ("history_se", pa.float64()), ("history_limit", pa.float64()),
+    ("history_h", pa.float64()), ("history_k", pa.float64()), ("history_cusum_up", pa.float64()),
+    ("history_cusum_down", pa.float64()), ("history_reference_mean", pa.float64()),
+    ("history_reference_from", pa.string()), ("history_reference_runs", pa.int64()),
+    ("history_since", pa.int64()), ("history_start", pa.string()), ("history_change", pa.string()),
+    ("history_joins", pa.bool_()), ("history_runs_per_year", pa.float64()), ("history_evidence", pa.string()),
+]  # fmt: skip
 RUNS_SCHEMA = pa.schema([
     ("run_id", pa.string()), ("benchmark", pa.string()), ("model_id", pa.string()),
     ("flow_run_id", pa.string()), ("cache_scope", pa.string()),
@@ -77,7 +96,7 @@ RUNS_SCHEMA = pa.schema([
     ("brier", pa.float64()), ("input_tokens", pa.int64()), ("output_tokens", pa.int64()),
     ("cost", pa.float64()), ("errors", pa.int64()), ("check_errors", pa.int64()),
     ("config_fingerprint", pa.string()), ("data_fingerprint", pa.string()),
-    ("checker_fingerprint", pa.string()), *_COMPARISON_FIELDS,
+    ("checker_fingerprint", pa.string()), *_COMPARISON_FIELDS, *MONITOR_FIELDS,
 ])  # fmt: skip
 
 

@@ -62,10 +62,10 @@ def test_new_runs_measure_afresh_and_report_a_regression(tmp_path: Path) -> None
     rows = read_results(Path(second["output"]) / "results.jsonl")
     assert not any(s["cached"] for b in rows for s in b["sessions"])
     (verdict,) = second["regressions"]
-    assert verdict["verdict"] == "regressed" and verdict["against"] == "previous"
-    assert verdict["reference_run_id"] == first["run_id"]
-    assert verdict["reference_only"] > 10 and verdict["current_only"] == 0
-    assert verdict["p_value"] < 0.001 and verdict["mean_diff"] < 0
+    assert verdict["verdict"] == "regressed" and verdict["against"] == "history"
+    assert verdict["reference_run_id"] == first["run_id"] and verdict["reference_runs"] == 1
+    assert verdict["statistic"] < -verdict["threshold"] and verdict["mean_diff"] < 0
+    assert verdict["ci_high"] < 0 and "single-run limit" in verdict["evidence"]
     report = json.loads((Path(second["output"]) / "report.json").read_text())
     assert report["regressions"][0]["verdict"] == "regressed"
     assert "regressed" in (Path(second["output"]) / "leaderboard.md").read_text()
@@ -77,7 +77,7 @@ def test_new_runs_measure_afresh_and_report_a_regression(tmp_path: Path) -> None
     runs = pd.read_parquet(top / "history" / "runs.parquet")
     assert list(runs["run_id"]) == [first["run_id"], second["run_id"]]
     assert runs["mean_score"].iloc[0] == 1.0 and runs["mean_score"].iloc[1] < 0.8
-    assert runs["previous_verdict"].iloc[1] == "regressed"
+    assert runs["history_verdict"].iloc[1] == "regressed" and runs["history_change"].iloc[1] == "alarm"
     items = pd.read_parquet(top / "history" / "items")
     assert len(items) == 2 * N and set(items["run_id"]) == {first["run_id"], second["run_id"]}
 
@@ -104,13 +104,15 @@ def test_cli_gate_history_baseline_and_retry_of_a_run(tmp_path: Path, capsys) ->
     first = json.loads((out / "history" / "baseline.json").read_text())["run_id"]
     accuracy.write_text("0.6")
     assert main(["run", str(path), "--new-run", "--fail-on-regression", "--no-server"]) == EXIT_REGRESSED
-    assert "regression: m against its previous run" in capsys.readouterr().err
+    assert "regression: m against its history (1 runs up to" in capsys.readouterr().err
     accuracy.write_text("0.6")
     assert main(["run", str(path), "--new-run", "--no-server"]) == 0  # no gate: exit 0
     runs = pd.read_parquet(out / "history" / "runs.parquet")
     assert len(runs) == 3
-    # the third run: unchanged against the second, still regressed against the pinned baseline
-    assert runs["previous_verdict"].iloc[2] == "no detectable change"
+    # the third run: the first of a new reference after the alarm, still regressed against the pinned baseline
+    assert (
+        runs["history_verdict"].iloc[2] == "not comparable" and runs["history_start"].iloc[2] == runs["run_id"].iloc[1]
+    )
     assert runs["baseline_run"].iloc[2] == first and runs["baseline_verdict"].iloc[2] == "regressed"
     capsys.readouterr()
     assert main(["history", str(out)]) == 0
@@ -139,3 +141,42 @@ def test_in_place_runs_keep_the_seeds_behaviour(tmp_path: Path) -> None:
     report = json.loads((config.run.output / "report.json").read_text())
     assert report["summary"]["cache_scope"] == "in-place" and "run_id" not in report["summary"]
     assert report["regressions"] == []
+
+
+def test_thirty_nightly_runs_of_an_unchanged_sampled_model_stay_quiet_then_a_drop_exits_3(
+    tmp_path: Path, capsys
+) -> None:
+    """`ape run --new-run` 31 times: a sampled mock model whose answers vary between runs
+    (a fresh seed per run, four items in five consistent), judged against its own history at a
+    nightly cadence; no alarm while it is unchanged, then a drop is a regression and exit 3."""
+    from ape.cli import EXIT_REGRESSED, main
+
+    n = 40
+    seed = tmp_path / "seed.txt"
+    accuracy = tmp_path / "accuracy.txt"
+    accuracy.write_text("0.9")
+    args = (
+        f'behaviour = "arithmetic", use_tools = false, sampling = true, consistency = 0.8, '
+        f'accuracy_file = "{accuracy}", seed_file = "{seed}"'
+    )
+    path = make_benchmark(
+        tmp_path, n=n, model_args=args, run="solver_workers = 1", extra="[monitor]\nruns_per_year = 365"
+    )
+    out = tmp_path / "out"
+    for night in range(30):
+        seed.write_text(str(1000 + night))
+        assert main(["run", str(path), "--new-run", "--fail-on-regression", "--no-server", "--no-progress"]) == 0
+    runs = pd.read_parquet(out / "history" / "runs.parquet").sort_values("run_id")
+    assert runs["mean_score"].nunique() > 1  # the runs differ, like a sampled model's
+    assert (runs["history_verdict"].iloc[1:] == "no detectable change").all()
+    assert runs["history_reference_runs"].iloc[-1] == 29 and runs["history_change"].iloc[1:].isna().all()
+    capsys.readouterr()
+    seed.write_text("2000")
+    accuracy.write_text("0.4")
+    assert (
+        main(["run", str(path), "--new-run", "--fail-on-regression", "--no-server", "--no-progress"]) == EXIT_REGRESSED
+    )
+    assert "regression: m against its history (30 runs up to" in capsys.readouterr().err
+    report = json.loads(((out / "latest") / "report.json").read_text())
+    (verdict,) = report["regressions"]
+    assert verdict["verdict"] == "regressed" and verdict["ci_high"] < 0 and verdict["runs_since_change"] == 31

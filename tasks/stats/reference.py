@@ -1,0 +1,184 @@
+"""A new run of one model against its own recent history: the reference, the decision, the record.
+
+Reads the state the previous run left in ``runs.parquet`` (the monitor columns of
+:mod:`ape.tasks.storage.history`), builds the reference of the runs since the last change point
+(at most ``window`` of them, items paired by id and unchanged content), takes one step of
+the detector of :mod:`ape.tasks.stats.monitor` and returns the verdict with the columns that
+carry the state on to the next run. Histories written before the monitor existed have no
+state: the reference is then the trailing runs with the current fingerprints, both sums
+start at zero.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ape.schemas.config import MonitorConfig
+from ape.schemas.report import RegressionRow
+from ape.tasks.stats.monitor import Design, design, detectable_drop, paired, runs_per_year, step
+from ape.tasks.storage import history
+
+FINGERPRINTS = ("config_fingerprint", "data_fingerprint", "checker_fingerprint")
+VERDICTS = {-1: "regressed", 1: "improved", 0: "no detectable change"}
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where the current reference starts and the sums it carries."""
+
+    start: str
+    up: float
+    down: float
+    change: str | None  # "baseline" when ``ape baseline`` moved the start for this run
+
+
+def _fresh(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+
+
+def current_start(mine: pd.DataFrame, pinned: str | None) -> Start:
+    """The reference start and the sums after the newest earlier run of the model (``mine``, oldest first)."""
+    last = mine.iloc[-1]
+    if not _fresh(last.get("history_start")):
+        start = str(last["history_start"])
+        restarted = last.get("history_change") in ("alarm", "fingerprint")  # "baseline" reset before its run
+        up = 0.0 if restarted or _fresh(last.get("history_cusum_up")) else float(last["history_cusum_up"])
+        down = 0.0 if restarted or _fresh(last.get("history_cusum_down")) else float(last["history_cusum_down"])
+    else:  # a history written before the monitor: the trailing runs with the newest fingerprints
+        same = np.logical_and.reduce([(mine[c] == last[c]).to_numpy() for c in FINGERPRINTS])
+        breaks = np.flatnonzero(~same)
+        start = str(mine["run_id"].iloc[breaks[-1] + 1 if breaks.size else 0])
+        up = down = 0.0
+    if pinned is not None and pinned > start and pinned in set(mine["run_id"]):
+        return Start(start=pinned, up=0.0, down=0.0, change="baseline")
+    return Start(start=start, up=up, down=down, change=None)
+
+
+def reference_matrix(top: Path, runs: list[str], model_id: str, current: pd.DataFrame) -> np.ndarray:
+    """(runs, items) scores of the reference runs aligned to ``current``; NaN where an item is
+    missing or its content changed."""
+    ids = current["item_id"].astype(str).to_numpy()
+    hashes = current["item_hash"].astype(str).to_numpy()
+    matrix = np.full((len(runs), len(ids)), np.nan)
+    position = pd.Index(ids)
+    for row, run_id in enumerate(runs):
+        items = history.read_items(top, run_id, model_id)
+        where = position.get_indexer(items["item_id"].astype(str))
+        keep = where >= 0
+        same = hashes[where[keep]] == items["item_hash"].astype(str).to_numpy()[keep]
+        matrix[row, where[keep][same]] = items["score"].to_numpy(float)[keep][same]
+    return matrix
+
+
+def evidence(z: float, down: float, up: float, plan: Design, verdict: int, by_limit: bool) -> str:
+    """The statistic against its threshold, in words."""
+    if verdict != 0 and by_limit:
+        return f"z = {z:+.2f} beyond the single-run limit ±{plan.limit:.2f}"
+    if verdict < 0:
+        return f"downward CUSUM {down:.2f} > h = {plan.h:.2f} (z = {z:+.2f})"
+    if verdict > 0:
+        return f"upward CUSUM {up:.2f} > h = {plan.h:.2f} (z = {z:+.2f})"
+    return f"z = {z:+.2f} (limit ±{plan.limit:.2f}); CUSUM down {down:.2f}, up {up:.2f} (h = {plan.h:.2f})"
+
+
+def judge(
+    top: Path,
+    model_id: str,
+    run_id: str,
+    current: pd.DataFrame,
+    prints: dict[str, str],
+    settings: MonitorConfig,
+    *,
+    runs: pd.DataFrame,
+    pinned: str | None,
+    finished: pd.Timestamp,
+) -> tuple[RegressionRow | None, dict[str, Any]]:
+    """The verdict of ``run_id`` against the model's history (``runs``: the runs table before
+    this run) and the history columns to record. No verdict for a model's first run."""
+    mine = runs[(runs["model_id"] == model_id) & (runs["run_id"] < run_id)].sort_values("run_id")
+    times = [*pd.to_datetime(mine["finished_at"], utc=True).astype("int64").div(1e9).tolist(), finished.timestamp()]
+    cadence = runs_per_year(times[-(settings.window + 1) :], settings.runs_per_year)
+    budget = settings.false_alarms_per_year * (0.5 if pinned else 1.0)  # half for the pinned baseline
+    plan = design(cadence, budget)
+    record: dict[str, Any] = {"history_runs_per_year": cadence, "history_limit": plan.limit, "history_h": plan.h,
+                              "history_k": plan.k}  # fmt: skip
+    if mine.empty:
+        record.update(history_start=run_id, history_change="first", history_joins=True, history_since=1,
+                      history_cusum_up=0.0, history_cusum_down=0.0)  # fmt: skip
+        return None, record
+    begin = current_start(mine, pinned)
+    last = mine.iloc[-1]
+    changed = [c.split("_")[0] for c in FINGERPRINTS if last[c] != prints.get(c, last[c])]
+    joined = mine["history_joins"].fillna(True).astype(bool)
+    candidates = mine[(mine["run_id"] >= begin.start) & joined]
+    reference = candidates["run_id"].tail(settings.window).tolist()
+    scores = current["score"].to_numpy(float)
+    matrix = reference_matrix(top, reference, model_id, current)
+    comparison = paired(scores[None, :], matrix[None, :, :])
+    z = float(comparison.z[0])
+    result = step(np.array([z]), np.array([begin.up]), np.array([begin.down]), plan, bool(changed))
+    verdict = int(result.verdict[0])
+    up, down = float(result.up_before_reset[0]), float(result.down_before_reset[0])
+    n = int(comparison.n_items[0])
+    se = float(comparison.se[0])
+    diff = float(comparison.mean_diff[0]) if n else None
+    if changed:
+        change: str | None = "fingerprint"
+    elif verdict != 0:
+        change = "alarm"
+    else:
+        change = begin.change
+    restart = change in ("fingerprint", "alarm")
+    notes = []
+    if changed:
+        notes.append(f"{', '.join(changed)} changed: judged against the old reference by the single-run limit; "
+                     "the next runs are compared with this one onwards")  # fmt: skip
+    if begin.change == "baseline":
+        notes.append(f"the reference starts at the pinned baseline {begin.start}")
+    if not reference:
+        notes.append("the first run of a new reference (the run before it alarmed): nothing to compare with yet")
+    unpaired = len(scores) - n
+    if unpaired:
+        notes.append(f"{unpaired} items new or changed: left out")
+    text = evidence(z, down, up, plan, verdict, bool(result.by_limit[0]))
+    row = RegressionRow(
+        model_id=model_id,
+        run_id=run_id,
+        against="history",
+        reference_run_id=reference[-1] if reference else str(last["run_id"]),
+        reference_from=reference[0] if reference else None,
+        reference_runs=len(reference),
+        runs_since_change=len(candidates) + 1,
+        verdict=VERDICTS[verdict] if n else "not comparable",
+        n_items=n,
+        mean_current=float(np.nanmean(scores)) if len(scores) else None,
+        mean_reference=float(comparison.reference_mean[0]) if n else None,
+        mean_diff=diff,
+        ci_low=diff - 1.96 * se if diff is not None else None,
+        ci_high=diff + 1.96 * se if diff is not None else None,
+        statistic=z,
+        threshold=plan.limit,
+        cusum_down=down,
+        cusum_up=up,
+        cusum_limit=plan.h,
+        evidence=text,
+        change_point=change,
+        alpha=1.0 / plan.arl,
+        min_detectable_change=detectable_drop(0.0 if restart else down, se, plan) if n else None,
+        new_items=unpaired,
+        note="; ".join(notes) or None,
+    )
+    record.update(
+        history_z=z, history_se=se, history_cusum_up=up, history_cusum_down=down,
+        history_reference_mean=row.mean_reference, history_reference_from=row.reference_from,
+        history_reference_runs=len(reference), history_since=row.runs_since_change,
+        history_start=run_id if restart else begin.start, history_change=change,
+        history_joins=not (change == "alarm"), history_evidence=text,
+    )  # fmt: skip
+    return row, record
