@@ -1,4 +1,4 @@
-"""The command line: ``ape run|validate|report|retry|demo|serve|server|history|baseline|diff``.
+"""The command line: ``ape run|validate|report|retry|demo|serve|server|history|baseline|diff|items``.
 
 Errors print one line naming the file and key (``--debug`` adds the
 traceback) and exit non-zero: 2 for bad input, 1 for a run whose items
@@ -17,7 +17,20 @@ from pathlib import Path
 from ape.schemas.errors import ApeError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REGRESSED = 0, 1, 2, 3
-COMMANDS = ("run", "validate", "report", "retry", "demo", "serve", "server", "plan", "history", "baseline", "diff")
+COMMANDS = (
+    "run",
+    "validate",
+    "report",
+    "retry",
+    "demo",
+    "serve",
+    "server",
+    "plan",
+    "history",
+    "baseline",
+    "diff",
+    "items",
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -111,9 +124,22 @@ def _parser() -> argparse.ArgumentParser:
         help="env: print the PREFECT_API_URL export line for a new shell",
     )
     srv.add_argument("--port", type=int, default=None, help="port (default 4200)")
-    hist, base = _history_commands(sub)
+    hist, base, items = _history_commands(sub)
     dif = _diff_command(sub)
-    for command in (run, val, rep, ret, demo, serve, srv, pln, hist, base, dif):  # --debug also after the command
+    for command in (
+        run,
+        val,
+        rep,
+        ret,
+        demo,
+        serve,
+        srv,
+        pln,
+        hist,
+        base,
+        dif,
+        items,
+    ):  # --debug also after the command
         command.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and debug logs"
         )
@@ -160,7 +186,12 @@ def _history_commands(sub: argparse._SubParsersAction) -> tuple[argparse.Argumen
     base = sub.add_parser("baseline", help="pin a run as the baseline new runs are compared with")
     base.add_argument("output", type=Path, help="output folder holding history/")
     base.add_argument("run_id", help="a run id from `ape history`, or 'latest'")
-    return hist, base
+    items = sub.add_parser(
+        "items", help="the items that mislead: never passed, flaky (flip without a change), changed content"
+    )
+    items.add_argument("output", type=Path, help="output folder holding history/")
+    items.add_argument("--top", type=int, default=20, help="how many items to print (default 20)")
+    return hist, base, items
 
 
 def _diff_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -276,6 +307,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
     if args.command == "history":
         return commands.history(args.output, args.model, chart=not args.no_chart)
+    if args.command == "items":
+        return commands.items(args.output, args.top)
     if args.command == "diff":
         from ape.diffs import diff
 

@@ -384,6 +384,7 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
 def history(output: Path, model: str | None, chart: bool) -> int:
     """Print each model's score per run with CIs and verdicts; write OUTPUT/trend.png."""
     from ape.tasks.report.trend import history_markdown, write_trend_chart
+    from ape.tasks.stats.item_health import signal_to_noise, snr_markdown
     from ape.tasks.storage.history import history_dir, read_runs
 
     if not history_dir(output).is_dir():
@@ -402,9 +403,29 @@ def history(output: Path, model: str | None, chart: bool) -> int:
             )
         runs = runs[runs["model_id"] == model]
     print(history_markdown(runs))
+    print(
+        "Can the benchmark tell the models apart? (signal: spread of the models' mean scores; "
+        "noise: one model's spread across runs with unchanged fingerprints)\n"
+    )
+    print(snr_markdown(signal_to_noise(runs)))
     if chart:
         path = write_trend_chart(runs, output / "trend.png")
         log.info("trend chart written to %s", path)
+    return 0
+
+
+def items(output: Path, top: int) -> int:
+    """Print the item-health ledger of OUTPUT's history: the worst items with their evidence."""
+    from ape.tasks.stats.item_health import item_ledger, ledger_markdown
+    from ape.tasks.storage.history import history_dir, read_all_items, read_runs
+
+    if not history_dir(output).is_dir():
+        raise ApeError(
+            "no run history here",
+            where=str(output),
+            hint="runs started with `ape run --new-run` or by a schedule record one",
+        )
+    print(ledger_markdown(item_ledger(read_all_items(output), read_runs(output)), top=top))
     return 0
 
 

@@ -69,6 +69,18 @@ def regressions_markdown(config: ApeConfig, run_id: str, rows: list[RegressionRo
         lines.append(
             f"| {row.model_id} | {row.against} | {row.reference_run_id} | **{row.verdict}** | {describe(row)} |"
         )
+    explained = {row.model_id: row for row in rows if row.flipped_items or row.changed_settings}
+    for model_id, row in explained.items():
+        lines += [
+            "",
+            f"**Why {model_id} moved** (against its previous run; the run's diff/{model_id}/diff.md has it all):",
+        ]
+        for direction, ids in row.flipped_items.items():
+            if ids:
+                lines.append(f"- {direction}: {', '.join(ids)}")
+        lines.append(
+            "- changed: " + ("; ".join(row.changed_settings) if row.changed_settings else "nothing the runs record")
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -84,14 +84,15 @@ def _calibration_markdown(envelope: Envelope) -> str:
 def record_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dict[str, Any]) -> list[dict[str, Any]]:
     """History entry, comparisons with the previous run and the baseline, ``latest``, alerts."""
     from ape.flows.alerts import publish
-    from ape.flows.recurring import record_run
+    from ape.flows.recurring import explain_moves, flagged_items, record_run
     from ape.schemas.report import Envelope
     from ape.tasks.report.envelope import write_envelope
     from ape.tasks.report.markdown import markdown_table
 
     report = Envelope.model_validate(envelope)
-    rows = record_run(config, top, info, report)
-    report = report.model_copy(update={"regressions": rows})
+    rows = explain_moves(config, top, info, record_run(config, top, info, report))
+    summary = report.summary.model_copy(update={"flagged_items": flagged_items(top)})
+    report = report.model_copy(update={"regressions": rows, "summary": summary})
     write_envelope(config.run.output / "report.json", report)
     (config.run.output / "leaderboard.md").write_text(markdown_table(report), encoding="utf-8")
     finish_run(top, info)

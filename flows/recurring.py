@@ -210,3 +210,45 @@ def describe(row: RegressionRow) -> str:
     if row.note:
         parts.append(row.note)
     return ", ".join(parts)
+
+
+def explain_moves(config: ApeConfig, top: Path, info: RunInfo, rows: list[RegressionRow]) -> list[RegressionRow]:
+    """A model that regressed or improved gets its explanation: the run is compared item by item
+    with the model's previous run (``diff.md`` and ``diff.parquet`` in the run's folder), and
+    the verdict names the flipped items and the settings that changed."""
+    from ape.tasks.report.diff import changed_settings, compare_items, diff_markdown, flipped_items, write_diff
+    from ape.tasks.report.sessions_table import load_sessions
+    from ape.tasks.storage.run_files import find_runs
+    from ape.tasks.storage.runs import run_folder
+
+    moved = {r.model_id for r in rows if r.verdict in ("regressed", "improved")}
+    previous = {m: history.previous_run(top, m, info.run_id) for m in moved}
+    earlier = {m: p["run_id"] for m, p in previous.items() if p}
+    if not earlier:
+        return rows
+    here = Path(config.run.output)
+    meta_now = {str(r.metadata.get("model")): r.metadata for r in find_runs([here])}
+    sessions_now = load_sessions([here])
+    explained = {}
+    for model_id, run_id in earlier.items():
+        folder = run_folder(top, run_id)
+        meta_then = {str(r.metadata.get("model")): r.metadata for r in find_runs([folder])}
+        then = load_sessions([folder])
+        items = compare_items(then[then["model_id"] == model_id], sessions_now[sessions_now["model_id"] == model_id])
+        changes = changed_settings(meta_then, {model_id: meta_now.get(model_id, {})})
+        write_diff(here / "diff" / model_id, items, diff_markdown(items, changes, run_id, info.run_id))
+        explained[model_id] = (flipped_items(items, model_id), [f"{c.part}: {c.a} -> {c.b}" for c in changes])
+    return [
+        r.model_copy(update={"flipped_items": explained[r.model_id][0], "changed_settings": explained[r.model_id][1]})
+        if r.model_id in explained and r.verdict in ("regressed", "improved")
+        else r
+        for r in rows
+    ]
+
+
+def flagged_items(top: Path) -> int | None:
+    """How many items the history's ledger flags (:mod:`ape.tasks.stats.item_health`)."""
+    from ape.tasks.stats.item_health import flagged_count, item_ledger
+
+    items = history.read_all_items(top)
+    return None if items.empty else flagged_count(item_ledger(items, history.read_runs(top)))

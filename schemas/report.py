@@ -145,6 +145,11 @@ class Summary(BaseModel):
     runs_per_data: int | None = Field(default=None, description="Most sessions seen for one item.")
     sources: list[str] = Field(default_factory=list, description="The results files read.")
     generated_at: str | None = Field(default=None, description="When the report was built (UTC).")
+    flagged_items: int | None = Field(
+        default=None,
+        description="Items the run history's ledger flags (never passed, flaky, changed; `ape items`); "
+        "null outside new runs.",
+    )
     sandbox: list[str] = Field(
         default_factory=list,
         description="code_exec sandbox kinds the checks ran in (bwrap, unshare, none); empty without code_exec.",
@@ -216,6 +221,16 @@ class RegressionRow(ReportModel):
     )
     change_point: str | None = Field(
         default=None, description="Why a new reference starts with or after this run (alarm, fingerprint, baseline)."
+    )
+    flipped_items: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="A regressed or improved model: item ids that went 'pass->fail' and 'fail->pass' since the "
+        "previous run (at most 20 each; all in the run's diff.md and diff.parquet).",
+    )
+    changed_settings: list[str] = Field(
+        default_factory=list,
+        description="A regressed or improved model: the recorded settings that differ from the previous run "
+        "('fingerprint checker: a -> b', 'package pandas: 2.2 -> 2.3', ...).",
     )
 
 

@@ -172,6 +172,14 @@ def read_items(top: Path, run_id: str, model_id: str | None = None) -> pd.DataFr
     return pq.read_table(path, filters=filters).to_pandas()
 
 
+def read_all_items(top: Path) -> pd.DataFrame:
+    """Every run's items (the ``items`` columns above); empty when none were recorded."""
+    folder = history_dir(top) / "items"
+    if not folder.is_dir() or not any(folder.glob("*.parquet")):
+        return pd.DataFrame(columns=["run_id", "model_id", "item_id", "item_hash", "score", "passed", "n", "c"])
+    return pd.read_parquet(folder)
+
+
 def previous_run(top: Path, model_id: str, before: str) -> dict | None:
     """The summary row of the newest run of ``model_id`` older than run ``before``."""
     runs = read_runs(top)

@@ -68,6 +68,12 @@ def test_new_runs_measure_afresh_and_report_a_regression(tmp_path: Path) -> None
     assert verdict["ci_high"] < 0 and "single-run limit" in verdict["evidence"]
     report = json.loads((Path(second["output"]) / "report.json").read_text())
     assert report["regressions"][0]["verdict"] == "regressed"
+    # the alert explains itself: the items that flipped since the previous run, item by item
+    flipped = verdict["flipped_items"]["pass->fail"]
+    assert flipped and set(flipped) <= {f"i{i}" for i in range(N)} and verdict["flipped_items"]["fail->pass"] == []
+    assert verdict["changed_settings"] == []  # the accuracy comes from a file: no recorded setting changed
+    assert f"| {flipped[0]} | pass->fail |" in (Path(second["output"]) / "diff" / "m" / "diff.md").read_text()
+    assert isinstance(report["summary"]["flagged_items"], int)
     assert "regressed" in (Path(second["output"]) / "leaderboard.md").read_text()
     assert (top / "latest").resolve() == Path(second["output"]).resolve()
     # the on_regression hook got the regression
@@ -117,7 +123,11 @@ def test_cli_gate_history_baseline_and_retry_of_a_run(tmp_path: Path, capsys) ->
     capsys.readouterr()
     assert main(["history", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("| m |") == 3 and "▼ regressed" in printed
+    assert printed.count("| m |") >= 3 and "▼ regressed" in printed
+    assert "Signal/noise" in printed
+    assert main(["items", str(out), "--top", "3"]) == 0
+    ledger = capsys.readouterr().out
+    assert "items;" in ledger and "flagged" in ledger and ledger.count("\n| i") == 3
     assert (out / "trend.png").stat().st_size > 1000
     # `ape retry` of a run folder continues that run instead of starting a new one
     latest = (out / "latest").resolve()

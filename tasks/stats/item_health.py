@@ -1,0 +1,144 @@
+"""The benchmark's own health, from the run history: items that mislead, and whether the
+benchmark can tell its models apart at all.
+
+Item ledger (:func:`item_ledger`), per item over every recorded run of every model:
+
+- ``flip_rate``: how often the item's verdict (passed: at least half its sessions
+  correct) changes between consecutive runs of one model whose config, data and checker
+  fingerprints did not change, pooled over models. A model that did not change cannot
+  have learned or forgotten the item, so a high flip rate is noise: a flaky item or a
+  flaky checker. ``flip_pairs`` counts the pairs behind it.
+- ``pass_share``: the share of (model, run) rows that passed it, and ``models``, ``runs``.
+- ``versions``: the number of distinct contents (``item_hash``) the item had.
+
+Flags (``flag``, the worst first): ``never passed`` when no model passed it in any of at
+least :data:`MIN_RUNS` runs (its reference may be wrong), ``flaky`` when its flip rate is
+at least :data:`FLAKY_RATE` over at least :data:`MIN_FLIP_PAIRS` pairs, ``changed`` when
+its content changed. Thresholds are module constants so a report can quote them.
+
+Signal to noise (:func:`signal_to_noise`), per model: the spread of its mean score across
+runs with unchanged fingerprints (the run-to-run noise, a standard deviation), against the
+spread of the models' mean scores (the signal, the standard deviation of the per-model
+means). This is the signal-to-noise ratio of Heineman et al., "Signal and Noise: A
+Framework for Reducing Uncertainty in Language Model Evaluation" (2025): the dispersion of
+scores across models over the variability of one model's score, here across its unchanged
+runs; near 1 or below, the benchmark's run-to-run noise is as large as the differences it
+is meant to show.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+MIN_RUNS = 3  # "never passed" needs at least this many (model, run) rows
+FLAKY_RATE = 0.3  # flips per consecutive pair of an unchanged model
+MIN_FLIP_PAIRS = 4
+FINGERPRINTS = ("config_fingerprint", "data_fingerprint", "checker_fingerprint")
+LEDGER_COLUMNS = ["item_id", "models", "runs", "pass_share", "flip_rate", "flip_pairs", "versions", "flag"]
+
+
+def _unchanged_pairs(items: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Consecutive runs of each (model, item) whose fingerprints are equal: (item_id, flipped)."""
+    keys = [c for c in FINGERPRINTS if c in runs.columns]
+    fingerprints = runs[["run_id", "model_id", *keys]].drop_duplicates(["run_id", "model_id"])
+    joined = items.merge(fingerprints, on=["run_id", "model_id"], how="left").sort_values(
+        ["model_id", "item_id", "run_id"]
+    )
+    joined["_setup"] = joined[keys].astype(str).agg("|".join, axis=1) if keys else ""
+    previous = joined.groupby(["model_id", "item_id"], sort=False).shift(1)
+    same = previous["_setup"].eq(joined["_setup"]) & previous["passed"].notna()
+    if "item_hash" in joined.columns:
+        same &= previous["item_hash"].eq(joined["item_hash"]) | joined["item_hash"].isna()
+    pairs = joined.loc[same, ["item_id"]].copy()
+    pairs["flipped"] = (
+        joined.loc[same, "passed"].astype(bool).to_numpy() != previous.loc[same, "passed"].astype(bool).to_numpy()
+    )
+    return pairs
+
+
+def item_ledger(items: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per item (columns :data:`LEDGER_COLUMNS`), flagged items first, then by flip rate."""
+    if items.empty:
+        return pd.DataFrame(columns=LEDGER_COLUMNS)
+    grouped = items.groupby("item_id")
+    ledger = pd.DataFrame(
+        {
+            "models": grouped["model_id"].nunique(),
+            "runs": grouped.size(),
+            "pass_share": grouped["passed"].mean(),
+            "versions": grouped["item_hash"].nunique() if "item_hash" in items.columns else 1,
+        }
+    )
+    pairs = _unchanged_pairs(items, runs).groupby("item_id")["flipped"]
+    ledger["flip_pairs"] = pairs.size().reindex(ledger.index).fillna(0).astype(int)
+    ledger["flip_rate"] = pairs.mean().reindex(ledger.index)
+    never = (ledger["pass_share"] == 0) & (ledger["runs"] >= MIN_RUNS)
+    flaky = (ledger["flip_rate"] >= FLAKY_RATE) & (ledger["flip_pairs"] >= MIN_FLIP_PAIRS)
+    changed = ledger["versions"] > 1
+    ledger["flag"] = np.select([never, flaky, changed], ["never passed", "flaky", "changed"], default="")
+    order = ledger["flag"].map({"never passed": 0, "flaky": 1, "changed": 2, "": 3})
+    ledger = ledger.assign(_order=order, _flips=ledger["flip_rate"].fillna(-1.0))
+    ledger = ledger.sort_values(["_order", "_flips", "pass_share"], ascending=[True, False, True])
+    return ledger.drop(columns=["_order", "_flips"]).reset_index()[LEDGER_COLUMNS]
+
+
+def flagged_count(ledger: pd.DataFrame) -> int:
+    return int((ledger["flag"] != "").sum())
+
+
+def signal_to_noise(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per model: runs, mean score, run-to-run sd over runs with its latest fingerprints (noise),
+    the sd of the models' mean scores (signal) and their ratio (NaN with fewer than two models
+    or two runs)."""
+    columns = ["model_id", "runs", "mean_score", "noise_sd", "signal_sd", "snr"]
+    if runs.empty:
+        return pd.DataFrame(columns=columns)
+    keys = [c for c in FINGERPRINTS if c in runs.columns]
+    rows = []
+    for model_id, group in runs.sort_values("run_id").groupby("model_id"):
+        latest = group.iloc[-1]
+        same = group
+        for key in keys:
+            same = same[same[key].astype(str) == str(latest[key])]
+        scores = same["mean_score"].dropna()
+        noise = float(scores.std(ddof=1)) if len(scores) >= 2 else math.nan
+        rows.append({"model_id": model_id, "runs": len(scores), "mean_score": float(scores.mean()), "noise_sd": noise})
+    table = pd.DataFrame(rows, columns=columns[:4])
+    signal = float(table["mean_score"].std(ddof=1)) if len(table) >= 2 else math.nan
+    table["signal_sd"] = signal
+    table["snr"] = signal / table["noise_sd"].where(table["noise_sd"] > 0)
+    return table[columns]
+
+
+def ledger_markdown(ledger: pd.DataFrame, top: int = 20) -> str:
+    """The worst items with their evidence."""
+    flagged = flagged_count(ledger)
+    lines = [
+        f"{len(ledger)} items; {flagged} flagged (never passed by any model in {MIN_RUNS}+ runs, "
+        f"flaky: flip rate >= {FLAKY_RATE} over {MIN_FLIP_PAIRS}+ unchanged pairs, or changed content)",
+        "",
+        "| Item | Flag | Pass share | Flip rate (pairs) | Models | Runs | Versions |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in ledger.head(top).itertuples():
+        flips = "-" if pd.isna(row.flip_rate) else f"{row.flip_rate:.2f} ({row.flip_pairs})"
+        lines.append(
+            f"| {row.item_id} | {row.flag or '-'} | {row.pass_share:.2f} | {flips} | {row.models} | {row.runs} "
+            f"| {row.versions} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def snr_markdown(table: pd.DataFrame) -> str:
+    lines = [
+        "| Model | Runs (unchanged) | Mean score | Run-to-run sd (noise) | Between-model sd (signal) | Signal/noise |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in table.itertuples():
+        cells = [f"{v:.3f}" if not pd.isna(v) else "-" for v in (row.mean_score, row.noise_sd, row.signal_sd)]
+        snr = "-" if pd.isna(row.snr) else f"{row.snr:.1f}"
+        lines.append(f"| {row.model_id} | {row.runs} | {cells[0]} | {cells[1]} | {cells[2]} | {snr} |")
+    return "\n".join(lines) + "\n"
