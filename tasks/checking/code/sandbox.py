@@ -103,7 +103,11 @@ def bwrap_argv(tmpfs_bytes: int = TMPFS_BYTES, *, disable_userns: bool = True) -
 
 # Runs as root of the new user namespace, before the interpreter: the private tmpfs (with
 # the interpreter's folders it hides bound back in, through descriptors opened before it
-# covers them), every other mount read-only, then every capability dropped for good.
+# covers them), every other mount read-only, then every capability dropped for good. The
+# interpreter runs as this shell's child, not in its place: the shell (the namespace's
+# init) then exits with 128 + N when the interpreter is killed by signal N, as bwrap does,
+# so a sandbox killed from outside reads as one (unshare's own re-raising of the signal fails
+# in a user namespace and would report exit code 1).
 _UNSHARE_PRELUDE = r"""
 set -e
 %s
@@ -114,7 +118,7 @@ awk '{print $5}' /proc/self/mountinfo | while read -r point; do
 done
 touch /.ape-rw-probe 2>/dev/null && { echo "the root file system stayed writable" >&2; exit 97; }
 cd /tmp
-exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- env -i %s "$@"
+setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- env -i %s "$@"
 """
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -237,3 +239,45 @@ def test_a_virtual_environment_under_tmp_runs_in_the_sandbox(kind):
         assert done.stdout.split() == [str(folder / "venv"), kind, "1.0"]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ killed from outside
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "unshare"])
+def test_a_sandbox_killed_from_outside_mid_check_is_an_error_not_a_score(kind):
+    """An operator or the host kills the interpreter while the tests run: the code's result is
+    unknown, so the check is a SandboxError (a check error), not a score for the tests not run."""
+    try:
+        sandboxes.prefix(kind)
+    except sandboxes.SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+    import uuid
+
+    from tests.helpers.attacks import processes_with
+
+    marker = "ape-outside-kill-" + uuid.uuid4().hex
+    tests = f"assert add(1, 2) == 3\nimport subprocess\nsubprocess.run(['sh', '-c', 'sleep 60; : {marker}'])\nassert add(2, 2) == 4\n"
+    killed: list[int] = []
+
+    def kill_the_interpreter() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not killed:
+            for line in processes_with(marker):
+                pid = int(line.split(":")[0])
+                status = Path(f"/proc/{pid}/status").read_text()
+                parent = int(next(row.split()[1] for row in status.splitlines() if row.startswith("PPid:")))
+                os.kill(parent, signal.SIGKILL)  # the interpreter running the tests, from outside
+                killed.append(parent)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_the_interpreter)
+    killer.start()
+    try:
+        with pytest.raises(SandboxError, match="killed from outside during the check") as caught:
+            run_code(ADD, tests, sandbox=kind, timeout_s=20.0)
+    finally:
+        killer.join()
+    assert killed and "after 1 of 2 tests" in str(caught.value)
+    # (the check stage turns a SandboxError into a check error: see the check-stage test above)
