@@ -137,6 +137,8 @@ class Ledger:
         if not self._poll_lock.acquire(blocking=False):
             return
         try:
+            if time.monotonic() - self._polled_at < POLL_S:  # another thread just asked
+                return
             ids = list(self.expected())
             if ids:
                 self._recorded = self.counter(ids, FINAL_TYPES)
