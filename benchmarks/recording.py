@@ -161,6 +161,9 @@ def main() -> None:
         env.pop("PREFECT_API_URL", None)
         try:
             measure_run(args.n, work, env, info.api_url, info.log_file)
+            if args.idle and info.pid is not None:
+                time.sleep(15)
+                print(f"the same server, idle after the run: {idle_percent(info.pid, args.idle):.2f}% of a core")
         finally:
             server.stop()
 
