@@ -166,13 +166,13 @@ def _evaluate_all(
         "summary": envelope.get("summary"),
         "output": str(config.run.output),
     }
+    # before the regression events go out, so they don't queue behind the run's own
+    _wait_recorded(subflow_runs)
     if failures:
-        _wait_recorded(subflow_runs)
         return Failed(message="; ".join(failures), data=ItemsFailed("; ".join(failures)))
     if info is not None:
         result["run_id"] = info.run_id
         result["regressions"] = record_task(config, top, info, envelope)
-    _wait_recorded(subflow_runs)
     return result
 
 
