@@ -79,7 +79,7 @@ class ItemProcessor:
         flow_run_id = current_flow_run_id()
         LEDGER.throttle()  # the server keeps up (ape.tasks.recording), or this worker waits
         started = time.perf_counter()
-        live = 0  # live task runs this session creates
+        live = 0  # task runs this session creates (live, and its recorded stages)
         clock = start_clock() if self.record_stages else None
         prompt = self._render(plan.template, item, key)
         system = self._render(plan.system, item, key) if plan.system else None
