@@ -39,6 +39,23 @@ LOCK_FILE = "server.lock"
 
 StatusCallback = Callable[[str], None]
 
+# Prefect settings for a server ape starts (a value the user set in the environment wins).
+# The task-run recorder writes one task run per transaction by default (batch size 1),
+# about 150-200 a second on two cores; its in-memory broker drops events past 10,000
+# queued, so a fast run lost most of its task runs. Batched writes keep up several times
+# faster. Services for work pools and workers (foreman) and for paused flow runs are not
+# used by ape (runs come from `ape run` and `ape serve`) and are switched off so an idle
+# server sleeps. Schedules, late runs, automations (triggers), events, cancellation and
+# the UI stay on. Measured in benchmarks/README.md.
+SERVER_SETTINGS: dict[str, str] = {
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "500",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "500",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "1",
+    "PREFECT_SERVER_SERVICES_FOREMAN_ENABLED": "false",
+    "PREFECT_SERVER_SERVICES_PAUSE_EXPIRATIONS_ENABLED": "false",
+}
+
 # Popen handles of servers started by this process: kept so the objects are not
 # collected while the server runs, and so a server we stop can be reaped.
 _SPAWNED: dict[int, subprocess.Popen[bytes]] = {}
@@ -393,6 +410,8 @@ def _spawn(home: Path, host: str, port: int) -> subprocess.Popen[bytes]:
         env.pop(key, None)
     env["PREFECT_HOME"] = str(home / "prefect")
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    for key, value in SERVER_SETTINGS.items():
+        env.setdefault(key, value)
     # Without this the UI it serves calls the API on Prefect's default port 4200 (its
     # /ui-settings answer), whatever --port says: another server's data, or nothing.
     if not any(env.get(key) for key in UI_API_URL_KEYS):
@@ -500,6 +519,7 @@ def _refresh_prefect_settings() -> None:
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
+    "SERVER_SETTINGS",
     "ServerInfo",
     "ape_home",
     "api_url_for",

@@ -12,7 +12,9 @@ The same workloads run through:
 - ``pool``: a ``ThreadPoolExecutor`` of the same size calling ``time.sleep`` (the limit).
 
 Printed as ratios measured in this run: wall / ideal at N=200, 0.5 s, 16 workers and
-N=640, 0.5 s, 64 workers (ideal = N x latency / workers, the item loop only),
+N=640, 0.5 s, 64 workers (ideal = N x latency / workers, the item loop only; for APE the
+loop runs until the Prefect server has recorded every task run of the run, as ``ape run``
+waits for it: the cost of monitoring is counted),
 items/s with an instant model at N=2000, and start-up to the first model call (process
 start to first call, with a Prefect server already running for APE). Each system runs in
 a fresh child process. Needs the ``bench`` extra (inspect-ai) and ``psutil``.
@@ -232,6 +234,7 @@ def main() -> None:
     ]
     table: dict[str, dict[str, str]] = {}
     startup: dict[str, str] = {}
+    recorded: dict[str, str] = {}
     try:
         for index, (measure, n, latency, workers) in enumerate(workloads):
             label = (
@@ -242,6 +245,12 @@ def main() -> None:
             row = table.setdefault(label, {})
             for system in systems:
                 r = run_one(system, work / f"{system}-{index}", n, latency, workers, env)
+                if r.get("recorded"):
+                    final, expected, still_open = r["recorded"]
+                    recorded[f"{system} {label}"] = (
+                        f"server held {final}/{expected} task runs ({still_open} open), "
+                        f"waited {r['record_wait_s']:.1f} s for it"
+                    )
                 if latency:
                     row[system] = f"{r['loop_s'] / (n * latency / workers):.2f}"
                 else:
@@ -265,6 +274,12 @@ def main() -> None:
         ape = float(row["ape"])
         vs_pool = f", {ape / pool:.2f}x the pool" if pool else ""
         print(f"APE default vs inspect_ai, {label}: {ape / float(row['inspect_ai']):.2f}x{vs_pool}")
+    for label, row in table.items():
+        if label.startswith("items/s") and "ape" in row and "inspect_ai" in row:
+            share = float(row["ape"]) / float(row["inspect_ai"])
+            print(f"APE default vs inspect_ai, {label}: {share:.2f}x the items/s")
+    for system, line in recorded.items():
+        print(f"{system}: {line}")
 
 
 if __name__ == "__main__":

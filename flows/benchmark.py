@@ -205,6 +205,7 @@ def _evaluate_all(
         calibrate_judge(config)
     failures: list[str] = []
     summaries = []
+    subflow_runs: list[str] = []
     runner = evaluate
     if config.run.task_runner == "dask":
         runner = evaluate.with_options(task_runner=dask_task_runner(config))
@@ -215,6 +216,8 @@ def _evaluate_all(
         # would cost up to a second at its exit
         with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             state = runner(config, index, redo_outcomes, return_state=True)
+        if state.state_details.flow_run_id is not None:
+            subflow_runs.append(str(state.state_details.flow_run_id))
         failed = items_failed(state)
         if failed is None:
             summaries.append(state.result())
@@ -233,6 +236,8 @@ def _evaluate_all(
         "summary": envelope.get("summary"),
         "output": str(config.run.output),
     }
+    # before the regression events go out, so they don't queue behind the run's own
+    _wait_recorded(subflow_runs)
     if failures:
         return Failed(message="; ".join(failures), data=ItemsFailed("; ".join(failures)))
     suspect = _suspect(config, envelope)
@@ -242,3 +247,14 @@ def _evaluate_all(
         result["run_id"] = info.run_id
         result["regressions"] = record_task(config, top, info, envelope)
     return result
+
+
+def _wait_recorded(flow_run_ids: list[str]) -> None:
+    """Before the run reports done, the Prefect server holds every task run of its model
+    flows (see ape.tasks.recording), or the log says how many it lacks."""
+    from ape.tasks.recording import LEDGER, wait_until_recorded
+
+    try:
+        wait_until_recorded(flow_run_ids, on_progress=log.info)
+    finally:
+        LEDGER.forget(flow_run_ids)

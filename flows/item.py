@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from ape.flows.run_plan import RunPlan
 from ape.schemas.data import id_field_name, item_id
 from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome, OutputBatch, SessionResult
+from ape.tasks.recording import LEDGER, keep_chain
 from ape.tasks.report.health import prompt_hash
 from ape.tasks.stage_runs import StageClock, current_flow_run_id, record_stage_runs, start_clock
 from ape.tasks.stages import (
@@ -76,10 +77,15 @@ class ItemProcessor:
         from ape.tasks.stats.cost import session_cost
 
         plan = self.plan
+        flow_run_id = current_flow_run_id()
+        LEDGER.throttle()  # the server keeps up (ape.tasks.recording), or this worker waits
         started = time.perf_counter()
+        live = 0  # task runs this session creates (live, and its recorded stages)
         clock = start_clock() if self.record_stages else None
         prompt = self._render(plan.template, item, key)
         system = self._render(plan.system, item, key) if plan.system else None
+        if self.granularity == "stage":
+            live += 2 if plan.system else 1
         if clock is not None:
             clock.mark("render")
         spec = SessionSpec(
@@ -95,14 +101,17 @@ class ItemProcessor:
             if refresh:
                 solve, adapt = solve.with_options(refresh_cache=True), adapt.with_options(refresh_cache=True)
             state, cached = unwrap(solve(spec, return_state=True))
+            live += 1
             if hasattr(state, "outcome"):  # the solve stage itself failed with a record
                 record = state
             else:
                 record, cached2 = unwrap(adapt(spec, state, return_state=True))
+                live += 1
                 cached = cached and cached2
         else:
             stage = self.session_stage.with_options(refresh_cache=True) if refresh else self.session_stage
             record, cached = unwrap(stage(spec, return_state=True))
+            live += 1
             if clock is not None and cached:
                 clock.mark("solve", state_name="Cached", message="generation from the run's cache")
                 if record.outcome is Outcome.PARSING_FAILED:
@@ -115,17 +124,21 @@ class ItemProcessor:
         if record.outcome is Outcome.SOLVED:
             if self.granularity == "stage":
                 check = check_task(self.carousel, item, record.value, key, run_index)
+                live += 1
             else:
                 check = self.carousel.check(item, record.value)
         # a checker may grade each item with its own metric (the seed-3 task specs do)
         metric = (check.metadata.get("metric") if check is not None else None) or plan.metric
         if self.granularity == "stage":
             score, correct = score_task(record.outcome, check, metric, key, run_index)
+            live += 1
         else:
             score, correct = score_session(record.outcome, check, metric)
         if clock is not None:
             _close_chain(clock, record.outcome, check, score)
-            record_stage_runs(current_flow_run_id(), key, run_index, clock.marks)
+            if keep_chain(LEDGER.next_session(flow_run_id), clock.marks):
+                live += record_stage_runs(flow_run_id, key, run_index, clock.marks)
+        LEDGER.add(flow_run_id, live)
         category = _field_text(item, plan.config.data.category_field)
         result = SessionResult(
             item_id=key,

@@ -112,7 +112,7 @@ class ModelConfig(Section):
     requests_per_second: float | None = Field(default=None, gt=0)
     max_concurrency: int | None = Field(default=None, ge=1)
     logprobs: bool | None = Field(
-        default=None, description="Ask for token log-probabilities (default: on for 'openai', off for 'llama-cpp')."
+        default=None, description="Ask for token log-probabilities (default: hosted 'openai' endpoints only)."
     )
     price_input_per_mtok: float | None = Field(
         default=None, ge=0, description="Price of one million input (prompt) tokens."

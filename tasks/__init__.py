@@ -12,9 +12,10 @@ Sub-packages, from the bottom layer up (each may import the ones listed before i
 - ``checking``: run a checker, metrics, built-in checkers, task specs, ``code`` (sandbox)
 - ``report``: the sessions table, leaderboard tables, envelope, markdown, chart, provenance
 
-``stages`` (the Prefect tasks of a session's stages and the worker they run on) and
-``stage_runs`` (the stage chain recorded as task runs) sit on top and may import all of
-them. Dotted paths of earlier releases (``ape.tasks.score``) still import, with a warning
+``stages`` (the Prefect tasks of a session's stages and the worker they run on),
+``stage_runs`` (the stage chain recorded as task runs) and ``recording`` (what the Prefect
+server has recorded of a run, and how long to wait for it) sit on top and may import all
+of them. Dotted paths of earlier releases (``ape.tasks.score``) still import, with a warning
 (:mod:`ape.tasks.common.moved`).
 """
 

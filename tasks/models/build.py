@@ -5,8 +5,12 @@ Sources of a model, in the order :func:`build_model` checks them:
 - ``provider = "mock"``: the built-in :class:`ape.tasks.models.mocks.MockChatModel`.
 - ``provider = "openai"``: any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama,
   a llama.cpp server) through ``langchain-openai`` (the ``openai`` extra).
-  Token log-probabilities are requested by default, with ``top_logprobs=1``
-  because a llama.cpp server returns none for ``logprobs=True`` alone.
+  Token log-probabilities are requested by default from hosted endpoints only (no
+  ``base_url``, or one on a public host name; :func:`hosted_endpoint`), with
+  ``top_logprobs=1`` because a llama.cpp server returns none for ``logprobs=True``
+  alone. A local or private endpoint (loopback, private addresses, ``localhost``,
+  ``*.local``, ``*.internal``, a name without a dot) gets none unless ``logprobs =
+  true``: llama-cpp-python's server computes them in Python, several times slower.
 - ``provider = "llama-cpp"``: a local GGUF model that APE serves itself for the
   length of a run (:mod:`ape.tasks.models.llama_server`), spoken to like ``openai``; no
   log-probabilities unless asked for, since that server computes them slowly.
@@ -153,7 +157,7 @@ def _openai(cfg: ModelConfig) -> BaseChatModel:
     }
     if cfg.base_url:
         kwargs["base_url"] = cfg.base_url
-    if cfg.logprobs is not False:
+    if cfg.logprobs if cfg.logprobs is not None else hosted_endpoint(cfg.base_url):
         kwargs.update(logprobs=True, top_logprobs=1)
     _add_sampling(cfg, kwargs)
     if cfg.base_url and cfg.max_tokens is not None:
@@ -163,6 +167,35 @@ def _openai(cfg: ModelConfig) -> BaseChatModel:
         kwargs["extra_body"] = {"max_tokens": cfg.max_tokens}
     kwargs.update(cfg.args)
     return _construct(ChatOpenAI, kwargs, cfg)
+
+
+def hosted_endpoint(base_url: str | None) -> bool:
+    """Whether an OpenAI-compatible ``base_url`` looks hosted (log-probabilities by default).
+
+    No DNS lookup: literal addresses are judged by their range, names by their form.
+    None is api.openai.com. Local and private endpoints (llama.cpp, Ollama, vLLM on
+    a workstation) are not, since some compute log-probabilities slowly.
+    """
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    if not base_url:
+        return True
+    try:
+        host = (urlsplit(base_url if "//" in base_url else f"//{base_url}").hostname or "").lower()
+    except ValueError:
+        return False
+    if not host:
+        return False
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return address.is_global
+    if host == "localhost" or "." not in host:
+        return False
+    return not host.endswith((".localhost", ".local", ".internal", ".lan", ".home.arpa"))
 
 
 # Where a llama-cpp model points before its run has started the server (ape validate,

@@ -138,7 +138,7 @@ def test_no_retries_when_max_retries_is_zero(endpoint: Any) -> None:
 
 def test_logprobs_requested_and_returned(endpoint: Any) -> None:
     server = endpoint([])
-    reply = model_for(server).invoke("hi")
+    reply = model_for(server, logprobs=True).invoke("hi")
     body = server.requests[0].body
     assert body["logprobs"] is True and body["top_logprobs"] == 1
     assert reply.response_metadata["logprobs"]["content"][0]["logprob"] == -0.25
@@ -148,6 +148,12 @@ def test_logprobs_can_be_turned_off(endpoint: Any) -> None:
     server = endpoint([])
     model_for(server, logprobs=False).invoke("hi")
     assert "logprobs" not in server.requests[0].body
+
+
+def test_a_loopback_endpoint_gets_no_logprobs_by_default(endpoint: Any) -> None:
+    server = endpoint([])
+    model_for(server).invoke("hi")
+    assert "logprobs" not in server.requests[0].body and "top_logprobs" not in server.requests[0].body
 
 
 def test_api_key_comes_from_the_named_variable(endpoint: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -168,10 +168,50 @@ def test_openai_provider_settings() -> None:
     inner = model.inner
     assert type(inner).__name__ == "ChatOpenAI"
     assert (inner.model_name, inner.openai_api_base) == ("local", "http://127.0.0.1:9/v1")
-    assert (inner.logprobs, inner.top_logprobs) == (True, 1)
+    # a loopback endpoint gets no log-probabilities unless asked (llama.cpp computes them slowly)
+    assert not inner.logprobs and inner.top_logprobs is None
     assert inner.max_retries == 0  # our retry policy is the only one
     assert (inner.request_timeout, inner.temperature, inner.max_tokens, inner.top_p) == (7.0, 0.0, 64, 0.5)
     assert inner.openai_api_key.get_secret_value() == models.NO_KEY_PLACEHOLDER
+
+
+@pytest.mark.parametrize(
+    ("base_url", "hosted"),
+    [
+        (None, True),
+        ("https://api.openai.com/v1", True),
+        ("https://api.together.xyz/v1", True),
+        ("http://8.8.8.8:8000/v1", True),
+        ("http://127.0.0.1:8080/v1", False),
+        ("http://localhost:11434/v1", False),
+        ("http://[::1]:8000/v1", False),
+        ("http://10.0.0.5:8000/v1", False),
+        ("http://192.168.1.20/v1", False),
+        ("http://172.16.0.1/v1", False),
+        ("http://gpu-box.local:8000/v1", False),
+        ("http://host.docker.internal:8000/v1", False),
+        ("http://vllm:8000/v1", False),
+        ("http://[fe80::1]:8000/v1", False),
+    ],
+)
+def test_hosted_endpoint(base_url: str | None, hosted: bool) -> None:
+    assert models.hosted_endpoint(base_url) is hosted
+
+
+@pytest.mark.parametrize(
+    ("base_url", "logprobs", "asked"),
+    [
+        ("https://api.example.com/v1", None, True),
+        ("http://127.0.0.1:9/v1", None, False),
+        ("http://127.0.0.1:9/v1", True, True),
+        ("https://api.example.com/v1", False, False),
+    ],
+)
+def test_openai_logprobs_default_follows_the_endpoint(base_url: str, logprobs: bool | None, asked: bool) -> None:
+    pytest.importorskip("langchain_openai")
+    model = build_model(cfg(provider="openai", model="m", base_url=base_url, logprobs=logprobs), Path("."))
+    assert bool(model.inner.logprobs) is asked
+    assert model.inner.top_logprobs == (1 if asked else None)
 
 
 def test_openai_logprobs_can_be_turned_off() -> None:

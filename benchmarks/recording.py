@@ -1,0 +1,172 @@
+"""Does the Prefect server hold the whole run when ``ape run`` returns? And what does an
+idle server cost?
+
+Two measurements, each against servers started for the purpose (state in a temp folder):
+
+- ``--n N`` (default 20,000): ``python -m ape run`` of N instant-model items with 16
+  solver workers against a server APE starts (its settings, ``ape.server.SERVER_SETTINGS``).
+  The moment the command returns, counts the task runs on the server: every session's
+  live task run in a final state, the recorded stage chains (all of the first
+  ``APE_STAGE_RUNS_FULL`` sessions, then failures and one in ``APE_STAGE_RUNS_SAMPLE_EVERY``),
+  none Pending or Running; prints the wall time, items/s and the events the server's
+  broker dropped (its "Subscription queue is full" warnings).
+- ``--idle S``: the CPU a freshly started, idle server uses over S seconds (psutil, the
+  server's process tree), with Prefect's defaults and with APE's settings, side by side.
+
+    python benchmarks/recording.py                 # N = 20,000 (several minutes on 2 cores)
+    python benchmarks/recording.py --n 4000
+    python benchmarks/recording.py --idle 60 --n 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = "from pydantic import BaseModel\n\n\nclass Item(BaseModel):\n    id: str\n    question: str\n    answer: int\n"
+CONFIG = """name = "recording"
+[data]
+file = "data.jsonl"
+schema = "recschema:Item"
+[prompt]
+template = "What is {{ question }}?"
+[model]
+name = "mock"
+provider = "mock"
+args = { behaviour = "arithmetic", latency_s = 0.0 }
+[adapter]
+implementation = "last_number"
+[checker]
+implementation = "exact_match"
+[run]
+solver_workers = 16
+output = "out"
+[cli]
+progress = false
+"""
+
+
+def tree_cpu(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its children."""
+    import psutil
+
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def idle_percent(pid: int, seconds: float) -> float:
+    before, started = tree_cpu(pid), time.monotonic()
+    time.sleep(seconds)
+    return 100 * (tree_cpu(pid) - before) / (time.monotonic() - started)
+
+
+def count(api: str, name: str, types: list[str]) -> int:
+    import httpx
+
+    body = {"task_runs": {"name": {"like_": name}, "state": {"type": {"any_": types}}}}
+    return int(httpx.post(f"{api}/task_runs/count", json=body, timeout=120, trust_env=False).json())
+
+
+def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Path) -> None:
+    from ape.tasks import recording
+
+    folder = work / f"run-{n}"
+    folder.mkdir(parents=True)
+    (folder / "recschema.py").write_text(SCHEMA)
+    with (folder / "data.jsonl").open("w") as handle:
+        for i in range(n):
+            a, b = i % 97, (i * 7) % 89
+            handle.write(json.dumps({"id": f"i{i}", "question": f"{a} + {b}", "answer": a + b}) + "\n")
+    (folder / "config.toml").write_text(CONFIG)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "ape", "run", "config.toml"], cwd=folder, env=env, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(done.stdout[-2000:] + done.stderr[-2000:])
+    final, opened = list(recording.FINAL_TYPES), list(recording.OPEN_TYPES)
+    sessions = count(api, "session[", final)
+    full = min(n, recording.FULL_CHAINS)
+    chains = full + -(-(n - full) // recording.SAMPLE_EVERY)
+    stages = {s: count(api, f"{s}[", final) for s in ("render", "solve", "adapt", "check", "score")}
+    still_open = count(api, "[", opened)
+    drops = log_file.read_text(errors="replace").count("Subscription queue is full")
+    waited = [line for line in done.stderr.splitlines() if "recording the run" in line or "not recorded" in line]
+    print(f"N = {n}: ape run returned after {wall:.1f} s ({n / wall:.0f} items/s, server wait included)")
+    print("| task runs on the server when `ape run` returned | held | expected |")
+    print("|---|---|---|")
+    print(f"| session (final state) | {sessions} | {n} |")
+    for stage, held in stages.items():
+        print(f"| {stage} (recorded chain) | {held} | {chains} |")
+    print(f"| any still Pending/Running | {still_open} | 0 |")
+    print(f"events the server's broker dropped (all consumers): {drops}")
+    for line in waited[-3:]:
+        print("  ape:", line.strip()[-160:])
+
+
+def measure_idle(seconds: float, work: Path) -> None:
+    from ape import server
+
+    rows = []
+    for label, settings in (("Prefect defaults", False), ("APE's settings", True)):
+        home = work / f"idle-{settings}"
+        os.environ["APE_HOME"] = str(home)
+        saved = dict(server.SERVER_SETTINGS)
+        if not settings:  # a server like `prefect server start`: APE's settings off
+            server.SERVER_SETTINGS.clear()
+        try:
+            info = server.start(port=4254)
+            assert info.pid is not None
+            time.sleep(15)  # let start-up settle
+            rows.append((label, idle_percent(info.pid, seconds)))
+        finally:
+            server.stop()
+            server.SERVER_SETTINGS.update(saved)
+    print(f"idle Prefect server, CPU over {seconds:g} s (% of one core, process tree):")
+    print("| server | idle CPU |")
+    print("|---|---|")
+    for label, percent in rows:
+        print(f"| {label} | {percent:.2f}% |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=20000, help="items of the run (0: no run)")
+    parser.add_argument("--idle", type=float, default=0.0, help="measure idle CPU over this many seconds")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ape-recording-"))
+    if args.idle:
+        measure_idle(args.idle, work)
+    if args.n:
+        from ape import server
+
+        os.environ["APE_HOME"] = str(work / "ape-home")
+        info = server.start(port=4253)
+        env = dict(os.environ, APE_SERVER_PORT="4253", PREFECT_SERVER_ANALYTICS_ENABLED="false")
+        env.pop("PREFECT_API_URL", None)
+        try:
+            measure_run(args.n, work, env, info.api_url, info.log_file)
+            if args.idle and info.pid is not None:
+                time.sleep(15)
+                print(f"the same server, idle after the run: {idle_percent(info.pid, args.idle):.2f}% of a core")
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()

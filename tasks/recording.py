@@ -1,0 +1,229 @@
+"""Make sure the Prefect server has recorded a run before APE says it is done.
+
+Why: a Prefect 3 server builds its task-run records from the events clients send. On a
+local ``prefect server start`` those events pass through an in-memory broker whose
+queue per consumer holds 10,000 messages; when a run emits faster than the task-run
+recorder writes (an instant model, many workers, two cores), the broker drops the
+overflow with a "Subscription queue is full" warning and those task runs never appear,
+or stay Running for good. Faster server settings (see ``ape.server``) raise the rate the
+server keeps up with; this module makes the rest safe:
+
+- a process-wide :class:`Ledger` counts the task runs APE itself created per flow run
+  (each session's live task run and its recorded stages);
+- :meth:`Ledger.throttle` holds a solver worker back while the server is more than
+  :data:`MAX_LAG` task runs behind, so the broker's queue never overflows;
+- :func:`wait_until_recorded` runs at the end of a flow: it polls
+  ``/task_runs/count`` for those flow runs until every expected task run is there in a
+  final state (none Pending or Running), printing a progress line, and gives up after a
+  bound, saying how many are missing;
+- :func:`keep_chain` decides which sessions' stage chains are recorded in very large
+  runs: every chain up to :data:`FULL_CHAINS` sessions per flow run, then every chain
+  with a stage that did not complete plainly, and one in :data:`SAMPLE_EVERY` of the rest.
+
+Everything here is a no-op without an API server (the ephemeral test harness counts too:
+it answers the same API).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("ape")
+
+FINAL_TYPES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+OPEN_TYPES = ("SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING")
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return max(0, int(os.environ.get(name, "")))
+    except ValueError:
+        return default
+
+
+# task runs the server may be behind before solver workers wait for it: each is at most
+# three events (a live session: Pending, Running, Completed), so 2,500 keep the broker's
+# queue (10,000 per consumer) well below its limit
+MAX_LAG = _env_int("APE_RECORD_MAX_LAG", 2500)
+# every stage chain is recorded for the first FULL_CHAINS sessions of a flow run; after
+# that, chains with a failed/unusual stage and one in SAMPLE_EVERY of the others
+FULL_CHAINS = _env_int("APE_STAGE_RUNS_FULL", 2000)
+SAMPLE_EVERY = max(1, _env_int("APE_STAGE_RUNS_SAMPLE_EVERY", 10))
+# how long the end of a run waits for the server, at most (seconds)
+WAIT_S = float(_env_int("APE_RECORD_WAIT_S", 300))
+POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What the server held for the run's flow runs when the wait ended."""
+
+    expected: int
+    final: int
+    open: int
+    waited_s: float
+
+    @property
+    def missing(self) -> int:
+        """Expected task runs not on the server in a final state."""
+        return max(0, self.expected - self.final)
+
+    @property
+    def complete(self) -> bool:
+        return self.missing == 0 and self.open == 0
+
+
+def count_task_runs(flow_run_ids: Iterable[str], state_types: Iterable[str]) -> int:
+    """Task runs of ``flow_run_ids`` in one of ``state_types``, as the API server counts them."""
+    from prefect.client.orchestration import get_client
+
+    body = {
+        "flow_runs": {"id": {"any_": list(flow_run_ids)}},
+        "task_runs": {"state": {"type": {"any_": list(state_types)}}},
+    }
+    with get_client(sync_client=True) as client:
+        response = client.request("POST", "/task_runs/count", json=body)
+        response.raise_for_status()
+        return int(response.json())
+
+
+class Ledger:
+    """Task runs this process created, per flow run, and what the server last held of them."""
+
+    def __init__(self, counter: Callable[[Iterable[str], Iterable[str]], int] = count_task_runs) -> None:
+        self._lock = threading.Lock()
+        self._poll_lock = threading.Lock()
+        self._expected: dict[str, int] = {}
+        self._sessions: dict[str, int] = {}
+        self._recorded = 0
+        self._polled_at = 0.0
+        self.counter = counter
+
+    def add(self, flow_run_id: str | None, task_runs: int) -> None:
+        """Note ``task_runs`` more task runs of ``flow_run_id`` (sent or about to be)."""
+        if flow_run_id is None or task_runs <= 0:
+            return
+        with self._lock:
+            self._expected[flow_run_id] = self._expected.get(flow_run_id, 0) + task_runs
+
+    def next_session(self, flow_run_id: str | None) -> int:
+        """The 0-based index of a new session of ``flow_run_id`` (for :func:`keep_chain`)."""
+        key = flow_run_id or ""
+        with self._lock:
+            index = self._sessions.get(key, 0)
+            self._sessions[key] = index + 1
+            return index
+
+    def expected(self, flow_run_ids: Iterable[str] | None = None) -> dict[str, int]:
+        with self._lock:
+            wanted = self._expected if flow_run_ids is None else {k: self._expected.get(k, 0) for k in flow_run_ids}
+            return dict(wanted)
+
+    def forget(self, flow_run_ids: Iterable[str]) -> None:
+        """Drop finished flow runs (a served deployment runs many in one process)."""
+        with self._lock:
+            for key in flow_run_ids:
+                self._expected.pop(key, None)
+                self._sessions.pop(key, None)
+
+    def _poll(self) -> None:
+        """Refresh the recorded count (one thread at a time; the others keep the last one)."""
+        if not self._poll_lock.acquire(blocking=False):
+            return
+        try:
+            if time.monotonic() - self._polled_at < POLL_S:  # another thread just asked
+                return
+            ids = list(self.expected())
+            if ids:
+                self._recorded = self.counter(ids, FINAL_TYPES)
+            self._polled_at = time.monotonic()
+        except Exception:  # the server is busy or gone: don't stop the run for it
+            log.debug("counting task runs failed", exc_info=True)
+            self._polled_at = time.monotonic()
+        finally:
+            self._poll_lock.release()
+
+    def lag(self) -> int:
+        """Task runs created here that the server had not recorded at the last poll."""
+        with self._lock:
+            total = sum(self._expected.values())
+        return total - self._recorded
+
+    def throttle(self, max_lag: int = MAX_LAG, limit_s: float = 60.0) -> float:
+        """Wait while the server is more than ``max_lag`` task runs behind; the seconds waited.
+
+        Cheap when it is not: the server is asked at most once a second, and only once the
+        run has created more than ``max_lag`` task runs.
+        """
+        if max_lag <= 0 or self.lag() <= max_lag:
+            return 0.0
+        started = time.monotonic()
+        while time.monotonic() - started < limit_s:
+            if time.monotonic() - self._polled_at >= POLL_S:
+                self._poll()
+            if self.lag() <= max_lag:
+                break
+            time.sleep(0.05)
+        return time.monotonic() - started
+
+
+LEDGER = Ledger()
+
+
+def keep_chain(session_index: int, marks: Iterable[Any]) -> bool:
+    """Whether a session's stage chain is recorded (see the module docstring)."""
+    if session_index < FULL_CHAINS:
+        return True
+    if any(m.state_type != "COMPLETED" or m.state_name not in ("Completed", "Passed", "Cached") for m in marks):
+        return True
+    return (session_index - FULL_CHAINS) % SAMPLE_EVERY == 0
+
+
+def wait_until_recorded(
+    flow_run_ids: Iterable[str] | None = None,
+    ledger: Ledger = LEDGER,
+    wait_s: float = WAIT_S,
+    on_progress: Callable[[str], None] | None = None,
+) -> Recorded | None:
+    """Poll the server until it holds every task run ``ledger`` expects of ``flow_run_ids``
+    in a final state (and none open), or ``wait_s`` passes. None when nothing was expected."""
+    expected_by = ledger.expected(flow_run_ids)
+    ids = [k for k, v in expected_by.items() if v > 0]
+    if not ids:
+        return None
+    expected = sum(expected_by[k] for k in ids)
+    notify = on_progress or log.info
+    started = time.monotonic()
+    final = open_ = -1
+    say_at = started + 2.0  # a run the server has kept up with ends without a line
+    while True:
+        try:
+            final = ledger.counter(ids, FINAL_TYPES)
+            open_ = ledger.counter(ids, OPEN_TYPES)
+        except Exception as exc:  # a server gone away: report it, don't hang
+            log.debug("counting task runs failed", exc_info=True)
+            notify(f"could not count the task runs on the Prefect server: {exc}")
+            break
+        waited = time.monotonic() - started
+        if final >= expected and open_ == 0:
+            break
+        if waited >= wait_s:
+            break
+        if time.monotonic() >= say_at:
+            notify(f"Prefect server recording the run: {min(final, expected)}/{expected} task runs")
+            say_at = time.monotonic() + 5.0
+        time.sleep(POLL_S)
+    result = Recorded(expected, max(final, 0), max(open_, 0), time.monotonic() - started)
+    if not result.complete:
+        notify(
+            f"the Prefect server has not recorded {result.missing} of {expected} task runs "
+            f"({result.open} still open) after {result.waited_s:.0f} s; the UI shows the run incomplete "
+            "(results on disk are complete)"
+        )
+    return result
