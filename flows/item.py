@@ -189,7 +189,7 @@ def _close_chain(clock: StageClock, outcome: Outcome, check: CheckResult | None,
         clock.skipped("check", f"no solution to check ({outcome.value})")
     elif check.status is CheckStatus.ERROR:
         error = check.error
-        clock.failed("check", f"check error: {error.type}: {error.message}" if error else "check error")
+        clock.failed("check", f"check error: {error.line()}" if error else "check error")
     elif check.status is CheckStatus.FAILED:
         reason = check.metadata.get("reason") if isinstance(check.metadata, dict) else None
         clock.mark("check", state_name="Incorrect", message=str(reason) if reason else None)

@@ -80,8 +80,7 @@ def report_errors(batch: OutputBatch, tally: Tally) -> None:
             what, error = "check error", session.check.error
         else:
             continue
-        detail = f"{error.type}: {error.message}" if error else "unknown error"
-        detail = " ".join(detail.split())[:300]
+        detail = " ".join(error.line().split())[:500] if error else "unknown error"
         tally.shown_errors += 1
         quiet = tally.shown_errors > MAX_ERROR_LINES
         log.warning(
@@ -92,6 +91,8 @@ def report_errors(batch: OutputBatch, tally: Tally) -> None:
             detail,
             extra={CONSOLE_SKIP: True} if quiet else None,
         )
+        if error is not None and error.traceback:  # --debug: on the terminal and in run.log
+            log.debug("item %s run %d: %s traceback:\n%s", batch.item_id, session.run_index, what, error.traceback)
         if tally.shown_errors == MAX_ERROR_LINES + 1:
             log.warning("further error lines go to run.log only")
 
