@@ -23,6 +23,7 @@ from prefect.states import Failed
 
 from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from ape.flows.logs import run_logs
+from ape.flows.progress import RUN_ERROR_LINES
 from ape.flows.run_plan import run_label
 from ape.flows.states import items_failed
 from ape.schemas.config import ApeConfig
@@ -126,6 +127,7 @@ def _evaluate_all(
     from prefect.runtime import deployment, flow_run
 
     started = time.perf_counter()
+    RUN_ERROR_LINES.reset()  # the terminal's cap on error lines counts this run's models together
     if flow_run.ui_url:
         log.info("Flow run: %s", flow_run.ui_url)
     top, info = Path(config.run.output), None
