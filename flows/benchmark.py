@@ -117,6 +117,17 @@ def benchmark(
         return _evaluate_all(served, redo_outcomes, only_models, new_run, run_id)
 
 
+def flow_run_link(flow_run_id: str | None) -> str | None:
+    """The flow run's page in the Prefect UI, or None where there is no UI (Prefect's
+    temporary server), never a link that starts with "None"."""
+    from prefect.settings import PREFECT_UI_URL
+
+    base = PREFECT_UI_URL.value()
+    if not flow_run_id or not base or not str(base).startswith(("http://", "https://")):
+        return None
+    return f"{str(base).rstrip('/')}/flow-runs/flow-run/{flow_run_id}"
+
+
 def _evaluate_all(
     config: ApeConfig,
     redo_outcomes: list[str] | None,
@@ -128,8 +139,11 @@ def _evaluate_all(
 
     started = time.perf_counter()
     RUN_ERROR_LINES.reset()  # the terminal's cap on error lines counts this run's models together
-    if flow_run.ui_url:
-        log.info("Flow run: %s", flow_run.ui_url)
+    link = flow_run_link(flow_run.id)
+    if link:
+        log.info("Flow run: %s", link)
+    elif flow_run.id:
+        log.info("Flow run %s on Prefect's temporary server (no UI to link to)", flow_run.id)
     top, info = Path(config.run.output), None
     if run_id or (new_run if new_run is not None else bool(deployment.id)):
         info = start_run(config, flow_run_id=flow_run.id, run_id=run_id)
