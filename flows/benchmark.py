@@ -166,7 +166,7 @@ def _evaluate_all(
             summaries.append(state.result())
         else:
             failures.append(str(failed))
-    # by hand, in place, the cache lives as long as the output folder does (the seeds' behaviour)
+    # by hand, in place, the cache lives as long as the output folder does (as runs by hand always did)
     extra = {
         "cache_scope": config.run.cache_scope if info is not None or config.run.cache_scope == "shared" else IN_PLACE
     }

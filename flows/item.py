@@ -116,7 +116,7 @@ class ItemProcessor:
                 check = check_task(self.carousel, item, record.value, key, run_index)
             else:
                 check = self.carousel.check(item, record.value)
-        # a checker may grade each item with its own metric (the seed-3 task specs do)
+        # a checker may grade each item with its own metric (task specs do)
         metric = (check.metadata.get("metric") if check is not None else None) or plan.metric
         if self.granularity == "stage":
             score, correct = score_task(record.outcome, check, metric, key, run_index)

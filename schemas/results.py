@@ -158,7 +158,7 @@ class OutputBatch(Record):
 
 
 class Generation(BaseModel):
-    """What a seed-3 ModelAdapter returns for one prompt."""
+    """What a ModelAdapter returns for one prompt."""
 
     model_config = ConfigDict(extra="forbid")
 
