@@ -97,4 +97,3 @@ def _choose_prefect_api() -> None:
         "No Prefect server running for this APE home: using Prefect's temporary server "
         "(no UI, keeps no history); 'ape server start' first to watch runs in the UI"
     )
-

@@ -307,8 +307,7 @@ def start(
             # send its prompts, answers and artifacts there. PREFECT_API_URL names one on purpose.
             if ours is not None and _healthy(api_url_for(ours.host, ours.port)):
                 notify(
-                    f"Port {port} has a Prefect server that {home} did not start; "
-                    f"using APE's own on port {ours.port}"
+                    f"Port {port} has a Prefect server that {home} did not start; using APE's own on port {ours.port}"
                 )
                 return _info(home, ours.host, ours.port, ours.pid)
             free = _free_port(host, port)

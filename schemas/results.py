@@ -47,7 +47,7 @@ class ErrorInfo(Record):
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
-        frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
+        frames = list(traceback.extract_tb(exc.__traceback__)) if exc.__traceback__ is not None else []
         return cls(
             type=type(exc).__name__,
             message=str(exc)[:2000],
@@ -69,7 +69,7 @@ _LIBRARY_DIRS = tuple(
 )
 
 
-def _user_frame(frames: traceback.StackSummary) -> str | None:
+def _user_frame(frames: list[traceback.FrameSummary]) -> str | None:
     """The innermost frame in the user's code: outside APE, and outside the standard
     library and installed packages when there is such a frame (a checker that fails
     inside pandas is shown at its own line that called pandas)."""

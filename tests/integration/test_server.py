@@ -156,7 +156,9 @@ def test_a_prefect_server_this_home_did_not_start_is_not_reused(
         return type("Proc", (), {"pid": 4242})()
 
     monkeypatch.setattr(server, "_spawn", spawn)
-    monkeypatch.setattr(server, "_wait_healthy", lambda home, host, port, pid, proc, wait_s: server._info(home, host, port, pid))
+    monkeypatch.setattr(
+        server, "_wait_healthy", lambda home, host, port, pid, proc, wait_s: server._info(home, host, port, pid)
+    )
     messages: list[str] = []
     try:
         info = server.start(port=foreign, on_status=messages.append)
