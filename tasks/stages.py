@@ -235,7 +235,11 @@ def _spec_key(context: Any, parameters: dict[str, Any]) -> str:
 # outright: change it when a change to the stage would make cached answers wrong. The
 # values are the hashes TASK_SOURCE gave these stages before ape.tasks was grouped by job,
 # so generations cached by earlier releases stay valid.
-STAGE_CODE_VERSIONS = {"solve": "2e2e0c9133e017ea35247b66e83e7a8f", "adapt": "0c6ff364672dbc707478962ba4fd915e"}
+STAGE_CODE_VERSIONS = {
+    "session": "7428cad8dd3c7d26c7019515e88d3de5",
+    "solve": "2e2e0c9133e017ea35247b66e83e7a8f",
+    "adapt": "0c6ff364672dbc707478962ba4fd915e",
+}
 
 
 @dataclass
