@@ -120,12 +120,12 @@ def benchmark(
 def flow_run_link(flow_run_id: str | None) -> str | None:
     """The flow run's page in the Prefect UI, or None where there is no UI (Prefect's
     temporary server), never a link that starts with "None"."""
-    from prefect.settings import PREFECT_UI_URL
+    from prefect.utilities.urls import url_for
 
-    base = PREFECT_UI_URL.value()
-    if not flow_run_id or not base or not str(base).startswith(("http://", "https://")):
+    if not flow_run_id:
         return None
-    return f"{str(base).rstrip('/')}/flow-runs/flow-run/{flow_run_id}"
+    link = url_for("flow-run", obj_id=str(flow_run_id))  # the UI's own route, as Prefect links it
+    return link if link and link.startswith(("http://", "https://")) else None
 
 
 def _evaluate_all(

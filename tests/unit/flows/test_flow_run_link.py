@@ -17,4 +17,4 @@ def test_no_link_without_a_ui() -> None:
 
 def test_a_link_into_the_servers_ui() -> None:
     with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:4311/api"}, restore_defaults={PREFECT_UI_URL}):
-        assert flow_run_link(RUN) == f"http://127.0.0.1:4311/flow-runs/flow-run/{RUN}"
+        assert flow_run_link(RUN) == f"http://127.0.0.1:4311/runs/flow-run/{RUN}"
