@@ -231,6 +231,9 @@ def locate(error: ApeError, config: ApeConfig) -> ApeError:
     """Prefix a plugin error's ``[section] key`` with the config file and the key's line;
     ``[model] 'name' key`` points into that model's table of ``[[model]]``."""
     where = error.where or ""
+    prefix = f"{config.config_file} "
+    if config.config_file is not None and where.startswith(prefix):  # named the file, not the line
+        where = where[len(prefix) :]
     match = re.match(r"^\[([^\]]+)\]\s*(?:'([^']*)'\s*)?([A-Za-z_][\w-]*)?", where)
     if config.config_file is None or not match:
         return error

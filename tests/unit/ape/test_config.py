@@ -182,3 +182,13 @@ def test_a_string_or_bool_where_a_bool_or_number_belongs_is_an_error(tmp_path, l
 def test_bools_and_numbers_written_as_such_still_load(tmp_path):
     config = load_config(write(tmp_path, BASE + "\n[run]\nfail_on_error = false\nmax_cost = 5\nsolver_workers = 2\n"))
     assert config.run.fail_on_error is False and config.run.max_cost == 5.0 and config.run.solver_workers == 2
+
+
+def test_an_error_that_names_only_the_file_gets_the_line_too(tmp_path):
+    from ape.config import locate
+
+    path = write(tmp_path, BASE)
+    config = load_config(path)
+    line = path.read_text().splitlines().index('template = "Q: {{ question }}"') + 1
+    error = locate(ApeError("template variable", where=f"{config.config_file} [prompt] template"), config)
+    assert error.where == f"{config.config_file}:{line} [prompt] template"
