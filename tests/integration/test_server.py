@@ -173,6 +173,27 @@ def test_a_prefect_server_this_home_did_not_start_is_not_reused(
     )
 
 
+def test_server_env_and_status_never_point_at_a_server_ape_did_not_start(
+    ape_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ape import commands
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setattr(server, "configured_api_url", lambda: None)
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), _PrefectLike)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    try:
+        assert commands.server_env(port) == 1
+        printed = capsys.readouterr()
+        assert f"http://127.0.0.1:{port} was not started by APE" in printed.err and printed.out == ""
+        assert commands.server("status", port) == 0
+        assert "(not started by APE for" in capsys.readouterr().out
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_failed_start_points_to_its_log(ape_home: Path) -> None:
