@@ -157,7 +157,7 @@ def serving(config: ApeConfig, api_url: str, workdir: Path) -> Iterator[Path]:
         "from prefect.flows import load_flow_from_entrypoint\n"
         "from ape.deployments.serve import serve_config\n"
         "from ape.schemas.config import ApeConfig\n"
-        "flow = load_flow_from_entrypoint('tests/test_deployments.py:write_marker')\n"
+        "flow = load_flow_from_entrypoint('tests/integration/test_deployments.py:write_marker')\n"
         "config = ApeConfig.model_validate_json(Path(sys.argv[1]).read_text())\n"
         f"serve_config(flow, config, {CRON!r}, 'weekly')\n"
     )
