@@ -136,11 +136,16 @@ def _one_run(top: Path, found: list[RunFiles]) -> list[RunFiles]:
     latest = _latest(runs_dir, sorted(by_run))
     others = []
     if len(by_run) > 1:
-        others.append(f"another of the {len(by_run)} runs: {runs_dir}/<run id>")
+        others.append(f"one of the {len(by_run)} runs, {runs_dir}/<run id>")
     if by_hand:
         named = " ".join(str(r.results if r.folder == top else r.folder) for r in by_hand)
-        others.append(f"the results of runs by hand: {named}")
-    log.info("%s: reporting the latest run, %s (to name %s)", top, latest, "; or ".join(others))
+        others.append(f"the results of runs by hand, {named}")
+    log.info(
+        "%s: reporting the latest run, %s; to use other results, name them instead: %s",
+        top,
+        latest,
+        "; or ".join(others),
+    )
     return by_run[latest]
 
 

@@ -30,8 +30,8 @@ def test_the_latest_run_is_reported_with_one_line(tmp_path: Path, ape_log) -> No
     assert {r.folder for r in runs} == {top / "runs" / NEW / "atlas", top / "runs" / NEW / "boreas"}
     lines = [r.getMessage() for r in ape_log.records]
     assert lines == [
-        f"{top}: reporting the latest run, {NEW} (to name another of the 2 runs: {top / 'runs'}/<run id>; "
-        f"or the results of runs by hand: {top / 'atlas'} {top / 'boreas'})"
+        f"{top}: reporting the latest run, {NEW}; to use other results, name them instead: one of the 2 runs, "
+        f"{top / 'runs'}/<run id>; or the results of runs by hand, {top / 'atlas'} {top / 'boreas'}"
     ]
     sessions = load_sessions([top])  # what ape report reads
     assert len(sessions) == 2 * 40 and sessions["correct"].all()  # the new run's answers only
