@@ -70,11 +70,14 @@ _LIBRARY_DIRS = tuple(
 
 
 def _user_frame(frames: list[traceback.FrameSummary]) -> str | None:
-    """The innermost frame in the user's code: outside APE, and outside the standard
-    library and installed packages when there is such a frame (a checker that fails
-    inside pandas is shown at its own line that called pandas)."""
-    outside_ape = [f for f in frames if not _within(f.filename, _APE_DIRS) and not _ape_module(f.filename)]
-    own = [f for f in outside_ape if not _within(f.filename, _LIBRARY_DIRS)] or outside_ape
+    """The innermost frame in the user's code: outside APE, the standard library and
+    installed packages (a checker that fails inside pandas is shown at its own line that
+    called pandas); None when the error arose in none of it (a dropped connection)."""
+    own = [
+        f
+        for f in frames
+        if not (_within(f.filename, _APE_DIRS) or _ape_module(f.filename) or _within(f.filename, _LIBRARY_DIRS))
+    ]
     if not own:
         return None
     frame = own[-1]

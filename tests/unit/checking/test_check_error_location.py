@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from ape.flows.progress import Tally, report_errors
-from ape.schemas.results import CheckStatus, Outcome, OutputBatch, SessionResult
+from ape.schemas.results import CheckStatus, ErrorInfo, Outcome, OutputBatch, SessionResult
 from ape.schemas.transcript import EntryKind, TranscriptEntry
 from ape.tasks.checking.check import run_check
 from ape.tasks.storage.transcripts import format_entry
@@ -53,3 +53,29 @@ def test_the_location_reaches_the_terminal_run_log_and_sessions_log(tmp_path: Pa
     assert len(debug) == 1 and "Traceback" in debug[0] and f'File "{path}", line 3' in debug[0]
     entry = TranscriptEntry(kind=EntryKind.CHECK, t=0.1, content="ERROR", error=result.error)
     assert f"    ! KeyError: 'population' (at {path}:3 in check)" in format_entry(entry)
+
+
+def test_an_error_inside_a_library_called_by_the_checker_points_at_the_checkers_line(tmp_path: Path) -> None:
+    path = tmp_path / "lib_checker.py"
+    path.write_text(
+        "import json\n\n\ndef check(item, solution):\n    return json.loads('{not json')\n", encoding="utf-8"
+    )
+    spec = importlib.util.spec_from_file_location("lib_checker_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = run_check(module.check, {"id": "c1"}, 3)
+    assert result.error is not None and result.error.where == f"{path}:5 in check"
+
+
+def test_a_library_error_is_placed_at_the_calling_line_and_a_plain_error_has_none() -> None:
+    import json
+
+    try:
+        json.loads("{not json")
+    except ValueError as exc:
+        error = ErrorInfo.from_exception(exc)
+    assert error.where is not None and error.where.endswith(
+        "in test_a_library_error_is_placed_at_the_calling_line_and_a_plain_error_has_none"
+    )
+    assert ErrorInfo(type="ConnectionError", message="down").line() == "ConnectionError: down"
