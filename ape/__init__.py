@@ -8,7 +8,7 @@ does not import Prefect.
 Running:
     run(config) -> Envelope          run a benchmark from a config file or ApeConfig
     load_config(path) -> ApeConfig   read and validate a config.toml
-    run_eval(adapters, tasks)        the seed-3 eval over ModelAdapters and task specs
+    run_eval(adapters, tasks)        the eval demo's runner: ModelAdapters over task specs
     build_report(dirs, out)          rebuild the report from saved results
 
 Writing plugins:

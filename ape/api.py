@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,10 @@ def run(config: ApeConfig | str | Path, overrides: dict[str, Any] | None = None)
     """Run a benchmark (every model, then the report) and return its report.
 
     The flow runs against the Prefect API this process is configured for
-    (``PREFECT_API_URL``, or Prefect's temporary server); ``ape run`` additionally starts
-    a local server with a UI. Items whose sessions errored do not raise: the envelope is
+    (``PREFECT_API_URL``), else against the server ``ape server start`` (or an earlier
+    ``ape run``) left running for this APE home, else on Prefect's temporary in-process
+    server, which has no UI and keeps no history. Unlike ``ape run`` it never starts a
+    server that outlives the call. Items whose sessions errored do not raise: the envelope is
     returned (its leaderboard counts them) and the flow run ends Failed, so it can be
     retried.
 
@@ -94,10 +97,29 @@ def run(config: ApeConfig | str | Path, overrides: dict[str, Any] | None = None)
     preflight(config)
     from ape.tasks.checking.canary import passed
 
-    canary(config)
+    canary(config)  # known answers first: a broken checker stops before any server or model
+    _choose_prefect_api()
     with passed(config.checker):
         failed = items_failed(benchmark(config, return_state=True))
     if failed is not None:
         log.warning("%s", failed)
     report = Path(config.run.output) / "report.json"
     return Envelope.model_validate_json(report.read_text(encoding="utf-8"))
+
+
+def _choose_prefect_api() -> None:
+    """Point this process at APE's running server when the user configured no API, and say
+    in one line where the flow runs."""
+    from ape.server import configured_api_url, ensure_api_url, running_api_url
+
+    if configured_api_url():
+        return
+    if running_api_url() is not None:
+        ensure_api_url(on_status=log.info)  # reuses it: the URL goes to the environment and settings
+        return
+    # the temporary server would try to send Prefect's usage telemetry (an ERROR line offline)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    log.info(
+        "No Prefect server running for this APE home: using Prefect's temporary server "
+        "(no UI, keeps no history); 'ape server start' first to watch runs in the UI"
+    )

@@ -99,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _run_options(ret, output=False)
 
-    demo = sub.add_parser("demo", help="run the mock adapters over the ten-task fixture (seed 3 demo)")
+    demo = sub.add_parser("demo", help="run the mock adapters over the ten-task fixture (the eval demo)")
     demo.add_argument("--out", type=Path, default=Path("output/demo"), help="output folder")
     demo.add_argument("--sequential", action="store_true", help="run tasks in a fixed order")
 

@@ -521,7 +521,8 @@ def server(action: str, port: int | None) -> int:
     if running is None:
         print("not running")
         return 1
-    print(f"running: UI {running.ui_url}  API {running.api_url}")
+    mine = "" if running.pid is not None else f" (not started by APE for {srv.server_home()}: APE runs will not use it)"
+    print(f"running: UI {running.ui_url}  API {running.api_url}{mine}")
     return 0
 
 
@@ -538,6 +539,13 @@ def server_env(port: int | None) -> int:
         info = srv.status(port=port)
         if info is None:
             print("no Prefect server running; start one with 'ape server start'", file=sys.stderr)
+            return 1
+        if info.pid is None:  # someone else's server on the port: never point prefect at it unasked
+            print(
+                f"error: the Prefect server at {info.ui_url} was not started by APE for {srv.server_home()}; "
+                "start APE's own with 'ape server start', or export PREFECT_API_URL yourself to use that one",
+                file=sys.stderr,
+            )
             return 1
         api_url = info.api_url
     print(srv.env_line(api_url))

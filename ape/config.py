@@ -117,33 +117,48 @@ def _check_files(config: ApeConfig, path: Path, text: str) -> None:
             )
 
 
-def _line_of(text: str, loc: list[str]) -> int | None:
-    """Best-effort line number of a key: the key's line inside its [section]."""
-    if not loc:
+def _line_of(text: str, loc: Sequence[int | str]) -> int | None:
+    """Best-effort line number of a key: the key's line inside its table. An index in
+    ``loc`` (``["model", 1, "class"]``) picks that table of an array of tables
+    (``[[model]]``), so an error in the second model points into the second model."""
+    names = [str(p) for p in loc if not isinstance(p, int)]
+    if not names:
         return None
-    section, key = (loc[0], loc[-1]) if len(loc) > 1 else (None, loc[0])
-    current: str | None = None
+    index = next((p for p in loc if isinstance(p, int)), None)
+    section, path, key = names[0], names[:-1], names[-1]
+    tables: dict[str, int] = {}  # how many [[name]] headers have been seen
+    current: list[str] = []
+    current_index: int | None = None
+    table_line: int | None = None
+    loose: int | None = None  # the key elsewhere in the right table (an inline table, a sub-table)
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
-        header = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", stripped)
+        header = re.match(r"^(\[\[?)\s*([^\]]+?)\s*\]\]?", stripped)
         if header:
-            current = header.group(1).split(".")[0].strip('"')
-            if section is None and current == key:
+            current = [part.strip().strip('"') for part in header.group(2).split(".")]
+            if header.group(1) == "[[":
+                tables[current[0]] = tables.get(current[0], 0) + 1
+            current_index = tables[current[0]] - 1 if current[0] in tables else None
+            here = current[0] == section and (index is None or current_index in (index, None))
+            if len(names) == 1 and current[0] == section and here:
                 return number
-            if section is not None and current == section and key == section:
-                return number
+            if here and table_line is None and current == path:
+                table_line = number
             continue
-        if re.match(rf"^\"?{re.escape(str(key))}\"?\s*=", stripped):
-            if section is None and current is None:
+        if not re.match(rf"^\"?{re.escape(key)}\"?\s*=", stripped):
+            continue
+        if len(names) == 1 and not current:
+            return number  # a top-level key
+        if current and current[0] == section and (index is None or current_index in (index, None)):
+            if current == path:
                 return number
-            if section is not None and current == section:
-                return number
-    return None
+            loose = loose or number
+    return loose or table_line
 
 
 def _where(path: Path, text: str, loc: Sequence[int | str]) -> str:
     key = _toml_key(loc)
-    line = _line_of(text, [str(p) for p in loc if not isinstance(p, int)])
+    line = _line_of(text, loc)
     return f"{path}:{line} [{key}]" if line else f"{path} [{key}]"
 
 
@@ -213,17 +228,27 @@ def _config_error(exc: ValidationError, path: Path, text: str) -> ApeError:
 
 
 def locate(error: ApeError, config: ApeConfig) -> ApeError:
-    """Prefix a plugin error's ``[section] key`` with the config file and the key's line."""
+    """Prefix a plugin error's ``[section] key`` with the config file and the key's line;
+    ``[model] 'name' key`` points into that model's table of ``[[model]]``."""
     where = error.where or ""
-    match = re.match(r"^\[([^\]]+)\]\s*([A-Za-z_][\w-]*)?", where)
+    prefix = f"{config.config_file} "
+    if config.config_file is not None and where.startswith(prefix):  # named the file, not the line
+        where = where[len(prefix) :]
+    match = re.match(r"^\[([^\]]+)\]\s*(?:'([^']*)'\s*)?([A-Za-z_][\w-]*)?", where)
     if config.config_file is None or not match:
         return error
-    section = match.group(1).split(".")[0]
-    key = match.group(2)
+    section, name, key = match.group(1).split(".")[0], match.group(2), match.group(3)
     try:
         text = Path(config.config_file).read_text(encoding="utf-8")
     except OSError:
         text = ""
-    line = _line_of(text, [section, key] if key else [section])
+    loc: list[int | str] = [section]
+    if section == "model" and name is not None:
+        ids = [model.model_id for model in config.model]
+        if name in ids:
+            loc.append(ids.index(name))
+    if key:
+        loc.append(key)
+    line = _line_of(text, loc)
     error.where = f"{config.config_file}:{line} {where}" if line else f"{config.config_file} {where}"
     return error

@@ -317,8 +317,22 @@ def start(
         ours = _live_state(home)
         mine = ours if ours is not None and ours.port == port else None
         if _healthy(api_url):
-            notify(f"Reusing the Prefect server at {_base_url(host, port)}")
-            return _info(home, host, port, mine.pid if mine is not None else None)
+            if mine is not None:
+                notify(f"Reusing the Prefect server at {_base_url(host, port)}")
+                return _info(home, host, port, mine.pid)
+            # Someone else's server (another user's, on a shared machine): a run must not
+            # send its prompts, answers and artifacts there. PREFECT_API_URL names one on purpose.
+            if ours is not None and _healthy(api_url_for(ours.host, ours.port)):
+                notify(
+                    f"Port {port} has a Prefect server that {home} did not start; using APE's own on port {ours.port}"
+                )
+                return _info(home, ours.host, ours.port, ours.pid)
+            free = _free_port(host, port)
+            notify(
+                f"Port {port} has a Prefect server that {home} did not start; starting APE's own on port {free} "
+                f"(set PREFECT_API_URL={api_url} to use that one)"
+            )
+            port, api_url, mine = free, api_url_for(host, free), None
         if mine is not None:
             # Our server is still booting (or hung): wait for it instead of starting another.
             notify(f"Waiting for the Prefect server (pid {mine.pid}) to answer")
@@ -339,6 +353,23 @@ def start(
         proc = _spawn(home, host, port)
         notify(f"Starting a Prefect server at {_base_url(host, port)} (log: {home / LOG_FILE})")
         return _wait_healthy(home, host, port, proc.pid, proc, wait_s)
+
+
+def _free_port(host: str, after: int) -> int:
+    """The first port above ``after`` that nothing listens on."""
+    for candidate in range(after + 1, min(after + 200, 65536)):
+        if not _port_open(host, candidate):
+            return candidate
+    raise ApeError(f"no free port above {after} on {host}", where="ape server", hint="choose one with APE_SERVER_PORT")
+
+
+def running_api_url() -> str | None:
+    """The API URL of the server this APE home started, when it runs and answers; None else.
+    Used by ``ape.run``, which reuses that server but never starts one."""
+    ours = _live_state(server_home())
+    if ours is None or not _healthy(api_url_for(ours.host, ours.port)):
+        return None
+    return api_url_for(ours.host, ours.port)
 
 
 def stop(timeout_s: float = 20.0) -> bool:
@@ -529,6 +560,7 @@ __all__ = [
     "env_line",
     "flow_run_url",
     "preferred_port",
+    "running_api_url",
     "server_home",
     "start",
     "status",

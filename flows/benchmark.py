@@ -23,6 +23,7 @@ from prefect.states import Failed
 
 from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from ape.flows.logs import run_logs
+from ape.flows.progress import RUN_ERROR_LINES
 from ape.flows.run_plan import run_label
 from ape.flows.states import items_failed
 from ape.schemas.config import ApeConfig
@@ -184,6 +185,17 @@ def _canary(config: ApeConfig) -> None:
         log.info("canary: the checker graded %d known answers as expected", len(graded))
 
 
+def flow_run_link(flow_run_id: str | None) -> str | None:
+    """The flow run's page in the Prefect UI, or None where there is no UI (Prefect's
+    temporary server), never a link that starts with "None"."""
+    from prefect.utilities.urls import url_for
+
+    if not flow_run_id:
+        return None
+    link = url_for("flow-run", obj_id=str(flow_run_id))  # the UI's own route, as Prefect links it
+    return link if link and link.startswith(("http://", "https://")) else None
+
+
 def _evaluate_all(
     config: ApeConfig,
     redo_outcomes: list[str] | None,
@@ -194,8 +206,12 @@ def _evaluate_all(
     from prefect.runtime import deployment, flow_run
 
     started = time.perf_counter()
-    if flow_run.ui_url:
-        log.info("Flow run: %s", flow_run.ui_url)
+    RUN_ERROR_LINES.reset()  # the terminal's cap on error lines counts this run's models together
+    link = flow_run_link(flow_run.id)
+    if link:
+        log.info("Flow run: %s", link)
+    elif flow_run.id:
+        log.info("Flow run %s on Prefect's temporary server (no UI to link to)", flow_run.id)
     top, info = Path(config.run.output), None
     if run_id or (new_run if new_run is not None else bool(deployment.id)):
         info = start_run(config, flow_run_id=flow_run.id, run_id=run_id)
@@ -223,7 +239,7 @@ def _evaluate_all(
             summaries.append(state.result())
         else:
             failures.append(str(failed))
-    # by hand, in place, the cache lives as long as the output folder does (the seeds' behaviour)
+    # by hand, in place, the cache lives as long as the output folder does (as runs by hand always did)
     extra = {
         "cache_scope": config.run.cache_scope if info is not None or config.run.cache_scope == "shared" else IN_PLACE
     }

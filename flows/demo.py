@@ -1,4 +1,4 @@
-"""The seed-3 eval-runner demo, on the same pipeline as ``ape run``.
+"""The eval demo, on the same pipeline as ``ape run``.
 
 :func:`run_eval` turns ModelAdapter objects and task specs into an ordinary
 :class:`ape.schemas.config.ApeConfig` (task specs as the data, the adapters as
@@ -7,7 +7,7 @@ and runs the :func:`ape.flows.benchmark.benchmark` flow, so the demo exercises
 exactly what users run. ``examples/demo/config.toml`` is the same config as a
 file (``ape run examples/demo/config.toml``).
 
-:func:`run_demo` adds seed 3's clean-run verdict (:mod:`ape.tasks.report.demo_verdicts`). Its criteria are
+:func:`run_demo` adds the demo's clean-run verdict (:mod:`ape.tasks.report.demo_verdicts`). Its criteria are
 checked in this order; the first that breaks decides the exit code, and
 ``report.json`` then carries a structured ``error`` (type, message, and
 details with the criterion, the exit code and the problems found):

@@ -127,7 +127,7 @@ class ItemProcessor:
                 live += 1
             else:
                 check = self.carousel.check(item, record.value)
-        # a checker may grade each item with its own metric (the seed-3 task specs do)
+        # a checker may grade each item with its own metric (task specs do)
         metric = (check.metadata.get("metric") if check is not None else None) or plan.metric
         if self.granularity == "stage":
             score, correct = score_task(record.outcome, check, metric, key, run_index)
@@ -204,7 +204,7 @@ def _close_chain(clock: StageClock, outcome: Outcome, check: CheckResult | None,
         clock.skipped("check", f"no solution to check ({outcome.value})")
     elif check.status is CheckStatus.ERROR:
         error = check.error
-        clock.failed("check", f"check error: {error.type}: {error.message}" if error else "check error")
+        clock.failed("check", f"check error: {error.line()}" if error else "check error")
     elif check.status is CheckStatus.FAILED:
         reason = check.metadata.get("reason") if isinstance(check.metadata, dict) else None
         clock.mark("check", state_name="Incorrect", message=str(reason) if reason else None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import cast
@@ -38,7 +39,7 @@ class Tally:
     passed: int = 0
     errors: int = 0
     check_errors: int = 0
-    shown_errors: int = 0  # error lines printed on the terminal so far
+    shown_errors: int = 0  # error lines of this model (the terminal's cap is per run: ErrorLines)
     started: float = field(default_factory=time.monotonic)
 
     def add(self, batch: OutputBatch) -> None:
@@ -71,6 +72,29 @@ class Tally:
 MAX_ERROR_LINES = 20  # on the terminal; run.log and the Prefect UI get every line
 
 
+class ErrorLines:
+    """Error lines printed on the terminal during one run, across all its models: the cap
+    is per run (a run of several models still prints at most MAX_ERROR_LINES)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.shown = 0
+
+    def take(self) -> int:
+        """Count one more error line; returns how many have been counted in this run."""
+        with self._lock:
+            self.shown += 1
+            return self.shown
+
+    def reset(self) -> None:
+        """A new run begins (the benchmark flow calls this before its first model)."""
+        with self._lock:
+            self.shown = 0
+
+
+RUN_ERROR_LINES = ErrorLines()
+
+
 def report_errors(batch: OutputBatch, tally: Tally) -> None:
     """One line per errored session or check of a saved item (never a traceback)."""
     for session in batch.sessions:
@@ -80,10 +104,10 @@ def report_errors(batch: OutputBatch, tally: Tally) -> None:
             what, error = "check error", session.check.error
         else:
             continue
-        detail = f"{error.type}: {error.message}" if error else "unknown error"
-        detail = " ".join(detail.split())[:300]
+        detail = " ".join(error.line().split())[:500] if error else "unknown error"
         tally.shown_errors += 1
-        quiet = tally.shown_errors > MAX_ERROR_LINES
+        shown = RUN_ERROR_LINES.take()
+        quiet = shown > MAX_ERROR_LINES
         log.warning(
             "item %s run %d: %s: %s",
             batch.item_id,
@@ -92,7 +116,9 @@ def report_errors(batch: OutputBatch, tally: Tally) -> None:
             detail,
             extra={CONSOLE_SKIP: True} if quiet else None,
         )
-        if tally.shown_errors == MAX_ERROR_LINES + 1:
+        if error is not None and error.traceback:  # --debug: on the terminal and in run.log
+            log.debug("item %s run %d: %s traceback:\n%s", batch.item_id, session.run_index, what, error.traceback)
+        if shown == MAX_ERROR_LINES + 1:
             log.warning("further error lines go to run.log only")
 
 

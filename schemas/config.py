@@ -10,13 +10,15 @@ to a deployment or a Dask worker.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
@@ -36,9 +38,43 @@ DEFAULT_REFORMAT_PROMPT = (
 
 
 class Section(BaseModel):
-    """Base of every config section: unknown keys are errors."""
+    """Base of every config section: unknown keys are errors, and so is a value of the
+    wrong kind where the field wants a bool or a number: pydantic would read the string
+    ``"yes"`` as true and ``true`` as 1, so ``fail_on_error = "yes"`` would pass silently."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_strings_for_bools_or_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name is None or not isinstance(value, str | bool):
+            return value
+        kinds = _scalar_kinds(cls.model_fields[info.field_name].annotation)
+        if not kinds:
+            return value
+        wanted = " or ".join(sorted(kinds))
+        if isinstance(value, str):
+            raise ValueError(f"must be {wanted}, not the string {value!r} (write it without quotes)")
+        if "true or false" not in kinds:  # a bool where a number belongs
+            raise ValueError(f"must be {wanted}, not {str(value).lower()}")
+        return value
+
+
+_SCALARS = {bool: "true or false", int: "an integer", float: "a number"}
+
+
+def _scalar_kinds(annotation: Any) -> set[str]:
+    """{"a bool", "a number", ...} when ``annotation`` is only bools and numbers (and None);
+    empty when anything else (a string, a path, a literal) could take a string."""
+    members = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    kinds = set()
+    for member in members:
+        if member is type(None):
+            continue
+        if member not in _SCALARS:
+            return set()
+        kinds.add(_SCALARS[member])
+    return kinds
 
 
 class DataConfig(Section):

@@ -1,4 +1,4 @@
-"""Protocols for the model side: seed-3 ModelAdapters and tool providers."""
+"""Protocols for the model side: ModelAdapters and tool providers."""
 
 from __future__ import annotations
 

@@ -7,8 +7,12 @@ sessions). Reports read only these files, so ``ape report`` never needs a model.
 
 from __future__ import annotations
 
+import os
+import sysconfig
+import traceback
 from datetime import UTC, datetime
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,10 +40,61 @@ class CheckStatus(str, Enum):
 class ErrorInfo(Record):
     type: str
     message: str
+    # where the exception was raised in the plugin's own code ("checker.py:12 in check"),
+    # so a one-line error points at the line to fix; None for errors APE reports itself
+    where: str | None = None
+    traceback: str | None = None  # the last frames, for run.log under --debug
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
-        return cls(type=type(exc).__name__, message=str(exc)[:2000])
+        frames = list(traceback.extract_tb(exc.__traceback__)) if exc.__traceback__ is not None else []
+        return cls(
+            type=type(exc).__name__,
+            message=str(exc)[:2000],
+            where=_user_frame(frames),
+            traceback="".join(traceback.format_exception(exc, limit=-12))[-4000:] if frames else None,
+        )
+
+    def line(self) -> str:
+        """``Type: message (at file:line in function)``, on one line."""
+        text = f"{self.type}: {self.message}"
+        return f"{text} (at {self.where})" if self.where else text
+
+
+_ROOT = Path(__file__).resolve().parent.parent  # the repository, or site-packages/ape in a wheel
+# APE's own code (the shipped examples count as user code); in a wheel ape/*.py lie in _ROOT
+_APE_DIRS = tuple(str(_ROOT / name) for name in ("ape", "schemas", "tasks", "flows", "deployments"))
+_LIBRARY_DIRS = tuple(
+    str(Path(p).resolve()) for key in ("stdlib", "platstdlib", "purelib", "platlib") if (p := sysconfig.get_path(key))
+)
+
+
+def _user_frame(frames: list[traceback.FrameSummary]) -> str | None:
+    """The innermost frame in the user's code: outside APE, the standard library and
+    installed packages (a checker that fails inside pandas is shown at its own line that
+    called pandas); None when the error arose in none of it (a dropped connection)."""
+    own = [
+        f
+        for f in frames
+        if not (_within(f.filename, _APE_DIRS) or _ape_module(f.filename) or _within(f.filename, _LIBRARY_DIRS))
+    ]
+    if not own:
+        return None
+    frame = own[-1]
+    return f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+def _ape_module(filename: str) -> bool:
+    """ape/*.py of a wheel install, which lie directly in _ROOT."""
+    return _ROOT.name == "ape" and Path(filename).parent == _ROOT
+
+
+def _within(filename: str, folders: tuple[str, ...]) -> bool:
+    try:
+        path = str(Path(filename).resolve())
+    except (OSError, ValueError):
+        return False
+    return any(path == folder or path.startswith(folder + os.sep) for folder in folders)
 
 
 class CheckResult(Record):
@@ -107,7 +162,7 @@ class OutputBatch(Record):
 
 
 class Generation(BaseModel):
-    """What a seed-3 ModelAdapter returns for one prompt."""
+    """What a ModelAdapter returns for one prompt."""
 
     model_config = ConfigDict(extra="forbid")
 

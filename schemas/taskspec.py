@@ -1,4 +1,4 @@
-"""The seed-3 task spec: one evaluation task that carries its own metric and post-processing.
+"""A task spec: one evaluation task that carries its own metric and post-processing.
 
 A :class:`TaskSpec` is an ordinary DataModel (``[data] schema =
 "ape.schemas.taskspec:TaskSpec"``), so task-spec fixtures run through the same

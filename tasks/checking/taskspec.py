@@ -1,6 +1,6 @@
 """Task specs at run time: loading a fixture, post-processing answers, grading per task.
 
-A task-spec benchmark (seed 3) grades every task by its own rule, so the
+A task-spec benchmark grades every task by its own rule, so the
 checker is one class for all of them: :class:`TaskSpecChecker` applies the
 task's ``postprocess`` rule to the answer text and scores the result with the
 task's ``metric`` through :func:`ape.tasks.checking.grade.grade`, the grading the built-in

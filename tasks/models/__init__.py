@@ -1,6 +1,6 @@
 """Chat models: building them from ``[model]`` sections, retries and rate limits, fingerprints.
 
-Also the built-in mock models (demos, dry runs, load tests), the seed-3 demo's mock
+Also the built-in mock models (demos, dry runs, load tests), the eval demo's mock
 ``ModelAdapter``s, the bridge that runs a ``ModelAdapter`` as a LangChain chat model, and
 local GGUF models served by llama-cpp-python.
 

@@ -1,4 +1,4 @@
-"""A seed-3 ``ModelAdapter`` seen as a LangChain chat model, so every model runs one dialogue.
+"""A ``ModelAdapter`` seen as a LangChain chat model, so every model runs one dialogue.
 
 A ModelAdapter has one call, ``generate(prompt, task) -> Generation | str``: a prompt
 string in, no conversation, no tools. :class:`AdapterChatModel` turns a message list
@@ -36,7 +36,7 @@ __all__ = ["AdapterChatModel", "adapter_prompt", "is_model_adapter", "takes_item
 
 
 def is_model_adapter(obj: Any) -> bool:
-    """A seed-3 adapter: anything with a callable ``generate`` (``model_id`` is optional here)."""
+    """A ModelAdapter: anything with a callable ``generate`` (``model_id`` is optional here)."""
     return not isinstance(obj, (BaseChatModel, Runnable, type)) and callable(getattr(obj, "generate", None))
 
 
@@ -65,7 +65,7 @@ def adapter_prompt(messages: Sequence[BaseMessage]) -> str:
 
 
 class AdapterChatModel(BaseChatModel):
-    """A ``BaseChatModel`` that answers through a seed-3 ModelAdapter's ``generate``."""
+    """A ``BaseChatModel`` that answers through a ModelAdapter's ``generate``."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 

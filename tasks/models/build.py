@@ -18,7 +18,7 @@ Sources of a model, in the order :func:`build_model` checks them:
   LangChain integration, through ``langchain``'s ``init_chat_model`` when that
   is installed, else by importing the integration's class directly.
 - ``class = "pkg.module:attr"``: a ``BaseChatModel`` subclass or instance, a
-  factory returning one, or a seed-3 ``ModelAdapter`` class or instance (seen as
+  factory returning one, or a ``ModelAdapter`` class or instance (seen as
   a chat model through :class:`ape.tasks.models.adapter_chat.AdapterChatModel`).
 
 Whatever the source, the result goes through one retry policy and one

@@ -1,4 +1,4 @@
-"""Mock ModelAdapters for the seed-3 demo, and the bridge from adapter objects to config.
+"""Mock ModelAdapters for the eval demo, and the bridge from adapter objects to config.
 
 The mocks answer task specs (:class:`ape.schemas.taskspec.TaskSpec`) without a
 model: they read the task they are given (``generate(prompt, task)``) and
@@ -266,7 +266,7 @@ def model_entry(adapter: Any) -> tuple[dict[str, Any], str | None]:
 
 
 def demo_adapters() -> list[MockAdapter]:
-    """The demo's line-up: the three flavours of seed 3 plus the random floor."""
+    """The demo's line-up: a near-perfect, a noisy and a biased adapter plus the random floor."""
     return [
         RuleBasedAdapter(seed=1),
         NoisyAdapter(seed=2),

@@ -1,4 +1,4 @@
-"""The seed-3 demo's clean-run verdict: pure functions of the run's outputs.
+"""The eval demo's clean-run verdict: pure functions of the run's outputs.
 
 After a demo run, :func:`judge` checks the criteria in :class:`Criterion` order against
 the task specs, the saved sessions (``sessions.parquet`` as a DataFrame) and the report

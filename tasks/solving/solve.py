@@ -23,7 +23,7 @@ do). Otherwise it comes from OpenAI-style token log-probabilities
 answer's tokens. All three describe the final answer message. Token usage
 (``AIMessage.usage_metadata``) is summed over all the session's model calls.
 
-Models are LangChain chat models (any ``Runnable`` taking messages). A seed-3
+Models are LangChain chat models (any ``Runnable`` taking messages). A
 ``ModelAdapter`` runs the same dialogue as an :class:`ape.tasks.models.adapter_chat.AdapterChatModel`
 (:func:`build_model` wraps it so; a raw adapter given here is wrapped on the spot): each call
 is one ``generate(prompt, item)`` without tools, and the session's item reaches it as the
@@ -73,7 +73,7 @@ def build_messages(prompt: str, system: str | None) -> list[BaseMessage]:
 
 
 def as_chat_model(model: Any) -> Runnable[Any, Any]:
-    """LangChain chat models (also wrapped ones: with_retry, bind) as they are; a seed-3
+    """LangChain chat models (also wrapped ones: with_retry, bind) as they are; a
     ModelAdapter wrapped in an :class:`AdapterChatModel`."""
     if isinstance(model, (BaseChatModel, Runnable)):
         return model

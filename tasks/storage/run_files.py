@@ -16,6 +16,7 @@ get only a folder (``ape report``, ``ape retry``, ``ape plan``) find the files h
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -23,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ape.schemas.errors import ApeError
+from ape.tasks.storage.runs import LATEST, RUNS_DIR
+
+log = logging.getLogger("ape")
 
 DEFAULT_SAVE_FILE = "results.jsonl"
 DEFAULT_METADATA_FILE = "metadata.json"
@@ -104,10 +108,56 @@ def find_runs(paths: Iterable[Path]) -> list[RunFiles]:
             found.append(RunFiles(path.parent, path, meta_path, meta))
         elif path.is_dir():
             runs = (run_files_in(Path(folder)) for folder, _, _ in os.walk(path))
-            found.extend(sorted((r for r in runs if r.results.is_file()), key=lambda r: r.results))
+            found.extend(_one_run(path, sorted((r for r in runs if r.results.is_file()), key=lambda r: r.results)))
         else:
             raise ApeError("no such folder", where=str(path), hint="give the run's output folder")
     return found
+
+
+def _one_run(top: Path, found: list[RunFiles]) -> list[RunFiles]:
+    """Of a benchmark's output folder that holds new runs (``runs/<run id>/``), and maybe
+    results of runs by hand beside them, only the latest run: results of different runs
+    are separate measurements of the same items, never one pool. Says so in one line,
+    with how to name another run or the results by hand instead."""
+    runs_dir = top / RUNS_DIR if (top / RUNS_DIR).is_dir() else top if top.name == RUNS_DIR else None
+    if runs_dir is None:
+        return found
+    by_run: dict[str, list[RunFiles]] = {}
+    by_hand: list[RunFiles] = []
+    for run in found:
+        try:
+            run_id = run.folder.relative_to(runs_dir).parts[0]
+        except (ValueError, IndexError):
+            by_hand.append(run)
+            continue
+        by_run.setdefault(run_id, []).append(run)
+    if not by_run or (len(by_run) == 1 and not by_hand):
+        return found
+    latest = _latest(runs_dir, sorted(by_run))
+    others = []
+    if len(by_run) > 1:
+        others.append(f"one of the {len(by_run)} runs, {runs_dir}/<run id>")
+    if by_hand:
+        named = " ".join(str(r.results if r.folder == top else r.folder) for r in by_hand)
+        others.append(f"the results of runs by hand, {named}")
+    log.info(
+        "%s: reporting the latest run, %s; to use other results, name them instead: %s",
+        top,
+        latest,
+        "; or ".join(others),
+    )
+    return by_run[latest]
+
+
+def _latest(runs_dir: Path, run_ids: list[str]) -> str:
+    """The run ``latest`` links to (the newest finished run), else the newest run id
+    (ids begin with their UTC start time, so they sort by time)."""
+    link = runs_dir.parent / LATEST
+    try:
+        target = link.resolve().name if link.is_symlink() else None
+    except OSError:
+        target = None
+    return target if target in run_ids else run_ids[-1]
 
 
 def metadata_near(folder: Path) -> list[tuple[Path, dict[str, Any]]]:

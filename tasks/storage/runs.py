@@ -1,7 +1,7 @@
 """Evaluation runs: ids, run folders and the ``latest`` pointer.
 
 A run by hand (``ape run``) writes straight into the output folder and resumes from it
-(the seeds' behaviour). A *new run* (a scheduled or deployment run, or ``ape run
+(as runs by hand always did). A *new run* (a scheduled or deployment run, or ``ape run
 --new-run``) gets its own folder, so every scheduled evaluation measures afresh:
 
     OUTPUT/

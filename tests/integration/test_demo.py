@@ -1,4 +1,4 @@
-"""`ape demo` (seed 3) end to end on a real Prefect server: the clean run, each broken
+"""`ape demo` (the eval demo) end to end on a real Prefect server: the clean run, each broken
 criterion's exit code and error, the envelope's schema, parallel == sequential."""
 
 from __future__ import annotations

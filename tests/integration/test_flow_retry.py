@@ -33,7 +33,7 @@ def test_prefect_flow_run_retry_redoes_only_errored_items(tmp_path, prefect_serv
     )
     assert first.returncode == 1, first.stdout + first.stderr
     assert "1 of 6 items of flaky errored" in first.stderr
-    flow_run_id = re.search(r"flow-runs/flow-run/([0-9a-f-]{36})", first.stderr).group(1)
+    flow_run_id = re.search(r"runs/flow-run/([0-9a-f-]{36})", first.stderr).group(1)
     assert len(calls.read_text().splitlines()) == 6
 
     heal.write_text("ok")

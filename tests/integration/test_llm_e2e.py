@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.llm_server import llm_missing
+from tests.helpers.llm_server import llm_missing, smollm2_missing
 from tests.helpers.paths import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "examples" / "llm"
@@ -55,6 +55,7 @@ def example_ids() -> list[str]:
 # -- the example without a model -----------------------------------------------------------------
 
 
+@pytest.mark.skipif(smollm2_missing() is not None, reason=smollm2_missing() or "")
 def test_example_config_validates() -> None:
     from ape.cli import main
 

@@ -62,21 +62,41 @@ def wheel(tmp_path_factory) -> Path:
         source,
         ignore=shutil.ignore_patterns(".git", "build", "output", "*.egg-info", "__pycache__", ".venv", ".pytest_cache"),
     )
-    subprocess.run(
+    checked(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source)],
-        check=True,
         cwd=dist,
     )
     return next(dist.glob("ape_bench-*.whl"))
 
 
+def checked(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run ``command``; on failure the assertion shows its output, not just the exit status."""
+    done = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    assert done.returncode == 0, (
+        f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    )
+    return done
+
+
+def dependency_folders() -> list[str]:
+    """The site-packages folders this interpreter imports APE's dependencies from (a venv's
+    own, and its base's when the venv sees those), never a source checkout."""
+    return [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+
+
 @pytest.fixture(scope="module")
 def wheel_venv(wheel, tmp_path_factory) -> Path:
-    """A fresh venv holding APE from the wheel (dependencies from this interpreter)."""
+    """A fresh venv holding APE from the wheel, with the dependencies of this interpreter.
+
+    A ``.pth`` file in the new venv lists this interpreter's site-packages folders (after
+    the venv's own, so APE comes from the wheel): ``--system-site-packages`` would see the
+    base Python's packages only, which lack the dependencies when they live in a venv."""
     venv = tmp_path_factory.mktemp("wheel") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    checked([sys.executable, "-m", "venv", str(venv)])
     python = venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
+    own = checked([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip()
+    (Path(own) / "ape_test_dependencies.pth").write_text("\n".join(dependency_folders()) + "\n", encoding="utf-8")
+    checked([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)])
     return venv
 
 
@@ -121,7 +141,7 @@ def test_the_wheel_installs_only_the_ape_package(wheel):
         "ape/examples/arithmetic/config.toml",
         "ape/deployments/prefect.yaml",
         "ape/flows/benchmark.py",
-        "ape/tasks/solve.py",
+        "ape/tasks/solving/solve.py",
         "ape/schemas/config.py",
     ):
         assert data in names, data
@@ -132,12 +152,13 @@ def test_a_user_project_with_tasks_schemas_and_flows(wheel_venv, tmp_path, prefe
     python = wheel_venv / "bin" / "python"
 
     # APE comes from the wheel, not from this source tree
-    where = subprocess.run(
-        [str(python), "-c", "import ape, ape.tasks.solving.solve as s; print(ape.__file__, s.__file__)"],
+    where = checked(
+        [
+            str(python),
+            "-c",
+            "import ape, ape.tasks.solving.solve as s, langchain_core; print(ape.__file__, s.__file__)",
+        ],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=True,
     ).stdout
     assert str(wheel_venv) in where and str(REPO_ROOT) not in where
 
@@ -217,5 +238,5 @@ def test_two_configs_with_same_named_plugins_each_get_their_own(tmp_path):
     # APE's own packages are not shadowed by the user's `tasks` module
     import ape.tasks.solving.solve
 
-    assert Path(ape.tasks.solving.solve.__file__).parent.name == "tasks"
+    assert Path(ape.tasks.solving.solve.__file__).parent.parent.name == "tasks"
     assert "tasks" not in sys.modules or not hasattr(sys.modules["tasks"], "ANSWER")

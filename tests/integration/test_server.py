@@ -128,6 +128,72 @@ def test_port_taken_by_another_program(ape_home: Path) -> None:
     assert not (ape_home / "server" / server.STATE_FILE).exists()
 
 
+class _PrefectLike(http.server.BaseHTTPRequestHandler):
+    """Answers Prefect's health check: someone else's Prefect server on the port."""
+
+    def do_GET(self) -> None:
+        body = b"true" if self.path == "/api/health" else b"{}"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_prefect_server_this_home_did_not_start_is_not_reused(
+    ape_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), _PrefectLike)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    foreign = httpd.server_address[1]
+    spawned: list[int] = []
+
+    def spawn(home: Path, host: str, port: int) -> object:
+        spawned.append(port)
+        return type("Proc", (), {"pid": 4242})()
+
+    monkeypatch.setattr(server, "_spawn", spawn)
+    monkeypatch.setattr(
+        server, "_wait_healthy", lambda home, host, port, pid, proc, wait_s: server._info(home, host, port, pid)
+    )
+    messages: list[str] = []
+    try:
+        info = server.start(port=foreign, on_status=messages.append)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert spawned and spawned[0] != foreign  # a server of its own, on another port
+    assert info.api_url == f"http://127.0.0.1:{spawned[0]}/api" and info.pid == 4242
+    assert messages[0] == (
+        f"Port {foreign} has a Prefect server that {ape_home / 'server'} did not start; starting APE's own on "
+        f"port {spawned[0]} (set PREFECT_API_URL=http://127.0.0.1:{foreign}/api to use that one)"
+    )
+
+
+def test_server_env_and_status_never_point_at_a_server_ape_did_not_start(
+    ape_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ape import commands
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setattr(server, "configured_api_url", lambda: None)
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), _PrefectLike)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    try:
+        assert commands.server_env(port) == 1
+        printed = capsys.readouterr()
+        assert f"http://127.0.0.1:{port} was not started by APE" in printed.err and printed.out == ""
+        assert commands.server("status", port) == 0
+        assert "(not started by APE for" in capsys.readouterr().out
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_failed_start_points_to_its_log(ape_home: Path) -> None:
@@ -178,6 +244,13 @@ def test_start_reuse_status_stop(ape_home: Path, quiet_settings: None, monkeypat
     monkeypatch.delenv("APE_SERVER_PORT")
     monkeypatch.delenv("PREFECT_API_URL")
     assert server.preferred_port() == port
+    assert server.running_api_url() == api_url
+    # ape.run reuses it (and never starts one): its flows report there
+    from ape.api import _choose_prefect_api
+
+    _choose_prefect_api()
+    assert os.environ["PREFECT_API_URL"] == api_url
+    monkeypatch.delenv("PREFECT_API_URL")
     assert server.ensure_api_url() == api_url
     # ape manages one server: a second one on another port is refused, not orphaned.
     with pytest.raises(ApeError, match=f"already runs a Prefect server on port {port}"):
@@ -185,6 +258,7 @@ def test_start_reuse_status_stop(ape_home: Path, quiet_settings: None, monkeypat
 
     assert server.stop() is True
     assert server.status(port) is None
+    assert server.running_api_url() is None
     assert not server._alive(info.pid)
     assert server.stop() is False
 

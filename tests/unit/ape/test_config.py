@@ -127,3 +127,68 @@ def test_invalid_toml(tmp_path):
 def test_overrides(tmp_path):
     config = load_config(write(tmp_path, BASE), {"run.solver_workers": 7, "run.load_save": False})
     assert config.run.solver_workers == 7 and config.run.load_save is False
+
+
+TWO_MODELS = BASE.replace('[model]\nprovider = "mock"\n', "") + (
+    '\n[[model]]\nname = "a"\nprovider = "mock"\ntemperature = 0.0\nargs = { seed = 1 }\n'
+    '\n[[model]]\nname = "b"\nprovider = "mock"\ntemperature = "hot"\nargs = { seed = 2 }\n'
+)
+
+
+def test_an_error_in_the_second_model_points_at_the_second_model(tmp_path):
+    path = write(tmp_path, TWO_MODELS)
+    hot = path.read_text().splitlines().index('temperature = "hot"') + 1
+    with pytest.raises(ApeError) as err:
+        load_config(path)
+    assert f"{path}:{hot} [model[1].temperature]" in str(err.value)
+    unknown = write(tmp_path, TWO_MODELS.replace('temperature = "hot"', "temprature = 0.5"))
+    with pytest.raises(ApeError) as err:
+        load_config(unknown)
+    assert f"{unknown}:{hot} [model[1].temprature]" in str(err.value)
+
+
+def test_a_plugin_error_of_the_second_model_is_located_in_its_table(tmp_path):
+    from ape.config import locate
+
+    path = write(tmp_path, TWO_MODELS.replace('temperature = "hot"', "temperature = 0.5"))
+    config = load_config(path)
+    lines = path.read_text().splitlines()
+    second_args = [n for n, line in enumerate(lines, start=1) if line.startswith("args = { seed")][1]
+    error = locate(ApeError("bad args", where="[model] 'b' args"), config)
+    assert error.where == f"{path}:{second_args} [model] 'b' args"
+    second_table = [n for n, line in enumerate(lines, start=1) if line == "[[model]]"][1]
+    error = locate(ApeError("bad class", where="[model] 'b' class"), config)  # no class key: the table
+    assert error.where == f"{path}:{second_table} [model] 'b' class"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('fail_on_error = "yes"', "[run.fail_on_error]: must be a number or true or false, not the string 'yes'"),
+        ('load_save = "false"', "[run.load_save]: must be true or false, not the string 'false'"),
+        ('solver_workers = "4"', "[run.solver_workers]: must be an integer, not the string '4'"),
+        ("solver_workers = true", "[run.solver_workers]: must be an integer, not true"),
+        ('max_cost = "5"', "[run.max_cost]: must be a number, not the string '5'"),
+    ],
+)
+def test_a_string_or_bool_where_a_bool_or_number_belongs_is_an_error(tmp_path, line, message):
+    path = write(tmp_path, BASE + f"\n[run]\n{line}\n")
+    with pytest.raises(ApeError) as err:
+        load_config(path)
+    assert f"{path}:{path.read_text().splitlines().index(line) + 1} {message}" in str(err.value)
+    assert "\n" not in str(err.value).strip()
+
+
+def test_bools_and_numbers_written_as_such_still_load(tmp_path):
+    config = load_config(write(tmp_path, BASE + "\n[run]\nfail_on_error = false\nmax_cost = 5\nsolver_workers = 2\n"))
+    assert config.run.fail_on_error is False and config.run.max_cost == 5.0 and config.run.solver_workers == 2
+
+
+def test_an_error_that_names_only_the_file_gets_the_line_too(tmp_path):
+    from ape.config import locate
+
+    path = write(tmp_path, BASE)
+    config = load_config(path)
+    line = path.read_text().splitlines().index('template = "Q: {{ question }}"') + 1
+    error = locate(ApeError("template variable", where=f"{config.config_file} [prompt] template"), config)
+    assert error.where == f"{config.config_file}:{line} [prompt] template"

@@ -1,4 +1,4 @@
-"""AdapterChatModel: seed-3 ModelAdapters run through the one chat dialogue of tasks.solve."""
+"""AdapterChatModel: ModelAdapters run through the one chat dialogue of tasks.solve."""
 
 from __future__ import annotations
 

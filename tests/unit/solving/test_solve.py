@@ -311,7 +311,7 @@ def test_confidence_from_token_logprobs():
 
 
 class FakeAdapterModel:
-    """A seed-3 ModelAdapter: one generate() per call."""
+    """A ModelAdapter: one generate() per call."""
 
     model_id = "fake"
 

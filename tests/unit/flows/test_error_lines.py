@@ -1,0 +1,49 @@
+"""The terminal's "first 20 error lines, then run.log only" cap counts a run's models together."""
+
+from __future__ import annotations
+
+import logging
+
+from ape.flows.logs import CONSOLE_SKIP
+from ape.flows.progress import MAX_ERROR_LINES, RUN_ERROR_LINES, Tally, report_errors
+from ape.schemas.results import ErrorInfo, Outcome, OutputBatch, SessionResult
+
+
+def _errored(model: str, n: int) -> list[OutputBatch]:
+    error = ErrorInfo(type="ValueError", message="boom")
+    return [
+        OutputBatch(
+            item_id=f"q{i}",
+            model_id=model,
+            sessions=[SessionResult(item_id=f"q{i}", run_index=0, model_id=model, outcome=Outcome.ERROR, error=error)],
+        )
+        for i in range(n)
+    ]
+
+
+def _on_terminal(records: list[logging.LogRecord]) -> list[str]:
+    return [r.getMessage() for r in records if not getattr(r, CONSOLE_SKIP, False)]
+
+
+def test_two_models_share_the_cap_of_one_run(caplog) -> None:
+    RUN_ERROR_LINES.reset()
+    with caplog.at_level(logging.INFO, logger="ape"):
+        for model in ("atlas", "boreas"):  # each model has its own tally, as in a run
+            tally = Tally(total=15)
+            for batch in _errored(model, 15):
+                report_errors(batch, tally)
+    shown = _on_terminal(caplog.records)
+    assert len(shown) == MAX_ERROR_LINES + 1  # 20 error lines and the note
+    assert shown[-1] == "further error lines go to run.log only"
+    assert sum("session error" in r.getMessage() for r in caplog.records) == 30  # run.log gets all
+
+
+def test_a_new_run_starts_counting_again(caplog) -> None:
+    RUN_ERROR_LINES.reset()
+    for batch in _errored("atlas", MAX_ERROR_LINES + 5):
+        report_errors(batch, Tally(total=1))
+    RUN_ERROR_LINES.reset()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="ape"):
+        report_errors(_errored("atlas", 1)[0], Tally(total=1))
+    assert _on_terminal(caplog.records) == ["item q0 run 0: session error: ValueError: boom"]
