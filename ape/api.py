@@ -50,16 +50,10 @@ def canary(config: ApeConfig) -> list[Any]:
         CanaryFailed: one line naming the checker, the example and the cause.
         ApeError: a ``[[checker.canary]]`` item that does not fit the DataModel.
     """
-    from ape.flows.run_plan import load_data_model
-    from ape.tasks.checking.canary import run_canary
-    from ape.tasks.checking.check import checker_factory
+    from ape.flows.run_plan import grade_canary
 
     try:
-        return run_canary(
-            config.checker,
-            checker_factory(config.checker, config.base_dir),
-            load_data_model(config),
-        )
+        return grade_canary(config)
     except ApeError as exc:
         raise locate(exc, config) from None
 

@@ -174,13 +174,12 @@ def _canary(config: ApeConfig) -> None:
     """Grade the checker's known answers (``ape.tasks.checking.canary``) unless the command that
     started this flow already did; a wrong verdict raises :class:`CanaryFailed`, which
     ends the flow run Failed with that one line (``items_failed`` raises it again)."""
-    from ape.flows.run_plan import load_data_model
-    from ape.tasks.checking.canary import already_passed, run_canary
-    from ape.tasks.checking.check import checker_factory
+    from ape.flows.run_plan import grade_canary
+    from ape.tasks.checking.canary import already_passed
 
     if already_passed(config.checker):
         return
-    graded = run_canary(config.checker, checker_factory(config.checker, config.base_dir), load_data_model(config))
+    graded = grade_canary(config)
     if graded:
         log.info("canary: the checker graded %d known answers as expected", len(graded))
 

@@ -83,7 +83,6 @@ def load_data_model(config: ApeConfig) -> type[BaseModel]:
 
 
 def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> RunPlan:
-    from ape.tasks.checking.check import load_checker
     from ape.tasks.models.fingerprint import model_fingerprint
     from ape.tasks.solving.adapt import load_adapter
     from ape.tasks.storage.runs import cache_scope_key
@@ -121,15 +120,7 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> RunPlan:
         key="[adapter] timeout_s",
     )
 
-    def checker_factory() -> Any:
-        return load_checker(config.checker, config.base_dir)
-
-    if config.checker.implementation == "judge":  # a model grades: it needs the whole config
-        from ape.tasks.checking.judge import judge_factory
-        from ape.tasks.storage.runs import cache_dir
-
-        checker_factory = judge_factory(config, data_model, cache_dir(config) if config.run.cache else None)
-
+    checker_factory = run_checker_factory(config, data_model)
     probe = checker_factory()  # fail now on a bad checker, not in a worker thread
     check_checker_fields(probe, data_model, where=f"{src} [checker] args")
     hook = None
@@ -168,6 +159,28 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> RunPlan:
         fingerprint=fingerprint,
         fingerprint_key=fingerprint_hash(fingerprint, size=32),
     )
+
+
+def run_checker_factory(config: ApeConfig, data_model: type[BaseModel]) -> Callable[[], Any]:
+    """The maker of the run's checker instances: ``[checker]`` as configured, or for the
+    judge (a model grades, so it needs the whole config and the run's cache) its factory."""
+    if config.checker.implementation == "judge":
+        from ape.tasks.checking.judge import judge_factory
+        from ape.tasks.storage.runs import cache_dir
+
+        return judge_factory(config, data_model, cache_dir(config) if config.run.cache else None)
+    from ape.tasks.checking.check import load_checker
+
+    return lambda: load_checker(config.checker, config.base_dir)
+
+
+def grade_canary(config: ApeConfig) -> list[Any]:
+    """Grade the checker's known answers (:mod:`ape.tasks.checking.canary`) with the checker
+    the run will use; raises ``CanaryFailed`` (one line) when one comes out wrong."""
+    from ape.tasks.checking.canary import run_canary
+
+    data_model = load_data_model(config)
+    return run_canary(config.checker, run_checker_factory(config, data_model), data_model)
 
 
 def resume_fingerprints(plan: RunPlan) -> dict[str, Any]:
