@@ -41,7 +41,8 @@ def real_model(base_url: str, **overrides: Any) -> Any:
 
 def test_chat_call_returns_text_usage_and_logprobs(llama_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("APE_LOCAL_LLM_KEY", "local-key")
-    model = real_model(llama_server, api_key_env="APE_LOCAL_LLM_KEY")
+    # a local endpoint gets no log-probabilities by default (they are slow there): ask for them
+    model = real_model(llama_server, api_key_env="APE_LOCAL_LLM_KEY", logprobs=True)
     assert isinstance(model, ManagedChatModel)
 
     reply = model.invoke("What is 2 + 3? Answer with a number.")
