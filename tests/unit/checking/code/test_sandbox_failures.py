@@ -211,7 +211,8 @@ def test_a_broken_sandbox_stops_ape_run_at_the_canary_then_a_rerun_checks_everyt
 
 RUN_ONE_CHECK = """
 import site, sys
-site.addsitedir({site!r})
+for folder in {sites!r}:
+    site.addsitedir(folder)
 from ape.tasks.checking.code.code_exec import run_code
 result = run_code("def add(a, b):\\n    return a + b\\n", "assert add(1, 2) == 3\\n", sandbox={kind!r}, timeout_s=10.0)
 print(sys.prefix, result.sandbox, result.score)
@@ -226,14 +227,15 @@ def test_a_virtual_environment_under_tmp_runs_in_the_sandbox(kind):
         sandboxes.prefix(kind)
     except sandboxes.SandboxUnavailable as exc:
         pytest.skip(str(exc))
-    import site
     import tempfile
 
     folder = Path(tempfile.mkdtemp(prefix="ape-venv-", dir="/tmp"))
     try:
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / "venv")], check=True, timeout=120)
         python = folder / "venv" / "bin" / "python"
-        script = RUN_ONE_CHECK.format(site=site.getsitepackages()[0], kind=kind)
+        # every package folder this interpreter sees (a venv of its own may sit on a base's)
+        sites = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+        script = RUN_ONE_CHECK.format(sites=sites, kind=kind)
         done = subprocess.run([str(python), "-c", script], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         assert done.stdout.split() == [str(folder / "venv"), kind, "1.0"]
