@@ -77,11 +77,10 @@ def diff(paths: list[Path], out: Path | None = None, *, rescore: bool = True) ->
         write_diff,
     )
     from ape.tasks.report.sessions_table import load_sessions
-    from ape.tasks.storage.run_files import find_runs
+    from ape.tasks.storage.run_files import metadata_by_model
 
     (label_a, folder_a), (label_b, folder_b) = resolve_sides(paths)
-    meta_a = {str(r.metadata.get("model") or r.folder.name): r.metadata for r in find_runs([folder_a])}
-    meta_b = {str(r.metadata.get("model") or r.folder.name): r.metadata for r in find_runs([folder_b])}
+    meta_a, meta_b = metadata_by_model([folder_a]), metadata_by_model([folder_b])
     sessions_a, sessions_b = load_sessions([folder_a]), load_sessions([folder_b])
     notes = []
     for model_id in sorted(set(meta_a) & set(meta_b)):

@@ -218,7 +218,7 @@ def explain_moves(config: ApeConfig, top: Path, info: RunInfo, rows: list[Regres
     the verdict names the flipped items and the settings that changed."""
     from ape.tasks.report.diff import changed_settings, compare_items, diff_markdown, flipped_items, write_diff
     from ape.tasks.report.sessions_table import load_sessions
-    from ape.tasks.storage.run_files import find_runs
+    from ape.tasks.storage.run_files import metadata_by_model
     from ape.tasks.storage.runs import run_folder
 
     moved = {r.model_id for r in rows if r.verdict in ("regressed", "improved")}
@@ -227,12 +227,12 @@ def explain_moves(config: ApeConfig, top: Path, info: RunInfo, rows: list[Regres
     if not earlier:
         return rows
     here = Path(config.run.output)
-    meta_now = {str(r.metadata.get("model")): r.metadata for r in find_runs([here])}
+    meta_now = metadata_by_model([here])
     sessions_now = load_sessions([here])
     explained = {}
     for model_id, run_id in earlier.items():
         folder = run_folder(top, run_id)
-        meta_then = {str(r.metadata.get("model")): r.metadata for r in find_runs([folder])}
+        meta_then = metadata_by_model([folder])
         then = load_sessions([folder])
         items = compare_items(then[then["model_id"] == model_id], sessions_now[sessions_now["model_id"] == model_id])
         changes = changed_settings(meta_then, {model_id: meta_now.get(model_id, {})})

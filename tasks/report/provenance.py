@@ -141,5 +141,5 @@ def recorded_provenance(runs: Iterable[RunFiles]) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for run in runs:
         if isinstance(run.metadata.get("provenance"), dict):
-            found[str(run.metadata.get("model") or run.folder.name)] = run.metadata["provenance"]
+            found[run.model_id] = run.metadata["provenance"]
     return found

@@ -43,6 +43,11 @@ class RunFiles:
     metadata_path: Path | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def model_id(self) -> str:
+        """The model the run's metadata names (its folder's name when it names none)."""
+        return str(self.metadata.get("model") or self.folder.name)
+
 
 def read_metadata(path: Path) -> dict[str, Any] | None:
     """The content of ``path`` if it is a run's metadata file (see the module doc), else None."""
@@ -91,6 +96,11 @@ def run_files_in(folder: Path) -> RunFiles:
         return RunFiles(folder, folder / DEFAULT_SAVE_FILE)
     path, data = found
     return RunFiles(folder, folder / save_file_of(data), path, data)
+
+
+def metadata_by_model(paths: Iterable[Path]) -> dict[str, dict[str, Any]]:
+    """Model id -> the metadata of its run, for the runs under ``paths``."""
+    return {run.model_id: run.metadata for run in find_runs(paths)}
 
 
 def find_runs(paths: Iterable[Path]) -> list[RunFiles]:
