@@ -23,7 +23,7 @@ from ape.schemas.data import item_id
 from ape.schemas.report import Envelope, RegressionRow
 from ape.tasks.stats.aggregate import item_table
 from ape.tasks.stats.monitor import holm
-from ape.tasks.stats.reference import judge
+from ape.tasks.stats.reference import Rescorer, judge
 from ape.tasks.stats.regression import compare
 from ape.tasks.storage import history
 from ape.tasks.storage.data import DataProvider
@@ -105,6 +105,41 @@ def _comparison_columns(against: str, row: RegressionRow | None) -> dict[str, An
     }
 
 
+def rescorer(config: ApeConfig, top: Path, model_id: str) -> Rescorer:
+    """Grades an earlier run's saved answers of ``model_id`` again with ``config``'s adapter and
+    checker (:mod:`ape.flows.rescore`, no model calls) and returns that run's history items with
+    the new scores; None when the run's folder no longer holds its answers. Each run is graded
+    once however often it is asked for."""
+    from ape.flows.rescore import rescore
+    from ape.tasks.report.sessions_table import load_sessions
+    from ape.tasks.storage.runs import run_folder
+
+    done: dict[str, pd.DataFrame | None] = {}
+
+    def items_of(run_id: str) -> pd.DataFrame | None:
+        if run_id in done:
+            return done[run_id]
+        done[run_id] = None
+        folder = run_folder(top, run_id)
+        kept = history.read_items(top, run_id, model_id)
+        sessions = load_sessions([folder]) if folder.is_dir() else pd.DataFrame()
+        if kept.empty or sessions.empty or not (sessions["model_id"] == model_id).any():
+            log.warning("%s: run %s has no saved answers left to re-score with the new checker", model_id, run_id)
+            return None
+        log.info("%s: re-scoring run %s's saved answers with this run's checker (no model calls)", model_id, run_id)
+        again = item_table(rescore(sessions[sessions["model_id"] == model_id], config, model_id))
+        graded = again.assign(item_id=again["item_id"].astype(str)).set_index("item_id")
+        ids = kept["item_id"].astype(str)
+        kept = kept.assign(
+            score=ids.map(graded["score"]).astype(float).fillna(kept["score"]),
+            passed=ids.map(graded["correct_share"] >= 0.5).fillna(kept["passed"]).astype(bool),
+        )
+        done[run_id] = kept
+        return kept
+
+    return items_of
+
+
 def record_run(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) -> list[RegressionRow]:
     """Judge each model against its own history (and the pinned baseline), then append the run."""
     sessions = pd.read_parquet(Path(config.run.output) / "sessions.parquet")
@@ -132,26 +167,33 @@ def record_run(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) 
             "started_at": pd.Timestamp(info.started_at),
             "finished_at": finished,
         }
+        regrade = rescorer(config, top, model_id)
         verdict, record = judge(
-            top, model_id, info.run_id, mine, prints, config.monitor, runs=before, pinned=pinned, finished=finished
-        )
+            top, model_id, info.run_id, mine, prints, config.monitor, runs=before, pinned=pinned, finished=finished,
+            rescore=regrade,
+        )  # fmt: skip
         summary.update(record)
         if verdict is not None:
             comparisons.append(verdict)
             summary.update(_comparison_columns("history", verdict))
         ref = history.run_row(top, pinned, model_id) if pinned and pinned != info.run_id else None
         if ref is not None:
+            checker_changed = ref["checker_fingerprint"] != prints["checker_fingerprint"]
+            regraded = regrade(ref["run_id"]) if checker_changed and config.monitor.rescore_runs else None
             result = compare(
                 mine,
-                history.read_items(top, ref["run_id"], model_id),
+                history.read_items(top, ref["run_id"], model_id) if regraded is None else regraded,
                 model_id=model_id,
                 run_id=info.run_id,
                 reference_run_id=ref["run_id"],
                 against="baseline",
                 alpha=_baseline_alpha(config, record["history_runs_per_year"]),
-                checker_changed=ref["checker_fingerprint"] != prints["checker_fingerprint"],
+                checker_changed=checker_changed and regraded is None,
                 config_changed=ref["config_fingerprint"] != prints["config_fingerprint"],
             )
+            if regraded is not None:
+                note = "checker changed: the baseline's saved answers were re-scored with this run's checker"
+                result = result.model_copy(update={"rescored_runs": 1, "note": _join(note, result.note)})
             baselines.append((len(rows), result))
         rows.append(summary)
     for (position, result), keep in zip(baselines, _holm([r for _, r in baselines])):

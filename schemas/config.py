@@ -355,6 +355,13 @@ class MonitorConfig(Section):
         gt=0,
         description="The cadence; by default from the spacing of the model's runs (nightly until there are three).",
     )
+    rescore_runs: int = Field(
+        default=5,
+        ge=0,
+        description="When the checker changed, the saved answers of at most this many reference runs (the newest) "
+        "are graded again with the new checker, without model calls, so the run still gets a verdict; 0 turns "
+        "it off (the change then only starts a new reference).",
+    )
 
 
 class ApeConfig(Section):

@@ -222,6 +222,11 @@ class RegressionRow(ReportModel):
     change_point: str | None = Field(
         default=None, description="Why a new reference starts with or after this run (alarm, fingerprint, baseline)."
     )
+    rescored_runs: int = Field(
+        default=0,
+        description="The checker changed since the reference: this many reference runs had their saved answers "
+        "graded again with this run's checker (no model calls) and the comparison used those scores.",
+    )
     flipped_items: dict[str, list[str]] = Field(
         default_factory=dict,
         description="A regressed or improved model: item ids that went 'pass->fail' and 'fail->pass' since the "

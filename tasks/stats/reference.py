@@ -12,6 +12,7 @@ start at zero.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,15 +61,23 @@ def current_start(mine: pd.DataFrame, pinned: str | None) -> Start:
     return Start(start=start, up=up, down=down, change=None)
 
 
-def reference_matrix(top: Path, runs: list[str], model_id: str, current: pd.DataFrame) -> np.ndarray:
+#: An earlier run's items (the history's ``items`` columns) with scores graded again by the
+#: current checker, or None when its saved answers are gone.
+Rescorer = Callable[[str], "pd.DataFrame | None"]
+
+
+def reference_matrix(
+    top: Path, runs: list[str], model_id: str, current: pd.DataFrame, given: dict[str, pd.DataFrame] | None = None
+) -> np.ndarray:
     """(runs, items) scores of the reference runs aligned to ``current``; NaN where an item is
-    missing or its content changed."""
+    missing or its content changed. ``given`` replaces the history's items of some runs."""
+    given = given or {}
     ids = current["item_id"].astype(str).to_numpy()
     hashes = current["item_hash"].astype(str).to_numpy()
     matrix = np.full((len(runs), len(ids)), np.nan)
     position = pd.Index(ids)
     for row, run_id in enumerate(runs):
-        items = history.read_items(top, run_id, model_id)
+        items = given[run_id] if run_id in given else history.read_items(top, run_id, model_id)
         where = position.get_indexer(items["item_id"].astype(str))
         keep = where >= 0
         same = hashes[where[keep]] == items["item_hash"].astype(str).to_numpy()[keep]
@@ -98,9 +107,15 @@ def judge(
     runs: pd.DataFrame,
     pinned: str | None,
     finished: pd.Timestamp,
+    rescore: Rescorer | None = None,
 ) -> tuple[RegressionRow | None, dict[str, Any]]:
     """The verdict of ``run_id`` against the model's history (``runs``: the runs table before
-    this run) and the history columns to record. No verdict for a model's first run."""
+    this run) and the history columns to record. No verdict for a model's first run.
+
+    When the checker changed and ``rescore`` can grade the newest reference runs' saved
+    answers again (at most ``settings.rescore_runs``), the run is judged against those, as
+    if the checker had not changed, and still starts a new reference: the history keeps the
+    scores each run had when it was recorded."""
     mine = runs[(runs["model_id"] == model_id) & (runs["run_id"] < run_id)].sort_values("run_id")
     times = [*pd.to_datetime(mine["finished_at"], utc=True).astype("int64").div(1e9).tolist(), finished.timestamp()]
     cadence = runs_per_year(times[-(settings.window + 1) :], settings.runs_per_year)
@@ -118,11 +133,18 @@ def judge(
     joined = mine["history_joins"].fillna(True).astype(bool)
     candidates = mine[(mine["run_id"] >= begin.start) & joined]
     reference = candidates["run_id"].tail(settings.window).tolist()
+    regraded: dict[str, pd.DataFrame] = {}
+    if "checker" in changed and rescore is not None and settings.rescore_runs and reference:
+        found = {r: rescore(r) for r in reference[-settings.rescore_runs :]}
+        regraded = {r: items for r, items in found.items() if items is not None}
+        if regraded:
+            reference = [r for r in reference if r in regraded]
+    judged_changed = [c for c in changed if not (c == "checker" and regraded)]
     scores = current["score"].to_numpy(float)
-    matrix = reference_matrix(top, reference, model_id, current)
+    matrix = reference_matrix(top, reference, model_id, current, regraded)
     comparison = paired(scores[None, :], matrix[None, :, :])
     z = float(comparison.z[0])
-    result = step(np.array([z]), np.array([begin.up]), np.array([begin.down]), plan, bool(changed))
+    result = step(np.array([z]), np.array([begin.up]), np.array([begin.down]), plan, bool(judged_changed))
     verdict = int(result.verdict[0])
     up, down = float(result.up_before_reset[0]), float(result.down_before_reset[0])
     n = int(comparison.n_items[0])
@@ -136,9 +158,14 @@ def judge(
         change = begin.change
     restart = change in ("fingerprint", "alarm")
     notes = []
+    if regraded:
+        notes.append(f"checker changed: the saved answers of the {len(regraded)} newest reference runs were "
+                     "re-scored with this run's checker (no model calls) and compared on those")  # fmt: skip
+    if judged_changed:
+        notes.append(f"{', '.join(judged_changed)} changed: judged against the old reference by the single-run "
+                     "limit")  # fmt: skip
     if changed:
-        notes.append(f"{', '.join(changed)} changed: judged against the old reference by the single-run limit; "
-                     "the next runs are compared with this one onwards")  # fmt: skip
+        notes.append("the next runs are compared with this one onwards")
     if begin.change == "baseline":
         notes.append(f"the reference starts at the pinned baseline {begin.start}")
     if not reference:
@@ -172,6 +199,7 @@ def judge(
         alpha=1.0 / plan.arl,
         min_detectable_change=detectable_drop(0.0 if restart else down, se, plan) if n else None,
         new_items=unpaired,
+        rescored_runs=len(regraded),
         note="; ".join(notes) or None,
     )
     record.update(

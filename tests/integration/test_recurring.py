@@ -139,6 +139,46 @@ def test_cli_gate_history_baseline_and_retry_of_a_run(tmp_path: Path, capsys) ->
     assert main(["history", str(tmp_path / "nowhere")]) == 2
 
 
+def test_a_changed_checker_is_judged_on_the_re_scored_reference_without_model_calls(tmp_path: Path) -> None:
+    """The checker turns strict (every answer fails): judged on the saved scores, the run would
+    look like a collapse; on the reference runs' answers graded again by the new checker
+    (and the pinned baseline's) it is no change, and no model is asked anything for it."""
+    from ape.tasks.storage import history
+
+    path, _ = bench(tmp_path)
+    config, first = new_run(path)
+    _, second = new_run(path)
+    assert second["regressions"][0]["verdict"] == "no detectable change"
+    history.set_baseline(config.run.output, first["run_id"])
+    path.write_text(
+        path.read_text().replace('implementation = "exact_match"', 'implementation = "benchschema:check_always_fails"')
+    )
+    before = MockChatModel.call_count("m")
+    _, third = new_run(path)
+    assert MockChatModel.call_count("m") - before == N  # the new run's own items, nothing for re-scoring
+    mine, pinned = third["regressions"]
+    assert mine["against"] == "history" and pinned["against"] == "baseline"
+    assert mine["verdict"] == "no detectable change" and mine["rescored_runs"] == 2
+    assert mine["mean_reference"] == 0.0 and mine["mean_current"] == 0.0
+    assert "re-scored with this run's checker (no model calls)" in mine["note"]
+    assert pinned["verdict"] == "no detectable change" and pinned["rescored_runs"] == 1 and pinned["n_items"] == N
+    runs = history.read_runs(config.run.output)
+    assert runs["history_change"].iloc[-1] == "fingerprint"  # the new checker starts a new reference
+    assert runs["mean_score"].iloc[0] == 1.0  # the history keeps the scores as recorded
+
+
+def test_with_rescoring_off_a_changed_checker_is_judged_by_the_single_run_limit(tmp_path: Path) -> None:
+    path, _ = bench(tmp_path, extra="[monitor]\nrescore_runs = 0")
+    new_run(path)
+    path.write_text(
+        path.read_text().replace('implementation = "exact_match"', 'implementation = "benchschema:check_always_fails"')
+    )
+    _, second = new_run(path)
+    (verdict,) = second["regressions"]
+    assert verdict["rescored_runs"] == 0 and verdict["verdict"] == "regressed"
+    assert "checker changed: judged against the old reference by the single-run limit" in verdict["note"]
+
+
 def test_in_place_runs_keep_the_seeds_behaviour(tmp_path: Path) -> None:
     from ape.flows.benchmark import benchmark
 

@@ -3,6 +3,7 @@ combined Shewhart-CUSUM step, Holm, and one model's runs judged through the hist
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -134,15 +135,19 @@ def scores_table(scores: np.ndarray, hashes: list[str] | None = None) -> pd.Data
     })  # fmt: skip
 
 
-def record(top: Path, index: int, scores: np.ndarray, config: str = "c", pinned: str | None = None):
+def record(
+    top: Path, index: int, scores: np.ndarray, config: str = "c", pinned: str | None = None, checker: str = "k",
+    rescore=None,
+):  # fmt: skip
     """What record_run does for one model: judge against the history, then append."""
     run_id = f"2026{index:04d}T000000Z-0000"
-    prints = {"config_fingerprint": config, "data_fingerprint": "d", "checker_fingerprint": "k"}
+    prints = {"config_fingerprint": config, "data_fingerprint": "d", "checker_fingerprint": checker}
     table = scores_table(scores)
     finished = T0 + index * DAY
     verdict, columns = judge(
-        top, "m", run_id, table, prints, MonitorConfig(), runs=history.read_runs(top), pinned=pinned, finished=finished
-    )
+        top, "m", run_id, table, prints, MonitorConfig(), runs=history.read_runs(top), pinned=pinned, finished=finished,
+        rescore=rescore,
+    )  # fmt: skip
     row = {"model_id": "m", "benchmark": "b", "n_items": scores.size, "mean_score": float(scores.mean()),
            "finished_at": finished, **prints, **columns}  # fmt: skip
     if verdict is not None:
@@ -191,6 +196,36 @@ def test_runs_judged_through_the_history_files(tmp_path: Path) -> None:
     assert table.count("▼ regressed") == 1 and "◆ new reference (alarm) after this run" in table
     assert "◆ new reference (fingerprint)" in table
     assert write_trend_chart(runs, tmp_path / "trend.png").stat().st_size > 1000
+
+
+def test_a_changed_checker_is_judged_on_the_re_scored_newest_reference_runs(tmp_path: Path) -> None:
+    """The new checker fails the first half of the items: against the saved scores that is a
+    collapse, against the reference runs graded again by it nothing changed."""
+    rng = np.random.default_rng(8)
+    n = 400
+    strict = np.arange(n) < n // 2
+    asked: list[str] = []
+
+    def regrade(run_id: str) -> pd.DataFrame | None:
+        asked.append(run_id)
+        if run_id == runs[-1]:
+            return None  # its saved answers are gone: left out of the reference
+        items = history.read_items(tmp_path, run_id, "m")
+        return items.assign(score=np.where(strict, 0.0, items["score"]))
+
+    draw = lambda: (rng.random(n) < 0.9).astype(float)  # noqa: E731
+    runs = [record(tmp_path, i, draw())[0] for i in range(1, 9)]
+    now = np.where(strict, 0.0, draw())
+    _, void = record(tmp_path, 9, now, checker="k2")  # no re-scoring: the old behaviour
+    assert void.verdict == "regressed" and void.rescored_runs == 0 and "single-run limit" in void.note
+    shutil.rmtree(history.history_dir(tmp_path))
+    runs = [record(tmp_path, i, draw())[0] for i in range(1, 9)]
+    _, verdict = record(tmp_path, 9, now, checker="k2", rescore=regrade)
+    assert asked == runs[-5:]  # the newest rescore_runs (5) of the reference, nothing older
+    assert verdict.verdict == "no detectable change" and verdict.rescored_runs == 4 and verdict.reference_runs == 4
+    assert verdict.reference_from == runs[-5] and verdict.reference_run_id == runs[-2]
+    assert verdict.change_point == "fingerprint" and "4 newest reference runs were re-scored" in verdict.note
+    assert abs(verdict.mean_diff) < 0.05
 
 
 def test_a_history_from_before_the_monitor_is_read_and_continued(tmp_path: Path) -> None:
