@@ -5,6 +5,8 @@ the summary rows are synthetic, with the history monitor's columns and an alarm 
 
 - the wall and CPU time of ``ape history OUTPUT`` as a user runs it (a fresh process: imports,
   reading the history, printing 1,095 rows, drawing trend.png); goal under 3 s;
+- the same for ``ape items OUTPUT`` (the item-health ledger over all 2.19 million item rows);
+  goal under 3 s;
 - the history's size on disk; goal under 50 MB;
 - reading every per-item row back with pandas (2.19 million rows), for reference;
 - the history monitor's step for one model's next run (reads the reference's item files).
@@ -119,14 +121,7 @@ def main() -> None:
             f"wrote {args.runs} runs x {args.models} models x {args.items} items in "
             f"{time.perf_counter() - started:.1f} s"
         )
-        times, cpu = [], []
-        for _ in range(3):
-            started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-            done = subprocess.run([sys.executable, "-m", "ape", "history", str(top)], capture_output=True, text=True)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            times.append(time.perf_counter() - started)
-            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-            assert done.returncode == 0, done.stderr
+        times, cpu, done = timed(["history", str(top)])
         lines = sum(1 for line in done.stdout.splitlines() if line.startswith("| model-"))
         size = size_mb(history_dir(top))
         started = time.perf_counter()
@@ -138,12 +133,32 @@ def main() -> None:
             f"goal < 3 s: {'met' if max(times) < 3 else 'NOT met'}; CPU time {min(cpu):.2f} s best, "
             f"{max(cpu):.2f} s worst (wall above CPU is waiting for a busy machine's cores or disk)"
         )
+        items_times, items_cpu, ledger = timed(["items", str(top)])
+        flagged = next((line for line in ledger.stdout.splitlines() if "flagged" in line), "")
+        print(
+            f"`ape items`: {min(items_times):.2f} s best, {max(items_times):.2f} s worst of 3 ({flagged.strip()}); "
+            f"goal < 3 s: {'met' if max(items_times) < 3 else 'NOT met'}; CPU time {min(items_cpu):.2f} s best, "
+            f"{max(items_cpu):.2f} s worst"
+        )
         print(f"history on disk: {size:.1f} MB; goal < 50 MB: {'met' if size < 50 else 'NOT met'}")
         print(f"pandas.read_parquet of every per-item row: {len(items):,} rows in {read_s:.2f} s")
         print(f"judging one model's next run against its history (a {WINDOW}-run reference): {judge_s(top):.2f} s")
 
 
 WINDOW = 30
+
+
+def timed(command: list[str]) -> tuple[list[float], list[float], subprocess.CompletedProcess]:
+    """Wall and CPU seconds of three runs of ``python -m ape COMMAND`` in fresh processes."""
+    times, cpu = [], []
+    for _ in range(3):
+        started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run([sys.executable, "-m", "ape", *command], capture_output=True, text=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        times.append(time.perf_counter() - started)
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        assert done.returncode == 0, done.stderr
+    return times, cpu, done
 
 
 def judge_s(top: Path) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 
+import numpy as np
 import pandas as pd
 
 from ape.flows.run_plan import make_plan
@@ -37,30 +38,33 @@ def rescore(sessions: pd.DataFrame, config: ApeConfig, model_id: str) -> pd.Data
     checker = plan.checker_factory()
     timeout = config.checker.timeout_s
     out = sessions.copy()
-    mine = out.index[out["model_id"] == model_id]
-    for index in mine:
-        row = out.loc[index]
-        item = items.get(str(row["item_id"]))
-        text = row["raw_output"]
-        if item is None or text is None or pd.isna(text) or row["outcome"] == Outcome.ERROR.value:
+    columns = ["outcome", "score", "correct", "check_status", "check_score", "check_metadata", "check_error_message"]
+    for column in columns:
+        if column not in out.columns:
+            out[column] = None
+    values = {c: out[c].to_numpy(dtype=object).copy() for c in columns}
+    ids, texts, outcomes = (out[c].to_numpy(dtype=object) for c in ("item_id", "raw_output", "outcome"))
+    for position in np.flatnonzero((out["model_id"] == model_id).to_numpy()):
+        item = items.get(str(ids[position]))
+        text = texts[position]
+        if item is None or text is None or pd.isna(text) or outcomes[position] == Outcome.ERROR.value:
             continue
         try:
             solution = plan.adapter(str(text))
         except Exception as exc:  # noqa: BLE001 - a parse failure is an outcome, as in a run
-            out.loc[index, ["outcome", "score", "correct"]] = [Outcome.PARSING_FAILED.value, 0.0, False]
-            out.at[index, "check_metadata"] = None
-            log.debug("re-score: %s of %s no longer parses: %s", row["item_id"], model_id, exc)
+            values["outcome"][position], values["score"][position] = Outcome.PARSING_FAILED.value, 0.0
+            values["correct"][position], values["check_metadata"][position] = False, None
+            log.debug("re-score: %s of %s no longer parses: %s", ids[position], model_id, exc)
             continue
         result = run_check(checker, item, solution, timeout)
         score, correct = score_session(Outcome.SOLVED, result, plan.metric)
-        out.loc[index, ["outcome", "score", "correct", "check_status", "check_score"]] = [
-            Outcome.SOLVED.value,
-            score,
-            correct,
-            result.status.value,
-            result.score,
-        ]
-        out.at[index, "check_metadata"] = json.dumps(result.metadata, default=str) if result.metadata else None
+        values["outcome"][position], values["score"][position], values["correct"][position] = (
+            Outcome.SOLVED.value, score, correct,
+        )  # fmt: skip
+        values["check_status"][position], values["check_score"][position] = result.status.value, result.score
+        values["check_metadata"][position] = json.dumps(result.metadata, default=str) if result.metadata else None
         if result.status is CheckStatus.ERROR and result.error is not None:
-            out.at[index, "check_error_message"] = result.error.message
+            values["check_error_message"][position] = result.error.message
+    for column, array in values.items():
+        out[column] = pd.Series(array, index=out.index).infer_objects()
     return out

@@ -40,47 +40,78 @@ FINGERPRINTS = ("config_fingerprint", "data_fingerprint", "checker_fingerprint")
 LEDGER_COLUMNS = ["item_id", "models", "runs", "pass_share", "flip_rate", "flip_pairs", "versions", "flag"]
 
 
-def _unchanged_pairs(items: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """Consecutive runs of each (model, item) whose fingerprints are equal: (item_id, flipped)."""
-    keys = [c for c in FINGERPRINTS if c in runs.columns]
-    fingerprints = runs[["run_id", "model_id", *keys]].drop_duplicates(["run_id", "model_id"])
-    joined = items.merge(fingerprints, on=["run_id", "model_id"], how="left").sort_values(
-        ["model_id", "item_id", "run_id"]
-    )
-    joined["_setup"] = joined[keys].astype(str).agg("|".join, axis=1) if keys else ""
-    previous = joined.groupby(["model_id", "item_id"], sort=False).shift(1)
-    same = previous["_setup"].eq(joined["_setup"]) & previous["passed"].notna()
-    if "item_hash" in joined.columns:
-        same &= previous["item_hash"].eq(joined["item_hash"]) | joined["item_hash"].isna()
-    pairs = joined.loc[same, ["item_id"]].copy()
-    pairs["flipped"] = (
-        joined.loc[same, "passed"].astype(bool).to_numpy() != previous.loc[same, "passed"].astype(bool).to_numpy()
-    )
-    return pairs
+def _distinct_per_item(items: np.ndarray, other: np.ndarray, n_items: int) -> np.ndarray:
+    """How many distinct ``other`` codes (>= 0; -1 is missing) each item code has."""
+    keep = other >= 0
+    width = int(other.max()) + 1 if keep.any() else 1
+    pairs = np.unique(items[keep].astype(np.int64) * width + other[keep])
+    return np.bincount(pairs // width, minlength=n_items)
 
 
 def item_ledger(items: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per item (columns :data:`LEDGER_COLUMNS`), flagged items first, then by flip rate."""
+    """One row per item (columns :data:`LEDGER_COLUMNS`), flagged items first, then by flip rate.
+
+    Works on integer codes (a year of nightly runs of three models on 2,000 items is 2.2
+    million rows): a pair is two consecutive runs of one (model, item) with the same
+    fingerprints and the same content."""
     if items.empty:
         return pd.DataFrame(columns=LEDGER_COLUMNS)
-    grouped = items.groupby("item_id")
+    run = pd.Categorical(items["run_id"].astype(str))
+    model = pd.Categorical(items["model_id"].astype(str))
+    item = pd.Categorical(items["item_id"].astype(str))
+    content = (
+        pd.factorize(items["item_hash"])[0] if "item_hash" in items.columns else np.zeros(len(items), dtype=np.int64)
+    )
+    passed_raw = items["passed"]
+    known = passed_raw.notna().to_numpy()
+    passed = passed_raw.fillna(False).astype(bool).to_numpy()
+    n_models = len(model.categories)
+    # the fingerprints of each (run, model): one code per distinct combination, -1 when unknown
+    keys = [c for c in FINGERPRINTS if c in runs.columns]
+    setups = np.full(len(run.categories) * n_models, -1, dtype=np.int64)
+    if keys and not runs.empty:
+        table = runs.drop_duplicates(["run_id", "model_id"])
+        r = run.categories.get_indexer(table["run_id"].astype(str))
+        m = model.categories.get_indexer(table["model_id"].astype(str))
+        codes = pd.factorize(table[keys].astype(str).agg("|".join, axis=1))[0]
+        ok = (r >= 0) & (m >= 0)
+        setups[r[ok] * n_models + m[ok]] = codes[ok]
+    setup = setups[run.codes.astype(np.int64) * n_models + model.codes]
+    order = np.lexsort((run.codes, item.codes, model.codes))
+    m_s, i_s, s_s, h_s = model.codes[order], item.codes[order], setup[order], content[order]
+    p_s, k_s = passed[order], known[order]
+    pair = (
+        (m_s[1:] == m_s[:-1])
+        & (i_s[1:] == i_s[:-1])
+        & (s_s[1:] == s_s[:-1])
+        & ((h_s[1:] == h_s[:-1]) | (h_s[1:] < 0))
+        & k_s[:-1]
+    )
+    pair_items = i_s[1:][pair]
+    flipped = (p_s[1:] != p_s[:-1])[pair]
+    n_items = len(item.categories)
+    flip_pairs = np.bincount(pair_items, minlength=n_items)
+    flips = np.bincount(pair_items, weights=flipped, minlength=n_items)
+    rows = np.bincount(item.codes, minlength=n_items)
+    seen = np.bincount(item.codes, weights=known, minlength=n_items)
     ledger = pd.DataFrame(
         {
-            "models": grouped["model_id"].nunique(),
-            "runs": grouped.size(),
-            "pass_share": grouped["passed"].mean(),
-            "versions": grouped["item_hash"].nunique() if "item_hash" in items.columns else 1,
-        }
+            "models": _distinct_per_item(item.codes, model.codes, n_items),
+            "runs": rows,
+            "pass_share": np.bincount(item.codes, weights=passed & known, minlength=n_items)
+            / np.where(seen > 0, seen, np.nan),
+            "versions": _distinct_per_item(item.codes, content, n_items),
+            "flip_pairs": flip_pairs.astype(int),
+            "flip_rate": np.where(flip_pairs > 0, flips / np.maximum(flip_pairs, 1), np.nan),
+        },
+        index=pd.Index(item.categories, name="item_id"),
     )
-    pairs = _unchanged_pairs(items, runs).groupby("item_id")["flipped"]
-    ledger["flip_pairs"] = pairs.size().reindex(ledger.index).fillna(0).astype(int)
-    ledger["flip_rate"] = pairs.mean().reindex(ledger.index)
     never = (ledger["pass_share"] == 0) & (ledger["runs"] >= MIN_RUNS)
     flaky = (ledger["flip_rate"] >= FLAKY_RATE) & (ledger["flip_pairs"] >= MIN_FLIP_PAIRS)
     changed = ledger["versions"] > 1
     ledger["flag"] = np.select([never, flaky, changed], ["never passed", "flaky", "changed"], default="")
-    order = ledger["flag"].map({"never passed": 0, "flaky": 1, "changed": 2, "": 3})
-    ledger = ledger.assign(_order=order, _flips=ledger["flip_rate"].fillna(-1.0))
+    order_key = ledger["flag"].map({"never passed": 0, "flaky": 1, "changed": 2, "": 3})
+    ledger = ledger.assign(_order=order_key, _flips=ledger["flip_rate"].fillna(-1.0))
     ledger = ledger.sort_values(["_order", "_flips", "pass_share"], ascending=[True, False, True])
     return ledger.drop(columns=["_order", "_flips"]).reset_index()[LEDGER_COLUMNS]
 

@@ -78,3 +78,11 @@ def test_signal_to_noise_against_a_direct_computation():
     assert math.isclose(table.loc["a", "signal_sd"], signal)
     assert math.isclose(table.loc["a", "snr"], signal / noise_a)
     assert math.isnan(signal_to_noise(runs[runs["model_id"] == "a"]).loc[0, "snr"])  # one model: no signal
+
+
+def test_runs_missing_from_the_runs_table_still_pair_among_themselves():
+    items, runs = history()
+    ledger = item_ledger(items, runs[runs["run_id"] != "r03"]).set_index("item_id")
+    # r02->r03 and r03->r04 cross from known fingerprints to unknown ones: not pairs
+    assert ledger.loc["coin", "flip_pairs"] == 2 * 5 and ledger.loc["coin", "flag"] == "flaky"
+    assert ledger.loc["hard", "runs"] == 16 and ledger.loc["hard", "flag"] == "never passed"
