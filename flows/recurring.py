@@ -122,12 +122,17 @@ def rescorer(config: ApeConfig, top: Path, model_id: str) -> Rescorer:
         done[run_id] = None
         folder = run_folder(top, run_id)
         kept = history.read_items(top, run_id, model_id)
-        sessions = load_sessions([folder]) if folder.is_dir() else pd.DataFrame()
-        if kept.empty or sessions.empty or not (sessions["model_id"] == model_id).any():
-            log.warning("%s: run %s has no saved answers left to re-score with the new checker", model_id, run_id)
+        try:
+            sessions = load_sessions([folder]) if folder.is_dir() else pd.DataFrame()
+            mine = sessions[sessions["model_id"] == model_id] if not sessions.empty else sessions
+            if kept.empty or mine.empty:
+                log.warning("%s: run %s has no saved answers left to re-score with the new checker", model_id, run_id)
+                return None
+            log.info("%s: re-scoring run %s's saved answers with this run's checker (no model calls)", model_id, run_id)
+            again = item_table(rescore(mine, config, model_id))
+        except Exception as exc:  # noqa: BLE001 - the run is still judged, by the single-run limit
+            log.warning("%s: run %s could not be re-scored with the new checker (%s); left out", model_id, run_id, exc)
             return None
-        log.info("%s: re-scoring run %s's saved answers with this run's checker (no model calls)", model_id, run_id)
-        again = item_table(rescore(sessions[sessions["model_id"] == model_id], config, model_id))
         graded = again.assign(item_id=again["item_id"].astype(str)).set_index("item_id")
         ids = kept["item_id"].astype(str)
         kept = kept.assign(

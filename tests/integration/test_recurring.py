@@ -4,6 +4,7 @@ with a shared cache), the history, regressions in report.json, ``latest``, the C
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -153,12 +154,14 @@ def test_a_changed_checker_is_judged_on_the_re_scored_reference_without_model_ca
     path.write_text(
         path.read_text().replace('implementation = "exact_match"', 'implementation = "benchschema:check_always_fails"')
     )
+    shutil.rmtree(Path(second["output"]))  # its answers are gone: left out of the re-scored reference
     before = MockChatModel.call_count("m")
     _, third = new_run(path)
     assert MockChatModel.call_count("m") - before == N  # the new run's own items, nothing for re-scoring
     mine, pinned = third["regressions"]
     assert mine["against"] == "history" and pinned["against"] == "baseline"
-    assert mine["verdict"] == "no detectable change" and mine["rescored_runs"] == 2
+    assert mine["verdict"] == "no detectable change" and mine["rescored_runs"] == 1
+    assert mine["reference_run_id"] == first["run_id"]
     assert mine["mean_reference"] == 0.0 and mine["mean_current"] == 0.0
     assert "re-scored with this run's checker (no model calls)" in mine["note"]
     assert pinned["verdict"] == "no detectable change" and pinned["rescored_runs"] == 1 and pinned["n_items"] == N
