@@ -170,7 +170,7 @@ def judge(
         notes.append(f"the reference starts at the pinned baseline {begin.start}")
     if not reference:
         notes.append("the first run of a new reference (the run before it alarmed): nothing to compare with yet")
-    unpaired = len(scores) - n
+    unpaired = len(scores) - n if reference else 0  # with no reference, nothing is new or changed
     if unpaired:
         notes.append(f"{unpaired} items new or changed: left out")
     text = evidence(z, down, up, plan, verdict, bool(result.by_limit[0]))

@@ -179,6 +179,7 @@ def test_runs_judged_through_the_history_files(tmp_path: Path) -> None:
     # after the alarm the reference restarts with the next run: the alarming run is not in it
     _, after = record(tmp_path, 15, draw(0.75))
     assert after.verdict == "not comparable" and after.reference_runs == 0
+    assert after.new_items == 0 and "new or changed" not in after.note  # no reference: nothing to be new against
     _, again = record(tmp_path, 16, draw(0.75))
     assert again.reference_from == f"2026{15:04d}T000000Z-0000" and again.verdict == "no detectable change"
     # a changed prompt: compared with the old reference once, then a new reference from that run
