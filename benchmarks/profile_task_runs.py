@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from speed import tree_cpu  # benchmarks/speed.py, beside this script
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -70,20 +72,6 @@ def child(mode: str, n: int) -> None:
     print("RESULT " + json.dumps({"cpu_s": cpu, "wall_s": wall, "flow_run_id": flow_run_id}))
 
 
-def server_cpu(pid: int) -> float:
-    import psutil
-
-    total = 0.0
-    root = psutil.Process(pid)
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-            total += times.user + times.system
-        except psutil.Error:
-            pass
-    return total
-
-
 def count_task_runs(api_url: str, flow_run_id: str) -> int:
     import httpx
 
@@ -122,7 +110,7 @@ def main() -> None:
     try:
         for mode in ("none", "live", "recorded"):
             speed.wait_until_idle(info.pid)
-            before = server_cpu(info.pid)
+            before = tree_cpu(info.pid)
             proc = subprocess.run(
                 [sys.executable, __file__, "--child", mode, "--n", str(args.n)], env=env, capture_output=True, text=True
             )
@@ -131,7 +119,7 @@ def main() -> None:
                 raise RuntimeError(proc.stdout[-2000:] + proc.stderr[-2000:])
             result = json.loads(line[len("RESULT ") :])
             speed.wait_until_idle(info.pid)
-            result["server_s"] = server_cpu(info.pid) - before
+            result["server_s"] = tree_cpu(info.pid) - before
             result["task_runs"] = count_task_runs(info.api_url, result["flow_run_id"])
             rows.append((mode, result))
     finally:

@@ -21,7 +21,6 @@ Two measurements, each against servers started for the purpose (state in a temp 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -29,43 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SCHEMA = "from pydantic import BaseModel\n\n\nclass Item(BaseModel):\n    id: str\n    question: str\n    answer: int\n"
-CONFIG = """name = "recording"
-[data]
-file = "data.jsonl"
-schema = "recschema:Item"
-[prompt]
-template = "What is {{ question }}?"
-[model]
-name = "mock"
-provider = "mock"
-args = { behaviour = "arithmetic", latency_s = 0.0 }
-[adapter]
-implementation = "last_number"
-[checker]
-implementation = "exact_match"
-[run]
-solver_workers = 16
-output = "out"
-[cli]
-progress = false
-"""
-
-
-def tree_cpu(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its children."""
-    import psutil
-
-    root = psutil.Process(pid)
-    total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-            total += times.user + times.system
-        except psutil.Error:
-            pass
-    return total
+from speed import make_workload, tree_cpu  # benchmarks/speed.py, beside this script
 
 
 def idle_percent(pid: int, seconds: float) -> float:
@@ -85,13 +48,7 @@ def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Pat
     from ape.tasks import recording
 
     folder = work / f"run-{n}"
-    folder.mkdir(parents=True)
-    (folder / "recschema.py").write_text(SCHEMA)
-    with (folder / "data.jsonl").open("w") as handle:
-        for i in range(n):
-            a, b = i % 97, (i * 7) % 89
-            handle.write(json.dumps({"id": f"i{i}", "question": f"{a} + {b}", "answer": a + b}) + "\n")
-    (folder / "config.toml").write_text(CONFIG)
+    make_workload(folder, n, 0.0, 16, call_log=False)
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "ape", "run", "config.toml"], cwd=folder, env=env, capture_output=True, text=True

@@ -47,7 +47,7 @@ template = "What is {{{{ question }}}}?"
 [model]
 name = "mock"
 provider = "mock"
-args = {{ behaviour = "arithmetic", latency_s = {latency}, call_log = "{call_log}" }}
+args = {{ behaviour = "arithmetic", latency_s = {latency}{call_log} }}
 [adapter]
 implementation = "last_number"
 [checker]
@@ -60,14 +60,17 @@ progress = false
 """
 
 
-def make_workload(folder: Path, n: int, latency: float, workers: int) -> Path:
+def make_workload(folder: Path, n: int, latency: float, workers: int, *, call_log: bool = True) -> Path:
+    """N arithmetic items and a mock-model config in ``folder``; with ``call_log`` the model
+    appends a line per call to calls.log (the first call's time, the call count)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "speedschema.py").write_text(SCHEMA)
     with (folder / "data.jsonl").open("w") as handle:
         for i in range(n):
             a, b = i % 97, (i * 7) % 89
             handle.write(json.dumps({"id": f"i{i}", "question": f"{a} + {b}", "answer": a + b}) + "\n")
-    (folder / "config.toml").write_text(CONFIG.format(latency=latency, workers=workers, call_log=folder / "calls.log"))
+    log = ', call_log = "{}"'.format(folder / "calls.log") if call_log else ""
+    (folder / "config.toml").write_text(CONFIG.format(latency=latency, workers=workers, call_log=log))
     return folder / "config.toml"
 
 
@@ -112,6 +115,21 @@ def child(config: str) -> None:
             }
         )
     )
+
+
+def tree_cpu(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its children (a Prefect server's process tree)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
 
 
 def wait_until_idle(pid: int | None, limit_s: float = 120.0) -> float:

@@ -55,6 +55,7 @@ def make_benchmark(
     template: str = "What is {{ question }}?",
     run: str = "",
     models: str | None = None,
+    id_prefix: str = "i",
 ) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "benchschema.py").write_text(SCHEMA + FLAKY)
@@ -64,7 +65,7 @@ def make_benchmark(
             handle.write(
                 json.dumps(
                     {
-                        "id": f"i{i}",
+                        "id": f"{id_prefix}{i}",
                         "question": f"{a} + {b}",
                         "answer": a + b,
                         "category": "even" if i % 2 == 0 else "odd",

@@ -8,7 +8,6 @@ The counts are taken the moment the command returns, without waiting.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -20,36 +19,7 @@ import pytest
 
 from ape.tasks import recording
 from tests.helpers.processes import free_port
-
-SCHEMA = """from pydantic import BaseModel
-
-
-class Item(BaseModel):
-    id: str
-    question: str
-    answer: int
-"""
-
-CONFIG = """name = "recording"
-[data]
-file = "data.jsonl"
-schema = "recschema:Item"
-[prompt]
-template = "What is {{ question }}?"
-[model]
-name = "mock"
-provider = "mock"
-args = { behaviour = "arithmetic", latency_s = 0.0 }
-[adapter]
-implementation = "last_number"
-[checker]
-implementation = "exact_match"
-[run]
-solver_workers = 16
-output = "out"
-[cli]
-progress = false
-"""
+from tests.helpers.runner import make_benchmark
 
 
 @pytest.fixture(scope="module")
@@ -79,13 +49,14 @@ def _count(api: str, name: str, types: tuple[str, ...] = recording.FINAL_TYPES) 
 
 
 def _run(folder: Path, n: int, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    folder.mkdir()
-    (folder / "recschema.py").write_text(SCHEMA)
-    with (folder / "data.jsonl").open("w") as handle:
-        for i in range(n):
-            a, b = i % 97, (i * 7) % 89
-            handle.write(json.dumps({"id": f"r{n}x{i}", "question": f"{a} + {b}", "answer": a + b}) + "\n")
-    (folder / "config.toml").write_text(CONFIG)
+    """``ape run`` of n instant-model items (ids r<n>x0, r<n>x1, ...) with 16 solver workers."""
+    make_benchmark(
+        folder,
+        n,
+        model_args='behaviour = "arithmetic", latency_s = 0.0',
+        run="solver_workers = 16",
+        id_prefix=f"r{n}x",
+    )
     return subprocess.run(
         [sys.executable, "-m", "ape", "run", "config.toml"],
         cwd=folder,

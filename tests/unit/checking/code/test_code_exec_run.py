@@ -49,13 +49,21 @@ class Attacker:
         return Generation(text=task.code, confidence=1.0)
 '''
 
-CONFIG = """name = "attacks"
+
+def attack_config(
+    name: str = "attacks",
+    checker_args: str = "timeout_s = 20.0, memory_mb = 256",
+    workers: str = "solver_workers = 4\nchecker_workers = 2",
+) -> str:
+    """A config whose model answers each item of items.jsonl with the item's code (PLUGIN),
+    checked by code_exec with ``checker_args``."""
+    return f"""name = "{name}"
 [data]
 file = "items.jsonl"
 schema = "plugin:Item"
 
 [prompt]
-template = "{{ id }}"
+template = "{{{{ id }}}}"
 
 [[model]]
 name = "attacker"
@@ -67,11 +75,10 @@ implementation = "raw"
 
 [checker]
 implementation = "code_exec"
-args = { timeout_s = 20.0, memory_mb = 256 }
+args = {{ {checker_args} }}
 
 [run]
-solver_workers = 4
-checker_workers = 2
+{workers}
 output = "out"
 
 [cli]
@@ -115,7 +122,7 @@ def test_hostile_answers_through_ape_run(tmp_path, prefect_server):
     with (folder / "items.jsonl").open("w") as handle:
         for name, (code, _) in ATTACKS.items():
             handle.write(json.dumps({"id": name, "code": code.format(**fields), "tests": TESTS}) + "\n")
-    (folder / "config.toml").write_text(CONFIG)
+    (folder / "config.toml").write_text(attack_config())
     env = dict(os.environ, PREFECT_API_URL=prefect_server, HOME=str(home), APE_SECRET_KEY=SECRET, OPENAI_API_KEY=SECRET)
     before_tmp = set(os.listdir("/tmp"))
 

@@ -26,7 +26,7 @@ from ape.tasks.checking.check import run_check
 from ape.tasks.checking.code import code_exec
 from ape.tasks.checking.code import sandbox as sandboxes
 from ape.tasks.checking.code.code_exec import SandboxError, WarmPool, run_code
-from tests.unit.checking.code.test_code_exec_run import PLUGIN, ape_run
+from tests.unit.checking.code.test_code_exec_run import PLUGIN, ape_run, attack_config
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sandboxes need Linux")
 
@@ -126,33 +126,7 @@ def test_the_check_stage_records_a_check_error_that_is_redone(launcher):
 
 # ------------------------------------------------------------------ through `ape run`
 
-CONFIG = """name = "sandbox-down"
-[data]
-file = "items.jsonl"
-schema = "plugin:Item"
-
-[prompt]
-template = "{{ id }}"
-
-[[model]]
-name = "attacker"
-class = "plugin:Attacker"
-max_retries = 0
-
-[adapter]
-implementation = "raw"
-
-[checker]
-implementation = "code_exec"
-args = { timeout_s = 10.0, memory_mb = 256, sandbox = "bwrap" }
-
-[run]
-solver_workers = 2
-output = "out"
-
-[cli]
-progress = false
-"""
+CONFIG = attack_config("sandbox-down", 'timeout_s = 10.0, memory_mb = 256, sandbox = "bwrap"', "solver_workers = 2")
 
 # passes the start-up probe (`bwrap ... true`), fails every real sandbox
 BROKEN_BWRAP = f"""#!/bin/sh
