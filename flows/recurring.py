@@ -10,8 +10,10 @@ across the run's models); then the run is appended with the monitor's state, the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,16 +112,16 @@ def rescorer(config: ApeConfig, top: Path, model_id: str) -> Rescorer:
     checker (:mod:`ape.flows.rescore`, no model calls) and returns that run's history items with
     the new scores; None when the run's folder no longer holds its answers. Each run is graded
     once however often it is asked for."""
-    from ape.flows.rescore import rescore
+    from ape.flows.rescore import regrader
     from ape.tasks.report.sessions_table import load_sessions
     from ape.tasks.storage.runs import run_folder
 
-    done: dict[str, pd.DataFrame | None] = {}
+    @functools.cache
+    def grade() -> Callable[[pd.DataFrame], pd.DataFrame]:  # built on first use: most runs need none
+        return regrader(config, model_id)
 
+    @functools.cache
     def items_of(run_id: str) -> pd.DataFrame | None:
-        if run_id in done:
-            return done[run_id]
-        done[run_id] = None
         folder = run_folder(top, run_id)
         kept = history.read_items(top, run_id, model_id)
         try:
@@ -129,7 +131,7 @@ def rescorer(config: ApeConfig, top: Path, model_id: str) -> Rescorer:
                 log.warning("%s: run %s has no saved answers left to re-score with the new checker", model_id, run_id)
                 return None
             log.info("%s: re-scoring run %s's saved answers with this run's checker (no model calls)", model_id, run_id)
-            again = item_table(rescore(mine, config, model_id))
+            again = item_table(grade()(mine))
         except Exception as exc:  # noqa: BLE001 - the run is still judged, by the single-run limit
             log.warning("%s: run %s could not be re-scored with the new checker (%s); left out", model_id, run_id, exc)
             return None
@@ -139,7 +141,6 @@ def rescorer(config: ApeConfig, top: Path, model_id: str) -> Rescorer:
             score=ids.map(graded["score"]).astype(float).fillna(kept["score"]),
             passed=ids.map(graded["correct_share"] >= 0.5).fillna(kept["passed"]).astype(bool),
         )
-        done[run_id] = kept
         return kept
 
     return items_of

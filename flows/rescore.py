@@ -10,13 +10,16 @@ score 0, as they would have under any checker.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ape.flows.run_plan import make_plan
+from ape.flows.run_plan import RunPlan, make_plan
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
@@ -30,13 +33,25 @@ log = logging.getLogger("ape")
 def rescore(sessions: pd.DataFrame, config: ApeConfig, model_id: str) -> pd.DataFrame:
     """``sessions`` of ``model_id`` with score, correct and check columns recomputed by the
     adapter and checker ``config`` gives that model. Other models' rows are returned as they are."""
+    return regrader(config, model_id)(sessions)
+
+
+def regrader(config: ApeConfig, model_id: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """:func:`rescore` with the plan, the items and the checker built once, for grading
+    several earlier runs with one config."""
     model_cfg = next((m for m in config.model if m.model_id == model_id), None)
     if model_cfg is None:
         raise ApeError(f"the later run's config has no model '{model_id}'", where=str(config.config_file))
     plan = make_plan(config, model_cfg)
     items = {str(item_id(item)): item for item in plan.provider()}
     checker = plan.checker_factory()
-    timeout = config.checker.timeout_s
+    return functools.partial(_regrade, plan=plan, items=items, checker=checker, model_id=model_id)
+
+
+def _regrade(
+    sessions: pd.DataFrame, *, plan: RunPlan, items: dict[str, Any], checker: Any, model_id: str
+) -> pd.DataFrame:
+    timeout = plan.config.checker.timeout_s
     out = sessions.copy()
     columns = ["outcome", "score", "correct", "check_status", "check_score", "check_metadata", "check_error_message"]
     for column in columns:
