@@ -5,8 +5,19 @@ server that takes seconds to start and loses most task-run records when the
 process exits. A ``prefect server start`` running in the background keeps every
 run, serves the UI, and is shared by later runs, Dask workers and deployments.
 
-State (pid, host and port of the server this module started, its log file and
-its SQLite database) lives in ``$APE_HOME/server`` (default ``~/.ape/server``).
+State (pid, host and port of the server this module started, its log file, its
+SQLite database and its credentials) lives in ``$APE_HOME/server`` (default
+``~/.ape/server``), created readable by its owner only: the database holds every
+run's prompts and answers.
+
+The server APE starts requires credentials: Prefect's ``server.api.auth_string``,
+generated once per APE home and kept in ``server/auth`` (mode 0600, in folders of
+mode 0700). Every APE client (``ape run``, ``ape serve`` and its flow-run processes,
+``ape.run``, Dask workers) reaches it with ``PREFECT_API_AUTH_STRING`` set from that
+file; ``ape server env`` prints both lines for a new shell, and the UI asks for the
+same string once per browser. Its API answers CORS requests only from its own UI's
+origin, and Prefect's CSRF protection is on. A server the user configured
+(``PREFECT_API_URL``, Prefect Cloud) keeps its own auth: APE adds nothing to it.
 Library functions never print; they report through an optional ``on_status``
 callback and their return values, so the command line decides what to show.
 """
@@ -15,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shlex
 import signal
 import socket
@@ -36,6 +48,13 @@ STATE_FILE = "server.json"
 UI_API_URL_KEYS = ("PREFECT_SERVER_UI_API_URL", "PREFECT_UI_API_URL")
 LOG_FILE = "server.log"
 LOCK_FILE = "server.lock"
+AUTH_FILE = "auth"
+AUTH_USER = "ape"
+# Prefect's names for the server's credentials and the client's (environment variables)
+SERVER_AUTH_KEY = "PREFECT_SERVER_API_AUTH_STRING"
+CLIENT_AUTH_KEY = "PREFECT_API_AUTH_STRING"
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
 
 StatusCallback = Callable[[str], None]
 
@@ -94,8 +113,74 @@ def ape_home() -> Path:
 
 
 def server_home() -> Path:
-    """Folder holding the local server's pid/state file, log and database."""
+    """Folder holding the local server's pid/state file, log, database and credentials."""
     return ape_home() / "server"
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` and the missing folders above it, created with mode 0700; an existing
+    ``path`` that others may read is narrowed to 0700 (it holds prompts, answers and
+    credentials)."""
+    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    if os.name == "posix" and path.stat().st_mode & 0o077:
+        path.chmod(PRIVATE_DIR_MODE)
+    return path
+
+
+def _private_home() -> Path:
+    home = server_home()
+    private_dir(home.parent)
+    return private_dir(home)
+
+
+def auth_string(home: Path | None = None) -> str:
+    """The credentials of the server APE starts for this APE home: read from
+    ``server/auth``, or generated once (``ape:<random>``) and written there with mode 0600.
+
+    One value per APE home, so every client and a restarted server agree on it without
+    the user doing anything; deleting the file (server stopped) makes a new one.
+    """
+    home = home or _private_home()
+    path = home / AUTH_FILE
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        text = ""
+    except OSError as exc:
+        raise ApeError(f"cannot read the server's credentials: {exc}", where=str(path)) from None
+    if text:
+        if os.name == "posix" and path.stat().st_mode & 0o077:
+            path.chmod(PRIVATE_FILE_MODE)
+        return text
+    value = f"{AUTH_USER}:{secrets.token_urlsafe(24)}"
+    tmp = path.with_name(f".{AUTH_FILE}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(value + "\n")
+    try:
+        os.link(tmp, path)  # never replaces a value another process wrote meanwhile
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path.read_text(encoding="utf-8").strip()
+
+
+def use_credentials(home: Path | None = None) -> None:
+    """Give this process (and the processes it starts) the credentials of APE's server."""
+    os.environ[CLIENT_AUTH_KEY] = auth_string(home)
+    _refresh_prefect_settings()
+
+
+def auth_headers() -> dict[str, str]:
+    """The ``Authorization`` header for a hand-made request to APE's server (benchmarks,
+    tests); empty when this process has no credentials set."""
+    import base64
+
+    value = os.environ.get(CLIENT_AUTH_KEY)
+    if not value:
+        return {}
+    return {"Authorization": "Basic " + base64.b64encode(value.encode()).decode()}
 
 
 def default_port() -> int:
@@ -132,9 +217,11 @@ def ui_api_url_for(host: str, port: int) -> str:
     return api_url_for(host, port)
 
 
-def env_line(api_url: str) -> str:
-    """The shell line that points a new shell's Prefect commands at ``api_url``."""
-    return f"export PREFECT_API_URL={shlex.quote(api_url)}"
+def env_line(api_url: str, auth: str | None = None) -> str:
+    """The shell line(s) that point a new shell's Prefect commands at ``api_url`` (with
+    the credentials of APE's server, when ``auth`` is given)."""
+    line = f"export PREFECT_API_URL={shlex.quote(api_url)}"
+    return line if auth is None else f"{line}\nexport {CLIENT_AUTH_KEY}={shlex.quote(auth)}"
 
 
 def _connect_host(host: str) -> str:
@@ -309,8 +396,7 @@ def start(
     not come up within ``wait_s`` seconds.
     """
     notify = on_status or (lambda _message: None)
-    home = server_home()
-    home.mkdir(parents=True, exist_ok=True)
+    home = _private_home()
     port = port or preferred_port()
     api_url = api_url_for(host, port)
     with _start_lock(home):
@@ -409,7 +495,7 @@ def ensure_api_url(
         return configured
     info = start(port, host, wait_s, on_status)
     os.environ["PREFECT_API_URL"] = info.api_url
-    _refresh_prefect_settings()
+    use_credentials(info.home)  # refreshes Prefect's settings too
     return info.api_url
 
 
@@ -443,6 +529,10 @@ def _spawn(home: Path, host: str, port: int) -> subprocess.Popen[bytes]:
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     for key, value in SERVER_SETTINGS.items():
         env.setdefault(key, value)
+    # credentials, CORS for its own UI only, CSRF tokens: never loosened by the environment
+    env[SERVER_AUTH_KEY] = auth_string(home)
+    env["PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS"] = _base_url(host, port)
+    env["PREFECT_SERVER_API_CSRF_PROTECTION_ENABLED"] = "true"
     # Without this the UI it serves calls the API on Prefect's default port 4200 (its
     # /ui-settings answer), whatever --port says: another server's data, or nothing.
     if not any(env.get(key) for key in UI_API_URL_KEYS):
@@ -555,6 +645,8 @@ __all__ = [
     "ape_home",
     "api_url_for",
     "configured_api_url",
+    "auth_headers",
+    "auth_string",
     "default_port",
     "ensure_api_url",
     "env_line",
@@ -566,4 +658,5 @@ __all__ = [
     "status",
     "stop",
     "ui_api_url_for",
+    "use_credentials",
 ]

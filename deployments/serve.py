@@ -1,18 +1,22 @@
 """Serve the benchmark flow as a scheduled Prefect deployment: ``ape serve config.toml --cron``.
 
 Why serve instead of ``prefect deploy``: a served deployment needs no work pool
-or worker, only this long-running process, and it carries the whole config as
-the flow's one pydantic parameter, so the Prefect UI shows it as a form that a
-user can edit before a custom run. ``prefect.yaml`` beside this file is the
-work-pool alternative for teams that run workers.
+or worker, only this long-running process. The deployment carries no config: its
+flow (:func:`ape.flows.served.served_benchmark`) reads the owner's config file,
+named in the serving process's environment, afresh for every run, and a run's
+parameters may set only the allow-list of :class:`ape.flows.served.RunOverrides`
+(the UI's "Custom run" form shows exactly those). ``prefect.yaml`` beside this file
+is the work-pool alternative for teams that run workers.
 
-The flow is not hard-coded in :func:`deployment_for`, so any flow taking
-``config: ApeConfig`` can be deployed the same way (the tests use a tiny one).
+The flow is not hard-coded in :func:`deployment_for`, so any flow whose parameters
+are those overrides can be deployed the same way (the tests use a tiny one).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ValidationError
@@ -24,13 +28,8 @@ if TYPE_CHECKING:
     from prefect import Flow
     from prefect.deployments.runner import RunnerDeployment
 
-BENCHMARK_FLOW = "ape.flows.benchmark:benchmark"
+BENCHMARK_FLOW = "ape.flows.served:served_benchmark"
 DEFAULT_TAGS = ("ape",)
-
-
-def config_parameter(config: ApeConfig) -> dict[str, Any]:
-    """The config as a JSON-ready flow parameter, keyed by TOML names (``schema``, ``class``)."""
-    return config.model_dump(mode="json", by_alias=True)
 
 
 def cron_schedule(cron: str, timezone: str | None = None) -> Any:
@@ -62,19 +61,22 @@ def deployment_for(
     description: str | None = None,
     interval: float | None = None,
 ) -> RunnerDeployment:
-    """A deployment of ``flow`` named ``name`` with ``config`` as its default parameter.
+    """A deployment of ``flow`` named ``name`` for the benchmark ``config`` describes.
 
     ``cron`` or ``interval`` (seconds; optional) becomes the deployment's schedule. Every
     run of a deployment is a new run of the benchmark (``OUTPUT/runs/<run id>``), measured
-    afresh and compared with the one before (see ``ape.flows.benchmark``). Parameters are
-    validated against the flow's signature by the server, so a form edit in the
-    UI that breaks the config is rejected before a run starts.
+    afresh and compared with the one before (see ``ape.flows.benchmark``). The deployment's
+    parameters are only the run overrides, with their defaults: the config stays in its
+    file. A flow whose parameters are anything else is refused here.
     """
-    if "config" not in flow.parameters.properties:
+    from ape.flows.served import OVERRIDES
+
+    extra = sorted(set(flow.parameters.properties) - set(OVERRIDES))
+    if extra:
         raise ApeError(
-            f"flow '{flow.name}' has no 'config' parameter",
+            f"flow '{flow.name}' takes parameter(s) {', '.join(extra)} beyond the run overrides",
             where="deployment",
-            hint="deploy a flow whose signature is (config: ApeConfig)",
+            hint=f"a served flow reads its config from the served file and takes only {', '.join(OVERRIDES)}",
         )
     schedules = [cron_schedule(cron, timezone)] if cron else None
     if interval is not None:
@@ -89,9 +91,9 @@ def deployment_for(
         flow.to_deployment(
             name=name,
             schedules=schedules,
-            parameters={"config": config_parameter(config)},
             tags=list(tags),
             description=description or f"APE benchmark '{config.name}' ({len(config.model)} model(s))",
+            enforce_parameter_schema=True,
         ),
     )
 
@@ -111,16 +113,27 @@ def serve_config(
     The caller points Prefect at a persistent server first (``ape serve`` starts or reuses
     the local one): served runs on Prefect's temporary server would be lost. One run at a
     time: runs of one benchmark share its output folder and history, and each is compared
-    with the one that finished before it.
+    with the one that finished before it. Each run reads ``config.config_file`` again, so
+    an edit to the file applies from the next run on.
     """
     from prefect import serve as prefect_serve
 
+    from ape.flows.served import CONFIG_ENV
+
+    if config.config_file is None:
+        raise ApeError(
+            "a served benchmark needs its config file: each run reads it afresh",
+            where="ape serve",
+            hint="load the config with ape.load_config(path) or serve it with 'ape serve config.toml'",
+        )
     deployment = deployment_for(flow, config, cron, name, timezone=timezone, interval=interval)
+    # the flow-run processes inherit this process's environment (Prefect's runner starts them)
+    os.environ[CONFIG_ENV] = str(Path(config.config_file).resolve())
     if on_status is not None:
         schedule = (
             f" on schedule '{cron}' ({timezone or 'UTC'})" if cron else f" every {interval:g} s" if interval else ""
         )
-        on_status(f"serving deployment '{flow.name}/{name}'{schedule}")
+        on_status(f"serving deployment '{flow.name}/{name}'{schedule} of {config.config_file}")
     prefect_serve(deployment, limit=1)
 
 

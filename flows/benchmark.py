@@ -131,6 +131,19 @@ def benchmark(
     folder itself (false); by default, runs of a deployment (scheduled ones included) are
     new runs and runs by hand are not. ``run_id`` continues that run (``ape retry``).
     """
+    return run_benchmark(config, redo_outcomes, only_models, new_run, run_id)
+
+
+def run_benchmark(
+    config: ApeConfig,
+    redo_outcomes: list[str] | None = None,
+    only_models: list[str] | None = None,
+    new_run: bool | None = None,
+    run_id: str | None = None,
+) -> Any:
+    """The body of the benchmark flow, shared by :func:`benchmark` (the config is its
+    parameter) and :func:`ape.flows.served.served_benchmark` (the config is read from the
+    served file): the canary, the local model servers, every model, the report."""
     from ape.tasks.models.llama_server import local_model_servers
 
     refused = _canary_refusal(config)  # before any model is served or called

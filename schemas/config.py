@@ -9,6 +9,7 @@ to a deployment or a Dask worker.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
@@ -35,6 +36,50 @@ DEFAULT_REFORMAT_PROMPT = (
     "Your previous answer could not be parsed: {error}\n"
     "Reply again with only the final answer, in exactly the format the task asked for."
 )
+
+
+# Keys whose values are credentials, wherever they sit in an ``args`` table, and values
+# that are credentials whatever their key (an OpenAI-style key, a bearer token).
+_SECRET_KEY = re.compile(
+    r"(^|[_-])(api[_-]?key|apikey|token|access[_-]?token|secret|password|passwd|authorization|auth)$|^x-api-key$",
+    re.I,
+)
+_SECRET_VALUE = re.compile(r"^(sk-[A-Za-z0-9_-]{16,}|(bearer|basic)\s+\S{8,})$", re.I)
+SECRET_HINT = (
+    "keep secrets out of the config: a config travels to the Prefect server (flow-run parameters, "
+    "logs) and into the output folder; put the key in an environment variable and name it with "
+    'api_key_env = "NAME" (a tool or checker reads its own variable in its factory)'
+)
+
+
+def literal_secrets(value: Any, path: str = "args") -> list[str]:
+    """The dotted keys under ``value`` that hold a literal secret (by key name or by value).
+
+    Why refuse rather than mask: a masked copy would still have to reach the model client,
+    and every place the config is written (the flow run's parameters in the server's
+    database, run.log, metadata.json, fingerprints) would need its own masking; a key read
+    from the environment through ``api_key_env`` reaches none of them."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}"
+            if isinstance(key, str) and _SECRET_KEY.search(key) and item not in (None, "", False):
+                found.append(where)
+            else:
+                found.extend(literal_secrets(item, where))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found.extend(literal_secrets(item, f"{path}[{index}]"))
+    elif isinstance(value, str) and _SECRET_VALUE.match(value.strip()):
+        found.append(path)
+    return found
+
+
+def _refuse_secrets(args: dict[str, Any]) -> dict[str, Any]:
+    found = literal_secrets(args)
+    if found:
+        raise ValueError(f"{', '.join(found)} holds a literal secret; {SECRET_HINT}")
+    return args
 
 
 class Section(BaseModel):
@@ -157,6 +202,17 @@ class ModelConfig(Section):
         default=None, ge=0, description="Price of one million output (completion) tokens."
     )
 
+    _no_secrets = field_validator("args")(_refuse_secrets)
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_credentials_in_url(cls, value: str | None) -> str | None:
+        from urllib.parse import urlsplit
+
+        if value and (urlsplit(value).password or literal_secrets(value, "base_url")):
+            raise ValueError(f"the URL holds credentials; {SECRET_HINT}")
+        return value
+
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
         if (self.provider is None) == (self.class_ is None):
@@ -199,6 +255,8 @@ class ToolConfig(Section):
     factory: str = Field(description="Dotted path to a callable returning tools.")
     args: dict[str, Any] = Field(default_factory=dict)
 
+    _no_secrets = field_validator("args")(_refuse_secrets)
+
 
 class CanaryExample(Section):
     """One ``[[checker.canary]]`` entry: a known answer the checker must grade as stated
@@ -235,6 +293,8 @@ class CheckerConfig(Section):
         description="The judge model of implementation 'judge': the name of a [[model]] entry, or its own "
         "[checker.judge] block (provider, model, temperature, prices, ... like a [[model]]).",
     )
+
+    _no_secrets = field_validator("args")(_refuse_secrets)
 
     @model_serializer(mode="wrap")
     def _without_unset_judge(self, handler: SerializerFunctionWrapHandler) -> Any:

@@ -1,5 +1,6 @@
-"""Deployments: the config travels as the flow's parameter, the cron schedule is registered,
-and a served deployment run by ``run_deployment`` completes and writes its output."""
+"""Deployments: the config stays in its file (a run reads it afresh; parameters are only the
+run overrides), the cron schedule is registered, and a served deployment run by
+``run_deployment`` completes and writes its output."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import yaml
 from prefect import flow
 
 from ape.cli import main as ape_main
-from ape.deployments.serve import config_parameter, cron_schedule, deployment_for
+from ape.config import load_config
+from ape.deployments.serve import cron_schedule, deployment_for
+from ape.flows.served import OVERRIDES, RunOverrides, load_served
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from tests.helpers.paths import REPO_ROOT
@@ -29,8 +32,9 @@ CRON = "17 4 * * 1"
 
 
 @flow(name=PROBE_FLOW, persist_result=False)
-def write_marker(config: ApeConfig) -> dict[str, str]:
-    """Stands in for the benchmark flow: records the config it received in its output folder."""
+def write_marker(only_models: list[str] | None = None, note: str | None = None) -> dict[str, str]:
+    """Stands in for the benchmark flow: records the config it read from the served file."""
+    config = load_served(RunOverrides(only_models=only_models, note=note))
     out = Path(config.run.output)
     out.mkdir(parents=True, exist_ok=True)
     marker = out / "marker.json"
@@ -39,9 +43,10 @@ def write_marker(config: ApeConfig) -> dict[str, str]:
             {
                 "type": type(config).__name__,
                 "name": config.name,
-                "models": [m.model_id for m in config.model],
+                "models": [m.model_id for m in config.model if not only_models or m.model_id in only_models],
                 "schema": config.data.schema_,
                 "template": config.prompt.template,
+                "note": note,
             }
         ),
         encoding="utf-8",
@@ -55,39 +60,63 @@ def no_config(limit: int = 1) -> int:
 
 
 def make_config(output: Path, name: str = "deploy-probe") -> ApeConfig:
-    return ApeConfig(
-        name=name,
-        data={"file": str(output.parent / "data.jsonl"), "schema": "probe.schema:Item"},
-        prompt={"template": "Q: {{ question }}"},
-        model=[{"provider": "mock", "name": "mock-a"}, {"provider": "mock", "name": "mock-b"}],
-        checker={"implementation": "exact_match"},
-        run={"output": str(output), "solver_workers": 2},
+    """A config file beside ``output`` (a served config is always read from its file)."""
+    folder = output.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "data.jsonl").write_text('{"id": "q1", "question": "1+1"}\n', encoding="utf-8")
+    path = folder / f"{name}.toml"
+    path.write_text(
+        f"""name = "{name}"
+[data]
+file = "data.jsonl"
+schema = "probe.schema:Item"
+[prompt]
+template = "Q: {{{{ question }}}}"
+[[model]]
+provider = "mock"
+name = "mock-a"
+[[model]]
+provider = "mock"
+name = "mock-b"
+[checker]
+implementation = "exact_match"
+[run]
+output = "{output.name}"
+solver_workers = 2
+""",
+        encoding="utf-8",
     )
+    return load_config(path)
 
 
 # ------------------------------------------------------------------ no server needed
 
 
-def test_config_parameter_round_trips_with_toml_names(tmp_path: Path) -> None:
-    config = make_config(tmp_path / "out")
-    parameter = config_parameter(config)
-    assert parameter["data"]["schema"] == "probe.schema:Item"  # the TOML key, not schema_
-    json.dumps(parameter)  # JSON-ready, as the server stores it
-    assert ApeConfig.model_validate(parameter) == config
-
-
-def test_deployment_for_carries_schedule_and_config(tmp_path: Path) -> None:
+def test_deployment_carries_schedule_and_only_the_run_overrides(tmp_path: Path) -> None:
     config = make_config(tmp_path / "out")
     deployment = deployment_for(write_marker, config, CRON, "weekly", timezone="Europe/Berlin")
     assert deployment.name == "weekly"
     assert [s.schedule.cron for s in deployment.schedules] == [CRON]
     assert deployment.schedules[0].schedule.timezone == "Europe/Berlin"
-    assert deployment.parameters == {"config": config_parameter(config)}
-    assert "config" in deployment._parameter_openapi_schema.properties  # the UI form
+    assert deployment.parameters == {}  # no config: it stays in the owner's file
+    assert set(deployment._parameter_openapi_schema.properties) == {"only_models", "note"}  # the UI form
+    assert deployment.enforce_parameter_schema
     assert deployment.entrypoint.endswith("test_deployments.py:write_marker")
 
     unscheduled = deployment_for(write_marker, config, None, "on-demand")
     assert not unscheduled.schedules
+
+
+def test_the_served_flow_takes_only_the_documented_overrides() -> None:
+    from ape.flows.served import served_benchmark
+
+    assert set(served_benchmark.parameters.properties) == set(OVERRIDES)
+    with pytest.raises(ValueError, match="printable"):
+        RunOverrides(note="line one\nline two")
+    with pytest.raises(ValueError):
+        RunOverrides(redo_outcomes=["EVERYTHING"])
+    with pytest.raises(ValueError):
+        RunOverrides.model_validate({"base_dir": "/tmp"})
 
 
 def test_bad_cron_and_flow_are_clear_errors(tmp_path: Path) -> None:
@@ -96,8 +125,8 @@ def test_bad_cron_and_flow_are_clear_errors(tmp_path: Path) -> None:
     assert err.value.where == "--cron"
     with pytest.raises(ApeError, match="timezone"):
         cron_schedule("0 3 * * *", timezone="Mars/Olympus")
-    with pytest.raises(ApeError, match="no 'config' parameter"):
-        deployment_for(no_config, make_config(tmp_path), None, "x")
+    with pytest.raises(ApeError, match="takes parameter\\(s\\) limit beyond the run overrides"):
+        deployment_for(no_config, make_config(tmp_path / "out"), None, "x")
 
 
 def test_serve_reports_a_missing_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -128,7 +157,7 @@ def _yaml_deployment() -> dict[str, Any]:
 
 def test_prefect_yaml_is_a_valid_benchmark_deployment() -> None:
     deployment = _yaml_deployment()
-    assert deployment["entrypoint"] == "ape.flows.benchmark:benchmark"  # module form: any cwd
+    assert deployment["entrypoint"] == "ape.flows.served:served_benchmark"  # module form: any cwd
     from prefect.flows import load_flow_from_entrypoint
 
     assert load_flow_from_entrypoint(deployment["entrypoint"]).name == "benchmark"
@@ -136,10 +165,14 @@ def test_prefect_yaml_is_a_valid_benchmark_deployment() -> None:
     assert "prefect.deployments.steps.set_working_directory" in step
     for schedule in deployment["schedules"]:
         cron_schedule(schedule["cron"], schedule.get("timezone"))
-    config = ApeConfig.model_validate(deployment["parameters"]["config"])
+    # the config is the owner's file, named in the deployment's job variables, never a parameter
+    assert set(deployment["parameters"]) <= set(OVERRIDES)
+    RunOverrides.model_validate(deployment["parameters"])
+    assert deployment["enforce_parameter_schema"] is True
+    config_file = deployment["work_pool"]["job_variables"]["env"]["APE_CONFIG"]
+    assert not Path(config_file).is_absolute()  # relative to the project folder the worker runs in
+    config = load_config(REPO_ROOT / config_file)
     assert config.checker.implementation == "exact_match"
-    # `prefect deploy` would strip inline "{{ field }}" placeholders from this file.
-    assert "{{" not in json.dumps(deployment["parameters"])
     # No machine-specific path: the worker names the project folder at run time.
     assert step["prefect.deployments.steps.set_working_directory"] == {"directory": "{{ $APE_PROJECT_DIR }}"}
 
@@ -150,16 +183,15 @@ def test_prefect_yaml_is_a_valid_benchmark_deployment() -> None:
 @contextlib.contextmanager
 def serving(config: ApeConfig, api_url: str, workdir: Path) -> Iterator[Path]:
     """Serve the probe flow in a subprocess, as ``ape serve`` does; kill it afterwards."""
-    config_file = workdir / "config.json"
-    config_file.write_text(config.model_dump_json(by_alias=True), encoding="utf-8")
+    config_file = config.config_file
+    assert config_file is not None
     script = (
-        "import sys; from pathlib import Path\n"
+        "import sys\n"
         "from prefect.flows import load_flow_from_entrypoint\n"
+        "from ape.config import load_config\n"
         "from ape.deployments.serve import serve_config\n"
-        "from ape.schemas.config import ApeConfig\n"
         "flow = load_flow_from_entrypoint('tests/integration/test_deployments.py:write_marker')\n"
-        "config = ApeConfig.model_validate_json(Path(sys.argv[1]).read_text())\n"
-        f"serve_config(flow, config, {CRON!r}, 'weekly')\n"
+        f"serve_config(flow, load_config(sys.argv[1]), {CRON!r}, 'weekly')\n"
     )
     env = dict(os.environ, PREFECT_API_URL=api_url, PREFECT_RUNNER_POLL_FREQUENCY="1")
     log_path = workdir / "serve.log"
@@ -190,11 +222,13 @@ def test_scheduled_deployment_is_served_and_its_run_writes_output(prefect_server
     with get_client(sync_client=True) as client:
         stored = client.read_deployment(deployment_id)
     assert [s.schedule.cron for s in stored.schedules] == [CRON]
-    assert stored.parameters == {"config": config_parameter(config)}
-    assert "config" in stored.parameter_openapi_schema["properties"]
+    assert stored.parameters == {}
+    assert set(stored.parameter_openapi_schema["properties"]) == {"only_models", "note"}
 
     with serving(config, prefect_server, tmp_path) as log_path:
-        flow_run = run_deployment(f"{PROBE_FLOW}/weekly", timeout=120, poll_interval=1)
+        flow_run = run_deployment(
+            f"{PROBE_FLOW}/weekly", parameters={"only_models": ["mock-b"]}, timeout=120, poll_interval=1
+        )
         assert flow_run.state is not None
         assert flow_run.state.is_completed(), (
             f"flow run ended {flow_run.state.name}: {flow_run.state.message}\n"
@@ -205,9 +239,10 @@ def test_scheduled_deployment_is_served_and_its_run_writes_output(prefect_server
     assert marker == {
         "type": "ApeConfig",
         "name": "served-probe",
-        "models": ["mock-a", "mock-b"],
+        "models": ["mock-b"],  # the allowed override reached the flow
         "schema": "probe.schema:Item",
-        "template": "Q: {{ question }}",  # mustache survives the trip through the API
+        "template": "Q: {{ question }}",  # read from the owner's file
+        "note": None,
     }
 
 

@@ -278,6 +278,80 @@ def test_serve_hint_names_the_api_url() -> None:
     lines = run_hint("http://127.0.0.1:4311/api", "benchmark", "my bench")
     assert lines[1].strip() == "export PREFECT_API_URL=http://127.0.0.1:4311/api"
     assert lines[2].strip() == "prefect deployment run 'benchmark/my bench'"
+    # for APE's own server the hint never prints its credentials: `ape server env` does
+    ours = run_hint("http://127.0.0.1:4311/api", "benchmark", "my bench", ape_server=True)
+    assert ours[1].strip() == 'eval "$(ape server env)"'
+
+
+def test_credentials_are_made_once_and_kept_private(ape_home: Path) -> None:
+    first = server.auth_string()
+    assert first.startswith("ape:") and len(first) > 20
+    assert server.auth_string() == first  # one value per APE home
+    path = ape_home / "server" / server.AUTH_FILE
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert (ape_home / "server").stat().st_mode & 0o777 == 0o700
+    assert ape_home.stat().st_mode & 0o777 == 0o700
+    # a file another user could read is narrowed again
+    path.chmod(0o644)
+    assert server.auth_string() == first and path.stat().st_mode & 0o777 == 0o600
+    assert server.env_line("http://h/api", first).splitlines()[1] == f"export PREFECT_API_AUTH_STRING={first}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_ape_server_requires_credentials_and_refuses_foreign_origins(
+    ape_home: Path, quiet_settings: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ape import commands
+
+    port = free_port()
+    monkeypatch.setenv("APE_SERVER_PORT", str(port))
+    monkeypatch.delenv("PREFECT_API_AUTH_STRING", raising=False)
+    api_url = server.ensure_api_url()
+    try:
+        # anyone without the credentials, as another local user would call it: reads get 401,
+        # writes are stopped even earlier by the CSRF check (403), whose token needs the credentials
+        for path in ("/deployments/filter", "/flow_runs/filter", "/artifacts/filter", "/logs/filter"):
+            anonymous = httpx.post(f"{api_url}{path}", json={}, timeout=10, trust_env=False)
+            assert anonymous.status_code in (401, 403), (path, anonymous.text)
+            assert "parameters" not in anonymous.text
+        assert httpx.get(f"{api_url}/csrf-token?client=x", timeout=10, trust_env=False).status_code == 401
+        assert httpx.get(f"{api_url}/admin/settings", timeout=10, trust_env=False).status_code == 401
+        wrong = httpx.get(f"{api_url}/admin/settings", auth=("ape", "guess"), timeout=10, trust_env=False)
+        assert wrong.status_code == 401
+        # a page on another origin gets no CORS grant; the UI's own origin does
+        preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+        evil = httpx.options(
+            f"{api_url}/flow_runs/filter", headers={"Origin": "http://evil.example", **preflight}, trust_env=False
+        )
+        assert evil.headers.get("access-control-allow-origin") not in ("*", "http://evil.example")
+        own = httpx.options(
+            f"{api_url}/flow_runs/filter", headers={"Origin": f"http://127.0.0.1:{port}", **preflight}, trust_env=False
+        )
+        assert own.headers.get("access-control-allow-origin") == f"http://127.0.0.1:{port}"
+        # APE's own clients were handed the credentials: a process it starts (a Dask worker,
+        # a flow-run process) inherits them, and its flow run reaches the server
+        assert os.environ["PREFECT_API_AUTH_STRING"] == server.auth_string()
+        script = (
+            "from prefect import flow\n"
+            "@flow(name='ape-auth-probe', persist_result=False)\n"
+            "def probe():\n    return 7\n"
+            "print(probe(return_state=True).state_details.flow_run_id)\n"
+        )
+        child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert child.returncode == 0, child.stderr[-2000:]
+        flow_run_id = child.stdout.strip().splitlines()[-1]
+        headers = server.auth_headers()
+        run = httpx.get(f"{api_url}/flow_runs/{flow_run_id}", headers=headers, timeout=10, trust_env=False)
+        assert run.status_code == 200 and run.json()["state"]["type"] == "COMPLETED"
+        assert httpx.get(f"{api_url}/flow_runs/{flow_run_id}", timeout=10, trust_env=False).status_code == 401
+        # a new shell gets both lines
+        monkeypatch.delenv("PREFECT_API_URL")
+        assert commands.server_env(port) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        assert lines == [f"export PREFECT_API_URL={api_url}", f"export PREFECT_API_AUTH_STRING={server.auth_string()}"]
+    finally:
+        server.stop()
 
 
 @pytest.mark.slow
@@ -294,7 +368,7 @@ def test_server_on_another_port_serves_a_ui_that_calls_it(
         assert settings["api_url"] == f"http://127.0.0.1:{port}/api"
         monkeypatch.delenv("PREFECT_API_URL", raising=False)  # `ape server env` finds it by port
         assert commands.server_env(port) == 0
-        assert capsys.readouterr().out.strip() == f"export PREFECT_API_URL=http://127.0.0.1:{port}/api"
+        assert capsys.readouterr().out.strip().splitlines()[0] == f"export PREFECT_API_URL=http://127.0.0.1:{port}/api"
     finally:
         server.stop()
     assert commands.server_env(port) == 1
