@@ -172,12 +172,32 @@ def use_credentials(home: Path | None = None) -> None:
     _refresh_prefect_settings()
 
 
-def auth_headers() -> dict[str, str]:
+def client_env(info: ServerInfo) -> dict[str, str]:
+    """The environment a child process (a benchmark's run, a worker) needs to reach APE's
+    server ``info``: its API URL and its credentials."""
+    return {"PREFECT_API_URL": info.api_url, CLIENT_AUTH_KEY: auth_string(info.home)}
+
+
+def api_session(api_url: str, timeout: float = 30.0, auth: str | None = None) -> httpx.Client:
+    """An HTTP client for hand-made calls to a Prefect API (benchmarks, tests): the credentials
+    ``auth`` (default: this process's) and, where the server checks CSRF tokens, a fresh
+    token, as Prefect's own client sends them."""
+    import uuid
+
+    client = httpx.Client(base_url=api_url, headers=auth_headers(auth), timeout=timeout, trust_env=False)
+    client_id = str(uuid.uuid4())
+    response = client.get("/csrf-token", params={"client": client_id})
+    if response.status_code == 200:
+        client.headers.update({"Prefect-Csrf-Token": response.json()["token"], "Prefect-Csrf-Client": client_id})
+    return client
+
+
+def auth_headers(auth: str | None = None) -> dict[str, str]:
     """The ``Authorization`` header for a hand-made request to APE's server (benchmarks,
-    tests); empty when this process has no credentials set."""
+    tests) with the credentials ``auth`` (default: this process's); empty without any."""
     import base64
 
-    value = os.environ.get(CLIENT_AUTH_KEY)
+    value = auth or os.environ.get(CLIENT_AUTH_KEY)
     if not value:
         return {}
     return {"Authorization": "Basic " + base64.b64encode(value.encode()).decode()}
@@ -437,7 +457,10 @@ def start(
                 hint="stop that program, or choose another port with --port / APE_SERVER_PORT",
             )
         proc = _spawn(home, host, port)
-        notify(f"Starting a Prefect server at {_base_url(host, port)} (log: {home / LOG_FILE})")
+        notify(
+            f"Starting a Prefect server at {_base_url(host, port)} (log: {home / LOG_FILE}; "
+            f"the UI's password is the line in {home / AUTH_FILE})"
+        )
         return _wait_healthy(home, host, port, proc.pid, proc, wait_s)
 
 
@@ -645,8 +668,10 @@ __all__ = [
     "ape_home",
     "api_url_for",
     "configured_api_url",
+    "api_session",
     "auth_headers",
     "auth_string",
+    "client_env",
     "default_port",
     "ensure_api_url",
     "env_line",

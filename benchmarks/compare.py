@@ -220,7 +220,7 @@ def main() -> None:
     speed.SERVER_PID = info.pid
     env = dict(
         os.environ,
-        PREFECT_API_URL=info.api_url,
+        **server.client_env(info),
         PREFECT_LOGGING_LEVEL="WARNING",
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_LOCAL_STORAGE_PATH=str(work / "storage"),

@@ -73,11 +73,11 @@ def child(mode: str, n: int) -> None:
 
 
 def count_task_runs(api_url: str, flow_run_id: str) -> int:
-    import httpx
-
     body = {"flow_runs": {"id": {"any_": [flow_run_id]}}}
-    response = httpx.post(f"{api_url}/task_runs/count", json=body, timeout=30, trust_env=False)
-    return int(response.json())
+    from ape import server
+
+    with server.api_session(api_url, auth=server.auth_string()) as session:
+        return int(session.post("/task_runs/count", json=body).json())
 
 
 def main() -> None:
@@ -102,7 +102,7 @@ def main() -> None:
     assert info.pid is not None
     env = dict(
         os.environ,
-        PREFECT_API_URL=info.api_url,
+        **server.client_env(info),
         PREFECT_LOGGING_LEVEL="WARNING",
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
     )

@@ -204,7 +204,7 @@ def main() -> int:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     info = prefect_server.start(port=port)
-    os.environ["PREFECT_API_URL"] = info.api_url
+    os.environ.update(prefect_server.client_env(info))
     try:
         return measure(args, work)
     finally:

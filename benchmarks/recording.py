@@ -38,10 +38,11 @@ def idle_percent(pid: int, seconds: float) -> float:
 
 
 def count(api: str, name: str, types: list[str]) -> int:
-    import httpx
+    from ape import server
 
     body = {"task_runs": {"name": {"like_": name}, "state": {"type": {"any_": types}}}}
-    return int(httpx.post(f"{api}/task_runs/count", json=body, timeout=120, trust_env=False).json())
+    with server.api_session(api, timeout=120, auth=server.auth_string()) as session:
+        return int(session.post("/task_runs/count", json=body).json())
 
 
 def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Path) -> None:

@@ -193,7 +193,7 @@ def main() -> None:
     print(f"prefect server start-up: {time.perf_counter() - t0:.1f} s ({info.api_url})")
     env = dict(
         os.environ,
-        PREFECT_API_URL=info.api_url,
+        **server.client_env(info),
         PREFECT_LOGGING_LEVEL="WARNING",
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PYTHONPATH=str(ROOT),

@@ -87,7 +87,7 @@ def served_config_path() -> Path:
 
 def load_served(overrides: RunOverrides) -> ApeConfig:
     """The owner's config, read now from the served file, with the run's overrides checked."""
-    from ape.config import load_config
+    from ape.tasks.storage.config_file import load_config
 
     config = load_config(served_config_path())
     overrides.check_models(config)

@@ -1,6 +1,6 @@
 """The Prefect UI in a real browser: the link ``ape run`` prints, on a server APE started on
-a non-default port, shows the flow run, an item's stage chain, the leaderboard artifact and
-a failed check.
+a non-default port, asks for the server's credentials, then shows the flow run, an item's
+stage chain, the leaderboard artifact and a failed check.
 
 Drives Debian's chromium through the playwright package (no browser download); skips
 with the reason when either is missing
@@ -115,9 +115,13 @@ def test_printed_link_shows_chain_leaderboard_and_failed_check(tmp_path: Path) -
         assert match, output
         link = match.group(1)
         assert link.startswith(f"http://127.0.0.1:{port}/"), link
-        # a new shell reaches the same server with the printed export line
+        # a new shell reaches the same server with the printed export lines (address, credentials)
         printed_env = subprocess.run([*ape, "server", "env"], env=env, capture_output=True, text=True, timeout=60)
-        assert printed_env.stdout.strip() == f"export PREFECT_API_URL=http://127.0.0.1:{port}/api"
+        password = (tmp_path / "ape-home" / "server" / "auth").read_text().strip()
+        assert printed_env.stdout.strip().splitlines() == [
+            f"export PREFECT_API_URL=http://127.0.0.1:{port}/api",
+            f"export PREFECT_API_AUTH_STRING={password}",
+        ]
 
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -125,6 +129,18 @@ def test_printed_link_shows_chain_leaderboard_and_failed_check(tmp_path: Path) -
             page.set_default_timeout(60_000)
             api_calls: list[str] = []
             page.on("request", lambda request: api_calls.append(request.url) if "/api/" in request.url else None)
+            page.goto(f"http://127.0.0.1:{port}/")
+            # the server requires credentials: a wrong password is refused, the one in
+            # APE_HOME/server/auth (as the README says) opens the UI, once per browser
+            login = page.get_by_placeholder("admin:pass")
+            login.fill("ape:guess")
+            page.get_by_role("button", name="Login").click()
+            page.wait_for_timeout(2000)
+            expect(login).to_be_visible()  # still at the login form
+            page.screenshot(path=str(tmp_path / "login.png"), full_page=True)
+            login.fill(password)
+            page.get_by_role("button", name="Login").click()
+            expect(login).to_have_count(0)
             page.goto(link)
             # the flow run itself, and the leaderboard artifact of its report
             expect(page.get_by_text("uicheck · mock-exact").first).to_be_visible()
@@ -152,7 +168,7 @@ def test_printed_link_shows_chain_leaderboard_and_failed_check(tmp_path: Path) -
             expect(page.get_by_text("Failed", exact=True).first).to_be_visible()
             page.screenshot(path=str(tmp_path / "failed-check.png"), full_page=True)
             browser.close()
-        for name in ("flow-run.png", "artifacts.png", "task-runs.png", "failed-check.png"):
+        for name in ("login.png", "flow-run.png", "artifacts.png", "task-runs.png", "failed-check.png"):
             assert (tmp_path / name).stat().st_size > 10_000
     finally:
         subprocess.run([*ape, "server", "stop"], env=env, capture_output=True, timeout=60)
