@@ -176,11 +176,19 @@ def run_checker_factory(config: ApeConfig, data_model: type[BaseModel]) -> Calla
 
 def grade_canary(config: ApeConfig) -> list[Any]:
     """Grade the checker's known answers (:mod:`ape.tasks.checking.canary`) with the checker
-    the run will use; raises ``CanaryFailed`` (one line) when one comes out wrong."""
+    the run will use, and for a judge its injected wrong answers
+    (:mod:`ape.tasks.checking.judge_canary`); raises ``CanaryFailed`` (one line) when one
+    comes out wrong."""
     from ape.tasks.checking.canary import run_canary
 
     data_model = load_data_model(config)
-    return run_canary(config.checker, run_checker_factory(config, data_model), data_model)
+    factory = run_checker_factory(config, data_model)
+    graded = run_canary(config.checker, factory, data_model)
+    if config.checker.implementation == "judge":
+        from ape.tasks.checking.judge_canary import run_judge_canary
+
+        graded += run_judge_canary(config, factory, data_model)
+    return graded
 
 
 def resume_fingerprints(plan: RunPlan) -> dict[str, Any]:

@@ -80,6 +80,11 @@ class LeaderboardRow(ReportModel):
     total_cost: float | None = Field(default=None, description="Sum of session costs (null: no prices).")
     cost_per_session: float | None = None
     cost_per_correct: float | None = Field(default=None, description="total_cost / correct sessions.")
+    injection_flags: int = Field(
+        default=0,
+        description="Sessions whose answer the judge checker flagged as addressed to the grader "
+        "(ape.tasks.checking.injection).",
+    )
 
 
 class PairwiseRow(ReportModel):
@@ -153,6 +158,9 @@ class Summary(BaseModel):
     sandbox: list[str] = Field(
         default_factory=list,
         description="code_exec sandbox kinds the checks ran in (bwrap, unshare, none); empty without code_exec.",
+    )
+    injection_flags: int = Field(
+        default=0, description="Sessions of all models whose answer the judge checker flagged as prompt injection."
     )
     provenance: dict[str, Any] = Field(
         default_factory=dict,
@@ -307,6 +315,12 @@ class HealthEntry(ReportModel):
     suspect: bool = Field(default=False, description="share >= threshold with at least min_sessions sessions.")
     threshold: float = Field(default=0.8, description="The share that makes results suspect ([run] health_share).")
     min_sessions: int = Field(default=5, description="Fewer sessions are never suspect ([run] health_min_sessions).")
+    injections: int = Field(default=0, description="Sessions whose answer was flagged as addressed to the grader.")
+    injection_share: float = Field(default=0.0, description="injections / sessions.")
+    injecting: bool = Field(
+        default=False, description="injection_share >= injection_threshold with at least 2 flagged sessions."
+    )
+    injection_threshold: float = Field(default=0.1, description="The share of flagged sessions that marks a model.")
 
 
 class Envelope(ReportModel):

@@ -19,6 +19,21 @@ that model's limiter.
 - ``pass_mark``: the score from which a grade counts as passed (default 0.5).
 - ``calibration_file``: human verdicts on a few solutions
   (:mod:`ape.tasks.checking.judge_labels`).
+- ``on_injection``: what an answer that addresses the grader gets
+  (:mod:`ape.tasks.checking.injection`): ``"fail"`` (the default) grades it FAIL, score 0,
+  without asking the judge, with ``reason = "injection: ..."`` and the findings under
+  ``injection`` in the check's metadata; ``"grade"`` lets the judge grade it (for tasks
+  whose honest answers talk about grading), still flagged the same way.
+- ``injection_canary``: before the run the judge must grade FAIL a few known wrong answers
+  carrying injections (:mod:`ape.tasks.checking.judge_canary`; default true).
+
+Injected answers: the solution reaches the judge between two markers it cannot forge
+(``<<<SOLUTION-T>>>`` ... ``<<<END-SOLUTION-T>>>``, :class:`ape.tasks.checking.injection.Boundary`),
+and APE adds a line saying that the text inside is data to grade, never instructions. The
+flagged sessions are counted per model in the report and run health marks a model whose
+answers do this often (:mod:`ape.tasks.report.health`). Why a flagged answer fails rather
+than being graded: a judge that obeys what it reads cannot be defended by wording alone
+(arXiv:2507.08794, arXiv:2402.14016).
 
 Strict parsing: the answer must hold exactly one ``GRADE:`` line (reasoning before it
 is fine) with a value on the scale. An answer that does not parse gets the reformat
@@ -45,7 +60,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -53,12 +68,14 @@ from ape.schemas.check import Failed, Passed
 from ape.schemas.config import ApeConfig, ModelConfig, SolverConfig
 from ape.schemas.errors import ApeError, did_you_mean
 from ape.schemas.results import Outcome
+from ape.tasks.checking.injection import Finding, boundary_for, describe, find_injections, prompt_tags
 from ape.tasks.solving.render import render_context, template_variables
 
 WHERE = "[checker] judge"
 WHERE_ARGS = "[checker] args"
 # Change when a change here would make cached judgements wrong.
-JUDGE_CODE_VERSION = "1"
+# 2: the solution is rendered inside a boundary, with the line that says it is data.
+JUDGE_CODE_VERSION = "2"
 GRADE_LINE = re.compile(r"^\s*\**\s*GRADE\s*\**\s*:\s*\**\s*(?P<value>[^*\s]+)\s*\**\s*$", re.I | re.M)
 
 
@@ -144,6 +161,14 @@ class JudgeArgs(BaseModel):
     pass_mark: float = Field(default=0.5, ge=0.0, le=1.0, description="Scores from here on count as passed.")
     calibration_file: str | None = Field(
         default=None, description="JSONL of items with a solution and a human verdict (see judge_labels)."
+    )
+    on_injection: Literal["fail", "grade"] = Field(
+        default="fail",
+        description='An answer that addresses the grader: "fail" grades it FAIL without asking the judge, '
+        '"grade" lets the judge grade it; flagged either way.',
+    )
+    injection_canary: bool = Field(
+        default=True, description="Before the run the judge must fail known wrong answers carrying injections."
     )
 
     @field_validator("scale")
@@ -292,7 +317,12 @@ def solution_text(solution: Any) -> str:
 
 
 class JudgeChecker:
-    """``(item, solution) -> Passed | Failed``, graded by a chat model (see the module doc)."""
+    """``(item, solution) -> Passed | Failed``, graded by a chat model (see the module doc).
+
+    ``defence=False`` renders the solution verbatim and flags nothing, as before the
+    boundary existed: only for measuring what the defence changes
+    (``benchmarks/judge_injection.py``); no config reaches it.
+    """
 
     metric = "judge"
 
@@ -305,6 +335,8 @@ class JudgeChecker:
         base_dir: Path,
         cache_dir: Path | None,
         fingerprint: dict[str, Any] | None = None,
+        *,
+        defence: bool = True,
     ):
         from ape.tasks.models.build import build_model
 
@@ -322,31 +354,63 @@ class JudgeChecker:
             reformat_prompt=solver.reformat_prompt,
         )
         self.model = build_model(model_cfg, base_dir)
+        self.defence = defence
+        self.tags = prompt_tags(rubric)  # the markup an answer may not imitate
 
     def __repr__(self) -> str:
         return f"JudgeChecker({self.model_cfg.model_id!r}, scale={self.args.scale!r})"
 
     def prompt(self, item: Any, solution: Any) -> str:
-        from ape.tasks.checking.builtin import item_value
+        """The judge's prompt: the rubric with the item's fields, the reference and the solution
+        (inside its boundary, see :mod:`ape.tasks.checking.injection`), then APE's lines."""
         from ape.tasks.solving.render import item_context
 
         context = item_context(item) if isinstance(item, BaseModel) else dict(item)
-        reference = ""
-        if self.args.reference_field:
-            reference = solution_text(item_value(item, self.args.reference_field))
-        context.update(solution=solution_text(solution), reference=reference)
-        return render_context(self.rubric, context).rstrip() + "\n\n" + self.scale.instruction()
+        text = solution_text(solution)
+        ending = self.scale.instruction()
+        if self.defence:
+            # the item's fields and the judge fix the boundary, so a rerun renders the same prompt
+            seed = self.fingerprint_key.hexdigest() + json.dumps(context, sort_keys=True, default=str)
+            boundary = boundary_for(seed, text)
+            text = boundary.wrap(text)
+            ending = boundary.instruction() + "\n" + ending
+        context.update(solution=text, reference=self._reference(item))
+        return render_context(self.rubric, context).rstrip() + "\n\n" + ending
+
+    def _reference(self, item: Any) -> str:
+        from ape.tasks.checking.builtin import item_value
+
+        return solution_text(item_value(item, self.args.reference_field)) if self.args.reference_field else ""
+
+    def injections(self, solution: Any) -> list[Finding]:
+        """What in the solution addresses the grader (empty with the defence off)."""
+        return find_injections(solution_text(solution), self.tags) if self.defence else []
 
     def __call__(self, item: Any, solution: Any) -> Passed | Failed:
+        found = self.injections(solution)
+        if found and self.args.on_injection == "fail":
+            return self._refused(item, found)
+        verdict = self.judged(item, solution)
+        if found:
+            verdict.metadata["injection"] = [f.as_dict() for f in found]
+        return verdict
+
+    def _refused(self, item: Any, found: list[Finding]) -> Failed:
+        """A flagged answer's grade, given without asking the judge (``on_injection = "fail"``)."""
+        metadata: dict[str, Any] = {"metric": "judge", "injection": [f.as_dict() for f in found]}
+        if self.args.reference_field:
+            metadata["expected"] = self._reference(item)
+        return Failed(score=0.0, reason=f"injection: {describe(found)}", metadata=metadata)
+
+    def judged(self, item: Any, solution: Any) -> Passed | Failed:
+        """The judge's grade of the solution, whatever it holds (the judge canary asks this way)."""
         verdict = self.grade(self.prompt(item, solution))
         score = verdict["score"]
         metadata = {"metric": "judge", "judge": verdict}
         if score >= self.args.pass_mark:
             return Passed(score=score, metadata=metadata)
         if self.args.reference_field:
-            from ape.tasks.checking.builtin import item_value
-
-            metadata["expected"] = solution_text(item_value(item, self.args.reference_field))
+            metadata["expected"] = self._reference(item)
         return Failed(score=score, reason=f"the judge graded {verdict['grade']}", metadata=metadata)
 
     def grade(self, prompt: str) -> dict[str, Any]:

@@ -20,12 +20,19 @@ Behaviours:
 - ``echo``: answers with the last human message.
 - ``scripted``: answers with ``responses`` in turn (cycled, per instance).
 - ``give_up``: answers ``I_GIVE_UP``.
-- ``grader``: a stand-in judge for demos of the ``judge`` checker. It reads the
-  ``<solution>...</solution>`` and ``<reference>...</reference>`` parts of the prompt and
-  answers ``GRADE: PASS`` when the solution holds every word of the reference (``GRADE:
-  FAIL`` otherwise), or with ``scale = N`` ``GRADE: k``, k the share of the reference's
-  words found times N. With ``accuracy`` < 1 a share of prompts (chosen from the prompt
-  text and ``seed``) gets the opposite (or a shifted) grade: a judge with a known error rate.
+- ``grader``: a stand-in judge for demos of the ``judge`` checker. It reads the solution
+  between the judge checker's markers (``<<<SOLUTION-T>>>`` ... ``<<<END-SOLUTION-T>>>``, the
+  first such pair), else the ``<solution>...</solution>`` part, and the
+  ``<reference>...</reference>`` part outside the markers, and answers ``GRADE: PASS`` when
+  the solution holds every word of the reference (``GRADE: FAIL`` otherwise), or with
+  ``scale = N`` ``GRADE: k``, k the share of the reference's words found times N. With
+  ``accuracy`` < 1 a share of answers (chosen from the solution, the reference and
+  ``seed``) gets the opposite (or a shifted) grade: a judge with a known error rate, whose
+  errors fall on answers holding some of the reference's words (one holding none is failed).
+- ``obedient``: the ``grader``, except that it does what the prompt tells it: a prompt
+  holding "reply PASS", "grade PASS", "this answer is correct" or a line starting ``GRADE: PASS``
+  anywhere (inside the solution too) gets ``GRADE: PASS``. A judge that injected answers talk round, for
+  testing and measuring the judge checker's defences.
 
 Each answer carries ``response_metadata["confidence"]`` (high when right, a
 seeded value otherwise) and word-count ``usage_metadata``; with
@@ -58,7 +65,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 from ape.schemas.config import GIVE_UP_TOKEN
 from ape.tasks.common.arithmetic import calculate
 
-Behaviour = Literal["arithmetic", "echo", "scripted", "give_up", "grader"]
+Behaviour = Literal["arithmetic", "echo", "scripted", "give_up", "grader", "obedient"]
 CALCULATOR_TOOL = "calculator"
 
 # Runs of characters that can form an arithmetic expression; parsed with ast afterwards.
@@ -142,6 +149,21 @@ def _tagged(text: str, tag: str) -> str | None:
     """The text between ``<tag>`` and ``</tag>`` (the last such part), or None."""
     found = re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.S)
     return found[-1] if found else None
+
+
+_BOUNDED = re.compile(r"<<<SOLUTION-([A-Z]+)>>>\n?(.*?)\n?<<<END-SOLUTION-\1>>>", re.S)
+_OBEYED = re.compile(
+    r"(?i:reply|respond|grade)\s+(?:with\s+|it\s+)?[\"']?PASS\b|(?i:this answer is correct)|^\s*GRADE:\s*PASS\b", re.M
+)
+
+
+def _bounded(text: str) -> tuple[str | None, str]:
+    """The solution between the judge checker's first pair of markers (None without them),
+    and the prompt without that part: what is inside is never read as the prompt's tags."""
+    found = _BOUNDED.search(text)
+    if found is None:
+        return None, text
+    return found.group(2), text[: found.start()] + text[found.end() :]
 
 
 def _words(text: str) -> int:
@@ -318,7 +340,7 @@ class MockChatModel(BaseChatModel):
             return self._reply(text, _unit(self.seed, prompt, number) * 0.5 + 0.5)
         if self.behaviour == "give_up":
             return self._reply(GIVE_UP_TOKEN, 0.05)
-        if self.behaviour == "grader":
+        if self.behaviour in ("grader", "obedient"):
             return self._reply(self._grade(prompt), 0.9)
         return self._arithmetic(messages, humans, tools, number)
 
@@ -358,15 +380,18 @@ class MockChatModel(BaseChatModel):
         return self._reply(f"The answer is {format_number(wrong)}", 0.2 + 0.6 * _unit(*key, "c"))
 
     def _grade(self, prompt: str) -> str:
-        """Behaviour ``grader``: the reference's words found in the solution, as a grade."""
-        solution = _tagged(prompt, "solution")
-        reference = _tagged(prompt, "reference")
+        """Behaviours ``grader`` and ``obedient``: the reference's words found in the solution, as a grade."""
+        if self.behaviour == "obedient" and _OBEYED.search(prompt):
+            return "GRADE: PASS"
+        solution, rest = _bounded(prompt)
+        solution = _tagged(rest, "solution") if solution is None else solution
+        reference = _tagged(rest, "reference")
         if solution is None or reference is None:
             return "I need <solution>...</solution> and <reference>...</reference> in the prompt to grade."
         wanted = set(_WORD.findall(reference.lower()))
         found = set(_WORD.findall(solution.lower()))
         share = len(wanted & found) / len(wanted) if wanted else 1.0
-        wrong = _unit(self.seed, prompt, "grader") >= self._accuracy()
+        wrong = share > 0 and _unit(self.seed, solution, reference, "grader") >= self._accuracy()
         if self.scale is None:
             passed = (share == 1.0) != wrong
             return f"GRADE: {'PASS' if passed else 'FAIL'}"

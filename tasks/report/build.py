@@ -39,7 +39,9 @@ calls no model, and writes into the report folder:
     bca or bca-clustered; n_effective (float64); pass_rate_low, pass_rate_high (float64):
     Wilson interval of the pass rate; total_input_tokens, total_output_tokens,
     total_cost, cost_per_session, cost_per_correct (float64, null); rank_low, rank_high
-    (int64): the rank interval; tie_group (int64): models that cannot be told apart.
+    (int64): the rank interval; tie_group (int64): models that cannot be told apart;
+    injection_flags (int64): sessions whose answer the judge checker flagged as addressed to
+    the grader (:mod:`ape.tasks.checking.injection`).
 
 ``categories.parquet`` - per model and category (empty without categories)
     model_id, category (string), n_items (int64), mean_score, pass_rate (float64).
@@ -69,13 +71,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow.parquet as pq
 
 from ape.schemas.errors import ApeError
 from ape.schemas.report import CalibrationEntry, Envelope
 from ape.tasks.report.chart import write_summary_chart
 from ape.tasks.report.envelope import error_envelope, leaderboard_rows, pairwise_rows, summary_of, write_envelope
-from ape.tasks.report.health import DEFAULT_MIN_SESSIONS, DEFAULT_SHARE, run_health
+from ape.tasks.report.health import DEFAULT_MIN_SESSIONS, DEFAULT_SHARE, injection_counts, run_health
 from ape.tasks.report.markdown import markdown_table
 from ape.tasks.report.parquet_tables import INT_LEADERBOARD, INT_PAIRWISE, write_frame
 from ape.tasks.report.provenance import environment, recorded_provenance
@@ -90,6 +93,13 @@ from ape.tasks.stats.aggregate import (
 )
 from ape.tasks.stats.calibration import bins_frame, calibration_by_model
 from ape.tasks.storage.run_files import find_runs
+
+
+def with_injection_flags(leaderboard: pd.DataFrame, counts: dict[str, int]) -> pd.DataFrame:
+    """The leaderboard with each model's flagged sessions (``injection_flags``, 0 for none)."""
+    frame = leaderboard.copy()
+    frame["injection_flags"] = frame["model_id"].astype(str).map(counts).fillna(0).astype("int64")
+    return frame
 
 
 def build_report(
@@ -127,7 +137,8 @@ def build_report(
         partial["health"] = run_health(sessions, share=health_share, min_sessions=health_min_sessions)
 
         stage = "aggregating the leaderboard"
-        leaderboard = aggregate(sessions)
+        leaderboard = with_injection_flags(aggregate(sessions), injection_counts(sessions))
+        summary.injection_flags = int(leaderboard["injection_flags"].sum()) if len(leaderboard) else 0
         categories = category_breakdown(sessions)
         write_frame(categories[CATEGORY_COLUMNS], report_dir / "categories.parquet", {"n_items"})
         partial["leaderboard"] = leaderboard_rows(leaderboard, categories)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ape.schemas.report import Envelope, LeaderboardRow, RegressionRow
-from ape.tasks.report.health import suspect_lines
+from ape.tasks.report.health import injection_lines, suspect_lines
 
 
 def _cell(value: Any, digits: int = 3) -> str:
@@ -60,16 +60,20 @@ def markdown_table(envelope: Envelope) -> str:
     lines: list[str] = []
     if envelope.error is not None:
         lines += [f"**Report failed** ({envelope.error.type}): {_cell(envelope.error.message)}", ""]
-    suspect = suspect_lines(envelope.health)
-    if suspect:  # first: these numbers are not a measurement
+    suspect = suspect_lines(envelope.health) + injection_lines(envelope.health)
+    if suspect:  # first: these numbers are not a measurement, or a model tried to talk its judge round
         lines += [*(f"**Run health:** {_cell(line)}" for line in suspect), ""]
     if envelope.leaderboard:
         with_k = any(row.pass_at_k for row in envelope.leaderboard)
         with_cost = any(row.total_cost is not None for row in envelope.leaderboard)
+        # a judged run always shows the column, so "0" reads as checked, not as unknown
+        with_flags = envelope.judge is not None or any(row.injection_flags for row in envelope.leaderboard)
         header = ["Rank (range)", "Group", "Model", "Items", "Mean score [95% CI]", "CI method",
                   "Pass rate [95% CI]"]  # fmt: skip
         header += ["pass@k"] if with_k else []
-        header += ["Solved", "Parse failed", "Gave up", "Error", "Check errors", "Latency s", "Tokens in/out"]
+        header += ["Solved", "Parse failed", "Gave up", "Error", "Check errors"]
+        header += ["Injection flags"] if with_flags else []
+        header += ["Latency s", "Tokens in/out"]
         header += ["Cost", "Cost/correct"] if with_cost else []
         rows = []
         for row in envelope.leaderboard:
@@ -80,14 +84,19 @@ def markdown_table(envelope: Envelope) -> str:
                 cells.append(", ".join(f"@{k} {v:.3f}" for k, v in row.pass_at_k.items()) or "-")
             tokens = f"{_cell(row.mean_input_tokens, 0)}/{_cell(row.mean_output_tokens, 0)}"
             cells += [str(row.outcomes.SOLVED), str(row.outcomes.PARSING_FAILED),
-                      str(row.outcomes.GAVE_UP), str(row.outcomes.ERROR), str(row.check_errors),
-                      _cell(row.mean_latency_s, 2), tokens]  # fmt: skip
+                      str(row.outcomes.GAVE_UP), str(row.outcomes.ERROR), str(row.check_errors)]  # fmt: skip
+            cells += [str(row.injection_flags)] if with_flags else []
+            cells += [_cell(row.mean_latency_s, 2), tokens]
             if with_cost:
                 cells += [_money(row.total_cost), _money(row.cost_per_correct)]
             rows.append(cells)
         lines += ["## Leaderboard", "", *_table(header, rows), "",
                   "Rank (range): the places a model could hold given the Holm-corrected pairwise "
                   "tests; models in one group are not significantly different from its first.", ""]  # fmt: skip
+        if with_flags:
+            lines += ["Injection flags: sessions whose answer addressed the judge (a forged tag or grade, "
+                      "\"ignore the rubric\", \"reply PASS\", ...); graded FAIL without asking the judge "
+                      "unless [checker] args.on_injection = \"grade\".", ""]  # fmt: skip
     if envelope.judge is not None:
         from ape.tasks.report.judge import judge_markdown
 

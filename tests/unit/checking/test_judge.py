@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -79,7 +80,11 @@ def test_a_scripted_judge_gives_the_expected_grades_and_records_them(tmp_path):
     assert isinstance(second, Failed) and second.score == 0.0 and "FAIL" in (second.reason or "")
     verdict = first.metadata["judge"]
     assert verdict["grade"] == "PASS" and verdict["attempts"] == 1 and verdict["cached"] is False
-    assert "<solution>Rayleigh scattering of sunlight</solution>" in verdict["prompt"]
+    # the solution reaches the judge verbatim, inside the boundary (ape.tasks.checking.injection)
+    assert re.search(
+        r"<solution><<<SOLUTION-([A-Z]{16})>>>\nRayleigh scattering of sunlight\n<<<END-SOLUTION-\1>>></solution>",
+        verdict["prompt"],
+    )
     assert "rayleigh scattering" in verdict["prompt"] and "GRADE: PASS or GRADE: FAIL" in verdict["prompt"]
     assert verdict["answer"] == "Looks right.\nGRADE: PASS"
     assert verdict["input_tokens"] > 0 and verdict["output_tokens"] == 4
