@@ -86,7 +86,7 @@ def deployment_for(
 
         schedules = [*(schedules or []), Interval(interval, timezone=timezone)]
     # called from synchronous code, so Prefect's sync_compatible method returns the deployment itself
-    return cast(
+    deployment = cast(
         "RunnerDeployment",
         flow.to_deployment(
             name=name,
@@ -96,6 +96,22 @@ def deployment_for(
             enforce_parameter_schema=True,
         ),
     )
+    deployment._parameter_openapi_schema = closed_schema(deployment._parameter_openapi_schema)
+    return deployment
+
+
+def closed_schema(schema: Any) -> Any:
+    """``schema`` with ``additionalProperties: false``: the server then answers a flow run
+    with any other parameter (``config``, ``base_dir``, ...) with 409 and the name of the
+    parameter, before the run exists. (A caller may switch the server's check off for its
+    run; the flow's ``on_crashed`` hook then names the refused parameters.)"""
+    from prefect.utilities.callables import ParameterSchema
+
+    class ClosedParameterSchema(ParameterSchema):
+        additionalProperties: bool = False  # noqa: N815 - the JSON Schema keyword
+
+    # set explicitly: Prefect sends the schema with exclude_unset, which would drop a default
+    return ClosedParameterSchema.model_validate({**schema.model_dump(), "additionalProperties": False})
 
 
 def serve_config(

@@ -108,7 +108,37 @@ def _run_name() -> str:
     return f"{label} · {note[:40]}" if isinstance(note, str) and note else label
 
 
-@flow(name="benchmark", flow_run_name=_run_name, persist_result=False, validate_parameters=True)
+def refused_message(names: list[str]) -> str:
+    """The one line a run with parameters outside the allow-list ends with."""
+    return (
+        f"flow-run parameter(s) {', '.join(repr(n) for n in names)} refused: a served benchmark reads its "
+        f"config from its owner's file; a run may set only {', '.join(OVERRIDES)}"
+    )
+
+
+def name_refused_parameters(flow: Any, flow_run: Any, state: Any) -> None:
+    """An ``on_crashed`` hook, run by the serving process: a run whose parameters are not the
+    flow's crashes in Prefect's engine before the flow's code (nothing of it is imported or
+    run), with a bare "Process exited with status code: 1"; this marks it Failed with the
+    line that says which parameters were refused, so the UI shows why."""
+    refused = sorted(set(flow_run.parameters or {}) - set(OVERRIDES))
+    if not refused:
+        return
+    from prefect.client.orchestration import get_client
+
+    message = refused_message(refused)
+    log.error("%s", message)
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(flow_run.id, Failed(message=message), force=True)
+
+
+@flow(
+    name="benchmark",
+    flow_run_name=_run_name,
+    persist_result=False,
+    validate_parameters=True,
+    on_crashed=[name_refused_parameters],
+)
 def served_benchmark(
     only_models: list[str] | None = None,
     redo_outcomes: list[Outcome] | None = None,

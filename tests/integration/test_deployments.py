@@ -101,6 +101,8 @@ def test_deployment_carries_schedule_and_only_the_run_overrides(tmp_path: Path) 
     assert deployment.parameters == {}  # no config: it stays in the owner's file
     assert set(deployment._parameter_openapi_schema.properties) == {"only_models", "note"}  # the UI form
     assert deployment.enforce_parameter_schema
+    # and closed: the server refuses a run with any other parameter before it exists
+    assert deployment._parameter_openapi_schema.model_dump(exclude_unset=True)["additionalProperties"] is False
     assert deployment.entrypoint.endswith("test_deployments.py:write_marker")
 
     unscheduled = deployment_for(write_marker, config, None, "on-demand")
