@@ -5,10 +5,15 @@ item is *consistent* with probability ``consistency`` (answered alike in every r
 when its fixed draw is below the accuracy) and drawn afresh per session otherwise;
 ``runs_per_data`` sessions per item are averaged into the item's score. The graded
 metric draws scores in [0, 1] (Beta around an item's quality, mean 0.90) the same way.
-Each run is judged by the functions a scheduled run calls (:func:`ape.tasks.stats.monitor.design`,
-:func:`~ape.tasks.stats.monitor.paired`, :func:`~ape.tasks.stats.monitor.step`, as
-:mod:`ape.flows.recurring` does), with a reference of the runs since the last change
+Each run is judged by the functions a scheduled run calls, as :mod:`ape.flows.recurring`
+does: the thresholds from the runs' finish times (:func:`ape.tasks.stats.reference.thresholds`:
+the cadence inferred from their spacing, read from a time column at the resolution the
+history has, ``datetime64[us]`` under pandas 3, with the default ``[monitor]`` settings, so
+the first runs use the nightly default), then :func:`~ape.tasks.stats.monitor.paired` and
+:func:`~ape.tasks.stats.monitor.step`, with a reference of the runs since the last change
 point (at most ``window``), vectorised over trials so a model-year takes milliseconds.
+The schedule is every day by default (``--every 1h``, ``--every 10min``: hourly, minutes
+apart; a model-year is then the runs a year of the inferred cadence holds).
 
 Figures (N = 500 items, nightly: 365 runs a year, budget 1 false alarm per model-year):
 
@@ -22,7 +27,7 @@ Today's method (each run against the previous run and the first run, the exact M
 test of :func:`ape.tasks.stats.regression.compare` at 5%) is measured on the same draws for
 comparison, vectorised the same way.
 
-Usage: python benchmarks/regression_alerts.py [--years 40] [--trials 400]
+Usage: python benchmarks/regression_alerts.py [--years 40] [--trials 300] [--every 1D] [--unit us]
 """
 
 from __future__ import annotations
@@ -32,15 +37,37 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
-from ape.tasks.stats.monitor import design, paired, step
+from ape.schemas.config import MonitorConfig
+from ape.tasks.stats.monitor import Cadence, Design, cadence, epoch_seconds, paired, step
+from ape.tasks.stats.reference import thresholds
 
 N = 500
-WINDOW = 30
-RUNS_PER_YEAR = 365
-BUDGET = 1.0
+MONITOR = MonitorConfig()  # the defaults: no runs_per_year, 1 false alarm per model-year
+WINDOW = MONITOR.window
+BUDGET = MONITOR.false_alarms_per_year
 WARMUP = 30
+START = pd.Timestamp("2026-01-01 03:00", tz="UTC")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When the runs finish: every ``every`` from ``START``, kept at ``unit`` resolution as the
+    history's ``finished_at`` column is."""
+
+    every: pd.Timedelta = pd.Timedelta(days=1)
+    unit: str = "us"
+
+    @property
+    def runs_per_year(self) -> int:
+        """Runs in a model-year: the cadence the monitor infers once it has a window of these runs."""
+        times = pd.Series([START + i * self.every for i in range(WINDOW + 1)], dtype=f"datetime64[{self.unit}, UTC]")
+        return round(cadence(epoch_seconds(times)).runs_per_year)
+
+
+SCHEDULE = Schedule()
 
 
 @dataclass(frozen=True)
@@ -86,21 +113,29 @@ class Model:
 
 
 class Monitor:
-    """The scheduled run's monitor over a batch of trials: reference window and sums."""
+    """The scheduled run's monitor over a batch of trials: reference window, sums and the times."""
 
-    def __init__(self, trials: int, n: int, plan_runs_per_year: float = RUNS_PER_YEAR) -> None:
-        self.plan = design(plan_runs_per_year, BUDGET)
+    def __init__(self, trials: int, n: int, schedule: Schedule = SCHEDULE) -> None:
+        self.schedule = schedule
+        self.finished: list[pd.Timestamp] = []  # the earlier runs' finish times (the newest window)
         self.buffer = np.full((trials, WINDOW, n), np.nan)
         self.up = np.zeros(trials)
         self.down = np.zeros(trials)
         self.t = 0
 
+    def plan(self) -> tuple[Cadence, Design]:
+        """The thresholds of the next run, from the finish times as the history holds them."""
+        earlier = pd.Series(self.finished, dtype=f"datetime64[{self.schedule.unit}, UTC]")
+        return thresholds(earlier, START + self.t * self.schedule.every, MONITOR, pinned=False)
+
     def observe(self, scores: np.ndarray) -> np.ndarray:
+        _, plan = self.plan()
         comparison = paired(scores, self.buffer)
-        result = step(comparison.z, self.up, self.down, self.plan)
+        result = step(comparison.z, self.up, self.down, plan)
         self.up, self.down = result.up, result.down
         self.buffer[result.restart] = np.nan  # a new reference starts (after an alarming run)
         self.buffer[:, self.t % WINDOW] = np.where(result.joins[:, None], scores, np.nan)
+        self.finished = [*self.finished, START + self.t * self.schedule.every][-WINDOW:]
         self.t += 1
         return result.verdict
 
@@ -128,25 +163,25 @@ class Today:
         return alert
 
 
-def false_alarms(setting: Setting, years: int, seed: int) -> tuple[float, float, float]:
+def false_alarms(setting: Setting, years: int, seed: int, schedule: Schedule = SCHEDULE) -> tuple[float, float, float]:
     """(alarms per model-year, its 95% half-width across years, today's alerts per model-year)."""
     rng = np.random.default_rng(seed)
     model = Model(setting, years, N, rng)
-    monitor, today = Monitor(years, N), Today()
+    monitor, today = Monitor(years, N, schedule), Today()
     alarms = np.zeros(years)
     alerts = np.zeros(years)
-    for _ in range(RUNS_PER_YEAR):
+    for _ in range(schedule.runs_per_year):
         scores = model.run(0.90)
         alarms += monitor.observe(scores) != 0
         alerts += today.observe(scores)
     return float(alarms.mean()), float(1.96 * alarms.std(ddof=1) / np.sqrt(years)), float(alerts.mean())
 
 
-def drop(setting: Setting, trials: int, seed: int) -> tuple[float, float, float]:
+def drop(setting: Setting, trials: int, seed: int, schedule: Schedule = SCHEDULE) -> tuple[float, float, float]:
     """(flagged in the first run after 0.90 -> 0.85, within two runs, today's first-run share)."""
     rng = np.random.default_rng(seed)
     model = Model(setting, trials, N, rng)
-    monitor, today = Monitor(trials, N), Today()
+    monitor, today = Monitor(trials, N, schedule), Today()
     for _ in range(WARMUP):
         scores = model.run(0.90)
         monitor.observe(scores)
@@ -158,11 +193,11 @@ def drop(setting: Setting, trials: int, seed: int) -> tuple[float, float, float]
     return float(first.mean()), float((first | second).mean()), float(today_first.mean())
 
 
-def drift(setting: Setting, trials: int, seed: int, runs: int = 6) -> float:
+def drift(setting: Setting, trials: int, seed: int, runs: int = 6, schedule: Schedule = SCHEDULE) -> float:
     """Share of trials flagged "regressed" within ``runs`` runs of a drift of one point per run."""
     rng = np.random.default_rng(seed)
     model = Model(setting, trials, N, rng)
-    monitor = Monitor(trials, N)
+    monitor = Monitor(trials, N, schedule)
     for _ in range(WARMUP):
         monitor.observe(model.run(0.90))
     flagged = np.zeros(trials, dtype=bool)
@@ -180,13 +215,22 @@ SETTINGS = [
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--years", type=int, default=40, help="simulated model-years per setting (365 runs each)")
+    parser.add_argument("--years", type=int, default=40, help="simulated model-years per setting")
     parser.add_argument("--trials", type=int, default=300, help="trials of the drop and the drift")
+    parser.add_argument("--every", default="1D", help="time between runs (pandas: 1D, 1h, 10min)")
+    parser.add_argument("--unit", default="us", choices=["s", "ms", "us", "ns"], help="resolution of the time column")
     args = parser.parse_args()
-    plan = design(RUNS_PER_YEAR, BUDGET)
+    schedule = Schedule(pd.Timedelta(args.every), args.unit)
+    probe = Monitor(1, 1, schedule)
+    first, _ = probe.plan()
+    for _ in range(WINDOW):
+        probe.observe(np.zeros((1, 1)))
+    pace, plan = probe.plan()
     print(
-        f"N={N} items, nightly ({RUNS_PER_YEAR} runs/year), budget {BUDGET:g} false alarm per model-year, "
-        f"window {WINDOW} runs; design k={plan.k:.2f} h={plan.h:.2f} L={plan.limit:.2f} (in-control ARL {plan.arl:.0f})"
+        f"N={N} items, a run every {args.every} (finish times at [{schedule.unit}]); the first run's cadence: "
+        f"{first.reason}; from the 31st: {pace.reason}. Budget {BUDGET:g} false alarm per model-year "
+        f"({schedule.runs_per_year} runs), window {WINDOW} runs; design k={plan.k:.2f} h={plan.h:.2f} "
+        f"L={plan.limit:.2f} (in-control ARL {plan.arl:.0f})"
     )
     print(
         "| setting | false alarms / model-year (goal <= 1) | today: alerts / model-year "
@@ -195,17 +239,17 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for index, setting in enumerate(SETTINGS):
         started = time.perf_counter()
-        rate, half, today = false_alarms(setting, args.years, seed=100 + index)
+        rate, half, today = false_alarms(setting, args.years, seed=100 + index, schedule=schedule)
         cells = [f"{rate:.2f} ± {half:.2f}", f"{today:.1f}"]
         if setting.graded:
             cells += ["-", "-", "-", "-"]
         else:
-            first, two, today_first = drop(setting, args.trials, seed=200 + index)
+            first_run, two, today_first = drop(setting, args.trials, seed=200 + index, schedule=schedule)
             cells += [
-                f"{first:.2f}",
+                f"{first_run:.2f}",
                 f"{two:.2f}",
                 f"{today_first:.2f}",
-                f"{drift(setting, args.trials, 300 + index):.2f}",
+                f"{drift(setting, args.trials, 300 + index, schedule=schedule):.2f}",
             ]
         print(f"| {setting.label} | " + " | ".join(cells) + f" |  <!-- {time.perf_counter() - started:.0f} s -->")
 

@@ -146,6 +146,15 @@ def rescorer(config: ApeConfig, top: Path, model_id: str) -> Rescorer:
     return items_of
 
 
+def clock() -> pd.Timestamp:
+    """The time a new run is recorded as finished (the history's ``finished_at``), in UTC.
+
+    The monitor infers the cadence from these times, so they are read from one place: a test
+    replaces this function to lay out a history of nightly, hourly or minutes-apart runs
+    through the path users run."""
+    return pd.Timestamp.now(tz="UTC")
+
+
 def record_run(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) -> list[RegressionRow]:
     """Judge each model against its own history (and the pinned baseline), then append the run."""
     sessions = pd.read_parquet(Path(config.run.output) / "sessions.parquet")
@@ -154,7 +163,7 @@ def record_run(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) 
     data_fp = fingerprint_hash(sorted(hashes.items()))
     pinned = history.baseline(top)
     before = history.read_runs(top)
-    finished = pd.Timestamp.now(tz="UTC")
+    finished = clock()
     rows: list[dict[str, Any]] = []
     comparisons: list[RegressionRow] = []
     baselines: list[tuple[int, RegressionRow]] = []

@@ -235,6 +235,15 @@ class RegressionRow(ReportModel):
         description="The checker changed since the reference: this many reference runs had their saved answers "
         "graded again with this run's checker (no model calls) and the comparison used those scores.",
     )
+    runs_per_year: float | None = Field(
+        default=None, description="History: the cadence the thresholds (L, h) were designed for."
+    )
+    cadence: Literal["configured", "inferred", "default"] | None = Field(
+        default=None,
+        description="History: where runs_per_year came from: [monitor] runs_per_year, the median spacing of the "
+        "model's runs (once 5 earlier runs exist), or the nightly default before that.",
+    )
+    cadence_reason: str | None = Field(default=None, description="History: the cadence and why, in words.")
     flipped_items: dict[str, list[str]] = Field(
         default_factory=dict,
         description="A regressed or improved model: item ids that went 'pass->fail' and 'fail->pass' since the "

@@ -4,7 +4,8 @@ Takes the runs table of :func:`ape.tasks.storage.history.read_runs`. The verdict
 ones recorded at run time (with the monitor's statistic, limits and sums), so the table
 says what the alerts said; change points (a new reference after an alarm, a changed
 fingerprint or ``ape baseline``) and the reference band (reference mean +- the single-run
-limit in standard errors) come from the same columns. The chart is drawn on a bare
+limit in standard errors; a side whose limit lies beyond the scores' range [0, 1] has none:
+:func:`reference_band`) come from the same columns. The chart is drawn on a bare
 matplotlib ``Figure`` (Agg canvas), like :mod:`ape.tasks.report.chart`: no display needed.
 """
 
@@ -49,11 +50,35 @@ def _history_verdict(row: dict) -> str:
 
 
 def reference_band(runs: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    """The band around the reference a run's score had to leave for a single-run alarm:
-    reference mean +- L se (null where a run had no reference)."""
+    """The single-run control limits in score units: the scores below ``reference mean - L se``
+    and above ``reference mean + L se`` are the ones whose ``|z|`` passes the limit ``L``.
+
+    Scores lie in [0, 1]. A limit beyond that range is one no run can cross: that side has no
+    single-run limit, as a p chart whose computed lower control limit is negative has none
+    (Montgomery, "Introduction to Statistical Quality Control", ch. 7, the control chart for
+    fraction nonconforming). Such an end is null, never a score nobody can have, and never
+    moved to 0 or 1 (which would claim a limit there). A band like ``0.975 [0.889, 1.061]``
+    means "alarms below 0.889, no upward single-run alarm possible": shown ``[0.889, none]``.
+    Why not a Wilson or logit band: this is the acceptance region of the monitor's test, not an
+    interval estimate; those would put the lower limit of that example near 0.73 (the limit the
+    monitor applies is 0.889), and with the monitor's floor on ``se`` (one item is at most one
+    standard unit) near 0 for a reference of 0.999. The verdict is taken on the skew-corrected
+    ``z`` (:mod:`ape.tasks.stats.monitor`), so next to a bound the limit it applies lies a little
+    further out on the long side; the verdict column says what alarmed. Null where a run had no
+    reference."""
     mean = runs["history_reference_mean"].astype(float)
     half = runs["history_limit"].astype(float) * runs["history_se"].astype(float)
-    return mean - half, mean + half
+    low, high = mean - half, mean + half
+    return low.where(low >= 0.0), high.where(high <= 1.0)
+
+
+def _band(row: dict, low: float, high: float) -> str:
+    """``reference [lower limit, upper limit]``; ``none`` for a side no score can cross."""
+    mean, limit, se = row.get("history_reference_mean"), row.get("history_limit"), row.get("history_se")
+    if any(v is None or pd.isna(v) for v in (mean, limit, se)):
+        return "-"
+    ends = ["none" if pd.isna(end) else f"{end:.3f}" for end in (low, high)]
+    return f"{mean:.3f} [{ends[0]}, {ends[1]}]"
 
 
 def _change(row: dict) -> str:
@@ -78,7 +103,7 @@ def history_markdown(runs: pd.DataFrame, title: str | None = None) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for when, band_low, band_high, row in zip(finished, low, high, runs.to_dict("records")):
-        band = "-" if pd.isna(band_low) else f"{row['history_reference_mean']:.3f} [{band_low:.3f}, {band_high:.3f}]"
+        band = _band(row, band_low, band_high)
         lines.append(
             f"| {row['model_id']} | {row['run_id']} | {when} | {row['n_items']} | {_num(row['mean_score'])} "
             f"[{_num(row['ci_low'])}, {_num(row['ci_high'])}] | {_history_verdict(row)} | {band} | {_change(row)} | "
@@ -111,8 +136,10 @@ def write_trend_chart(runs: pd.DataFrame, path: Path, title: str = "Score per ru
             linewidth=0,
         )
         low, high = reference_band(group)
-        if low.notna().any():
-            axes.fill_between(when, low, high, step="mid", color="grey", alpha=0.25, linewidth=0,
+        judged = group[["history_reference_mean", "history_limit", "history_se"]].notna().all(axis=1).to_numpy()
+        if judged.any():  # a side with no limit is drawn to the end of the score range
+            bottom, top = low.fillna(0.0).where(judged), high.fillna(1.0).where(judged)
+            axes.fill_between(when, bottom, top, step="mid", color="grey", alpha=0.25, linewidth=0,
                               label=f"{model_id}: reference ± limit")  # fmt: skip
         for point in when[group["history_change"].isin(["alarm", "fingerprint", "baseline"]).to_numpy()]:
             axes.axvline(point, color=line.get_color(), linestyle=":", linewidth=1)

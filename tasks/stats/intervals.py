@@ -76,6 +76,29 @@ def clustered_se(values: np.ndarray, clusters: np.ndarray | None = None) -> tupl
     return math.sqrt(variance), g
 
 
+def wilson_bounds(p: np.ndarray | float, n: np.ndarray | float, z: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson's (1927, "Probable inference, the law of succession, and statistical inference",
+    JASA 22) score interval of a proportion ``p`` out of ``n`` (real, may be infinite) at ``z``
+    standard errors, vectorised.
+
+    Its ends are the roots ``x`` of ``(p - x)^2 = z^2 x (1 - x) / n``, which lie in [0, 1] for
+    every ``p`` in [0, 1]: that is why proportions get it instead of ``p +- z se``. Computed so
+    rounding keeps them there too: each end is the product of the roots divided by the other,
+    larger root (for ``x`` and for ``1 - x``), a sum with no cancellation and never negative.
+    """
+    p, n, z = (np.asarray(v, dtype=float) for v in (p, n, z))
+    a = z * z / n  # z^2 / n; 0 for an infinite n (no spread: the interval is the point)
+
+    def far_root(share: np.ndarray) -> np.ndarray:
+        return (2 * share + a + np.sqrt(4 * a * share * (1 - share) + a * a)) / (2 * (1 + a))
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        up, down = far_root(p), far_root(1 - p)
+        low = np.where(up > 0, p * p / ((1 + a) * up), 0.0)
+        high = 1.0 - np.where(down > 0, (1 - p) * (1 - p) / ((1 + a) * down), 0.0)
+    return low, high
+
+
 def wilson(
     successes: float,
     n: float,
@@ -96,15 +119,8 @@ def wilson(
     alpha = 1.0 - level
     z = stats.t.ppf(1 - alpha / 2, dof) if dof else stats.norm.ppf(1 - alpha / 2)
     p = min(max(successes / n, 0.0), 1.0)
-    denominator = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    low, high = max(0.0, centre - half), min(1.0, centre + half)
-    # at the edges the bound is exact: rounding would put it a hair past the estimate
-    if successes <= 0:
-        low = 0.0
-    if successes >= n:
-        high = 1.0
+    bounds = wilson_bounds(p, n, z)
+    low, high = float(bounds[0]), float(bounds[1])
     # next to the boundary Wilson is too short; there the Poisson bound holds its coverage
     edge = 2 if n <= 50 else 3
     x, y = p * n, (1 - p) * n
@@ -115,6 +131,34 @@ def wilson(
     if 0 < y <= edge + 1e-9:
         high = 1.0 - 0.5 * float(stats.chi2.ppf(alpha, 2 * y)) / n
     return low, high
+
+
+def bounded_interval(
+    mean: np.ndarray | float, se: np.ndarray | float, z: np.ndarray | float, n: np.ndarray | float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The interval ``mean +- z se`` of an estimated mean of scores in [0, 1], kept in [0, 1]
+    by construction, vectorised.
+
+    Wilson's score interval (:func:`wilson_bounds`) with the effective sample size
+    ``n* = mean (1 - mean) / se^2`` (Kish 1965, "Survey Sampling": the sample size whose
+    binomial variance equals the estimate's; Wilson's interval with it: Dean & Pagano 2015,
+    "Evaluating confidence interval methods for binomial proportions in clustered surveys",
+    J. Survey Statistics and Methodology 3). To first order it is ``mean +- z se``; near 0
+    and 1 it leans away from the bound, where the normal interval would cross it. Scores in
+    [0, 1] have a variance of at most ``mean (1 - mean)``, so for a plain mean of N of them
+    ``n*`` is at least about N: never wider than a pass rate's. A mean of exactly 0 or 1 has
+    no ``n*``: there ``n`` (the observations) is used, as for a plain proportion. ``se = 0``
+    inside (0, 1) gives the point. A mean outside [0, 1] (a prediction-powered estimate can
+    be one) is taken at the nearest end of [0, 1], which is nearer every possible true mean.
+    """
+    mean, se, z, n = (np.asarray(v, dtype=float) for v in (mean, se, z, n))
+    p = np.minimum(np.maximum(mean, 0.0), 1.0)  # NaN stays NaN
+    spread = p * (1 - p)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        effective = np.where(spread > 0, spread / (se * se), n)
+    low, high = wilson_bounds(p, effective, z)
+    missing = np.isnan(mean) | np.isnan(se) | np.isnan(z) | ((spread == 0) & ~(n > 0))
+    return np.where(missing, np.nan, low), np.where(missing, np.nan, high)
 
 
 def _observations(

@@ -12,8 +12,10 @@ A judge's grades are not the truth. Given a small set of solutions that people g
   judge's mean over all N items, plus the mean of (person - judge) over the n labelled
   solutions (the "rectifier", which removes the judge's bias in expectation). Its
   standard error combines both parts, ``sqrt(var(f)/N + var(y - f)/n)``, and the 95%
-  interval is the CLT one (their Section 2, mean estimation), its ends kept within [0, 1]
-  where every score lies (which can only raise its coverage). The raw judge mean's own
+  interval is the CLT one (their Section 2, mean estimation) taken on a bounded scale:
+  Wilson's score interval with the effective sample size ``theta (1 - theta) / se^2``
+  (:func:`ape.tasks.stats.intervals.bounded_interval`), which is the CLT interval to first order
+  and stays in [0, 1], where every score lies, by construction. The raw judge mean's own
   interval, ``sqrt(var(f)/N)``, is narrower but centred on the judge's bias, so it misses
   the true score as N grows; ``benchmarks/judge_ppi.py`` shows both.
 
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
-from ape.tasks.stats.intervals import CONFIDENCE_LEVEL
+from ape.tasks.stats.intervals import CONFIDENCE_LEVEL, bounded_interval
 
 MIN_OWN_LABELS = 20
 
@@ -101,8 +103,15 @@ def raw_mean(judge_all: Sequence[float] | np.ndarray, level: float = CONFIDENCE_
     if f.size < 2:
         return MeanEstimate(mean, None, None, None)
     se = float(f.std(ddof=1) / math.sqrt(f.size))
-    z = _z(level)
-    return MeanEstimate(mean, se, max(0.0, mean - z * se), min(1.0, mean + z * se))
+    return _bounded(mean, se, level, f.size)
+
+
+def _bounded(estimate: float, se: float, level: float, n: int) -> MeanEstimate:
+    """The estimate with its ``level`` interval for a mean score in [0, 1] (Wilson with the
+    effective sample size, :func:`ape.tasks.stats.intervals.bounded_interval`; ``n`` items where
+    the estimate sits on 0 or 1)."""
+    low, high = bounded_interval(estimate, se, _z(level), n)
+    return MeanEstimate(estimate, se, float(low), float(high))
 
 
 def ppi_mean(
@@ -134,9 +143,7 @@ def ppi_mean(
     if f.size < 2 or y.size < 2:
         return MeanEstimate(estimate, None, None, None)
     variance = f.var(ddof=1) / f.size + share**2 * rectifier.var(ddof=1) / y.size
-    se = float(math.sqrt(variance))
-    z = _z(level)
-    return MeanEstimate(estimate, se, max(0.0, estimate - z * se), min(1.0, estimate + z * se))
+    return _bounded(estimate, float(math.sqrt(variance)), level, f.size)
 
 
 @dataclass(frozen=True)

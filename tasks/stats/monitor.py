@@ -37,7 +37,11 @@ sums catch a slow drift. ``k``, ``h`` and ``L`` are chosen so that the in-contro
 run length (ARL, runs between false alarms) of the two-sided scheme equals ``1.2 *
 runs_per_year / false_alarms_per_year`` (a 20% margin for the approximations): the ARL of
 each side is computed with the Markov chain of Brook and Evans (1972, Biometrika 59) and
-the two sides combined as ``1/ARL = 1/ARL_up + 1/ARL_down``. After an alarm both sums
+the two sides combined as ``1/ARL = 1/ARL_up + 1/ARL_down``. The cadence ``runs_per_year`` is
+``[monitor] runs_per_year`` when set, else the median spacing of the model's finish times
+(:func:`cadence`, read with :func:`epoch_seconds`, which does not depend on the time
+column's resolution), trusted once ``MIN_EARLIER_RUNS`` (5) earlier runs exist and nightly
+until then; each verdict says which it used and why. After an alarm both sums
 restart at zero and the reference restarts with the run after the alarming one (that run
 was picked for being extreme; as a reference it would make the next ordinary run alarm the
 other way). The first run after a changed fingerprint is judged against the old reference
@@ -50,11 +54,14 @@ run (:mod:`ape.flows.recurring`) and ``benchmarks/regression_alerts.py`` both ca
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
+from typing import Literal
 
 import numpy as np
+import pandas as pd
 
 K = 1.0  # reference value in standard units: tuned to shifts of about 2 (a drop the size of 2 se)
 SHEWHART_SHARE = 0.25  # share of the false-alarm budget spent by the single-run limit
@@ -123,17 +130,83 @@ def design(runs_per_year: float, false_alarms_per_year: float, k: float = K) -> 
     return _design(float(f"{arl:.3g}"), k)  # rounded: a cached design per budget
 
 
-def runs_per_year(finished: list[float], configured: float | None = None) -> float:
-    """The cadence: configured, else from the median spacing (seconds since epoch) of the runs."""
+#: earlier runs of a model needed before their spacing sets the cadence: with fewer, one odd
+#: gap (a manual run between two nightly ones, a retry) is the median and moves the thresholds
+MIN_EARLIER_RUNS = 5
+YEAR = 365.25 * 86400.0  # seconds
+SECOND = pd.Timedelta(seconds=1)
+EPOCH = pd.Timestamp(0, tz="UTC")
+
+
+def epoch_seconds(times: Sequence[object] | pd.Series | pd.Index) -> np.ndarray:
+    """Seconds since 1970-01-01 UTC of each time (NaN where missing), whatever the resolution.
+
+    Why not ``astype("int64") / 1e9``: the integer view counts in the column's own unit, which
+    depends on the installed versions and on how the column was made (pandas 3 reads the
+    history's Parquet timestamps as ``datetime64[us]``; other versions and frames built in
+    memory can hold ``[ns]``, ``[ms]`` or ``[s]``). A difference of times divided by a
+    ``Timedelta`` is a float in seconds for every unit. Naive times are taken as UTC.
+    """
+    stamps = pd.to_datetime(times if isinstance(times, pd.Series) else pd.Series(list(times), dtype=object), utc=True)
+    return ((stamps - EPOCH) / SECOND).to_numpy(dtype=float, na_value=np.nan)
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """The runs per year the thresholds are designed for, where that number came from and why."""
+
+    runs_per_year: float
+    source: Literal["configured", "inferred", "default"]
+    reason: str
+
+
+def cadence(finished: Sequence[float] | np.ndarray, configured: float | None = None) -> Cadence:
+    """The cadence: ``[monitor] runs_per_year`` when set, else from the median spacing of the
+    runs' finish times (seconds since epoch, this run's last), once :data:`MIN_EARLIER_RUNS`
+    earlier runs exist; before that the default, nightly (:data:`DEFAULT_RUNS_PER_YEAR`).
+
+    The median of the gaps, not their mean: one long pause or a burst of manual runs does not
+    move it. Clipped to between yearly and hourly: runs minutes apart (a user trying a config)
+    are designed for as hourly ones, so their thresholds are never so strict that no drop is
+    seen.
+    """
     if configured:
-        return float(configured)
+        return Cadence(float(configured), "configured", f"[monitor] runs_per_year = {configured:g}")
     times = np.sort(np.asarray([t for t in finished if t is not None and not math.isnan(t)], dtype=float))
-    if times.size < 3:
-        return DEFAULT_RUNS_PER_YEAR
+    earlier = max(times.size - 1, 0)
+    if earlier < MIN_EARLIER_RUNS:
+        return Cadence(
+            DEFAULT_RUNS_PER_YEAR,
+            "default",
+            f"the default {DEFAULT_RUNS_PER_YEAR:g} runs a year (nightly): {earlier} earlier runs, fewer than the "
+            f"{MIN_EARLIER_RUNS} whose spacing sets the cadence",
+        )
     gap = float(np.median(np.diff(times)))
-    if gap <= 0:
-        return MAX_RUNS_PER_YEAR
-    return float(np.clip(365.25 * 86400 / gap, MIN_RUNS_PER_YEAR, MAX_RUNS_PER_YEAR))
+    spacing = YEAR / gap if gap > 0 else math.inf
+    inferred = float(np.clip(spacing, MIN_RUNS_PER_YEAR, MAX_RUNS_PER_YEAR))
+    clipped = ""
+    if inferred != spacing:
+        clipped = ", capped at hourly" if inferred == MAX_RUNS_PER_YEAR else ", raised to yearly"
+    return Cadence(
+        inferred,
+        "inferred",
+        f"{inferred:.4g} runs a year from the median spacing ({_duration(gap)}) of the last {times.size} runs{clipped}",
+    )
+
+
+def _duration(seconds: float) -> str:
+    """A gap in words: "1 day", "7 minutes"."""
+    value, unit = seconds, "second"
+    for name, size in (("day", 86400.0), ("hour", 3600.0), ("minute", 60.0)):
+        if seconds >= size:
+            value, unit = seconds / size, name
+            break
+    return f"{value:.3g} {unit}{'' if f'{value:.3g}' == '1' else 's'}"
+
+
+def runs_per_year(finished: Sequence[float] | np.ndarray, configured: float | None = None) -> float:
+    """The runs per year of :func:`cadence`, without the reason."""
+    return cadence(finished, configured).runs_per_year
 
 
 MAX_SKEW = 0.5

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ape.schemas.config import MonitorConfig
 from ape.schemas.report import RegressionRow
-from ape.tasks.stats.monitor import Design, design, detectable_drop, paired, runs_per_year, step
+from ape.tasks.stats.monitor import Cadence, Design, cadence, design, detectable_drop, epoch_seconds, paired, step
 from ape.tasks.storage import history
 
 FINGERPRINTS = ("config_fingerprint", "data_fingerprint", "checker_fingerprint")
@@ -96,6 +96,22 @@ def evidence(z: float, down: float, up: float, plan: Design, verdict: int, by_li
     return f"z = {z:+.2f} (limit ±{plan.limit:.2f}); CUSUM down {down:.2f}, up {up:.2f} (h = {plan.h:.2f})"
 
 
+def thresholds(
+    earlier: pd.Series, finished: pd.Timestamp, settings: MonitorConfig, *, pinned: bool
+) -> tuple[Cadence, Design]:
+    """The cadence of a model's runs and the detector's thresholds for its next run.
+
+    ``earlier``: the finish times of the model's earlier runs (the history's ``finished_at``,
+    any resolution), ``finished``: this run's. The newest ``window`` gaps set the cadence, so a
+    schedule that changed is followed within a window. A pinned baseline takes half the
+    false-alarm budget (its McNemar tests spend the other half)."""
+    times = np.append(epoch_seconds(earlier), epoch_seconds([finished]))
+    times = times[~np.isnan(times)]  # rows of older versions may lack a time
+    pace = cadence(times[-(settings.window + 1) :], settings.runs_per_year)
+    budget = settings.false_alarms_per_year * (0.5 if pinned else 1.0)
+    return pace, design(pace.runs_per_year, budget)
+
+
 def judge(
     top: Path,
     model_id: str,
@@ -117,12 +133,9 @@ def judge(
     if the checker had not changed, and still starts a new reference: the history keeps the
     scores each run had when it was recorded."""
     mine = runs[(runs["model_id"] == model_id) & (runs["run_id"] < run_id)].sort_values("run_id")
-    times = [*pd.to_datetime(mine["finished_at"], utc=True).astype("int64").div(1e9).tolist(), finished.timestamp()]
-    cadence = runs_per_year(times[-(settings.window + 1) :], settings.runs_per_year)
-    budget = settings.false_alarms_per_year * (0.5 if pinned else 1.0)  # half for the pinned baseline
-    plan = design(cadence, budget)
-    record: dict[str, Any] = {"history_runs_per_year": cadence, "history_limit": plan.limit, "history_h": plan.h,
-                              "history_k": plan.k}  # fmt: skip
+    pace, plan = thresholds(mine["finished_at"], finished, settings, pinned=pinned is not None)
+    record: dict[str, Any] = {"history_runs_per_year": pace.runs_per_year, "history_limit": plan.limit,
+                              "history_h": plan.h, "history_k": plan.k}  # fmt: skip
     if mine.empty:
         record.update(history_start=run_id, history_change="first", history_joins=True, history_since=1,
                       history_cusum_up=0.0, history_cusum_down=0.0)  # fmt: skip
@@ -170,6 +183,8 @@ def judge(
         notes.append(f"the reference starts at the pinned baseline {begin.start}")
     if not reference:
         notes.append("the first run of a new reference (the run before it alarmed): nothing to compare with yet")
+    if pace.source == "default":
+        notes.append(f"thresholds for {pace.reason}")
     unpaired = len(scores) - n if reference else 0  # with no reference, nothing is new or changed
     if unpaired:
         notes.append(f"{unpaired} items new or changed: left out")
@@ -200,6 +215,9 @@ def judge(
         min_detectable_change=detectable_drop(0.0 if restart else down, se, plan) if n else None,
         new_items=unpaired,
         rescored_runs=len(regraded),
+        runs_per_year=pace.runs_per_year,
+        cadence=pace.source,
+        cadence_reason=pace.reason,
         note="; ".join(notes) or None,
     )
     record.update(

@@ -233,3 +233,77 @@ def test_thirty_nightly_runs_of_an_unchanged_sampled_model_stay_quiet_then_a_dro
     report = json.loads(((out / "latest") / "report.json").read_text())
     (verdict,) = report["regressions"]
     assert verdict["verdict"] == "regressed" and verdict["ci_high"] < 0 and verdict["runs_since_change"] == 31
+
+
+# 10 runs a night apart, 10 an hour apart, then minutes apart (the drop's runs too)
+SCHEDULE = [pd.Timedelta(days=1)] * 10 + [pd.Timedelta(hours=1)] * 10 + [pd.Timedelta(minutes=7)] * 12
+
+
+@pytest.mark.timeout(1500)
+@pytest.mark.parametrize("unit", ["us", "ns"])
+def test_the_default_monitor_infers_the_cadence_from_nightly_hourly_and_minutes_apart_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unit: str
+) -> None:
+    """`ape run --new-run --fail-on-regression` 30 times with the default `[monitor]` (no
+    runs_per_year): a sampled mock model whose answers vary between runs, its runs finishing
+    a night, then an hour, then minutes apart (the clock the run records its finish with, set
+    by the test), the history's times read back at microsecond (pandas 3) or nanosecond
+    (pandas 2) resolution. The cadence is the nightly default until 5 earlier runs exist,
+    then the median spacing of the last 30 runs; no alarm while the model is unchanged; a
+    drop alarms within two runs. (At the nightly cadence 1 false alarm per model-year is a
+    few percent of such histories; the mock's draws are seeded, so the outcome is fixed.)"""
+    from ape.cli import EXIT_REGRESSED, main
+    from ape.flows import recurring
+    from ape.tasks.stats.monitor import DEFAULT_RUNS_PER_YEAR, MAX_RUNS_PER_YEAR, MIN_EARLIER_RUNS
+    from ape.tasks.storage import history
+
+    read_runs = history.read_runs
+
+    def at_resolution(top: Path, columns: list[str] | None = None) -> pd.DataFrame:
+        runs = read_runs(top, columns)
+        stamps = [c for c in ("started_at", "finished_at") if c in runs.columns]
+        return runs.astype({c: f"datetime64[{unit}, UTC]" for c in stamps})
+
+    moments = iter(pd.Timestamp("2026-03-01 03:00", tz="UTC") + pd.Series(SCHEDULE).cumsum())
+    monkeypatch.setattr(history, "read_runs", at_resolution)
+    monkeypatch.setattr(recurring, "clock", lambda: next(moments))
+    seed, accuracy = tmp_path / "seed.txt", tmp_path / "accuracy.txt"
+    accuracy.write_text("0.9")
+    args = (
+        f'behaviour = "arithmetic", use_tools = false, sampling = true, consistency = 0.8, '
+        f'accuracy_file = "{accuracy}", seed_file = "{seed}"'
+    )
+    path = make_benchmark(tmp_path, n=20, model_args=args, run="solver_workers = 1\nstage_runs = false")
+    out = tmp_path / "out"
+    command = ["run", str(path), "--new-run", "--fail-on-regression", "--no-server", "--no-progress"]
+    for night in range(30):
+        seed.write_text(str(1000 + night))
+        assert main(command) == 0, night
+    runs = read_runs(out).sort_values("run_id")
+    assert runs["mean_score"].nunique() > 1  # the runs differ, like a sampled model's
+    assert runs["finished_at"].diff().iloc[1:].tolist() == SCHEDULE[1:30]  # the times went through the history
+    assert (runs["history_verdict"].iloc[1:] == "no detectable change").all()
+    assert runs["history_change"].iloc[1:].isna().all() and runs["history_reference_runs"].iloc[-1] == 29
+    # the cadence: the default for 0 to 4 earlier runs, then the median gap: nightly while most
+    # gaps are nights, the mean of a night and an hour when they are even, then hourly (the cap)
+    cadences = runs["history_runs_per_year"].tolist()
+    year = 365.25 * 86400
+    assert cadences[:MIN_EARLIER_RUNS] == [DEFAULT_RUNS_PER_YEAR] * MIN_EARLIER_RUNS
+    assert cadences[MIN_EARLIER_RUNS:18] == pytest.approx([year / 86400] * (18 - MIN_EARLIER_RUNS))
+    assert cadences[18] == pytest.approx(year / ((86400 + 3600) / 2))
+    assert cadences[19:] == [MAX_RUNS_PER_YEAR] * 11
+    assert "4 earlier runs, fewer than the 5" in runs["history_note"].iloc[MIN_EARLIER_RUNS - 1]
+    report = json.loads((out / "latest" / "report.json").read_text())
+    (verdict,) = report["regressions"]
+    assert verdict["cadence"] == "inferred" and verdict["runs_per_year"] == MAX_RUNS_PER_YEAR
+    assert "capped at hourly" in verdict["cadence_reason"] and "default" not in (verdict["note"] or "")
+    # the drop: an alarm (exit 3) in the first or second run after it
+    accuracy.write_text("0.5")
+    codes = []
+    for night in (30, 31):
+        seed.write_text(str(1000 + night))
+        codes.append(main(command))
+        if codes[-1] == EXIT_REGRESSED:
+            break
+    assert codes[-1] == EXIT_REGRESSED, codes
+    assert read_runs(out).sort_values("run_id")["history_verdict"].iloc[-1] == "regressed"

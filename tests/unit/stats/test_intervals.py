@@ -15,12 +15,14 @@ from ape.schemas.results import Outcome, OutputBatch, SessionResult
 from ape.tasks.stats.aggregate import aggregate, pairwise_diffs, rank_intervals
 from ape.tasks.stats.cost import Budget, estimate, session_cost
 from ape.tasks.stats.intervals import (
+    bounded_interval,
     clustered_se,
     holm,
     minimum_detectable_difference,
     rate_interval,
     score_interval,
     wilson,
+    wilson_bounds,
 )
 from ape.tasks.stats.power import ASSUMED, items_needed, plan_table, variance_from_sessions
 
@@ -54,6 +56,50 @@ def test_exact_coverage_is_never_too_narrow_where_the_percentile_bootstrap_is():
     # reach 1.0 from above, which is what made the old intervals too short near 1
     means = np.random.default_rng(0).binomial(30, 29 / 30, size=4000) / 30
     assert np.quantile(means, 0.975) == 1.0 and np.quantile(means, 0.025) > 0.86
+
+
+def test_intervals_of_a_mean_score_stay_in_the_unit_interval_by_construction():
+    """``mean +- z se`` of a mean score near 1 crosses 1 (0.975 +- 0.086); Wilson's score
+    interval with the effective sample size cannot, for any mean, se or z, and is the normal
+    interval to first order inside (0, 1)."""
+    low, high = bounded_interval(0.975, 0.025, 3.44, 40)
+    assert 0.0 < low < 0.975 < high < 1.0 and high - 0.975 < 0.975 - low
+    means = np.r_[0.0, 1e-9, np.linspace(0.001, 0.999, 97), 1 - 1e-9, 1.0]
+    for se in (1e-6, 1e-3, 0.02, 0.1, 0.5, 3.0):
+        for z in (1.0, 1.96, 3.4, 4.5):
+            lows, highs = bounded_interval(means, se, z, 40)
+            assert np.all((0.0 <= lows) & (lows <= means) & (means <= highs) & (highs <= 1.0)), (se, z)
+    # a plain mean of N scores in [0, 1] has n* >= N - 1: never wider than a pass rate's interval
+    scores = np.random.default_rng(1).beta(9.0, 1.0, 30)
+    se = scores.std(ddof=1) / math.sqrt(30)
+    assert scores.mean() * (1 - scores.mean()) / se**2 >= 29
+    # inside, a small se: the normal band to first order (differences of order se^2)
+    lows, highs = bounded_interval(np.array([0.3, 0.5, 0.8]), 0.005, 3.0, 1000)
+    assert lows == pytest.approx([0.285, 0.485, 0.785], abs=2e-3)
+    assert highs == pytest.approx([0.315, 0.515, 0.815], abs=2e-3)
+    # the same effective sample size gives Wilson's interval of a proportion (scipy's)
+    k, n = 27, 30
+    reference = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    se = math.sqrt(0.9 * 0.1 / n)
+    assert bounded_interval(0.9, se, stats.norm.ppf(0.975), n) == pytest.approx((reference.low, reference.high))
+    # a mean on the bound has no effective n: the observations', as for an all-pass proportion
+    assert bounded_interval(1.0, 0.0, stats.norm.ppf(0.975), n) == pytest.approx(
+        stats.binomtest(n, n).proportion_ci(method="wilson")[:2]
+    )
+    assert bounded_interval(0.7, 0.0, 3.0, 10) == pytest.approx((0.7, 0.7))  # no spread inside: the point
+    assert np.isnan(bounded_interval(np.nan, 0.1, 3.0, 10)[0]) and np.isnan(bounded_interval(0.5, np.nan, 3.0, 10)[1])
+    # a prediction-powered estimate below 0 is taken at 0; its band still starts at 0
+    low, high = bounded_interval(-0.02, 0.03, 1.96, 500)
+    assert low == 0.0 and 0.0 < high < 0.05
+
+
+def test_wilson_bounds_never_leave_the_unit_interval_in_floating_point():
+    p = np.r_[0.0, 5e-324, 1e-300, 0.5, 1 - 1e-16, 1.0]
+    for n in (1e-3, 1.0, 30.0, 1e12, np.inf):
+        low, high = wilson_bounds(p, n, 1.96)
+        assert np.all((low >= 0.0) & (high <= 1.0)), n
+        assert np.all((low <= p + 1e-15) & (p - 1e-15 <= high)), n  # holds p, to the last bit of 1 - p
+    assert wilson_bounds(0.0, 10, 2.0)[0] == 0.0 and wilson_bounds(1.0, 10, 2.0)[1] == 1.0
 
 
 def test_singleton_clusters_change_nothing():

@@ -38,7 +38,12 @@ def test_ppi_mean_is_the_judge_mean_plus_the_rectifier():
     assert est.estimate == pytest.approx(f.mean() + (y - g).mean())
     se = np.sqrt(f.var(ddof=1) / f.size + (y - g).var(ddof=1) / y.size)
     assert est.se == pytest.approx(se)
-    assert est.low == pytest.approx(max(0.0, est.estimate - 1.959964 * se), abs=1e-5)
+    # the CLT interval on a bounded scale: Wilson's with the effective sample size theta(1-theta)/se^2
+    n_eff = est.estimate * (1 - est.estimate) / se**2
+    centre = (est.estimate + 1.959964**2 / (2 * n_eff)) / (1 + 1.959964**2 / n_eff)
+    half = 1.959964 * np.sqrt(se**2 + 1.959964**2 / (4 * n_eff**2)) / (1 + 1.959964**2 / n_eff)
+    assert (est.low, est.high) == pytest.approx((centre - half, centre + half), abs=1e-5)
+    assert 0.0 < est.low < est.estimate < est.high < 1.0
     half = ppi_mean(f, y, g, share=0.5)
     assert half.estimate == pytest.approx(f.mean() + 0.5 * (y - g).mean())
     assert half.se is not None and half.se < est.se
@@ -56,5 +61,10 @@ def test_ppi_interval_covers_the_truth_at_its_nominal_rate_and_the_raw_one_does_
 
 def test_raw_mean_interval():
     est = raw_mean([0.0, 1.0, 1.0, 1.0])
-    assert est.estimate == pytest.approx(0.75) and est.high == 1.0  # clipped to the score range
+    # mean 0.75, se 0.25: the normal band 0.75 +- 0.49 would cross 1; the bounded one stays inside
+    assert est.estimate == pytest.approx(0.75) and est.se == pytest.approx(0.25)
+    assert 0.0 < est.low < 0.75 < est.high < 1.0
+    assert est.high - 0.75 < 0.75 - est.low  # it leans away from the bound it is near
     assert raw_mean([1.0]).se is None
+    every = raw_mean([1.0] * 20)  # no spread on the bound: Wilson's interval of 20 passes out of 20
+    assert every.high == 1.0 and every.low == pytest.approx(20 / (20 + 1.959964**2), abs=1e-6)

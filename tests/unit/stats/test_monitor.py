@@ -11,8 +11,22 @@ import pandas as pd
 import pytest
 
 from ape.schemas.config import MonitorConfig
-from ape.tasks.report.trend import history_markdown, write_trend_chart
-from ape.tasks.stats.monitor import MARGIN, design, detectable_drop, holm, paired, runs_per_year, step, two_sided_arl
+from ape.tasks.report.trend import history_markdown, reference_band, write_trend_chart
+from ape.tasks.stats.monitor import (
+    DEFAULT_RUNS_PER_YEAR,
+    MARGIN,
+    MAX_RUNS_PER_YEAR,
+    MIN_EARLIER_RUNS,
+    cadence,
+    design,
+    detectable_drop,
+    epoch_seconds,
+    holm,
+    paired,
+    runs_per_year,
+    step,
+    two_sided_arl,
+)
 from ape.tasks.stats.reference import judge
 from ape.tasks.storage import history
 
@@ -48,6 +62,46 @@ def test_cadence_comes_from_the_spacing_of_the_runs_or_the_setting() -> None:
     assert runs_per_year([i * 7 * day for i in range(10)]) == pytest.approx(365.25 / 7)
     assert runs_per_year([0.0, day]) == 365.0  # too few runs: nightly
     assert runs_per_year([i * day for i in range(10)], configured=12) == 12
+
+
+def test_the_cadence_is_inferred_only_from_enough_earlier_runs_and_says_so() -> None:
+    hour = 3600.0
+    # this run and MIN_EARLIER_RUNS - 1 earlier ones, hourly: not yet trusted
+    few = cadence([i * hour for i in range(MIN_EARLIER_RUNS)])
+    assert few.runs_per_year == DEFAULT_RUNS_PER_YEAR and few.source == "default"
+    assert f"{MIN_EARLIER_RUNS - 1} earlier runs, fewer than the {MIN_EARLIER_RUNS}" in few.reason
+    enough = cadence([i * hour for i in range(MIN_EARLIER_RUNS + 1)])
+    assert enough.source == "inferred" and enough.runs_per_year == MAX_RUNS_PER_YEAR  # 8766 a year, capped
+    assert "median spacing (1 hour)" in enough.reason and "capped at hourly" in enough.reason
+    minutes = cadence([i * 300.0 for i in range(12)])
+    assert minutes.runs_per_year == MAX_RUNS_PER_YEAR and minutes.source == "inferred"
+    assert "(5 minutes) of the last 12 runs, capped at hourly" in minutes.reason
+    # one odd gap (a manual run between nightly ones) does not move the median
+    nightly = [i * 86400.0 for i in range(8)] + [7 * 86400.0 + 60.0]
+    assert cadence(nightly).runs_per_year == pytest.approx(365.25)
+    assert cadence([], configured=52).source == "configured"
+    assert cadence([float("nan")] * 9).source == "default"  # times older histories lack
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+def test_times_are_read_in_seconds_whatever_the_columns_resolution(unit: str) -> None:
+    """pandas 3 reads the history's timestamps as datetime64[us], pandas 2 as [ns]: an
+    integer view would be off by 1000 between them, which once made the monitor believe
+    a nightly model ran once a year and raise false alarms from its third run."""
+    when = pd.Series(
+        pd.to_datetime(["2026-01-01 03:00:00", "2026-01-02 03:00:00", None, "1969-12-31 23:59:59"], utc=True)
+    ).astype(f"datetime64[{unit}, UTC]")
+    seconds = epoch_seconds(when)
+    expected = pd.Timestamp("2026-01-01 03:00:00", tz="UTC").timestamp()
+    assert seconds[0] == expected and seconds[1] - seconds[0] == 86400.0
+    assert np.isnan(seconds[2]) and seconds[3] == -1.0
+    naive = epoch_seconds(pd.DatetimeIndex(["2026-01-01 03:00:00"]).as_unit(unit))  # naive: taken as UTC
+    assert naive.tolist() == [expected]
+    assert epoch_seconds([pd.Timestamp("2026-01-01 03:00", tz="Europe/Berlin")]).tolist() == [expected - 3600]
+    assert epoch_seconds([]).size == 0
+    nightly = [*(pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(days=i) for i in range(10))]
+    column = pd.Series(nightly).astype(f"datetime64[{unit}, UTC]")
+    assert cadence(epoch_seconds(column)).runs_per_year == pytest.approx(365.25)
 
 
 def draws(rng: np.random.Generator, trials: int, n: int, runs: int, consistency: float, p: float) -> np.ndarray:
@@ -196,6 +250,68 @@ def test_runs_judged_through_the_history_files(tmp_path: Path) -> None:
     table = history_markdown(runs)
     assert table.count("▼ regressed") == 1 and "◆ new reference (alarm) after this run" in table
     assert "◆ new reference (fingerprint)" in table
+    assert write_trend_chart(runs, tmp_path / "trend.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("unit", ["us", "ns"])
+def test_the_verdict_says_which_cadence_it_used_at_either_resolution(tmp_path: Path, unit: str) -> None:
+    """The monitor reads the history as it comes back from Parquet (us with pandas 3, ns with
+    pandas 2): the same nightly runs give the same cadence either way, the default until
+    MIN_EARLIER_RUNS earlier runs exist, and each verdict says which and why."""
+    rng = np.random.default_rng(9)
+    read = history.read_runs
+
+    def at_unit(top: Path, columns: list[str] | None = None) -> pd.DataFrame:
+        runs = read(top, columns)
+        return runs.assign(finished_at=runs["finished_at"].astype(f"datetime64[{unit}, UTC]"))
+
+    verdicts = []
+    for index in range(1, 10):
+        scores = (rng.random(200) < 0.9).astype(float)
+        run_id = f"2026{index:04d}T000000Z-0000"
+        prints = {"config_fingerprint": "c", "data_fingerprint": "d", "checker_fingerprint": "k"}
+        runs = at_unit(tmp_path)
+        assert str(runs["finished_at"].dtype) == f"datetime64[{unit}, UTC]"
+        verdict, columns = judge(
+            tmp_path, "m", run_id, scores_table(scores), prints, MonitorConfig(), runs=runs, pinned=None,
+            finished=T0 + index * DAY,
+        )  # fmt: skip
+        row = {"model_id": "m", "benchmark": "b", "n_items": 200, "finished_at": T0 + index * DAY, **prints, **columns}
+        history.append_run(tmp_path, run_id, [row], scores_table(scores))
+        verdicts.append((columns["history_runs_per_year"], verdict))
+    first_cadence, nothing = verdicts[0]
+    assert nothing is None and first_cadence == DEFAULT_RUNS_PER_YEAR
+    for earlier, (recorded, verdict) in enumerate(verdicts[1:], start=1):
+        assert verdict.runs_per_year == recorded and verdict.verdict == "no detectable change"
+        if earlier < MIN_EARLIER_RUNS:
+            assert verdict.cadence == "default" and recorded == DEFAULT_RUNS_PER_YEAR
+            assert f"{earlier} earlier runs" in verdict.cadence_reason and "the default 365" in verdict.note
+        else:
+            assert verdict.cadence == "inferred" and recorded == pytest.approx(365.25)
+            assert "median spacing (1 day)" in verdict.cadence_reason and "default" not in (verdict.note or "")
+
+
+def test_the_reference_band_never_shows_a_score_outside_0_to_1(tmp_path: Path) -> None:
+    """`ape history` once printed `0.975 [0.889, 1.061]` for a pass rate. The band is the
+    single-run limit in score units; a side whose limit no score can reach has none."""
+    row = {"model_id": "m", "benchmark": "b", "n_items": 40, "mean_score": 0.975, "ci_low": 0.87, "ci_high": 0.996,
+           "finished_at": T0, "history_verdict": "no detectable change", "history_reference_mean": 0.975,
+           "history_se": 0.025, "history_limit": 3.44, "history_z": 0.1, "history_h": 2.6,
+           "history_cusum_up": 0.0, "history_cusum_down": 0.0}  # fmt: skip
+    inside = {**row, "history_reference_mean": 0.5, "history_se": 0.01, "history_limit": 3.0}
+    floor = {**row, "history_reference_mean": 0.02, "history_se": 0.025}  # near 0: no lower limit
+    for index, summary in enumerate((row, inside, floor, {**row, "history_se": None})):
+        history.append_run(tmp_path, f"2026{index:04d}T000000Z-0000", [summary], scores_table(np.ones(40)))
+    runs = history.read_runs(tmp_path)
+    low, high = reference_band(runs)
+    assert low[0] == pytest.approx(0.975 - 3.44 * 0.025) and pd.isna(high[0])  # the limit the monitor applies
+    assert (low[1], high[1]) == pytest.approx((0.47, 0.53))
+    assert pd.isna(low[2]) and high[2] == pytest.approx(0.02 + 0.086)
+    shown = pd.concat([low, high]).dropna()
+    assert ((shown >= 0) & (shown <= 1)).all()
+    table = history_markdown(runs)
+    assert "0.975 [0.889, none]" in table and "0.500 [0.470, 0.530]" in table and "0.020 [none, 0.106]" in table
+    assert "1.061" not in table and "-0.066" not in table
     assert write_trend_chart(runs, tmp_path / "trend.png").stat().st_size > 1000
 
 
