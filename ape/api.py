@@ -26,10 +26,13 @@ def preflight(config: ApeConfig) -> tuple[Any, list[Any], list[str]]:
     from ape.flows.run_plan import make_plan, resume_fingerprints
     from ape.tasks.models.build import build_model
     from ape.tasks.solving.tools import load_tools
+    from ape.tasks.storage.history import check_history
     from ape.tasks.storage.outdir import check_output_folder
 
     try:
         check_output_folder(config.run.output)
+        check_history(config.run.output)  # a damaged history is found now, not after every model call
+        check_judge_model(config)  # before the plans build their checkers (and so the judge)
         plans = [make_plan(config, model) for model in config.model]
         for model in config.model:
             build_model(model, config.base_dir)
@@ -41,6 +44,24 @@ def preflight(config: ApeConfig) -> tuple[Any, list[Any], list[str]]:
         return plans[0], tools, plans[0].provider().scan()
     except ApeError as exc:
         raise locate(exc, config) from None
+
+
+def check_judge_model(config: ApeConfig) -> None:
+    """Build a judge's own model (``[checker.judge]``) as the ``[[model]]`` sections are built,
+    so a model that cannot work there (an unknown mock behaviour, a missing key) is one line
+    naming ``[checker.judge]`` before any model call, not a check error on every item."""
+    from ape.schemas.config import ModelConfig
+    from ape.tasks.checking.judge import judge_model_config
+    from ape.tasks.models.build import build_model
+
+    if config.checker.implementation != "judge" or not isinstance(config.checker.judge, ModelConfig):
+        return  # no judge, or a judge that names a [[model]] (built with the others)
+    model_cfg = judge_model_config(config)
+    try:
+        build_model(model_cfg, config.base_dir)
+    except ApeError as exc:
+        exc.where = (exc.where or "").replace(f"[model] '{model_cfg.model_id}'", "[checker.judge]", 1)
+        raise
 
 
 def canary(config: ApeConfig) -> list[Any]:

@@ -183,6 +183,11 @@ def _history_commands(sub: argparse._SubParsersAction) -> tuple[argparse.Argumen
     hist.add_argument("output", type=Path, help="output folder holding history/")
     hist.add_argument("--model", default=None, help="only this model")
     hist.add_argument("--no-chart", action="store_true", help="do not write trend.png")
+    hist.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="first write history/ again from the run folders (after damage; the old one is kept aside)",
+    )
     base = sub.add_parser("baseline", help="pin a run as the baseline new runs are compared with")
     base.add_argument("output", type=Path, help="output folder holding history/")
     base.add_argument("run_id", help="a run id from `ape history`, or 'latest'")
@@ -306,7 +311,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             args.config, args.cron, args.name, timezone=args.timezone, interval=getattr(args, "interval", None)
         )
     if args.command == "history":
-        return commands.history(args.output, args.model, chart=not args.no_chart)
+        return commands.history(args.output, args.model, chart=not args.no_chart, rebuild=args.rebuild)
     if args.command == "items":
         return commands.items(args.output, args.top)
     if args.command == "diff":

@@ -332,12 +332,12 @@ def _recorded_config(output: Path) -> tuple[Path, Path, list[str] | None]:
     ``output``: the benchmark's folder (every model), or one model's folder of a
     several-model benchmark (that model only). The run's metadata file is found by its
     content, whatever ``[run] metadata_file`` called it (see ape.tasks.storage.run_files)."""
-    from ape.tasks.storage.run_files import metadata_near
+    from ape.tasks.storage.run_files import metadata_near, recorded_config_file
 
     for meta, data in metadata_near(output):
-        if not data.get("config_file"):
+        config_file = recorded_config_file(meta.parent, data)  # beside a copied or moved folder first
+        if config_file is None:
             continue
-        config_file = Path(data["config_file"])
         if meta.parent != output or not data.get("model"):
             return config_file, output, None
         # one model's folder of a several-model benchmark: <output>/<slug of the model id>
@@ -381,18 +381,22 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
             return _run_flow(config, redo_outcomes=wanted, only_models=models, run_id=run_id)
 
 
-def history(output: Path, model: str | None, chart: bool) -> int:
-    """Print each model's score per run with CIs and verdicts; write OUTPUT/trend.png."""
+def history(output: Path, model: str | None, chart: bool, *, rebuild: bool = False) -> int:
+    """Print each model's score per run with CIs and verdicts; write OUTPUT/trend.png.
+    With ``rebuild``, first write the history again from the run folders."""
     from ape.tasks.report.trend import history_markdown, write_trend_chart
     from ape.tasks.stats.item_health import signal_to_noise, snr_markdown
-    from ape.tasks.storage.history import history_dir, read_runs
+    from ape.tasks.storage.history import check_history, history_dir, read_runs
 
+    if rebuild:
+        rebuild_history(output)
     if not history_dir(output).is_dir():
         raise ApeError(
             "no run history here",
             where=str(output),
             hint="runs started with `ape run --new-run` or by a schedule record one",
         )
+    check_history(output)
     runs = read_runs(output)
     if model is not None:
         if model not in set(runs["model_id"]):
@@ -412,6 +416,26 @@ def history(output: Path, model: str | None, chart: bool) -> int:
         path = write_trend_chart(runs, output / "trend.png")
         log.info("trend chart written to %s", path)
     return 0
+
+
+def rebuild_history(output: Path) -> None:
+    """``ape history OUTPUT --rebuild``: the history written again from the copies its run
+    folders keep (ape.tasks.storage.history.rebuild), under the output folder's lock so no
+    run records meanwhile; says what was restored, what could not be and where the old one went."""
+    from ape.tasks.storage.history import rebuild
+    from ape.tasks.storage.outdir import OutputLock
+
+    if not output.is_dir():
+        raise ApeError("output folder not found", where=str(output))
+    with OutputLock(output):
+        done = rebuild(output)
+    print(f"rebuilt {output / 'history'}: {len(done.runs)} runs ({done.rows} rows) from {output / 'runs'}")
+    if done.kept is not None:
+        print(f"  the history it replaced is kept in {done.kept}")
+    if done.baseline is not None:
+        print(f"  pinned baseline kept: {done.baseline}")
+    for run_id, why in done.skipped.items():
+        print(f"  left out {run_id}: {why}", file=sys.stderr)
 
 
 def items(output: Path, top: int) -> int:

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger("ape")
 
@@ -66,6 +70,45 @@ def config_of(metadata: dict, where: str) -> ApeConfig:
     return load_config(Path(path))
 
 
+def _models(sessions: pd.DataFrame, metadata: dict[str, dict]) -> set[str]:
+    """The models a run holds: those with saved sessions, and those its metadata names."""
+    held = set(sessions["model_id"].astype(str)) if "model_id" in sessions.columns else set()
+    return held | {str(m) for m in metadata}
+
+
+Side = tuple[str, Path, "pd.DataFrame", dict[str, dict]]  # label, folder, sessions, metadata by model
+
+
+def refuse_unrelated(items: pd.DataFrame, a: Side, b: Side) -> None:
+    """ApeError (exit 2, nothing written) when the runs share no model, or no item of a model
+    they share: such runs are of different benchmarks, and a diff of them would report
+    every item as new and nothing else."""
+    shared = int((items["sessions_a"].notna() & items["sessions_b"].notna()).sum()) if not items.empty else 0
+    if shared:
+        return
+    (label_a, folder_a, sessions_a, meta_a), (label_b, folder_b, sessions_b, meta_b) = a, b
+    models_a, models_b = _models(sessions_a, meta_a), _models(sessions_b, meta_b)
+    what = "no model in common" if not models_a & models_b else "no item in common"
+    names = [_benchmark(meta_a), _benchmark(meta_b)]
+    held = f"{label_a}: {_listed(models_a)}; {label_b}: {_listed(models_b)}"
+    if names[0] and names[1] and names[0] != names[1]:
+        held = f"benchmark '{names[0]}' vs '{names[1]}'; {held}"
+    raise ApeError(
+        f"the two runs hold {what} ({held}), so there is nothing to compare item by item",
+        where=f"ape diff {folder_a} {folder_b}",
+        hint="diff two runs of the same benchmark (`ape diff OUTPUT previous latest`); nothing was written",
+    )
+
+
+def _benchmark(metadata: dict[str, dict]) -> str | None:
+    names = {str(m["benchmark"]) for m in metadata.values() if isinstance(m, dict) and m.get("benchmark")}
+    return ", ".join(sorted(names)) or None
+
+
+def _listed(models: set[str]) -> str:
+    return "models " + ", ".join(sorted(models)) if models else "no saved results"
+
+
 def diff(paths: list[Path], out: Path | None = None, *, rescore: bool = True) -> int:
     """Print the diff and write diff.md and diff.parquet (into ``out``, else the later side)."""
     from ape.tasks.report.diff import (
@@ -96,7 +139,10 @@ def diff(paths: list[Path], out: Path | None = None, *, rescore: bool = True) ->
                 f"{label_b}'s checker (no model calls), so both sides are graded alike."
             )
     items = compare_items(sessions_a, sessions_b)
-    markdown = diff_markdown(items, changed_settings(meta_a, meta_b), label_a, label_b)
+    refuse_unrelated(items, (label_a, folder_a, sessions_a, meta_a), (label_b, folder_b, sessions_b, meta_b))
+    models_a, models_b = _models(sessions_a, meta_a), _models(sessions_b, meta_b)
+    only = (sorted(models_a - models_b), sorted(models_b - models_a))
+    markdown = diff_markdown(items, changed_settings(meta_a, meta_b), label_a, label_b, only_models=only)
     if notes:
         markdown += "\n" + "\n".join(f"- {note}" for note in notes) + "\n"
     print(markdown)

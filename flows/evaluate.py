@@ -40,6 +40,7 @@ from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.report.provenance import run_provenance
 from ape.tasks.stats.cost import Budget
 from ape.tasks.storage.outdir import OutputLock
+from ape.tasks.storage.run_files import config_reference
 from ape.tasks.storage.save import SaveFailed, SaveHandler
 from ape.tasks.storage.transcripts import JSONL_FILE, LOG_FILE, SessionLog
 
@@ -89,7 +90,7 @@ class Runner:
                 "solver_config": cfg.solver.model_dump(mode="json"),
                 "runs_per_data": cfg.run.runs_per_data,
                 "fingerprints": fingerprints,
-                "config_file": str(cfg.config_file) if cfg.config_file else None,
+                **config_reference(cfg.config_file, plan.out_dir),  # config_file, and from the folder
                 "provenance": run_provenance(cfg),
             },
         )

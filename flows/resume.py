@@ -8,7 +8,7 @@ later run resumes the same output folder:
   any flow starts (``ape run`` exits 2);
 - a changed checker or metric re-scores every saved item: the items are redone, and
   their generations come from the run's cache (``[run] cache``, on by default), so
-  no model is called;
+  no model is called; the grades they replace are kept in ``results.jsonl.bak``;
 - a larger ``runs_per_data`` redoes the items that have fewer sessions; the sessions
   they already have come from the cache, so only the missing ones call the model;
 - a smaller ``runs_per_data`` keeps the first k sessions of each item (the full file is

@@ -14,8 +14,10 @@ writes no cache entry and a retry calls the model again.
 from __future__ import annotations
 
 import hashlib
+import inspect
+import json
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prefect import task
 from prefect.cache_policies import NO_CACHE, CacheKeyFnPolicy, CachePolicy
 from prefect.context import TaskRunContext
+from prefect.filesystems import LocalFileSystem
 from prefect.results import ResultRecord
 from prefect.states import State
 from pydantic import BaseModel, ConfigDict
@@ -256,12 +259,66 @@ class StageCode(CachePolicy):
         return STAGE_CODE_VERSIONS[task_ctx.task.name]
 
 
+class CacheRecords(LocalFileSystem):
+    """The folder of a run's cache records (``.cache/<key>``), read so that an output folder
+    can be copied or moved and still resume from its cached generations.
+
+    Prefect's record of a cached result names the result file by its absolute path
+    (``storage_key``, e.g. ``/home/a/out/.cache/results/96c0...``), and its local result
+    storage refuses any path outside its own folder. After ``cp -r out copy`` or ``mv``,
+    every cached session then failed with "Provided path ... is outside of the base path".
+    Read through this class, a record whose result path lies outside the current local
+    result storage (``PREFECT_LOCAL_STORAGE_PATH``, which ``ape run`` points at the output
+    folder's ``.cache/results``) names the file of the same name in that storage instead,
+    when it is there; records of results kept in a storage block are left as they are.
+    Writing is Prefect's own, so caches written before or after this change read alike.
+    """
+
+    _block_type_name = "APE cache records"  # its own block type: never mistaken for LocalFileSystem
+
+    async def aread_path(self, path: str) -> bytes:
+        return relocated_record(await super().aread_path(path))
+
+    def read_path(self, path: str, **options: Any) -> Any:
+        """Prefect's ``read_path`` (sync, or a coroutine in async code), with the record relocated."""
+        content = super().read_path(path, **options)
+        if inspect.isawaitable(content):
+            return _relocated_later(content)
+        return relocated_record(content)
+
+
+async def _relocated_later(pending: Awaitable[bytes]) -> bytes:
+    return relocated_record(await pending)
+
+
+def relocated_record(content: bytes) -> bytes:
+    """A cache record whose result path points into the folder results are read from now
+    (see :class:`CacheRecords`); unchanged when it already does or nothing is there."""
+    from prefect.settings import get_current_settings
+
+    try:
+        record = json.loads(content)
+    except ValueError:
+        return content
+    key = record.get("storage_key") if isinstance(record, dict) else None
+    if not isinstance(key, str) or record.get("storage_block_id") is not None or not Path(key).is_absolute():
+        return content
+    base = Path(get_current_settings().results.local_storage_path).expanduser().resolve()
+    recorded = Path(key)
+    if base in recorded.parents:
+        return content
+    here = base / recorded.name
+    if not here.is_file():
+        return content  # nothing to point at: Prefect reports the record as it is
+    return json.dumps({**record, "storage_key": str(here)}).encode()
+
+
 def cached_variant(stage: Any, cache_dir: Path | None) -> Any:
     """The stage with its cache policy bound to this run's cache folder (or no cache)."""
     if cache_dir is None:
         return stage.with_options(cache_policy=NO_CACHE, persist_result=False)
     policy = CacheKeyFnPolicy(cache_key_fn=_spec_key) + StageCode()
-    policy = policy.configure(key_storage=str(cache_dir))
+    policy = policy.configure(key_storage=CacheRecords(basepath=str(cache_dir)))
     return stage.with_options(cache_policy=policy)
 
 

@@ -98,10 +98,45 @@ def _build_raw(cfg: ModelConfig, base_dir: Path) -> BaseChatModel:
     return _integration(cfg, provider)
 
 
+def _mock_behaviour(cfg: ModelConfig) -> str | None:
+    """The behaviour a mock section names (``model = "echo"`` or ``args.behaviour``), checked.
+
+    A name that is no behaviour used to fall back to "arithmetic" without a word: a judge
+    written ``model = "gradr"`` then graded nothing and every saved grade became a check
+    error. A mock's ``model`` can only name a behaviour (``name`` sets how it is shown).
+    """
+    behaviours = get_args(Behaviour)
+    known = ", ".join(behaviours)
+    chosen = cfg.args.get("behaviour")
+    if chosen is not None and chosen not in behaviours:
+        raise ApeError(
+            f"'{chosen}' is not a mock behaviour",
+            where=f"{_where(cfg)} args",
+            hint="; ".join(filter(None, [did_you_mean(str(chosen), behaviours), f"mock behaviours: {known}"])),
+        )
+    if cfg.model is None:
+        return chosen
+    if cfg.model not in behaviours:
+        raise ApeError(
+            f"'{cfg.model}' is not a mock model: a mock's model names its behaviour",
+            where=f"{_where(cfg)} model",
+            hint="; ".join(filter(None, [did_you_mean(cfg.model, behaviours), f"mock behaviours: {known}"]))
+            + '; name = "..." sets its label',
+        )
+    if chosen is not None and chosen != cfg.model:
+        raise ApeError(
+            f"model = '{cfg.model}' and args.behaviour = '{chosen}' name two behaviours",
+            where=f"{_where(cfg)} model",
+            hint="keep one of them",
+        )
+    return cfg.model
+
+
 def _mock(cfg: ModelConfig, base_dir: Path) -> MockChatModel:
     args = dict(cfg.args)
-    if cfg.model in get_args(Behaviour) and "behaviour" not in args:
-        args["behaviour"] = cfg.model  # `model = "echo"` reads naturally for a mock
+    behaviour = _mock_behaviour(cfg)
+    if behaviour is not None:
+        args["behaviour"] = behaviour  # `model = "echo"` reads naturally for a mock
     args.setdefault("name", cfg.model_id)
     if args.get("call_log"):
         args["call_log"] = str(base_dir / Path(str(args["call_log"]).strip()))

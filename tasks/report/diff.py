@@ -166,9 +166,57 @@ def _number(value: Any) -> str:
     return "" if value is None or pd.isna(value) else f"{value:.3f}"
 
 
-def diff_markdown(items: pd.DataFrame, changes: list[Change], a: str, b: str, *, top: int = 10) -> str:
+def unmatched(items: pd.DataFrame) -> dict[str, tuple[int, int]]:
+    """Per model: (items only the first run holds, items only the second holds)."""
+    out: dict[str, tuple[int, int]] = {}
+    for model_id, rows in items.groupby("model_id", sort=True):
+        only_a, only_b = int(rows["sessions_b"].isna().sum()), int(rows["sessions_a"].isna().sum())
+        if only_a or only_b:
+            out[str(model_id)] = (only_a, only_b)
+    return out
+
+
+def _what_changed(
+    items: pd.DataFrame, changes: list[Change], a: str, b: str, only_models: tuple[list[str], list[str]]
+) -> list[str]:
+    """The "what changed" section. It states only what the findings above support: models or
+    items that one run lacks are changes too, so "nothing changed" is said only when the
+    runs hold the same models and items and no recorded setting differs."""
+    lines = ["## What changed between the runs", ""]
+    if items.empty:
+        return [*lines, "Nothing to compare: the runs hold no model in common.", ""]
+    for label, models in ((a, only_models[0]), (b, only_models[1])):
+        if models:
+            lines.append(f"- only in {label}: model{'s' if len(models) > 1 else ''} {', '.join(models)}")
+    for model_id, (only_a, only_b) in unmatched(items).items():
+        lines.append(f"- {model_id}: {only_a} items only in {a}, {only_b} only in {b} (left out of the flips)")
+    differs = len(lines) > 2
+    if differs:
+        lines.append("")
+    if not changes:
+        lines.append(
+            "Same fingerprints, sandbox, Python and package versions for the models both runs hold."
+            if differs
+            else "Nothing that the runs record: same fingerprints, sandbox, Python and package versions."
+        )
+        return [*lines, ""]
+    lines += ["| Model | Setting | " + a + " | " + b + " |", "|---|---|---|---|"]
+    lines += [f"| {c.model_id} | {c.part} | {_cut(c.a)} | {_cut(c.b)} |" for c in changes]
+    return [*lines, ""]
+
+
+def diff_markdown(
+    items: pd.DataFrame,
+    changes: list[Change],
+    a: str,
+    b: str,
+    *,
+    top: int = 10,
+    only_models: tuple[list[str], list[str]] = ([], []),
+) -> str:
     """The diff as markdown: per model, a summary line, the flipped items and the largest
-    score changes with both answers and reasons; then what changed between the runs."""
+    score changes with both answers and reasons; then what changed between the runs
+    (``only_models``: the models only ``a``, and only ``b``, holds)."""
     lines = [f"# Diff: {a} -> {b}", ""]
     if items.empty:
         lines += ["The two runs hold no model in common.", ""]
@@ -198,13 +246,7 @@ def diff_markdown(items: pd.DataFrame, changes: list[Change], a: str, b: str, *,
                     f"{_cut(row.answer_a)} | {_cut(row.answer_b)} | {_cut(row.reason_a)} | {_cut(row.reason_b)} |"
                 )
             lines.append("")
-    lines += ["## What changed between the runs", ""]
-    if not changes:
-        lines += ["Nothing that the runs record: same fingerprints, sandbox, Python and package versions.", ""]
-    else:
-        lines += ["| Model | Setting | " + a + " | " + b + " |", "|---|---|---|---|"]
-        lines += [f"| {c.model_id} | {c.part} | {_cut(c.a)} | {_cut(c.b)} |" for c in changes]
-        lines.append("")
+    lines += _what_changed(items, changes, a, b, only_models)
     return "\n".join(lines)
 
 

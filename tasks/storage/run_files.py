@@ -31,6 +31,8 @@ log = logging.getLogger("ape")
 DEFAULT_SAVE_FILE = "results.jsonl"
 DEFAULT_METADATA_FILE = "metadata.json"
 SAVE_FILE_KEY = "save_file"  # the results file's name, as the SaveHandler records it
+CONFIG_KEY = "config_file"  # the config's absolute path when the run was made
+CONFIG_FROM_OUTPUT_KEY = "config_file_from_output"  # the same, relative to the metadata file's folder
 METADATA_KEYS = ("completed_ids", "errored_ids")  # written by every SaveHandler
 
 
@@ -47,6 +49,28 @@ class RunFiles:
     def model_id(self) -> str:
         """The model the run's metadata names (its folder's name when it names none)."""
         return str(self.metadata.get("model") or self.folder.name)
+
+
+def config_reference(config_file: Path | None, folder: Path) -> dict[str, str | None]:
+    """What a run records of its config: the absolute path and the path from its output
+    ``folder``, so a copied or moved output folder still finds the config beside it."""
+    if config_file is None:
+        return {CONFIG_KEY: None, CONFIG_FROM_OUTPUT_KEY: None}
+    absolute = Path(config_file).resolve()
+    return {CONFIG_KEY: str(absolute), CONFIG_FROM_OUTPUT_KEY: os.path.relpath(absolute, Path(folder).resolve())}
+
+
+def recorded_config_file(folder: Path, metadata: dict[str, Any]) -> Path | None:
+    """The config a run in ``folder`` was made with: the file at the recorded place relative to
+    the folder when one is there (the folder was copied or moved with its config: ``cp -r``
+    of a benchmark keeps using its own copy), else the absolute path recorded; None if none."""
+    relative = metadata.get(CONFIG_FROM_OUTPUT_KEY)
+    if isinstance(relative, str) and relative:
+        beside = Path(os.path.normpath(Path(folder).resolve() / relative))
+        if beside.is_file():
+            return beside
+    recorded = metadata.get(CONFIG_KEY)
+    return Path(recorded) if isinstance(recorded, str) and recorded else None
 
 
 def read_metadata(path: Path) -> dict[str, Any] | None:

@@ -8,6 +8,11 @@ a torn last line left by a crash is dropped, and an item whose line reached
 disk counts as done even if the process died before metadata.json caught up.
 So a crash loses at most the items in flight and never duplicates one.
 
+A run never replaces saved results without a copy: the first time it rewrites
+results.jsonl (to redo or re-score items, or to drop a torn line) the file as the run
+found it is kept as ``results.jsonl.bak``, and a fresh start moves the old files to
+``.bak`` names (one backup each; the next one replaces it).
+
 Batches that arrive together are committed together (one fsync for the group),
 and metadata.json, whose size grows with the run, is rewritten at most every
 ``metadata_interval_s`` (and always at the end). Because results.jsonl is the
@@ -72,6 +77,20 @@ def atomic_write_text(path: Path, text: str) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_copy(source: Path, target: Path) -> None:
+    """Copy ``source`` over ``target`` so ``target`` is the old or the new file, never half."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    os.close(fd)
+    try:
+        shutil.copy2(source, tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -150,6 +169,7 @@ class SaveHandler:
         self._interval = metadata_interval_s
         self._meta_at = 0.0
         self._meta_dirty = False
+        self._backed_up = False  # the first rewrite of this run keeps what it replaces (see _back_up)
 
     # -- start ---------------------------------------------------------------------------
     def load(self) -> dict[str, Any]:
@@ -198,7 +218,23 @@ class SaveHandler:
     def _rewrite(self, batches: list[OutputBatch]) -> None:
         self.close()  # the append handle would keep writing to the replaced file
         with WRITE_GUARD:
+            self._back_up()
             atomic_write_text(self.results_path, "".join(b.model_dump_json() + "\n" for b in batches))
+
+    def _back_up(self) -> None:
+        """Before this run first rewrites results.jsonl (items discarded to be redone or
+        re-scored, a torn or damaged line dropped), copy it to ``results.jsonl.bak``: a run
+        whose redo turns saved grades into errors (a broken judge, a changed checker) can
+        then be undone. One copy is kept, of the file as this run found it: the previous
+        ``.bak`` is replaced, and an empty file never replaces one."""
+        if self._backed_up:
+            return
+        self._backed_up = True
+        if not self.results_path.is_file() or self.results_path.stat().st_size == 0:
+            return
+        backup = self.results_path.with_name(f"{self.results_path.name}.bak")
+        atomic_copy(self.results_path, backup)
+        log.info("%s is rewritten; what it held is kept in %s", self.results_path, backup.name)
 
     def reset(self, also: Iterable[str] = ()) -> None:
         """Start the output folder afresh (load_save = false): old results, and the files
@@ -214,6 +250,7 @@ class SaveHandler:
                     path.replace(path.with_name(f"{path.name}.bak"))
         self.completed = {}
         self.counts = {}
+        self._backed_up = True  # the .bak now holds what this run started from
         self._write_metadata()
 
     def discard(self, item_ids: Iterable[str]) -> int:
@@ -237,7 +274,8 @@ class SaveHandler:
         batches = list(read_batches(self.results_path))
         self.close()
         with WRITE_GUARD:
-            shutil.copy2(self.results_path, backup)
+            atomic_copy(self.results_path, backup)
+            self._backed_up = True
         trimmed = [b.model_copy(update={"sessions": [s for s in b.sessions if s.run_index < runs]}) for b in batches]
         self._rewrite(trimmed)
         for batch in trimmed:

@@ -44,3 +44,23 @@ def test_two_run_ids_and_an_unknown_one(tmp_path, capsys):
     assert "Nothing that the runs record" in out and "0 went from pass to fail" in out
     assert main(["diff", str(tmp_path / "out"), "previous", "nope"]) == 2
     assert "no run 'nope'" in capsys.readouterr().err
+
+
+def test_runs_of_different_benchmarks_are_refused_and_nothing_is_written(tmp_path, capsys):
+    """No item in common (other ids) or no model in common: exit 2 with one line, no diff files."""
+    base = make_benchmark(tmp_path / "a", n=3)
+    other_items = make_benchmark(tmp_path / "b", n=3, id_prefix="q")
+    other_model = make_benchmark(tmp_path / "c", n=3, models='[model]\nname = "z"\nprovider = "mock"\n')
+    for path in (base, other_items, other_model):
+        assert main(["run", str(path), "--no-server"]) == 0
+    capsys.readouterr()
+    for folder, what in (("b", "no item in common"), ("c", "no model in common")):
+        before = sorted(p.name for p in (tmp_path / folder / "out").iterdir())
+        code = main(["diff", str(tmp_path / "a" / "out"), str(tmp_path / folder / "out")])
+        captured = capsys.readouterr()
+        assert code == 2 and captured.out == "", captured
+        lines = captured.err.strip().splitlines()
+        assert len(lines) == 1 and what in lines[0] and "nothing was written" in lines[0], lines
+        assert sorted(p.name for p in (tmp_path / folder / "out").iterdir()) == before
+        assert not (tmp_path / folder / "out" / "diff.md").exists()
+    assert "models m; c/out: models z" in lines[0]

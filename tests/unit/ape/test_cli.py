@@ -165,3 +165,42 @@ def test_plugin_errors_name_file_line_and_key(tmp_path, capsys, change, expected
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert err.startswith(f"error: {path}")
     assert re.search(expected, err), err
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (
+            lambda t: t.replace('model = "grader"', 'model = "gradr"'),
+            r":\d+ \[checker.judge\] model: 'gradr' is not a mock model.*did you mean 'grader'\?",
+        ),
+        (
+            lambda t: t.replace("accuracy = 0.8, seed = 3", 'accuracy = 0.8, seed = 3, behaviour = "echoo"'),
+            r"\[checker.judge\] args: 'echoo' is not a mock behaviour.*did you mean 'echo'\?",
+        ),
+    ],
+    ids=["judge-model", "judge-behaviour"],
+)
+def test_a_judge_that_cannot_work_fails_validate_with_one_line(tmp_path, capsys, change, expected):
+    """A mock judge named "gradr" used to fall back to the arithmetic mock without a word:
+    every grade then became a check error. It is now an error before any model call."""
+    import re
+    import shutil
+
+    shutil.copytree(REPO_ROOT / "examples" / "judge", tmp_path / "judge")
+    path = tmp_path / "judge" / "config.toml"
+    assert validate(path, capsys)[0] == 0  # the example as shipped is fine
+    path.write_text(change(path.read_text()))
+    code, out, err = validate(path, capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {path}") and re.search(expected, err), err
+
+
+def test_a_mock_model_name_that_means_nothing_fails_validate(tmp_path, capsys):
+    path = make_benchmark(tmp_path, models='[model]\nname = "m"\nprovider = "mock"\nmodel = "arithmetc"\n')
+    code, _, err = validate(path, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "[model] 'm' model: 'arithmetc' is not a mock model" in err and "did you mean 'arithmetic'?" in err
+    path.write_text(path.read_text().replace('model = "arithmetc"', 'model = "echo"\nargs = { behaviour = "grader" }'))
+    code, _, err = validate(path, capsys)
+    assert code == 2 and "name two behaviours" in err

@@ -90,3 +90,25 @@ def test_markdown_and_files(tmp_path):
     table = pq.read_table(parquet)
     assert table.num_rows == 3 and table.schema.field("passed_a").type == "bool"
     assert table.to_pandas().set_index("item_id").loc["i2", "flip"] == FAIL_TO_PASS
+
+
+def test_what_changed_never_says_nothing_when_models_or_items_differ():
+    """The section used to say "Nothing that the runs record: same fingerprints ..." beside
+    "The two runs hold no model in common.": it now states only what the findings support."""
+    none_shared = compare_items(A[A["model_id"] == "only_a"], B)
+    text = diff_markdown(none_shared, [], "a", "b")
+    assert "no model in common" in text and "Nothing that the runs record" not in text
+    assert "Nothing to compare" in text.split("## What changed between the runs")[1]
+
+    fewer = B[B["item_id"] != "i3"]
+    items = compare_items(A, fewer)
+    text = diff_markdown(items, [], "a", "b", only_models=(["only_a"], []))
+    changed = text.split("## What changed between the runs")[1]
+    assert "Nothing that the runs record" not in text
+    assert "- only in a: model only_a" in changed
+    assert "- m: 1 items only in a, 0 only in b" in changed
+    assert "Same fingerprints, sandbox, Python and package versions for the models both runs hold." in changed
+
+    # the same models and items and no recorded change: then, and only then, "nothing"
+    same = diff_markdown(compare_items(A, B), [], "a", "b")
+    assert "Nothing that the runs record" in same and "only in" not in same

@@ -118,3 +118,36 @@ def test_a_resumed_run_counts_the_saved_items_in_its_pass_rate(tmp_path):
     assert "2/3 items, pass 66.7%" in tally.line()
     again.discard(["a"])
     assert again.counts == {"b": (1, 1)}
+
+
+def test_a_rewrite_keeps_what_it_replaced_as_one_bak(tmp_path):
+    """Discarding saved items to redo them (a changed checker re-scores them all) keeps the
+    file as the run found it: a redo that turns good grades into errors can be undone."""
+    saver = SaveHandler(tmp_path)
+    saver.load()
+    saver.save([batch("a"), batch("b"), batch("c", Outcome.ERROR)])
+    saver.close()
+    original = (tmp_path / "results.jsonl").read_bytes()
+
+    run = SaveHandler(tmp_path)
+    run.load()  # nothing to reconcile: no rewrite, no backup
+    assert not (tmp_path / "results.jsonl.bak").exists()
+    assert run.discard(["a", "b", "c"]) == 3  # e.g. every item re-scored
+    assert (tmp_path / "results.jsonl.bak").read_bytes() == original
+    run.save([batch("a", Outcome.ERROR)])
+    run.discard(["a"])  # a second rewrite in the same run keeps the first backup
+    assert (tmp_path / "results.jsonl.bak").read_bytes() == original
+    run.close()
+    assert (tmp_path / "results.jsonl").read_text() == ""
+
+    later = SaveHandler(tmp_path)
+    later.load()
+    later.save([batch("d")])
+    later.discard(["d"])  # a later run's backup replaces the old one: one .bak is kept ...
+    assert [b.item_id for b in read_batches(tmp_path / "results.jsonl.bak")] == ["d"]
+    later.close()
+    last = SaveHandler(tmp_path)
+    last.load()
+    last.discard(["x"])  # ... and nothing to drop rewrites nothing
+    assert [b.item_id for b in read_batches(tmp_path / "results.jsonl.bak")] == ["d"]
+    assert sorted(p.name for p in tmp_path.glob("results.jsonl*")) == ["results.jsonl", "results.jsonl.bak"]
