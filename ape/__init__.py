@@ -12,7 +12,7 @@ Running:
     build_report(dirs, out)          rebuild the report from saved results
 
 Writing plugins:
-    id_field, Passed, Failed, Checker, ModelAdapter, Generation, ToolProvider, TaskSpec
+    DataModel, id_field, Passed, Failed, Checker, ModelAdapter, Generation, ToolProvider, TaskSpec
 
 Errors:
     ApeError                          bad input: names the file, the key and what to do
@@ -46,12 +46,14 @@ _EXPORTS: dict[str, str] = {
     "run_eval": "ape.flows.demo",
     "build_report": "ape.tasks.report.build",
     "id_field": "ape.schemas.data",
+    "DataModel": "ape.schemas.data",
 }
 
 __all__ = [
     "ApeConfig",
     "ApeError",
     "Checker",
+    "DataModel",
     "Envelope",
     "Failed",
     "Generation",
@@ -73,7 +75,7 @@ if TYPE_CHECKING:
     from ape.flows.demo import run_eval
     from ape.schemas.check import Checker, Failed, Passed
     from ape.schemas.config import ApeConfig
-    from ape.schemas.data import id_field
+    from ape.schemas.data import DataModel, id_field
     from ape.schemas.errors import ApeError
     from ape.schemas.models import ModelAdapter, ToolProvider
     from ape.schemas.report import Envelope

@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument(
         "--estimate", action="store_true", help="also estimate tokens and cost from the prompt lengths and max_tokens"
     )
+    val.add_argument(
+        "--output", type=Path, default=None, help="check this output folder instead of [run] output (as run --output)"
+    )
 
     pln = sub.add_parser(
         "plan",
@@ -236,13 +239,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("interrupted: finished items are saved; run the same command again to resume", file=sys.stderr)
+        print(_interrupted_line(args.command), file=sys.stderr)
         return 130
     except Exception as exc:
         if args.debug:
             raise
         print(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _interrupted_line(command: str) -> str:
+    """What Ctrl-C left behind: "finished items are saved" only once a run's flow had
+    started; before that (config, canary, server start) nothing was saved or begun."""
+    commands = sys.modules.get("ape.commands")
+    if commands is not None and commands.work_started():
+        return "interrupted: finished items are saved; run the same command again to resume"
+    if command in ("run", "retry"):
+        return "interrupted before any item started; nothing was saved"
+    return "interrupted"
 
 
 class _Terminal(logging.StreamHandler):
@@ -297,7 +311,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             fail_on_regression=args.fail_on_regression,
         )
     if args.command == "validate":
-        return commands.validate(args.config, estimate=args.estimate)
+        return commands.validate(args.config, estimate=args.estimate, overrides=_overrides(args))
     if args.command == "plan":
         return commands.plan(args.config, args.difference, args.output)
     if args.command == "report":

@@ -19,6 +19,12 @@ from ape.schemas.models import ModelAdapter
 from ape.schemas.results import Outcome
 
 log = logging.getLogger("ape")
+_WORK_STARTED = False  # set once a run's benchmark flow starts: from then on items may be saved
+
+
+def work_started() -> bool:
+    """Whether a run's benchmark flow has started in this process (what Ctrl-C tells the user)."""
+    return _WORK_STARTED
 
 
 def _use_prefect_server(use_server: bool) -> str | None:
@@ -76,6 +82,8 @@ def _run_flow(
     from ape.flows.logs import quiet_prefect_console
     from ape.watchdog import api_watchdog
 
+    global _WORK_STARTED
+    _WORK_STARTED = True
     if not log.isEnabledFor(logging.DEBUG):  # --debug keeps Prefect's tracebacks
         quiet_prefect_console()
     watchdog = api_watchdog(config.run.output)
@@ -182,10 +190,12 @@ def _canary(config: ApeConfig) -> Any:
     return passed(config.checker)
 
 
-def validate(config_path: Path, *, estimate: bool = False) -> int:
+def validate(config_path: Path, *, estimate: bool = False, overrides: dict | None = None) -> int:
+    """``ape validate``: everything a run checks before its first model call; ``overrides``
+    are the dotted keys of command-line flags (``--output``), as for ``ape run``."""
     from ape.tasks.solving.render import template_variables
 
-    config = load_config(config_path)
+    config = load_config(config_path, overrides)
     plan, tools, ids = preflight(config)
     graded = canary(config)  # before "ok": a checker that cannot grade is not a valid config
     variables = ", ".join(sorted(template_variables(plan.template))) or "none"

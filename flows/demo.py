@@ -129,8 +129,9 @@ def run_eval(
 
     ``parallel=False`` runs one solver worker, so tasks go in file order (for
     deterministic tests); otherwise min(8, task count) workers run per model. Tasks are
-    written to ``out/tasks.jsonl`` (``out`` defaults to a new temporary folder) and every
-    output of an ``ape run`` lands in ``out``. Items whose session errored do not stop
+    written to ``out/tasks.jsonl`` and every output of an ``ape run`` lands in ``out``;
+    without ``out`` they go to a temporary folder that is removed before this returns
+    (the envelope is all that is kept; pass ``out`` to keep the files). Items whose session errored do not stop
     the run: the envelope is returned and the flow run ends Failed, as for ``ape run``.
     Raises ApeError for bad tasks or adapters, and whatever crashed the flow otherwise.
     """
@@ -145,7 +146,10 @@ def run_eval(
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     if repeated:
         raise ApeError(f"model ids must be unique, repeated: {repeated}", where="adapters")
-    out = Path(out if out is not None else tempfile.mkdtemp(prefix="ape-eval-")).resolve()
+    if out is None:  # the caller keeps only the envelope: leave no folder behind
+        with tempfile.TemporaryDirectory(prefix="ape-eval-") as scratch:
+            return run_eval(adapters, specs, parallel, out=Path(scratch), name=name)
+    out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     _stale_report(out)
     tasks_file = write_tasks(specs, out / TASKS_FILE)

@@ -167,7 +167,8 @@ class Runner:
     ) -> None:
         plan, cfg = self.plan, self.plan.config
         assert self.session_log is not None  # opened by run() before the loop
-        with saver, self.session_log, ProgressView(label, tally, enabled=cfg.cli.progress) as view:
+        progress = ProgressView(label, tally, enabled=cfg.cli.progress, name=plan.model_id)
+        with saver, self.session_log, progress as view:
             exhausted = False
             while feeder.pending or not exhausted:
                 while not exhausted and len(feeder.pending) < window:

@@ -123,9 +123,15 @@ def report_errors(batch: OutputBatch, tally: Tally) -> None:
 
 
 class ProgressView:
-    def __init__(self, label: str, tally: Tally, *, enabled: bool = True, artifact: bool = True):
+    """The bar (and artifact) shows ``label`` ("benchmark · model"); the periodic log lines
+    name the model as ``name``, as every other line of a run does ("model: 31/40 items")."""
+
+    def __init__(
+        self, label: str, tally: Tally, *, enabled: bool = True, artifact: bool = True, name: str | None = None
+    ):
         self.tally = tally
         self.label = label
+        self.name = name or label
         self._bar: Progress | None = None
         self._task: TaskID | None = None
         self._artifact_id: UUID | None = None
@@ -182,7 +188,7 @@ class ProgressView:
         if self._log_progress and not force and now - self._last_log >= 10.0:
             # without a terminal, a line every 10 s; the runner logs the final tally itself
             self._last_log = now
-            log.info("%s: %s", self.label, t.line())
+            log.info("%s: %s", self.name, t.line())
         if self._artifact_id is not None and (force or now - self._artifact_at >= 3.0):
             self._artifact_at = now
             try:

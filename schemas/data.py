@@ -1,4 +1,4 @@
-"""Helpers for user DataModels: marking the identifier field."""
+"""User DataModels: the base class to subclass, and marking the identifier field."""
 
 from __future__ import annotations
 
@@ -8,6 +8,17 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 ID_MARKER = "ape_id"
+
+
+class DataModel(BaseModel):
+    """Base of a benchmark's data items (``[data] schema = "module:MyItem"``).
+
+    A plain pydantic model: any ``BaseModel`` subclass works as a schema too; this name
+    exists so a plugin can write ``class MyItem(ape.DataModel)`` and read as what it is.
+    The identifier is the field ``id``, or the one declared with :func:`id_field`. Its
+    fields (or their aliases) are the prompt template's variables; keys of the data file
+    that the model does not declare are ignored.
+    """
 
 
 def id_field(*args: Any, **kwargs: Any) -> Any:

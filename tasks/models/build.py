@@ -401,8 +401,8 @@ def _from_dotted_path(cfg: ModelConfig, base_dir: Path) -> BaseChatModel:
         model = target(**cfg.args)
     except ValidationError as exc:
         raise ApeError(f"invalid args for '{cfg.class_}': {describe_exception(exc)}", where=where) from None
-    except TypeError as exc:
-        raise ApeError(f"calling '{cfg.class_}' with args failed: {exc}", where=where) from None
+    except Exception as exc:  # the user's class failed to build: its file and line, exit 2
+        raise ApeError(f"calling '{cfg.class_}' with args failed: {describe_exception(exc)}", where=where) from exc
     if isinstance(model, (BaseChatModel, ModelAdapter)):
         return _as_chat_model(model)
     raise ApeError(

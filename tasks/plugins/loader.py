@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ape.schemas.errors import ApeError, did_you_mean
+from ape.schemas.results import ErrorInfo
 from ape.tasks.plugins.registry import Kind, is_short_name, legacy_path, resolve
 
 PRIVATE_PREFIX = "_ape_plugins_"
@@ -137,9 +138,7 @@ def _import(module_name: str, path: str, where: str | None, base_dir: Path | Non
     except BaseException as exc:  # the user's module itself failed (or exited) while importing
         if isinstance(exc, KeyboardInterrupt):
             raise
-        what = (
-            f"exited with status {exc.code}" if isinstance(exc, SystemExit) else f"raised {type(exc).__name__}: {exc}"
-        )
+        what = f"exited with status {exc.code}" if isinstance(exc, SystemExit) else f"raised {describe_exception(exc)}"
         raise ApeError(f"importing '{module_name}' of '{path}' {what}", where=where) from exc
 
 
@@ -170,10 +169,13 @@ def _module_hint(missing: str, base_dir: Path | None) -> str | None:
 
 
 def describe_exception(exc: BaseException) -> str:
-    """One line for a failure in user code; pydantic errors as 'field: problem; ...'."""
+    """One line for a failure in user code; pydantic errors as 'field: problem; ...'.
+
+    Any other exception ends with the innermost frame of the user's own code
+    (``KeyError: 'x' (at units.py:14 in __init__)``), so the line points at what to fix."""
     if isinstance(exc, ValidationError):
         return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in exc.errors())
-    return f"{type(exc).__name__}: {exc}"
+    return ErrorInfo.from_exception(exc).line()
 
 
 def call_plugin(target: Any, args: dict[str, Any], *, label: str, where: str | None) -> Any:

@@ -214,7 +214,7 @@ def _config_error(exc: ValidationError, path: Path, text: str) -> ApeError:
             hint = "allowed keys: " + ", ".join(sorted(allowed))
         return ApeError(message, where=_where(path, text, loc), hint=hint)
     if kind == "missing":
-        return ApeError(f"missing required key '{loc[-1]}'", where=_where(path, text, loc))
+        return _missing_key_error(exc, loc, path, text)
     message = first["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
@@ -225,6 +225,36 @@ def _config_error(exc: ValidationError, path: Path, text: str) -> ApeError:
     if more:
         message += f"; and {more} more problem{'s' if more > 1 else ''}"
     return ApeError(message, where=_where(path, text, loc))
+
+
+def _missing_key_error(exc: ValidationError, loc: list[Any], path: Path, text: str) -> ApeError:
+    """A missing required key, told together with the unknown keys of the same table: a
+    misspelt required key (``implmentation``) is both, and the unknown one is what to fix,
+    so it gets the did-you-mean; an unrelated unknown key (``answer`` for ``solution``) is
+    named beside the missing one instead of being hidden behind it."""
+    missing = str(loc[-1])
+    table = loc[:-1]
+    unknown = []
+    for error in exc.errors():
+        other = list(error["loc"])
+        if other[:1] == ["model"] and len(other) > 1 and other[1] == 0 and "[[model]]" not in text:
+            other = ["model", *other[2:]]
+        if error["type"] == "extra_forbidden" and other[:-1] == table:
+            unknown.append(str(other[-1]))
+    close = next((key for key in unknown if did_you_mean(key, [missing])), None)
+    if close is not None:
+        return ApeError(
+            f"unknown key '{close}'", where=_where(path, text, [*table, close]), hint=did_you_mean(close, [missing])
+        )
+    if unknown:
+        allowed = _allowed_keys([p for p in table if not isinstance(p, int)])
+        names = ", ".join(f"'{key}'" for key in unknown)
+        return ApeError(
+            f"missing required key '{missing}', and unknown key{'s' if len(unknown) > 1 else ''} {names}",
+            where=_where(path, text, [*table, unknown[0]]),
+            hint="allowed keys: " + ", ".join(sorted(allowed)) if allowed else None,
+        )
+    return ApeError(f"missing required key '{missing}'", where=_where(path, text, loc))
 
 
 def locate(error: ApeError, config: ApeConfig) -> ApeError:
