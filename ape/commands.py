@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,14 +37,16 @@ def _use_prefect_server(use_server: bool) -> str | None:
     return ensure_api_url(on_status=log.info)
 
 
-def run_hint(api_url: str, flow_name: str, name: str) -> list[str]:
-    """How to trigger a served deployment from a new shell, which needs the API URL:
-    without it ``prefect deployment run`` looks for a temporary in-process server and
-    times out."""
+def run_hint(api_url: str, flow_name: str, name: str, *, ape_server: bool = False) -> list[str]:
+    """How to trigger a served deployment from a new shell, which needs the API URL (and,
+    for APE's own server, its credentials, which ``ape server env`` prints without showing
+    them here): without it ``prefect deployment run`` looks for a temporary in-process
+    server and times out."""
     from ape.server import env_line
 
     target = shlex.quote(f"{flow_name}/{name}")
-    return ["To start a run from another shell:", f"    {env_line(api_url)}", f"    prefect deployment run {target}"]
+    point = 'eval "$(ape server env)"' if ape_server else env_line(api_url)
+    return ["To start a run from another shell:", f"    {point}", f"    prefect deployment run {target}"]
 
 
 def _log_level(config: ApeConfig) -> None:
@@ -523,20 +526,46 @@ def serve(
     canary(config)  # and on a checker that cannot grade here (each run grades it again)
     if cron:
         cron_schedule(cron, timezone)  # and on a bad schedule, before any server starts
+    from ape.server import configured_api_url
+
+    configured = configured_api_url()
     api_url = _use_prefect_server(True)
     if api_url:
-        for line in run_hint(api_url, "benchmark", name or config.name):
+        for line in run_hint(api_url, "benchmark", name or config.name, ape_server=not configured):
             log.info("%s", line)
-    serve_config(
-        load_benchmark_flow(),
-        config,
-        cron,
-        name or config.name,
-        timezone=timezone,
-        on_status=log.info,
-        interval=interval,
+    deployment = f"benchmark/{name or config.name}"
+    previous = _stop_gracefully_on_ctrl_c()
+    try:
+        serve_config(
+            load_benchmark_flow(),
+            config,
+            cron,
+            name or config.name,
+            timezone=timezone,
+            on_status=log.info,
+            interval=interval,
+        )
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    log.info(
+        "stopped serving '%s': a run in progress was cancelled and does not enter the history; "
+        "its schedule is paused until 'ape serve' runs again",
+        deployment,
     )
     return 0
+
+
+def _stop_gracefully_on_ctrl_c() -> Any:
+    """Ctrl-C stops ``ape serve`` the way SIGTERM does: Prefect's runner then cancels the run
+    in progress (state Cancelled, never half-counted in the history) and returns, instead of
+    a KeyboardInterrupt traceback from deep inside its event loop. Returns the old handler."""
+
+    def as_sigterm(_signum: int, _frame: Any) -> None:
+        signal.raise_signal(signal.SIGTERM)
+
+    return signal.signal(signal.SIGINT, as_sigterm)
 
 
 def server(action: str, port: int | None) -> int:
@@ -545,6 +574,9 @@ def server(action: str, port: int | None) -> int:
     if action == "start":
         info = srv.start(port=port, on_status=log.info)
         print(f"Prefect server running: UI {info.ui_url}  API {info.api_url}  (log: {info.log_file})")
+        if info.pid is not None:
+            srv.auth_string()  # created now, so the file exists for the user to read
+            print(f"The UI asks for a password once per browser: the line in {srv.server_home() / srv.AUTH_FILE}")
         return 0
     if action == "stop":
         print("stopped" if srv.stop() else "no APE-managed server running")
@@ -582,5 +614,7 @@ def server_env(port: int | None) -> int:
             )
             return 1
         api_url = info.api_url
+        print(srv.env_line(api_url, srv.auth_string()))
+        return 0
     print(srv.env_line(api_url))
     return 0

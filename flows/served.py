@@ -88,9 +88,11 @@ def served_config_path() -> Path:
 def load_served(overrides: RunOverrides) -> ApeConfig:
     """The owner's config, read now from the served file, with the run's overrides checked."""
     from ape.tasks.storage.config_file import load_config
+    from ape.tasks.storage.history import check_history
 
     config = load_config(served_config_path())
     overrides.check_models(config)
+    check_history(config.run.output)  # a damaged history stops the run before any model call
     return config
 
 
@@ -98,9 +100,10 @@ def _run_name() -> str:
     from prefect.runtime import flow_run
 
     from ape.flows.run_plan import run_label
+    from ape.tasks.storage.config_file import load_config
 
     try:
-        config = load_served(RunOverrides())
+        config = load_config(served_config_path())
     except ApeError:
         return "benchmark"
     note = flow_run.parameters.get("note")

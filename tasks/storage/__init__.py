@@ -1,4 +1,5 @@
-"""Files on disk: the config file, input data, the fsynced results and metadata, transcripts, run folders and the history.
+"""Files on disk: the config file, input data, the fsynced results and metadata, transcripts,
+run folders and the history.
 
 Everything APE reads or writes in an output folder goes through these modules, so a
 format is defined in one place (each module's docstring documents its files).

@@ -409,7 +409,9 @@ def test_fingerprint_ignores_keys_limits_and_names() -> None:
         )
     )
     assert plain == tuned
-    assert model_fingerprint(ModelConfig(**{**base, "args": {"top_p": 0.9, "api_key": "sk-x"}})) == plain
+    # a key in args never gets this far: the config refuses it (it would reach the server)
+    with pytest.raises(ValueError, match="literal secret"):
+        ModelConfig(**{**base, "args": {"top_p": 0.9, "api_key": "sk-x"}})
     assert json.loads(json.dumps(plain)) == plain
     assert plain["logprobs"] is True and plain["args"] == {"top_p": 0.9}
 
