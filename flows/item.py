@@ -19,12 +19,14 @@ from ape.schemas.data import id_field_name, item_id
 from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome, OutputBatch, SessionResult
 from ape.tasks.recording import LEDGER, keep_chain
 from ape.tasks.report.health import prompt_hash
+from ape.tasks.solving.choices import choose
 from ape.tasks.stage_runs import StageClock, current_flow_run_id, record_stage_runs, start_clock
 from ape.tasks.stages import (
     SessionSpec,
     adapt_task,
     cached_variant,
     check_task,
+    choices_task,
     mark_adapt,
     render_task,
     score_task,
@@ -57,7 +59,8 @@ class ItemProcessor:
         cache_dir = plan.cache_dir if cfg.run.cache else None
         if cache_dir is not None:
             cache_dir.mkdir(parents=True, exist_ok=True)
-        self.session_stage = cached_variant(session_task, cache_dir)
+        self.choices = cfg.choices  # [choices]: log-likelihood scoring (ape.tasks.solving.choices)
+        self.session_stage = cached_variant(choices_task if self.choices else session_task, cache_dir)
         self.solve_stage = cached_variant(solve_task, cache_dir)
         self.adapt_stage = cached_variant(adapt_task, cache_dir)
         self.carousel = CheckerCarousel(plan.checker_factory, cfg.run.checker_workers, cfg.checker.timeout_s)
@@ -96,7 +99,7 @@ class ItemProcessor:
             system=system,
             fingerprint=plan.fingerprint_key,
         )
-        if self.granularity == "stage":
+        if self.granularity == "stage" and self.choices is None:
             solve, adapt = self.solve_stage, self.adapt_stage
             if refresh:
                 solve, adapt = solve.with_options(refresh_cache=True), adapt.with_options(refresh_cache=True)
@@ -118,6 +121,8 @@ class ItemProcessor:
                     mark_adapt(clock, record, solve_failed=False)  # still a parse failure
                 else:
                     clock.mark("adapt", state_name="Cached")
+        if self.choices is not None:  # the answer by the metric, after the cache (no model call)
+            record = choose(record, self.choices.metric)
         check = None
         if clock is not None:
             clock.last = time.time()

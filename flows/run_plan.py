@@ -120,6 +120,8 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> RunPlan:
         key="[adapter] timeout_s",
     )
 
+    if config.choices is not None:
+        check_choices(config, model_cfg, data_model, system)
     checker_factory = run_checker_factory(config, data_model)
     probe = checker_factory()  # fail now on a bad checker, not in a worker thread
     check_checker_fields(probe, data_model, where=f"{src} [checker] args")
@@ -146,6 +148,8 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> RunPlan:
         else None,
         "cache_scope": cache_scope_key(config),  # a new run calls the model afresh
     }
+    if config.choices is not None:  # log-likelihood scoring; the metric is applied after the cache
+        fingerprint["choices"] = config.choices.model_dump(mode="json", exclude={"metric"})
     return RunPlan(
         config=config,
         model_cfg=model_cfg,
@@ -164,6 +168,8 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> RunPlan:
 def run_checker_factory(config: ApeConfig, data_model: type[BaseModel]) -> Callable[[], Any]:
     """The maker of the run's checker instances: ``[checker]`` as configured, or for the
     judge (a model grades, so it needs the whole config and the run's cache) its factory."""
+    if config.choices is not None or config.checker.implementation == "choice":
+        return choice_checker_factory(config)
     if config.checker.implementation == "judge":
         from ape.tasks.checking.judge import judge_factory
         from ape.tasks.storage.runs import cache_dir
@@ -174,11 +180,69 @@ def run_checker_factory(config: ApeConfig, data_model: type[BaseModel]) -> Calla
     return lambda: load_checker(config.checker, config.base_dir)
 
 
+def choice_checker_factory(config: ApeConfig) -> Callable[[], Any]:
+    """The ``choice`` checker of a ``[choices]`` run; an error for ``choice`` without ``[choices]``."""
+    from ape.tasks.checking.choice import ChoiceChecker
+
+    choices = config.choices
+    src = config.config_file or "config"
+    if choices is None:
+        raise ApeError(
+            "checker 'choice' grades log-likelihood runs, and this config has no [choices] section",
+            where=f"{src} [checker] implementation",
+            hint='add [choices] (field = "choices", gold = "answer"), or use another checker',
+        )
+    if config.checker.implementation != "choice":
+        raise ApeError(
+            f"a [choices] run is graded by checker 'choice', not '{config.checker.implementation}'",
+            where=f"{src} [checker] implementation",
+            hint='remove the [checker] section (or set implementation = "choice"); [choices] metric '
+            "picks acc or acc_norm",
+        )
+    return lambda: ChoiceChecker(choices)
+
+
+def check_choices(config: ApeConfig, model_cfg: ModelConfig, data_model: type[BaseModel], system: str | None) -> None:
+    """What a ``[choices]`` run needs, checked before any model call: its fields exist, the
+    model can score text, and nothing is configured that such a run would silently ignore."""
+    from ape.tasks.models.scoring import check_can_score
+
+    choices = config.choices
+    assert choices is not None
+    src = config.config_file or "config"
+    known = set(data_model.model_fields) | {f.alias for f in data_model.model_fields.values() if f.alias}
+    known |= set(data_model.model_computed_fields) | {
+        n for n in dir(data_model) if isinstance(getattr(data_model, n, None), property)
+    }
+    keys = [("fields" if choices.fields is not None else "field", name) for name in choices.source_fields()]
+    for key, name in [*keys, ("gold", choices.gold)]:
+        if name not in known:
+            raise ApeError(
+                f"'{name}' is not a field of {data_model.__name__} (fields: {', '.join(data_model.model_fields)})",
+                where=f"{src} [choices] {key}",
+                hint=did_you_mean(name, sorted(known)) or "name the field that holds it",
+            )
+    if system:
+        raise ApeError(
+            "a log-likelihood run scores one text per choice: a system prompt would be lost",
+            where=f"{src} [prompt] system",
+            hint="put the instructions into the template",
+        )
+    if config.tools or config.checker.expose_as_tool:
+        raise ApeError(
+            "a log-likelihood run calls no tools: the model scores the choices, it writes nothing",
+            where=f"{src} [tools]",
+            hint="remove the [tools] sections and [checker] expose_as_tool",
+        )
+    check_can_score(model_cfg)
+
+
 def grade_canary(config: ApeConfig) -> list[Any]:
     """Grade the checker's known answers (:mod:`ape.tasks.checking.canary`) with the checker
     the run will use, and for a judge its injected wrong answers
-    (:mod:`ape.tasks.checking.judge_canary`); raises ``CanaryFailed`` (one line) when one
-    comes out wrong."""
+    (:mod:`ape.tasks.checking.judge_canary`), and for a ``[choices]`` run the endpoints' prompt
+    log-probabilities (:mod:`ape.tasks.models.logprob_canary`); raises ``CanaryFailed`` (one
+    line) when one comes out wrong."""
     from ape.tasks.checking.canary import run_canary
 
     data_model = load_data_model(config)
@@ -188,6 +252,10 @@ def grade_canary(config: ApeConfig) -> list[Any]:
         from ape.tasks.checking.judge_canary import run_judge_canary
 
         graded += run_judge_canary(config, factory, data_model)
+    if config.choices is not None:  # an endpoint must echo right prompt log-probabilities
+        from ape.tasks.models.logprob_canary import run_logprob_canary
+
+        run_logprob_canary(config)
     return graded
 
 
@@ -205,6 +273,8 @@ def resume_fingerprints(plan: RunPlan) -> dict[str, Any]:
         "data": file_digest(cfg.data.file),
         "solver": fingerprint_hash([fp.get("solver"), fp.get("adapter"), fp.get("tools"), fp.get("checker")]),
     }
+    if fp.get("choices") is not None:
+        generation["choices"] = fingerprint_hash(fp["choices"])
     from ape.tasks.checking.judge import checker_fingerprint
 
     checker = checker_fingerprint(cfg)  # a judge's model and rubric are part of it

@@ -25,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 
+from ape.schemas.choices import ChoicesConfig
+
 GIVE_UP_TOKEN = "I_GIVE_UP"
 MAX_TIMEOUT_S = 86_400.0  # a day: any time limit above it is a typo
 
@@ -433,6 +435,11 @@ class ApeConfig(Section):
     solver: SolverConfig = Field(default_factory=SolverConfig)
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
     checker: CheckerConfig
+    choices: ChoicesConfig | None = Field(
+        default=None,
+        description="Score multiple-choice items by log-likelihood instead of generating answers "
+        "(see ape.schemas.choices); the checker is then 'choice'.",
+    )
     run: RunConfig = Field(default_factory=RunConfig)
     cli: CliConfig = Field(default_factory=CliConfig)
     hooks: HooksConfig = Field(default_factory=HooksConfig)
@@ -444,6 +451,14 @@ class ApeConfig(Section):
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, dict) else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _choice_checker(cls, data: Any) -> Any:
+        """A log-likelihood run ([choices]) needs no [checker]: its checker is 'choice'."""
+        if isinstance(data, dict) and data.get("choices") is not None and "checker" not in data:
+            data = {**data, "checker": {"implementation": "choice"}}
+        return data
 
     @model_validator(mode="after")
     def _unique_models(self) -> ApeConfig:

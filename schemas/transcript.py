@@ -60,6 +60,10 @@ PARSED             ``data.solution``: what the adapter returned (JSON-encoded).
 PARSE_FAILED       ``error``: why the adapter rejected the text; ``data.attempt``.
 REFORMAT_PROMPT    ``content``: the reformat prompt sent after a failed parse.
 GAVE_UP            ``content``: the answer that contained the give-up token.
+CHOICE             A log-likelihood session ([choices]): one entry per choice, ``content``: its
+                   continuation; ``data``: ``index``, ``label``, ``loglikelihood`` (summed over
+                   its tokens), ``token_count``, ``chars`` (what acc_norm divides by),
+                   ``greedy`` (every token the most likely one, when the model says).
 CHECK              ``content``: PASSED / FAILED / ERROR; ``data``: ``score``, ``runtime_s``,
                    ``metadata``; ``error`` when the checker raised.
 SESSION_END        ``content``: the outcome; ``data``: ``score``, ``correct``, ``steps``,
@@ -97,6 +101,7 @@ class EntryKind(str, Enum):
     PARSE_FAILED = "PARSE_FAILED"
     REFORMAT_PROMPT = "REFORMAT_PROMPT"
     GAVE_UP = "GAVE_UP"
+    CHOICE = "CHOICE"
     CHECK = "CHECK"
     SESSION_END = "SESSION_END"
 

@@ -88,6 +88,14 @@ class Worker:
 
         self.plan = plan
         self.carousel = carousel  # the run's shared checkers, also behind the checker tool
+        self.scorer: Any = None
+        if plan.config.choices is not None:  # log-likelihood scoring: a scorer, no chat model
+            from ape.tasks.models.scoring import build_scorer
+
+            self.model: Any = None
+            self.scorer = build_scorer(plan.model_cfg, plan.config.base_dir)
+            self.tools: list[Any] = []
+            return
         self.model = build_model(plan.model_cfg, plan.config.base_dir)
         self.tools = load_tools(plan.config.tools, plan.config.base_dir)
 
@@ -201,6 +209,26 @@ def adapt_task(spec: SessionSpec, state: SolverState) -> SolveRecord:
     return _checked(record)
 
 
+@task(name="choices", task_run_name="choices[{spec.item_id}]#{spec.run_index}", persist_result=True)
+def choices_task(spec: SessionSpec) -> SolveRecord:
+    """Every choice's log-likelihood ([choices] runs; ape.tasks.solving.choices), in one task run."""
+    from ape.tasks.solving.choices import score_choices
+
+    worker = current_worker()
+    choices = worker.plan.config.choices
+    assert choices is not None  # only [choices] runs use this stage
+    clock = current_clock()
+    record = score_choices(worker.scorer, spec.prompt, worker.item(spec), choices)
+    if clock is not None:
+        if record.error is not None:
+            clock.failed("solve", f"{record.error.type}: {record.error.message}")
+            clock.skipped("adapt", "the solve stage failed")
+        else:
+            clock.mark("solve", message="log-likelihood of every choice")
+            clock.mark("adapt", message="the most likely choice")
+    return _checked(record)
+
+
 # -- cheap stages (stage granularity only; never cached) ------------------------------------
 @task(name="render", task_run_name="render[{item_id}]", cache_policy=NO_CACHE, persist_result=False)
 def render_task(template: str, item: BaseModel, item_id: str) -> str:
@@ -242,6 +270,7 @@ STAGE_CODE_VERSIONS = {
     "session": "7428cad8dd3c7d26c7019515e88d3de5",
     "solve": "2e2e0c9133e017ea35247b66e83e7a8f",
     "adapt": "0c6ff364672dbc707478962ba4fd915e",
+    "choices": "1",
 }
 
 

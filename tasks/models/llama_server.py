@@ -322,6 +322,8 @@ def local_model_servers(config: ApeConfig) -> Iterator[ApeConfig]:
     naming its log file.
     """
     local = [index for index, model in enumerate(config.model) if is_llama_cpp(model)]
+    if config.choices is not None:
+        local = []  # log-likelihood runs load the model in process (ape.tasks.models.llama_inprocess)
     if not local:
         yield config
         return

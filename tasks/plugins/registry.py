@@ -38,7 +38,7 @@ _ADAPT = "ape.tasks.solving.adapt"
 _MODELS = "ape.tasks.models.demo_adapters"
 
 BUILTINS: dict[str, dict[str, str]] = {
-    "schema": {"taskspec": "ape.schemas.taskspec:TaskSpec"},
+    "schema": {"taskspec": "ape.schemas.taskspec:TaskSpec", "mmlu": "ape.schemas.choices:MMLUItem"},
     "adapter": {
         "raw": f"{_ADAPT}:RawAdapter",
         "strip": f"{_ADAPT}:StripAdapter",
@@ -50,6 +50,7 @@ BUILTINS: dict[str, dict[str, str]] = {
         **{name: f"ape.tasks.checking.metrics:{name}" for name in (*METRIC_NAMES, "accuracy")},
         "taskspec": "ape.tasks.checking.taskspec:TaskSpecChecker",
         "judge": "ape.tasks.checking.judge:JudgeChecker",
+        "choice": "ape.tasks.checking.choice:ChoiceChecker",
     },
     "provider": {
         "mock": "ape.tasks.models.mocks:MockChatModel",

@@ -100,7 +100,7 @@ class DataProvider:
 
     def _csv_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
         with self._open("utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
+            reader = csv.DictReader(handle, fieldnames=self._headerless_columns())
             if reader.fieldnames is None:
                 return
             for row in reader:
@@ -110,9 +110,26 @@ class DataProvider:
                     continue
                 yield reader.line_num, {k: v for k, v in row.items() if v is not None}
 
+    def _headerless_columns(self) -> list[str] | None:
+        """The column names of a CSV file without a header row, or None when it has one.
+
+        A DataModel may declare the columns of such files as ``csv_columns`` (MMLU's files,
+        ``question,A,B,C,D,answer``, have no header: :class:`ape.schemas.choices.MMLUItem`);
+        a first row that names all of those columns is read as the header as usual.
+        """
+        columns = getattr(self.model, "csv_columns", None)
+        if not columns:
+            return None
+        with self._open("utf-8-sig") as handle:
+            first = next(csv.reader(handle), None)
+        if first is None or set(columns) <= {cell.strip() for cell in first}:
+            return None  # a header row naming (at least) those columns
+        return list(columns)
+
     def _validate(self, number: int, row: dict[str, Any]) -> BaseModel:
         try:
-            return self.model.model_validate(row)
+            # the line and the file, for DataModels that derive an id or a category from them
+            return self.model.model_validate(row, context={"line": number, "file": str(self.file)})
         except ValidationError as exc:
             err = exc.errors()[0]
             fld = ".".join(str(p) for p in err["loc"]) or "(row)"

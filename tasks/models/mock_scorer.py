@@ -1,0 +1,130 @@
+"""The built-in mock model of log-likelihood runs: ``provider = "mock"`` with ``[choices]``.
+
+A product feature, not only a test double: it lets a multiple-choice benchmark run
+anywhere, with no model file and no server, for demos, for dry runs of a new config
+(is the gold field read right? do the reports come out?) and for load tests. Its
+log-likelihoods are made up, deterministically (the same request gives the same numbers
+in every process): each continuation gets -1 nat and about -1.2 per token (a token counted
+per four characters) plus a little noise, and on a share ``accuracy`` of the items
+(drawn by the prompt and ``seed``) the model "knows" the answer, and the gold choice
+gets a margin over the best other choice. So ``acc`` is about ``accuracy`` plus chance
+on the rest, ``acc_norm`` differs from it where the choices' lengths differ, and the
+choice probabilities are higher on known items than on guessed ones, which is what a
+calibration table should show.
+
+``[model] args``: ``accuracy`` (0.8), ``seed`` (0), ``latency_s`` (seconds slept per
+request), ``call_log`` (a file that gets one line per request, to count them across
+processes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ape.schemas.config import ModelConfig
+from ape.schemas.errors import ApeError
+from ape.tasks.models.scoring import ContinuationScore, Scored, ScoreRequest
+
+__all__ = ["MockScorer", "mock_scorer"]
+
+NATS_PER_TOKEN = 1.2
+CHARS_PER_TOKEN = 4
+
+
+def _unit(*parts: object) -> float:
+    """A number in [0, 1) fixed by ``parts`` (the same in every process)."""
+    digest = hashlib.sha256("\0".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def mock_tokens(text: str) -> int:
+    """The mock's token count of ``text``: one per four characters, at least one."""
+    return max(1, round(len(text) / CHARS_PER_TOKEN))
+
+
+class MockScorer(BaseModel):
+    """Deterministic made-up log-likelihoods (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "mock"
+    accuracy: float = Field(default=0.8, ge=0.0, le=1.0, description="Share of items whose answer it knows.")
+    seed: int = 0
+    latency_s: float = Field(default=0.0, ge=0.0, description="Seconds slept per request.")
+    call_log: str | None = Field(default=None, description="File that gets one line per request.")
+
+    _counts: ClassVar[Counter[str]] = Counter()
+    _counts_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def call_count(cls, name: str | None = None) -> int:
+        """Requests made in this process by mock scorers called ``name`` (all for None)."""
+        with cls._counts_lock:
+            return cls._counts[name] if name is not None else sum(cls._counts.values())
+
+    @classmethod
+    def reset_call_counts(cls) -> None:
+        with cls._counts_lock:
+            cls._counts.clear()
+
+    def _record(self, request: ScoreRequest) -> None:
+        calls = len(request.continuations)
+        with self._counts_lock:
+            self._counts[self.name] += calls
+        if self.call_log:
+            line = json.dumps(
+                {"model": self.name, "pid": os.getpid(), "time": time.time(), "prompt": request.context[:200]}
+            )
+            with open(self.call_log, "a", encoding="utf-8") as handle:
+                handle.write((line + "\n") * calls)
+
+    def score(self, request: ScoreRequest) -> Scored:
+        self._record(request)
+        if self.latency_s:
+            time.sleep(self.latency_s * len(request.continuations))
+        tokens = [mock_tokens(c) for c in request.continuations]
+        lls = [
+            -1.0 - NATS_PER_TOKEN * n - 2.0 * _unit(self.seed, request.context, index, continuation)
+            for index, (n, continuation) in enumerate(zip(tokens, request.continuations, strict=True))
+        ]
+        gold = request.gold
+        knows = _unit(self.seed, "knows", request.context) < self.accuracy
+        if knows and gold is not None and 0 <= gold < len(lls) and len(lls) > 1:
+            best_other = max(ll for index, ll in enumerate(lls) if index != gold)  # at most -1
+            margin = 0.5 + 3.0 * _unit(self.seed, "margin", request.context)
+            lls[gold] = min(-0.05, best_other + margin)  # a log-probability is never above 0
+        context_tokens = mock_tokens(request.context)
+        return Scored(
+            scores=tuple(ContinuationScore(ll, n, None) for ll, n in zip(lls, tokens, strict=True)),
+            calls=len(tokens),
+            input_tokens=sum(context_tokens + n for n in tokens),
+            output_tokens=0,
+        )
+
+
+def mock_scorer(cfg: ModelConfig, base_dir: Path) -> MockScorer:
+    """The mock scorer of a ``[model]`` section with ``provider = "mock"``."""
+    args = dict(cfg.args)
+    args.pop("behaviour", None)  # a generation mock's behaviour means nothing here
+    args.setdefault("name", cfg.model_id)
+    if args.get("call_log"):
+        args["call_log"] = str(base_dir / Path(str(args["call_log"]).strip()))
+    try:
+        return MockScorer(**args)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "args"
+        raise ApeError(
+            f"invalid mock scorer argument '{key}': {first['msg']}",
+            where=f"[model] '{cfg.model_id}' args",
+            hint="a log-likelihood mock takes accuracy, seed, latency_s and call_log",
+        ) from None

@@ -1,0 +1,136 @@
+"""Models that score text instead of writing it: log-likelihood requests for ``[choices]`` runs.
+
+A :class:`Scorer` answers one :class:`ScoreRequest` (a prompt and the continuations of
+its choices) with the summed log-probability of each continuation's tokens given the
+prompt and the number of those tokens, as lm-evaluation-harness's ``loglikelihood``
+requests do. Which model can do that, from a ``[model]`` section (:func:`build_scorer`):
+
+- ``provider = "mock"``: :class:`ape.tasks.models.mock_scorer.MockScorer`, made-up but
+  deterministic log-likelihoods, for demos, dry runs and tests;
+- ``provider = "llama-cpp"``: the GGUF file, loaded *in this process* by llama-cpp-python
+  (:mod:`ape.tasks.models.llama_inprocess`); its server is not started for such runs,
+  since that server's prompt log-probabilities are shifted by one token for models
+  that add no BOS token (SmolLM2 among them; llama-cpp-python issue #1983);
+- ``provider = "openai"`` with a ``base_url``: any OpenAI-compatible ``/v1/completions``
+  endpoint that echoes the prompt's log-probabilities (``echo`` with ``logprobs``:
+  llama-cpp-python's server for models with a BOS token, vLLM), through
+  :mod:`ape.tasks.models.completions`. A canary (:mod:`ape.tasks.models.logprob_canary`)
+  refuses, before the run, one that returns log-probabilities only for generated tokens
+  or shifted ones.
+
+Every other model (chat-only providers, ``class = ...`` chat models and adapters) is
+refused with one line that says what is missing: a chat model gives log-probabilities
+of what it writes, never of a text it is handed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ape.schemas.config import ModelConfig
+from ape.schemas.errors import ApeError
+
+__all__ = ["ContinuationScore", "ScoreRequest", "Scored", "Scorer", "build_scorer", "check_can_score"]
+
+SCORING_PROVIDERS = ("mock", "llama-cpp", "openai")
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """One item's log-likelihood requests: the prompt, then one continuation per choice.
+
+    ``context`` has no trailing whitespace: it was moved to the front of every
+    continuation (as lm-evaluation-harness's ``_encode_pair`` does), so a prompt ending in
+    "Answer: " scores " Paris", not "Paris" after a space token the prompt kept.
+    ``gold`` is the gold choice's index; only the mock model reads it (to play a model
+    that knows some answers); real models are never shown it.
+    """
+
+    context: str
+    continuations: tuple[str, ...]
+    gold: int | None = None
+
+
+@dataclass(frozen=True)
+class ContinuationScore:
+    """One continuation's summed log-probability given the context, and its token count."""
+
+    loglikelihood: float
+    token_count: int
+    greedy: bool | None = None  # every token the model's most likely one (None: not reported)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A scorer's answer to one request, with what it cost."""
+
+    scores: tuple[ContinuationScore, ...]
+    calls: int  # requests made to the model (one per continuation)
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+class Scorer(Protocol):
+    """A model that scores continuations (one method)."""
+
+    def score(self, request: ScoreRequest) -> Scored: ...
+
+
+def _where(cfg: ModelConfig) -> str:
+    return f"[model] '{cfg.model_id}'"
+
+
+def _provider(cfg: ModelConfig) -> str | None:
+    from ape.tasks.models.llama_server import is_llama_cpp
+
+    if cfg.class_ is not None:
+        return None
+    if is_llama_cpp(cfg):
+        return "llama-cpp"
+    return (cfg.provider or "").strip().lower()
+
+
+def check_can_score(cfg: ModelConfig) -> None:
+    """Raise one located :class:`ApeError` when ``cfg`` cannot score continuations."""
+    provider = _provider(cfg)
+    need = (
+        "log-likelihood scoring ([choices]) needs a model that scores a given text: provider 'mock', "
+        "'llama-cpp', or 'openai' with a base_url whose /v1/completions echoes prompt log-probabilities"
+    )
+    if provider is None:
+        raise ApeError(
+            f"'{cfg.class_}' is a chat model or adapter: it cannot score continuations; {need}",
+            where=_where(cfg),
+            hint="remove [choices] to generate answers with this model, or use one of those providers",
+        )
+    if provider not in SCORING_PROVIDERS:
+        raise ApeError(
+            f"provider '{provider}' is chat-only: it has no prompt log-probabilities; {need}",
+            where=f"{_where(cfg)} provider",
+            hint="remove [choices] to generate answers with this model, or use one of those providers",
+        )
+    if provider == "openai" and not cfg.base_url:
+        raise ApeError(
+            "api.openai.com's models are chat models: none echoes prompt log-probabilities on /v1/completions; " + need,
+            where=f"{_where(cfg)} base_url",
+            hint="set base_url to a completions server (vLLM, llama-cpp-python), or use provider 'llama-cpp'",
+        )
+
+
+def build_scorer(cfg: ModelConfig, base_dir: Path) -> Scorer:
+    """The scorer of one ``[model]`` section (module docstring); ApeError when it has none."""
+    check_can_score(cfg)
+    provider = _provider(cfg)
+    if provider == "mock":
+        from ape.tasks.models.mock_scorer import mock_scorer
+
+        return mock_scorer(cfg, base_dir)
+    if provider == "llama-cpp":
+        from ape.tasks.models.llama_inprocess import llama_scorer
+
+        return llama_scorer(cfg)
+    from ape.tasks.models.completions import completions_scorer
+
+    return completions_scorer(cfg)
