@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -42,3 +43,18 @@ def stop_group(proc: subprocess.Popen, timeout: float) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # what it left running in its group
     proc.wait()
+
+
+def start_logged(command: list[str], log_path: Path, *, cwd: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start ``command`` in a session of its own (so :func:`stop_group` reaches its children),
+    its output in ``log_path`` and no stdin: how the tests run ``ape serve`` in the background."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

@@ -24,7 +24,7 @@ from ape.flows.served import OVERRIDES, RunOverrides, load_served
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.processes import stop_group
+from tests.helpers.processes import start_logged, stop_group
 
 PREFECT_YAML = REPO_ROOT / "deployments" / "prefect.yaml"
 PROBE_FLOW = "ape-deployment-probe"
@@ -197,16 +197,7 @@ def serving(config: ApeConfig, api_url: str, workdir: Path) -> Iterator[Path]:
     )
     env = dict(os.environ, PREFECT_API_URL=api_url, PREFECT_RUNNER_POLL_FREQUENCY="1")
     log_path = workdir / "serve.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", script, str(config_file)],
-            cwd=REPO_ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = start_logged([sys.executable, "-c", script, str(config_file)], log_path, cwd=REPO_ROOT, env=env)
     try:
         yield log_path
     finally:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ import httpx
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.processes import stop_group
+from tests.helpers.processes import start_logged, stop_group
 from tests.helpers.runner import make_benchmark
 
 
@@ -28,16 +27,8 @@ def test_ctrl_c_stops_serving_with_one_line_and_cancels_the_run(prefect_server: 
     )
     env = dict(os.environ, PREFECT_API_URL=prefect_server, PREFECT_RUNNER_POLL_FREQUENCY="1")
     log_path = tmp_path / "serve.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ape", "serve", str(config), "--name", "stoppable", "--interval", "3600"],
-            cwd=REPO_ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    command = [sys.executable, "-m", "ape", "serve", str(config), "--name", "stoppable", "--interval", "3600"]
+    proc = start_logged(command, log_path, cwd=REPO_ROOT, env=env)
     api = httpx.Client(base_url=prefect_server, timeout=30, trust_env=False)
     try:
         deadline = time.monotonic() + 120

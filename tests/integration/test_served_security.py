@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.processes import stop_group
+from tests.helpers.processes import start_logged, stop_group
 
 DEPLOYMENT = "benchmark/secure"
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
@@ -72,16 +72,8 @@ def _write_attacker(folder: Path, marker: Path) -> None:
 @contextlib.contextmanager
 def _serving(config: Path, api_url: str, log_path: Path) -> Iterator[subprocess.Popen]:
     env = dict(os.environ, PREFECT_API_URL=api_url, PREFECT_RUNNER_POLL_FREQUENCY="1")
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ape", "serve", str(config), "--name", "secure"],
-            cwd=config.parent,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    command = [sys.executable, "-m", "ape", "serve", str(config), "--name", "secure"]
+    proc = start_logged(command, log_path, cwd=config.parent, env=env)
     try:
         yield proc
     finally:
