@@ -1,4 +1,4 @@
-"""The command line: ``ape run|validate|report|retry|demo|serve|server|history|baseline|diff|items``.
+"""The command line: ``ape run|validate|report|retry|demo|serve|server|history|baseline|diff|items|schema``.
 
 Errors print one line naming the file and key (``--debug`` adds the
 traceback) and exit non-zero: 2 for bad input, 1 for a run whose items
@@ -30,6 +30,7 @@ COMMANDS = (
     "baseline",
     "diff",
     "items",
+    "schema",
 )
 
 
@@ -127,6 +128,10 @@ def _parser() -> argparse.ArgumentParser:
         help="env: print the PREFECT_API_URL export line for a new shell",
     )
     srv.add_argument("--port", type=int, default=None, help="port (default 4200)")
+    schema = sub.add_parser(
+        "schema", help="write the JSON Schema of config.toml, for editors that read a '#:schema PATH' line"
+    )
+    schema.add_argument("--output", type=Path, default=None, help="file to write (default: print it)")
     hist, base, items = _history_commands(sub)
     dif = _diff_command(sub)
     for command in (
@@ -142,6 +147,7 @@ def _parser() -> argparse.ArgumentParser:
         base,
         dif,
         items,
+        schema,
     ):  # --debug also after the command
         command.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and debug logs"
@@ -336,6 +342,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return commands.baseline(args.output, args.run_id)
     if args.command == "server":
         return commands.server(args.action, args.port)
+    if args.command == "schema":
+        return commands.schema(args.output)
     raise AssertionError(args.command)
 
 

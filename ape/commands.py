@@ -568,6 +568,24 @@ def _stop_gracefully_on_ctrl_c() -> Any:
     return signal.signal(signal.SIGINT, as_sigterm)
 
 
+def schema(output: Path | None) -> int:
+    """``ape schema``: the JSON Schema of config.toml (``ape.config_schema``), printed or written
+    to ``output``; an editor that reads ``#:schema PATH`` then completes and checks the keys."""
+    from ape.config_schema import schema_text
+
+    text = schema_text()
+    if output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ApeError(f"cannot write the schema: {exc.strerror or exc}", where=str(output)) from None
+    print(f"wrote {output}; put '#:schema {output}' (or a path relative to the config) on config.toml's first line")
+    return 0
+
+
 def server(action: str, port: int | None) -> int:
     from ape import server as srv
 

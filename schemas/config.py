@@ -125,6 +125,9 @@ def _scalar_kinds(annotation: Any) -> set[str]:
 
 
 class DataConfig(Section):
+    """``[data]``: the benchmark's items, a data file whose every line or row becomes one
+    item of the pydantic DataModel named by ``schema``."""
+
     file: Path = Field(
         description="Input file, .csv or .jsonl (optionally .gz); relative to the config file, "
         "or to the installed package named by 'package'."
@@ -148,6 +151,9 @@ class DataConfig(Section):
 
 
 class PromptConfig(Section):
+    """``[prompt]``: the mustache template rendered for every item (its variables are the
+    DataModel's fields, or their aliases) and an optional system prompt."""
+
     template: str | None = Field(default=None, description="Mustache template, inline.")
     template_file: Path | None = Field(default=None, description="Mustache template file.")
     system: str | None = Field(default=None, description="Optional system prompt.")
@@ -186,14 +192,18 @@ class ModelConfig(Section):
     api_key_env: str | None = Field(
         default=None, description="Name of the environment variable that holds the API key."
     )
-    temperature: float | None = None
-    max_tokens: int | None = None
+    temperature: float | None = Field(default=None, description="Sampling temperature (unset: the provider's default).")
+    max_tokens: int | None = Field(default=None, description="Longest answer in tokens (unset: the provider's).")
     timeout_s: float = Field(default=120.0, gt=0, le=MAX_TIMEOUT_S, description="Per-request timeout.")
     max_retries: int = Field(default=4, ge=0, le=100, description="Retries of transient failures.")
     retry_initial_s: float = Field(default=1.0, ge=0, description="First backoff delay.")
     retry_max_s: float = Field(default=30.0, ge=0, description="Longest backoff delay.")
-    requests_per_second: float | None = Field(default=None, gt=0)
-    max_concurrency: int | None = Field(default=None, ge=1)
+    requests_per_second: float | None = Field(
+        default=None, gt=0, description="Rate limit shared by every worker calling this model (unset: none)."
+    )
+    max_concurrency: int | None = Field(
+        default=None, ge=1, description="Most calls to this model at once, across workers (unset: no limit)."
+    )
     logprobs: bool | None = Field(
         default=None, description="Ask for token log-probabilities (default: hosted 'openai' endpoints only)."
     )
@@ -231,22 +241,31 @@ class ModelConfig(Section):
 
 
 class AdapterConfig(Section):
+    """``[adapter]``: turns the model's answer text into the solution the checker gets; a
+    text it cannot parse gets the reformat prompt."""
+
     implementation: str = Field(
         default="raw",
         description="Built-in adapter (raw, strip, regex, last_number, json) or a dotted path.",
     )
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: dict[str, Any] = Field(
+        default_factory=dict, description="Options of the built-in adapter, or keyword arguments of your own."
+    )
     timeout_s: float = Field(
         default=60.0, gt=0, le=MAX_TIMEOUT_S, description="Time limit of one parse; a hung adapter ends the session."
     )
 
 
 class SolverConfig(Section):
+    """``[solver]``: one session's dialogue: model calls, parse attempts and the prompts APE adds."""
+
     max_steps: int = Field(default=8, ge=1, description="Model calls before the force-finish prompt.")
     solution_adaption_attempts: int = Field(
         default=2, ge=1, description="Parse attempts in total, the first on the original output."
     )
-    force_finish_prompt: str = DEFAULT_FORCE_FINISH_PROMPT
+    force_finish_prompt: str = Field(
+        default=DEFAULT_FORCE_FINISH_PROMPT, description="Sent after max_steps model calls: asks for the final answer."
+    )
     reformat_prompt: str = Field(default=DEFAULT_REFORMAT_PROMPT, description="May use {error} for the parse error.")
     tool_timeout_s: float = Field(
         default=300.0, gt=0, le=MAX_TIMEOUT_S, description="Time limit of one tool call; a hung tool ends the session."
@@ -254,8 +273,10 @@ class SolverConfig(Section):
 
 
 class ToolConfig(Section):
-    factory: str = Field(description="Dotted path to a callable returning tools.")
-    args: dict[str, Any] = Field(default_factory=dict)
+    """``[tools.NAME]``: a tool (or several) the model may call during a session."""
+
+    factory: str = Field(description="Built-in tool name (calculator) or dotted path to a callable returning tools.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the factory.")
 
     _no_secrets = field_validator("args")(_refuse_secrets)
 
@@ -278,10 +299,18 @@ class CanaryExample(Section):
 
 
 class CheckerConfig(Section):
+    """``[checker]``: grades every parsed solution against its item."""
+
     implementation: str = Field(description="Built-in metric name or dotted path to a checker.")
-    args: dict[str, Any] = Field(default_factory=dict)
-    expose_as_tool: bool = False
-    checker_tool: str = Field(default="check_solution", pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+    args: dict[str, Any] = Field(
+        default_factory=dict, description="Options of the built-in checker, or keyword arguments of your checker class."
+    )
+    expose_as_tool: bool = Field(
+        default=False, description="Also give the model the checker as a tool, to verify a candidate before answering."
+    )
+    checker_tool: str = Field(
+        default="check_solution", pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$", description="Name of that tool."
+    )
     timeout_s: float = Field(
         default=60.0, gt=0, le=MAX_TIMEOUT_S, description="Time limit of one check; a hung check is a check error."
     )
@@ -312,13 +341,17 @@ class CheckerConfig(Section):
 
 
 class RunConfig(Section):
-    solver_workers: int = Field(default=4, ge=1, le=1024)
-    checker_workers: int = Field(default=1, ge=1, le=256)
-    runs_per_data: int = Field(default=1, ge=1, le=10_000)
-    output: Path = Field(default=Path("output"), description="Output folder.")
-    save_file: str = "results.jsonl"
-    metadata_file: str = "metadata.json"
-    load_save: bool = True
+    """``[run]``: concurrency, sessions per item, output files, resume, caching and what fails a run."""
+
+    solver_workers: int = Field(
+        default=4, ge=1, le=1024, description="Sessions at once; each worker owns its model client and tools."
+    )
+    checker_workers: int = Field(default=1, ge=1, le=256, description="Checks at once (the checker carousel).")
+    runs_per_data: int = Field(default=1, ge=1, le=10_000, description="Sessions per item (pass@k counts them).")
+    output: Path = Field(default=Path("output"), description="Output folder, relative to the config file.")
+    save_file: str = Field(default="results.jsonl", description="Results file name inside the output folder.")
+    metadata_file: str = Field(default="metadata.json", description="Run metadata file name inside the output folder.")
+    load_save: bool = Field(default=True, description="Resume: skip the items already saved in the output folder.")
     fail_on_error: bool | float = Field(
         default=True,
         description="true: the run fails if any item errored; false: never; a number in (0, 1): "
@@ -345,9 +378,15 @@ class RunConfig(Section):
     window: int | None = Field(
         default=None, ge=1, le=100_000, description="Items in flight at once (default 4 x solver_workers)."
     )
-    task_runner: Literal["thread", "dask"] = "thread"
-    dask_address: str | None = None
-    dask_workers: int = Field(default=2, ge=1, le=1024)
+    task_runner: Literal["thread", "dask"] = Field(
+        default="thread", description="'thread': items run in the flow's process; 'dask': on Dask workers."
+    )
+    dask_address: str | None = Field(
+        default=None, description="task_runner 'dask': an existing cluster's scheduler (unset: a local cluster)."
+    )
+    dask_workers: int = Field(
+        default=2, ge=1, le=1024, description="task_runner 'dask' without dask_address: the local cluster's processes."
+    )
     accept_unhealthy: bool = Field(
         default=False,
         description="Exit 0 (and end the flow run Completed) even when a model's results are "
@@ -386,11 +425,17 @@ class RunConfig(Section):
 
 
 class CliConfig(Section):
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """``[cli]``: what the terminal shows."""
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="Lowest level of APE's lines on the terminal and in run.log (--debug wins)."
+    )
     progress: bool = Field(default=True, description="Show a progress bar on the terminal.")
 
 
 class HooksConfig(Section):
+    """``[hooks]``: your functions, called as the run goes."""
+
     on_batch_saved: str | None = Field(
         default=None, description="Dotted path to a callable(batch) run after each saved item."
     )
@@ -427,7 +472,11 @@ class MonitorConfig(Section):
 
 
 class ApeConfig(Section):
-    name: str = Field(default="benchmark", description="Benchmark name, shown in the Prefect UI.")
+    """One ``config.toml``: the top-level keys and one field per section."""
+
+    name: str = Field(
+        default="benchmark", description="Benchmark name, shown in the Prefect UI, the run names and the report."
+    )
     data: DataConfig
     prompt: PromptConfig
     model: list[ModelConfig] = Field(description="[model] for one, [[model]] for several.")

@@ -166,7 +166,11 @@ class Generation(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str
-    confidence: float = Field(ge=0.0, le=1.0)
-    token_nll: float | None = None
-    token_count: int | None = None
+    text: str = Field(description="The answer.")
+    confidence: float = Field(
+        ge=0.0, le=1.0, description="Required: the model's probability that the answer is right (calibration)."
+    )
+    token_nll: float | None = Field(
+        default=None, description="Optional: the answer tokens' summed negative log-likelihood."
+    )
+    token_count: int | None = Field(default=None, description="Optional: how many tokens the answer has.")

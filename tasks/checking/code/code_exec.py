@@ -91,17 +91,17 @@ class CodeExecResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     score: float = Field(ge=0.0, le=1.0, description="passed / total; 0 when nothing ran.")
-    passed: int = 0
-    total: int = 0
-    timed_out: bool = False
+    passed: int = Field(default=0, description="Tests that passed, as the harness reported them under its key.")
+    total: int = Field(default=0, description="Tests counted by APE: top-level asserts, or 1 for a script without any.")
+    timed_out: bool = Field(default=False, description="The time limit ended the run.")
     error: str | None = Field(default=None, description="Why tests did not run, if they did not.")
     failures: list[str] = Field(default_factory=list, description="First failing tests' errors.")
-    exit_code: int | None = None
+    exit_code: int | None = Field(default=None, description="The sandboxed interpreter's exit code.")
     duration_s: float = Field(default=0.0, description="From the harness's start to its end.")
     start_s: float = Field(default=0.0, description="Waiting for a started sandbox, before the time limit ran.")
-    stdout_tail: str = ""
-    stderr_tail: str = ""
-    sandbox: SandboxKind = "none"
+    stdout_tail: str = Field(default="", description="The end of what the code printed.")
+    stderr_tail: str = Field(default="", description="The end of its error output.")
+    sandbox: SandboxKind = Field(default="none", description="The isolation used: bwrap, unshare or none.")
     rejected_records: int = Field(default=0, description="Lines on the channel without the key.")
 
 
