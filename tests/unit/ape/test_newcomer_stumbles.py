@@ -19,7 +19,7 @@ from ape import cli, commands
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Generation
 
-UNITS = '''
+UNITS = """
 import ape
 from ape import Generation
 
@@ -38,7 +38,7 @@ class UnitGuesser(ape.ModelAdapter):
 
     def generate(self, prompt, task):
         return Generation(text="1000", confidence=0.5)
-'''
+"""
 
 CONFIG = """
 name = "units"
