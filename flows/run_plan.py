@@ -241,7 +241,7 @@ def grade_canary(config: ApeConfig) -> list[Any]:
     """Grade the checker's known answers (:mod:`ape.tasks.checking.canary`) with the checker
     the run will use, and for a judge its injected wrong answers
     (:mod:`ape.tasks.checking.judge_canary`), and for a ``[choices]`` run the endpoints' prompt
-    log-probabilities (:mod:`ape.tasks.models.logprob_canary`); raises ``CanaryFailed`` (one
+    log-probabilities (:mod:`ape.tasks.checking.logprob_canary`); raises ``CanaryFailed`` (one
     line) when one comes out wrong."""
     from ape.tasks.checking.canary import run_canary
 
@@ -253,7 +253,7 @@ def grade_canary(config: ApeConfig) -> list[Any]:
 
         graded += run_judge_canary(config, factory, data_model)
     if config.choices is not None:  # an endpoint must echo right prompt log-probabilities
-        from ape.tasks.models.logprob_canary import run_logprob_canary
+        from ape.tasks.checking.logprob_canary import run_logprob_canary
 
         run_logprob_canary(config)
     return graded

@@ -18,6 +18,7 @@ connection or a 429 is retried, a 404 (no completions route: a chat-only server)
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,8 +71,8 @@ def continuation_score(echo: EchoLogprobs, start: int, end: int) -> Continuation
             f"{len(echo.tokens)} token(s), so it returned no prompt tokens (no echo) or merged the "
             "continuation into the prompt's last token"
         )
-    raw = [echo.logprobs[i] for i in picked]
-    values = [float(v) for v in raw if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)]
+    raw: list[Any] = [echo.logprobs[i] for i in picked]  # numbers (numpy's too, in process) or null
+    values = [float(v) for v in raw if isinstance(v, numbers.Real) and not isinstance(v, bool) and not math.isnan(v)]
     if len(values) != len(raw):
         raise LogprobsMissing("the endpoint returned no log-probability for some prompt tokens")
     greedy = None

@@ -8,7 +8,7 @@ token the probability the model gives it *after* having read it (llama-cpp-pytho
 of the continuation is scored by the logits at position ``j - 1``, as a causal model's
 log-likelihood is defined. It is also faster: no HTTP, no per-token sort of the whole
 vocabulary, and the prompt shared by an item's choices is evaluated once (the key-value
-cache keeps the longest common prefix between requests).
+cache keeps the longest common prefix between requests, up to the context's last token).
 
 The prompt is tokenized as llama-cpp-python's server does (special tokens parsed, a BOS
 token only when the model's metadata asks for one; ``args.add_bos = true`` forces one).
@@ -141,11 +141,14 @@ class LlamaScorer:
         if start >= len(tokens):
             raise ValueError(f"the continuation {continuation!r} has no token of its own after the prompt")
         start = max(start, 1)  # the first token has no position before it to be scored from
-        needed = tokens[:-1]  # the last token's logits predict past the text
-        keep = min(_common_prefix(llama.input_ids[: llama.n_tokens], needed), len(needed))
-        if keep < len(needed):
-            llama.n_tokens = keep
-            llama.eval(needed[keep:])
+        # Evaluate from the context's last token on, even when the cache holds more: llama.cpp
+        # computes a batch of one token by another kernel, whose logits differ from a longer
+        # batch's by up to a tenth of a nat (measured on SmolLM2 Q4_1), so every logit read
+        # here comes from a batch of two tokens or more, as a server evaluating the whole
+        # prompt computes it.
+        keep = min(_common_prefix(llama.input_ids[: llama.n_tokens], tokens), start - 1)
+        llama.n_tokens = keep
+        llama.eval(tokens[keep:])
         values = [float(log_softmax(llama.scores[j - 1])[tokens[j]]) for j in range(start, len(tokens))]
         greedy = all(int(np.argmax(llama.scores[j - 1])) == tokens[j] for j in range(start, len(tokens)))
         return ContinuationScore(sum(values), len(values), greedy), len(tokens)

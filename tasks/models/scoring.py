@@ -14,7 +14,7 @@ requests do. Which model can do that, from a ``[model]`` section (:func:`build_s
 - ``provider = "openai"`` with a ``base_url``: any OpenAI-compatible ``/v1/completions``
   endpoint that echoes the prompt's log-probabilities (``echo`` with ``logprobs``:
   llama-cpp-python's server for models with a BOS token, vLLM), through
-  :mod:`ape.tasks.models.completions`. A canary (:mod:`ape.tasks.models.logprob_canary`)
+  :mod:`ape.tasks.models.completions`. A canary (:mod:`ape.tasks.checking.logprob_canary`)
   refuses, before the run, one that returns log-probabilities only for generated tokens
   or shifted ones.
 

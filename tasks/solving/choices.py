@@ -33,7 +33,6 @@ from ape.schemas.choices import CHOICE_LETTERS, ChoicesConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.results import ErrorInfo, Outcome
 from ape.schemas.transcript import EntryKind, SolveRecord, TranscriptEntry
-from ape.tasks.checking.builtin import item_value
 from ape.tasks.models.scoring import Scored, Scorer, ScoreRequest
 
 __all__ = [
@@ -45,6 +44,16 @@ __all__ = [
     "score_request",
     "softmax",
 ]
+
+
+def item_value(item: Any, name: str) -> Any:
+    """The field ``name`` of an item (a DataModel, or a mapping in tests); ValueError naming it."""
+    if isinstance(item, dict):
+        if name in item:
+            return item[name]
+    elif hasattr(item, name):
+        return getattr(item, name)
+    raise ValueError(f"the item has no field '{name}'")
 
 
 def choice_texts(item: Any, cfg: ChoicesConfig) -> list[str]:
