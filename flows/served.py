@@ -37,7 +37,7 @@ log = logging.getLogger("ape")
 # The environment variable naming the owner's config file in the serving process.
 CONFIG_ENV = "APE_CONFIG"
 NOTE_MAX_CHARS = 500
-# The parameters a flow run of a served deployment may set; documented in the README.
+# The parameters a flow run of a served deployment may set; documented in docs/server.md.
 OVERRIDES = ("only_models", "redo_outcomes", "new_run", "note")
 
 

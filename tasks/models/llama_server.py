@@ -19,7 +19,7 @@ and the other half keeps APE and the ``code_exec`` checkers going.
 
 Log-probabilities are off by default for this provider: llama-cpp-python computes
 them in Python over the whole vocabulary for every generated token, which made
-generation several times slower (see the README's "Evaluate a real model"). A model
+generation several times slower (see docs/models.md, "A real model on a laptop"). A model
 that sets ``logprobs = true`` gets them (and a confidence); its server then keeps the
 logits of every position (``logits_all``: context length x vocabulary floats, 400 MB
 for SmolLM2 at n_ctx 2048).

@@ -1,5 +1,5 @@
 """After ``ape run`` reports done, the Prefect server APE started holds every session's task
-run in a final state and the stage chains the README promises (ape.tasks.recording).
+run in a final state and the stage chains docs/server.md promises (ape.tasks.recording).
 
 Runs of 200 and 4,000 instant-model items with 16 solver workers: fast enough that,
 before the fix, the server's in-memory broker dropped most of the 4,000-item run.

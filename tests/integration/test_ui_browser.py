@@ -131,7 +131,7 @@ def test_printed_link_shows_chain_leaderboard_and_failed_check(tmp_path: Path) -
             page.on("request", lambda request: api_calls.append(request.url) if "/api/" in request.url else None)
             page.goto(f"http://127.0.0.1:{port}/")
             # the server requires credentials: a wrong password is refused, the one in
-            # APE_HOME/server/auth (as the README says) opens the UI, once per browser
+            # APE_HOME/server/auth (as docs/server.md says) opens the UI, once per browser
             login = page.get_by_placeholder("admin:pass")
             login.fill("ape:guess")
             page.get_by_role("button", name="Login").click()
