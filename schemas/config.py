@@ -460,7 +460,7 @@ class MonitorConfig(Section):
     runs_per_year: float | None = Field(
         default=None,
         gt=0,
-        description="The cadence; by default from the spacing of the model's runs (nightly until 5 earlier runs exist).",
+        description="The cadence; by default from the spacing of the model's runs (nightly before 5 earlier runs).",
     )
     rescore_runs: int = Field(
         default=5,
