@@ -213,3 +213,26 @@ def test_run_eval_leaves_no_temporary_folder_behind(tmp_path, monkeypatch):
     kept = tmp_path / "kept"
     run_eval([RuleBasedAdapter()], [task], out=kept)
     assert (kept / "report.json").is_file()  # a folder the caller names is kept
+
+
+def test_an_error_in_the_users_generate_is_a_session_error_at_its_line(tmp_path, monkeypatch):
+    """At run time the same adapter's failure ends its session ERROR with the user's file and
+    line (the run goes on), rather than a traceback or a bare exception name."""
+    from ape.schemas.config import SolverConfig
+    from ape.tasks.models.adapter_chat import AdapterChatModel
+    from ape.tasks.plugins.loader import load_object
+    from ape.tasks.solving.solve import run_solver
+
+    (tmp_path / "broken.py").write_text(
+        "from ape import Generation, ModelAdapter\n\n\n"
+        "class Broken(ModelAdapter):\n"
+        "    def __init__(self):\n"
+        '        self.model_id = "broken"\n\n'
+        "    def generate(self, prompt, task):\n"
+        '        return Generation(text={}["x"], confidence=0.5)\n',
+        encoding="utf-8",
+    )
+    broken = load_object("broken:Broken", base_dir=tmp_path)()
+    state = run_solver(AdapterChatModel(adapter=broken), "hi", None, settings=SolverConfig())
+    assert state.error is not None
+    assert state.error.line() == f"KeyError: 'x' (at {tmp_path / 'broken.py'}:9 in generate)"
