@@ -178,18 +178,19 @@ def client_env(info: ServerInfo) -> dict[str, str]:
     return {"PREFECT_API_URL": info.api_url, CLIENT_AUTH_KEY: auth_string(info.home)}
 
 
-def api_session(api_url: str, timeout: float = 30.0, auth: str | None = None) -> httpx.Client:
+@contextlib.contextmanager
+def api_session(api_url: str, timeout: float = 30.0, auth: str | None = None) -> Iterator[httpx.Client]:
     """An HTTP client for hand-made calls to a Prefect API (benchmarks, tests): the credentials
     ``auth`` (default: this process's) and, where the server checks CSRF tokens, a fresh
-    token, as Prefect's own client sends them."""
+    token, as Prefect's own client sends them. Closed when the ``with`` block ends."""
     import uuid
 
-    client = httpx.Client(base_url=api_url, headers=auth_headers(auth), timeout=timeout, trust_env=False)
-    client_id = str(uuid.uuid4())
-    response = client.get("/csrf-token", params={"client": client_id})
-    if response.status_code == 200:
-        client.headers.update({"Prefect-Csrf-Token": response.json()["token"], "Prefect-Csrf-Client": client_id})
-    return client
+    with httpx.Client(base_url=api_url, headers=auth_headers(auth), timeout=timeout, trust_env=False) as client:
+        client_id = str(uuid.uuid4())
+        response = client.get("/csrf-token", params={"client": client_id})
+        if response.status_code == 200:
+            client.headers.update({"Prefect-Csrf-Token": response.json()["token"], "Prefect-Csrf-Client": client_id})
+        yield client
 
 
 def auth_headers(auth: str | None = None) -> dict[str, str]:
