@@ -27,6 +27,14 @@ the stock server (SmolLM2 as shipped, no BOS), which lm-evaluation-harness score
 a word while APE's log-probability canary refuses it, and APE's in-process scores of
 SmolLM2 as shipped against that server's.
 
+One thing is adjusted on lm-evaluation-harness's side, and reported: its ``gguf`` model sums
+``token_logprobs[idx:-1]``, dropping the answer's last token as the generated one, but
+llama-cpp-python generates nothing when the model's most likely next token ends the text
+(EOS, ``finish_reason`` "stop"), so lm-eval then drops the continuation's own last token (a
+one-token continuation such as " Ireland" scores 0). The script appends an empty generated
+token to such answers before lm-eval reads them, and also reports lm-eval's values as
+shipped (its own ``get_result`` on the untouched answers) with how many answers ended so.
+
 Times: each harness's wall time over the same requests on the same server (lm-eval's
 ``simple_evaluate`` call; APE's benchmark flow's ``wall_seconds`` from report.json, the
 process and a local Prefect server's start-up excluded and reported apart), and items/s.
@@ -118,6 +126,70 @@ def items(limit: int, folder: Path) -> Path:
 
 
 # -- lm-evaluation-harness --------------------------------------------------------------------
+def one_generated_token() -> list[tuple[str, str, dict[str, Any], str | None]]:
+    """Make every echo answer of llama-cpp-python's server end in one generated token, as
+    lm-eval's ``gguf`` model assumes; returns the list the untouched answers are kept in.
+
+    lm-eval sums ``token_logprobs[idx:-1]``: it drops the last token as the generated one.
+    When the model's most likely next token ends the text (EOS), llama-cpp-python generates
+    nothing (``finish_reason`` "stop") and the dropped token is the continuation's own last
+    one: a one-token continuation then scores 0. An empty generated token is appended to
+    such answers, so lm-eval drops that instead; its request building, splitting, sums and
+    metrics are left as they are. lm-eval's values as shipped are recomputed from the kept
+    answers with its own ``get_result``.
+    """
+    import copy
+
+    from lm_eval.models.gguf import GGUFLM
+
+    kept: list[tuple[str, str, dict[str, Any], str | None]] = []
+    original = GGUFLM.gguf_completion
+
+    def completion(self: Any, context: str, continuation: str | None = None, **kwargs: Any) -> Any:
+        response = original(self, context, continuation=continuation, **kwargs)
+        if continuation and response and response.get("choices"):
+            choice = response["choices"][0]
+            logprobs = choice.get("logprobs") or {}
+            kept.append((context, continuation, copy.deepcopy(logprobs), choice.get("finish_reason")))
+            if choice.get("finish_reason") == "stop" and logprobs.get("tokens"):
+                logprobs["tokens"].append("")
+                logprobs["text_offset"].append(len(context + continuation))
+                logprobs["token_logprobs"].append(0.0)
+                logprobs["top_logprobs"].append({"": 0.0})
+        return response
+
+    GGUFLM.gguf_completion = completion  # type: ignore[method-assign]
+    return kept
+
+
+def as_shipped(kept: list[tuple[str, str, dict[str, Any], str | None]], data: Path) -> dict[str, Any]:
+    """lm-eval's per-item values without the shim: its own ``get_result`` on the kept answers."""
+    from lm_eval.models.gguf import get_result
+
+    by_request = {(c, k): get_result(lp, len(c))[0] for c, k, lp, _ in kept}
+    per_item: dict[str, dict[str, Any]] = {}
+    for line in data.read_text(encoding="utf-8").splitlines():
+        doc = json.loads(line)
+        context = f"Question: {doc['question']}\nAnswer:"
+        lls = [float(by_request[(context, " " + choice)]) for choice in doc["choices"]]
+        chars = [len(choice) for choice in doc["choices"]]
+        pred = max(range(len(lls)), key=lambda i: (lls[i], -i))
+        pred_norm = max(range(len(lls)), key=lambda i: (lls[i] / chars[i], -i))
+        per_item[str(doc["id"])] = {
+            "lls": lls,
+            "acc": float(pred == doc["answer"]),
+            "acc_norm": float(pred_norm == doc["answer"]),
+        }
+    n = len(per_item) or 1
+    stops = sum(1 for *_, finish in kept if finish == "stop")
+    return {
+        "items": per_item,
+        "acc": sum(v["acc"] for v in per_item.values()) / n,
+        "acc_norm": sum(v["acc_norm"] for v in per_item.values()) / n,
+        "stops": stops,
+    }
+
+
 def run_lm_eval(data: Path, base_url: str, folder: Path) -> dict[str, Any]:
     """The task through lm-eval's ``gguf`` model at ``base_url``: per-item lls, acc, acc_norm, time."""
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -129,6 +201,7 @@ def run_lm_eval(data: Path, base_url: str, folder: Path) -> dict[str, Any]:
     tasks.mkdir(exist_ok=True)
     (tasks / "ape_mc_crosscheck.yaml").write_text(LM_EVAL_TASK.format(data=data), encoding="utf-8")
     manager = TaskManager(include_path=str(tasks))
+    kept = one_generated_token()
     started = time.perf_counter()
     results = lm_eval.simple_evaluate(
         model="gguf",
@@ -153,6 +226,7 @@ def run_lm_eval(data: Path, base_url: str, folder: Path) -> dict[str, Any]:
         "acc_norm": float(metrics["acc_norm,none"]),
         "wall_s": wall,
         "requests": sum(len(v["lls"]) for v in per_item.values()),
+        "shipped": as_shipped(kept, data),
     }
 
 
@@ -241,7 +315,8 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def _row(name: str, result: dict[str, Any], items_n: int, check: dict[str, Any] | None) -> str:
     if "refused" in result:
-        return f"| {name} | refused before any item (exit {result['rc']}): {result['refused'][:160]} | | | | |"
+        reason = result["refused"].partition("failed: ")[2] or result["refused"]
+        return f"| {name} | refused before any item (exit {result['rc']}): {reason[:220]} | | | | |"
     speed = items_n / result["wall_s"] if result["wall_s"] else float("nan")
     diff = "reference" if check is None else (
         f"{check['max_abs_ll_diff']:.1e}; acc/acc_norm differ on {check['acc_differ']}/{check['acc_norm_differ']}"
@@ -252,6 +327,14 @@ def _row(name: str, result: dict[str, Any], items_n: int, check: dict[str, Any] 
     )
 
 
+def _passes(check: dict[str, Any]) -> bool:
+    same = check["acc_differ"] == check["acc_norm_differ"] == check["missing"] == 0
+    return bool(check["max_abs_ll_diff"] <= TOLERANCE and same)
+
+
+HEADER = ["| harness | acc | acc_norm | wall s | items/s | max abs ll diff; items whose acc/acc_norm differ |"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=40, help="items of the example to use (40)")
@@ -260,6 +343,7 @@ def main() -> int:
     args = parser.parse_args()
     import importlib.util
 
+    from ape import server as prefect_server
     from ape.tasks.models.llama_server import KNOWN_MODELS
 
     module, filename, _ = KNOWN_MODELS["smollm2-135m"]
@@ -267,8 +351,6 @@ def main() -> int:
     model = Path((spec.submodule_search_locations or [""])[0]) / filename if spec else Path(filename)
     work = Path(tempfile.mkdtemp(prefix="ape-ll-crosscheck-"))
     # a Prefect server for APE's runs, as `ape run` starts one; its start-up is not timed
-    from ape import server as prefect_server
-
     os.environ["APE_HOME"] = str(work / "ape-home")
     info = prefect_server.start(port=_free_port())
     os.environ.update(prefect_server.client_env(info))
@@ -280,73 +362,81 @@ def main() -> int:
         proc, base = start_server(model, work / "server-bos.log", add_bos=True, threads=args.threads)
         try:
             lm = run_lm_eval(data, base, work)
-            openai_model = (
-                f'[model]\nname = "smollm2-openai"\nprovider = "openai"\nmodel = "local"\nbase_url = "{base}/v1"\n'
-            )
-            ape_server = run_ape(ape_config(work / "ape-openai", data, openai_model))
+            openai = f'[model]\nname = "smollm2-openai"\nprovider = "openai"\nmodel = "local"\nbase_url = "{base}/v1"\n'
+            ape_server = run_ape(ape_config(work / "ape-openai", data, openai))
         finally:
             stop(proc)
-        inproc_model = (
+        inproc = (
             '[model]\nname = "smollm2-inprocess"\nprovider = "llama-cpp"\nmodel = "smollm2-135m"\n'
             f"args = {{ add_bos = true, n_threads = {args.threads} }}\n"
         )
-        ape_inproc = run_ape(ape_config(work / "ape-inprocess", data, inproc_model))
-        checks = {name: compare(lm, result) for name, result in (("server", ape_server), ("inproc", ape_inproc))}
+        ape_inproc = run_ape(ape_config(work / "ape-inprocess", data, inproc))
+        shipped = {**lm["shipped"], "wall_s": lm["wall_s"]}
+        checks = {
+            "server": compare(lm, ape_server) if "items" in ape_server else None,
+            "inproc": compare(lm, ape_inproc) if "items" in ape_inproc else None,
+        }
+        ok = all(check is not None and _passes(check) for check in checks.values())
         rows += [
             f"SmolLM2-135M-Instruct Q4_1, {n} items, {lm['requests']} log-likelihood requests, llama.cpp threads "
-            f"{args.threads}; server with add_bos_token=true",
+            f"{args.threads}; llama-cpp-python's server with add_bos_token=true",
             "",
-            "| harness | acc | acc_norm | wall s | items/s | max abs ll diff vs lm-eval; items differing |",
+            *HEADER,
             "|---|---|---|---|---|---|",
-            _row("lm-eval 0.4.13 `gguf` -> llama-cpp-python server", lm, n, None),
+            _row("lm-eval 0.4.13 `gguf` -> llama-cpp-python server (one generated token ensured)", lm, n, None),
             _row("APE `openai` (/v1/completions) -> same server", ape_server, n, checks["server"]),
             _row("APE `llama-cpp` in process (add_bos = true)", ape_inproc, n, checks["inproc"]),
+            _row(
+                f"lm-eval `gguf` as shipped, same answers ({shipped['stops']} ended without a generated token)",
+                shipped,
+                n,
+                compare(lm, shipped),
+            ),
         ]
-        for name, check in checks.items():
-            result = ape_server if name == "server" else ape_inproc
-            if "refused" in result:
-                ok = False
-                continue
-            same = check["acc_differ"] == check["acc_norm_differ"] == check["missing"] == 0
-            ok = ok and check["max_abs_ll_diff"] <= TOLERANCE and same
         for name, result in (("openai", ape_server), ("in-process", ape_inproc)):
             if "process_s" in result:
-                rows.append(f"\nAPE {name}: the `ape run` process took {result['process_s']:.1f} s in all "
-                            "(start-up and a Prefect server's included)")  # fmt: skip
+                rows.append(
+                    f"\nAPE {name}: the `ape run` process took {result['process_s']:.1f} s in all "
+                    "(start-up and the Prefect client's included)"
+                )
         if not args.skip_stock:
             proc, base = start_server(model, work / "server-stock.log", add_bos=False, threads=args.threads)
             try:
                 lm_stock = run_lm_eval(data, base, work)
-                stock_model = (
+                stock = (
                     f'[model]\nname = "smollm2-stock"\nprovider = "openai"\nmodel = "local"\nbase_url = "{base}/v1"\n'
                 )
-                ape_stock = run_ape(ape_config(work / "ape-stock", data, stock_model))
+                ape_stock = run_ape(ape_config(work / "ape-stock", data, stock))
             finally:
                 stop(proc)
-            shipped = run_ape(
-                ape_config(
-                    work / "ape-shipped",
-                    data,
-                    '[model]\nname = "smollm2-shipped"\nprovider = "llama-cpp"\nmodel = "smollm2-135m"\n'
-                    f"args = {{ n_threads = {args.threads} }}\n",
-                )
+            model_as_shipped = (
+                '[model]\nname = "smollm2-shipped"\nprovider = "llama-cpp"\nmodel = "smollm2-135m"\n'
+                f"args = {{ n_threads = {args.threads} }}\n"
             )
-            shifted = compare(shipped, lm_stock) if "items" in shipped else None
+            ape_shipped = run_ape(ape_config(work / "ape-shipped", data, model_as_shipped))
+            stock_shipped = {**lm_stock["shipped"], "wall_s": lm_stock["wall_s"]}
+            reference = ape_shipped if "items" in ape_shipped else None
             rows += [
                 "",
-                "SmolLM2 as shipped (no BOS token), stock llama-cpp-python server:",
+                "SmolLM2 as shipped (no BOS token); the stock llama-cpp-python server:",
                 "",
-                "| harness | acc | acc_norm | wall s | items/s | max abs ll diff vs APE in process |",
+                *HEADER,
                 "|---|---|---|---|---|---|",
-                _row("APE `llama-cpp` in process (the model as shipped)", shipped, n, None),
-                _row("lm-eval `gguf` -> stock server (shifted log-probs, no warning)", lm_stock, n, shifted),
+                _row("APE `llama-cpp` in process (the model as shipped)", ape_shipped, n, None),
+                _row(
+                    "lm-eval `gguf` as shipped -> stock server (prompt log-probs shifted; no warning)",
+                    stock_shipped,
+                    n,
+                    compare(reference, stock_shipped) if reference else None,
+                ),
                 _row("APE `openai` -> stock server", ape_stock, n, None),
             ]
     finally:
         prefect_server.stop()
         shutil.rmtree(work, ignore_errors=True)
     print("\n".join(rows))
-    print(f"\nper-item log-likelihoods within {TOLERANCE:g} and identical acc/acc_norm: {'yes' if ok else 'NO'}")
+    verdict = "yes" if ok else "NO"
+    print(f"\nAPE and lm-eval per-item log-likelihoods within {TOLERANCE:g}, identical acc/acc_norm: {verdict}")
     return 0 if ok else 1
 
 

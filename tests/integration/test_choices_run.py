@@ -40,7 +40,10 @@ def run(path: Path):
     return config, benchmark(config, return_state=True)
 
 
-MOCK = '[[model]]\nname = "mc-mock"\nprovider = "mock"\nargs = { accuracy = 0.7, seed = 5 }\n'
+MOCK = (
+    '[[model]]\nname = "mc-mock"\nprovider = "mock"\nargs = { accuracy = 0.7, seed = 5 }\n'
+    "price_input_per_mtok = 2.0\nprice_output_per_mtok = 8.0\n"
+)
 
 
 def test_a_choices_run_scores_resumes_rescores_and_calibrates_on_choice_probabilities(tmp_path):
@@ -56,7 +59,8 @@ def test_a_choices_run_scores_resumes_rescores_and_calibrates_on_choice_probabil
         solution = s["solution"]
         assert s["confidence"] == pytest.approx(softmax(solution["loglikelihoods"])[solution["choice"]])
         assert s["correct"] == bool(s["check"]["metadata"]["acc_norm"])
-        assert s["steps"] == 4 and s["input_tokens"] > 0
+        assert s["steps"] == 4 and s["input_tokens"] > 0 and s["output_tokens"] == 0
+        assert s["cost"] == pytest.approx(s["input_tokens"] * 2.0 / 1e6)  # tokens and calls are counted
     # the transcript holds every choice with its log-likelihood and token count
     line = json.loads((out / "sessions.jsonl").read_text().splitlines()[0])
     choices = [e for e in line["entries"] if e["kind"] == "CHOICE"]

@@ -149,3 +149,25 @@ def test_the_mock_scorer_is_deterministic_and_knows_about_its_accuracy():
     picks = {max(range(3), key=[x.loglikelihood for x in g.scores].__getitem__) for g in guesses}
     assert picks != {2}  # without knowledge it does not always find the gold
     assert all(not math.isnan(s.loglikelihood) for g in guesses for s in g.scores)
+
+
+def test_a_dropped_request_is_retried_like_a_chat_call(endpoint):
+    answer = completions("right")
+    failed: list[int] = []
+
+    def flaky(request: Request):
+        if not failed:
+            failed.append(1)
+            return 503, error_body("overloaded")
+        return answer(request)
+
+    server = LoopbackEndpoint(flaky)
+    try:
+        cfg = ModelConfig(
+            name="flaky", provider="openai", model="local", base_url=server.base_url, max_retries=2, retry_initial_s=0
+        )
+        scorer = build_scorer(cfg, base_dir=__import__("pathlib").Path("."))
+        scored = scorer.score(ScoreRequest("Q:", (" a",)))
+    finally:
+        server.close()
+    assert len(server.requests) == 2 and scored.scores[0].token_count == 1
