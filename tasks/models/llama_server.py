@@ -8,7 +8,10 @@ answers, points the model's ``base_url`` at it and stops it at the end: on succe
 an exception, on Ctrl-C and on SIGTERM (the server leads its own process group, and
 the kernel kills it should the run itself be killed). Models of one run that name the
 same file share one server. The server's output goes to ``llama-server.log`` (one
-``llama-server-<file>.log`` per file when several) in the run's output folder.
+``llama-server-<file>.log`` per file when several) in the run's output folder. A
+``[choices]`` run (log-likelihood scoring) starts none: it loads the model in its own
+process (:mod:`ape.tasks.models.llama_inprocess`), since this server's echoed prompt
+log-probabilities are one position late for models without a BOS token.
 
 llama-cpp-python's server answers one request at a time, so a run's solver workers
 queue on it. It computes with half the CPUs this process may use (at least one;
