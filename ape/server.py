@@ -122,9 +122,14 @@ def private_dir(path: Path) -> Path:
     ``path`` that others may read is narrowed to 0700 (it holds prompts, answers and
     credentials)."""
     path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-    if os.name == "posix" and path.stat().st_mode & 0o077:
-        path.chmod(PRIVATE_DIR_MODE)
+    _owner_only(path, PRIVATE_DIR_MODE)
     return path
+
+
+def _owner_only(path: Path, mode: int) -> None:
+    """Narrow ``path`` to ``mode`` when its group or others may read it (POSIX only)."""
+    if os.name == "posix" and path.stat().st_mode & 0o077:
+        path.chmod(mode)
 
 
 def _private_home() -> Path:
@@ -149,8 +154,7 @@ def auth_string(home: Path | None = None) -> str:
     except OSError as exc:
         raise ApeError(f"cannot read the server's credentials: {exc}", where=str(path)) from None
     if text:
-        if os.name == "posix" and path.stat().st_mode & 0o077:
-            path.chmod(PRIVATE_FILE_MODE)
+        _owner_only(path, PRIVATE_FILE_MODE)
         return text
     value = f"{AUTH_USER}:{secrets.token_urlsafe(24)}"
     tmp = path.with_name(f".{AUTH_FILE}.{os.getpid()}.tmp")
