@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.processes import stop_group
+from tests.helpers.processes import start_logged, stop_group
 from tests.helpers.runner import make_benchmark, read_results
 
 N = 40
@@ -46,26 +46,8 @@ def test_served_schedule_runs_afresh_and_alerts_on_a_drop(prefect_server: str, t
     config_path = make_benchmark(tmp_path, n=N, model_args=args, extra="[monitor]\nruns_per_year = 365").resolve()
     out = tmp_path / "out"
     env = dict(os.environ, PREFECT_API_URL=prefect_server, PREFECT_RUNNER_POLL_FREQUENCY="1")
-    with open(tmp_path / "serve.log", "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ape",
-                "serve",
-                str(config_path),
-                "--interval",
-                str(INTERVAL_S),
-                "--name",
-                "every-few-seconds",
-            ],
-            cwd=REPO_ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    command = [sys.executable, "-m", "ape", "serve", str(config_path), "--interval", str(INTERVAL_S)]
+    proc = start_logged([*command, "--name", "every-few-seconds"], tmp_path / "serve.log", cwd=REPO_ROOT, env=env)
     dropped = False
     try:
         deadline = time.monotonic() + 360  # three runs; a busy two-core machine takes a minute each
