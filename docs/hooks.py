@@ -61,9 +61,9 @@ def model_named(path: str) -> type[BaseModel]:
 
 def cli_markdown() -> str:
     """One section per ``ape`` command: its usage line and a table of its arguments."""
-    from ape.cli import _parser
+    from ape.cli import build_parser
 
-    parser = _parser()
+    parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = {choice.dest: choice.help for choice in sub._choices_actions}
     blocks = []

@@ -23,11 +23,14 @@ from prefect.states import Failed
 
 from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from ape.flows.logs import run_logs
+from ape.flows.preflight import canary
 from ape.flows.progress import RUN_ERROR_LINES
 from ape.flows.run_plan import run_label
 from ape.flows.states import items_failed
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import Envelope
+from ape.tasks.checking.canary import CanaryFailed
+from ape.tasks.models.llama_server import local_model_servers
 from ape.tasks.storage.runs import IN_PLACE, RunInfo, config_for_run, finish_run, start_run
 
 log = logging.getLogger("ape")
@@ -118,6 +121,7 @@ def benchmark(
     only_models: list[str] | None = None,
     new_run: bool | None = None,
     run_id: str | None = None,
+    canary_graded: bool = False,
 ) -> dict[str, Any]:
     """Evaluate every model of ``config`` and write the report into its output folder.
 
@@ -130,8 +134,10 @@ def benchmark(
     ``new_run``: write a new run folder ``OUTPUT/runs/<run id>`` (true), or into the output
     folder itself (false); by default, runs of a deployment (scheduled ones included) are
     new runs and runs by hand are not. ``run_id`` continues that run (``ape retry``).
+    ``canary_graded``: the command that started this flow graded the canary already
+    (:func:`ape.launch.launch`); otherwise the flow grades it before any model is called.
     """
-    return run_benchmark(config, redo_outcomes, only_models, new_run, run_id)
+    return run_benchmark(config, redo_outcomes, only_models, new_run, run_id, canary_graded=canary_graded)
 
 
 def run_benchmark(
@@ -140,15 +146,17 @@ def run_benchmark(
     only_models: list[str] | None = None,
     new_run: bool | None = None,
     run_id: str | None = None,
+    *,
+    canary_graded: bool = False,
 ) -> Any:
     """The body of the benchmark flow, shared by :func:`benchmark` (the config is its
     parameter) and :func:`ape.flows.served.served_benchmark` (the config is read from the
-    served file): the canary, the local model servers, every model, the report."""
-    from ape.tasks.models.llama_server import local_model_servers
-
-    refused = _canary_refusal(config)  # before any model is served or called
-    if refused is not None:
-        return refused
+    served file): the canary (unless graded already), the local model servers, every model,
+    the report."""
+    if not canary_graded:
+        refused = canary_refusal(config)  # before any model is served or called
+        if refused is not None:
+            return refused
     # local GGUF models (provider "llama-cpp") are served for the length of the run
     with run_logs(None), local_model_servers(config) as served:
         return _evaluate_all(served, redo_outcomes, only_models, new_run, run_id)
@@ -170,31 +178,18 @@ def _suspect(config: ApeConfig, envelope: dict[str, Any]) -> str | None:
     return "; ".join(lines) + " (if this is expected, set [run] accept_unhealthy = true)"
 
 
-def _canary_refusal(config: ApeConfig) -> Any:
-    """None when the canary passed; else the Failed state that ends the flow run with its
-    one line (a log line and the state's message, not a traceback)."""
-    from ape.tasks.checking.canary import CanaryFailed
-
+def canary_refusal(config: ApeConfig) -> Any:
+    """Grade the canary (:func:`ape.flows.preflight.canary`): None when it passed, else the
+    Failed state that ends the flow run with its one line (a log line and the state's
+    message, not a traceback; ``items_failed`` raises the :class:`CanaryFailed` again)."""
     try:
-        _canary(config)
+        graded = canary(config)
     except CanaryFailed as exc:
         log.error("%s", exc)
         return Failed(message=str(exc), data=exc)
-    return None
-
-
-def _canary(config: ApeConfig) -> None:
-    """Grade the checker's known answers (``ape.tasks.checking.canary``) unless the command that
-    started this flow already did; a wrong verdict raises :class:`CanaryFailed`, which
-    ends the flow run Failed with that one line (``items_failed`` raises it again)."""
-    from ape.flows.run_plan import grade_canary
-    from ape.tasks.checking.canary import already_passed
-
-    if already_passed(config.checker):
-        return
-    graded = grade_canary(config)
     if graded:
         log.info("canary: the checker graded %d known answers as expected", len(graded))
+    return None
 
 
 def flow_run_link(flow_run_id: str | None) -> str | None:

@@ -28,9 +28,13 @@ from prefect import flow
 from prefect.states import Failed
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ape.flows.benchmark import run_benchmark
+from ape.flows.preflight import preflight
+from ape.flows.run_plan import run_label
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome
+from ape.tasks.storage.config_file import load_config
 
 log = logging.getLogger("ape")
 
@@ -87,20 +91,13 @@ def served_config_path() -> Path:
 
 def load_served(overrides: RunOverrides) -> ApeConfig:
     """The owner's config, read now from the served file, with the run's overrides checked."""
-    from ape.tasks.storage.config_file import load_config
-    from ape.tasks.storage.history import check_history
-
     config = load_config(served_config_path())
     overrides.check_models(config)
-    check_history(config.run.output)  # a damaged history stops the run before any model call
     return config
 
 
 def _run_name() -> str:
     from prefect.runtime import flow_run
-
-    from ape.flows.run_plan import run_label
-    from ape.tasks.storage.config_file import load_config
 
     try:
         config = load_config(served_config_path())
@@ -153,12 +150,11 @@ def served_benchmark(
     A flow run may set only these parameters (see the module doc); every other setting,
     and everything that names code, a file, a folder or an endpoint, comes from the file.
     """
-    from ape.flows.benchmark import run_benchmark
-
     _leave_ctrl_c_to_the_runner()
     try:
         overrides = RunOverrides(only_models=only_models, redo_outcomes=redo_outcomes, new_run=new_run, note=note)
         config = load_served(overrides)
+        preflight(config)  # the checks of `ape run`, on the file as it is now
     except (ApeError, ValidationError) as exc:
         message = str(exc) if isinstance(exc, ApeError) else _validation_line(exc)
         log.error("%s", message)

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import contextvars
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,28 +219,3 @@ def run_canary(
                 hint="no model was called; fix the checker or its limits, or the [[checker.canary]] entry",
             )
     return graded
-
-
-# --- one canary per run ---------------------------------------------------------------------
-
-_PASSED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("ape_canary_passed", default=frozenset())
-
-
-def canary_key(cfg: CheckerConfig) -> str:
-    """What the canary's verdict depends on: the whole ``[checker]`` section."""
-    return cfg.model_dump_json()
-
-
-@contextmanager
-def passed(cfg: CheckerConfig) -> Iterator[None]:
-    """Within this block the canary of ``cfg`` counts as passed: ``ape run`` grades it before
-    a server starts, and the benchmark flow it then runs does not grade it again."""
-    token = _PASSED.set(_PASSED.get() | {canary_key(cfg)})
-    try:
-        yield
-    finally:
-        _PASSED.reset(token)
-
-
-def already_passed(cfg: CheckerConfig) -> bool:
-    return canary_key(cfg) in _PASSED.get()

@@ -212,7 +212,7 @@ def _check_ape(args: list[str], where: str) -> None:
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            cli._parser().parse_args(args)
+            cli.build_parser().parse_args(args)
     except SystemExit:
         raise AssertionError(f"{where}: the ape argument parser refused it: {err.getvalue().strip()}") from None
     for arg in args:

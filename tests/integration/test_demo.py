@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ape.commands import demo_exit
+from ape.cli.demo import demo_exit
 from ape.config import load_config
 from ape.flows.demo import DEMO_DIR, DEMO_TASKS, demo_config, run_eval, workers_for
 from ape.schemas.report import Envelope

@@ -176,7 +176,7 @@ def test_a_prefect_server_this_home_did_not_start_is_not_reused(
 def test_server_env_and_status_never_point_at_a_server_ape_did_not_start(
     ape_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ape import commands
+    from ape.cli import server as commands
 
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setattr(server, "configured_api_url", lambda: None)
@@ -246,9 +246,9 @@ def test_start_reuse_status_stop(ape_home: Path, quiet_settings: None, monkeypat
     assert server.preferred_port() == port
     assert server.running_api_url() == api_url
     # ape.run reuses it (and never starts one): its flows report there
-    from ape.api import _choose_prefect_api
+    from ape.launch import connect
 
-    _choose_prefect_api()
+    connect("reuse")
     assert os.environ["PREFECT_API_URL"] == api_url
     monkeypatch.delenv("PREFECT_API_URL")
     assert server.ensure_api_url() == api_url
@@ -273,7 +273,7 @@ def test_ui_api_url_and_env_line() -> None:
 
 
 def test_serve_hint_names_the_api_url() -> None:
-    from ape.commands import run_hint
+    from ape.cli.serve import run_hint
 
     lines = run_hint("http://127.0.0.1:4311/api", "benchmark", "my bench")
     assert lines[1].strip() == "export PREFECT_API_URL=http://127.0.0.1:4311/api"
@@ -302,7 +302,7 @@ def test_credentials_are_made_once_and_kept_private(ape_home: Path) -> None:
 def test_ape_server_requires_credentials_and_refuses_foreign_origins(
     ape_home: Path, quiet_settings: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ape import commands
+    from ape.cli import server as commands
 
     port = free_port()
     monkeypatch.setenv("APE_SERVER_PORT", str(port))
@@ -359,7 +359,7 @@ def test_ape_server_requires_credentials_and_refuses_foreign_origins(
 def test_server_on_another_port_serves_a_ui_that_calls_it(
     ape_home: Path, quiet_settings: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ape import commands
+    from ape.cli import server as commands
 
     port = free_port()
     info = server.start(port=port)

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ape.api import _choose_prefect_api
+from ape.launch import connect
 
 
 def test_without_a_server_it_says_so_and_turns_telemetry_off(tmp_path, monkeypatch: pytest.MonkeyPatch, ape_log):
@@ -17,7 +17,7 @@ def test_without_a_server_it_says_so_and_turns_telemetry_off(tmp_path, monkeypat
     monkeypatch.delenv("PREFECT_SERVER_ANALYTICS_ENABLED", raising=False)
     monkeypatch.setattr("ape.server.configured_api_url", lambda: None)  # no profile URL either
     ape_log.set_level(logging.INFO, logger="ape")
-    _choose_prefect_api()
+    connect("reuse")
     assert os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] == "false"
     assert "PREFECT_API_URL" not in os.environ  # nothing was started
     assert [r.getMessage() for r in ape_log.records] == [
@@ -29,5 +29,5 @@ def test_without_a_server_it_says_so_and_turns_telemetry_off(tmp_path, monkeypat
 def test_a_configured_api_is_left_alone(monkeypatch: pytest.MonkeyPatch, ape_log):
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4999/api")
     ape_log.set_level(logging.INFO, logger="ape")
-    _choose_prefect_api()
+    connect("reuse")
     assert os.environ["PREFECT_API_URL"] == "http://127.0.0.1:4999/api" and not ape_log.records

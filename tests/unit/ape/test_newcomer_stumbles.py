@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import ape
-from ape import cli, commands
+from ape import cli, launch
+from ape.cli import run as run_command
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Generation
 
@@ -150,8 +151,8 @@ def test_ctrl_c_before_any_item_started_does_not_claim_saved_items(tmp_path, cap
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(commands, "_WORK_STARTED", False)
-    monkeypatch.setattr(commands, "load_config", interrupted)
+    monkeypatch.setattr(launch, "_WORK_STARTED", False)
+    monkeypatch.setattr(run_command, "load_config", interrupted)
     assert cli.main(["run", str(tmp_path / "config.toml")]) == 130
     err = capsys.readouterr().err
     assert "nothing was saved" in err and "finished items are saved" not in err
@@ -164,10 +165,10 @@ def test_ctrl_c_after_the_flow_started_says_finished_items_are_saved(tmp_path, c
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(commands, "_WORK_STARTED", False)
-    monkeypatch.setattr(commands, "_use_prefect_server", lambda use: None)
-    monkeypatch.setattr(commands, "_run_benchmark", interrupted)
-    monkeypatch.setattr("ape.watchdog.api_watchdog", lambda output: None)
+    monkeypatch.setattr(launch, "_WORK_STARTED", False)
+    monkeypatch.setattr(launch, "connect", lambda api: None)
+    monkeypatch.setattr(launch, "benchmark", interrupted)
+    monkeypatch.setattr(launch, "api_watchdog", lambda output: None)
     assert cli.main(["run", str(config), "--no-progress"]) == 130
     assert "interrupted: finished items are saved" in capsys.readouterr().err
 

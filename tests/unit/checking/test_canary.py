@@ -15,7 +15,6 @@ from ape.schemas.check import Failed, Passed
 from ape.schemas.config import CheckerConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.results import CheckStatus
-from ape.tasks.checking import canary as canary_mod
 from ape.tasks.checking import grade as grade_mod
 from ape.tasks.checking.canary import CanaryFailed, run_canary
 from ape.tasks.checking.check import checker_factory
@@ -220,17 +219,16 @@ def test_a_sandbox_that_cannot_start_stops_ape_run_with_exit_2(tmp_path, capsys,
     assert not (tmp_path / "calls.log").exists()
 
 
-def test_the_flow_grades_the_canary_itself_when_no_command_did(tmp_path, monkeypatch):
+def test_the_flow_grades_the_canary_itself_when_no_command_did(tmp_path):
     """A deployment starts the benchmark flow directly: the canary runs there, before any model."""
     from ape.config import load_config
     from ape.flows import benchmark as benchmark_mod
 
     checker = 'implementation = "benchschema:check_strict"' + USER_CANARY.format(passed="false")
     config = load_config(make_benchmark(tmp_path, checker=checker, models=_counted_model(tmp_path)))
-    with pytest.raises(CanaryFailed, match="'two'"):
-        benchmark_mod._canary(config)
-    with canary_mod.passed(config.checker):  # graded by `ape run` already: not again
-        benchmark_mod._canary(config)
+    refused = benchmark_mod.canary_refusal(config)
+    assert refused is not None and refused.is_failed()
+    assert isinstance(refused.data, CanaryFailed) and "'two'" in str(refused.message)
 
 
 def test_taskspec_grades_a_code_task_and_a_text_task():

@@ -1,0 +1,97 @@
+"""``ape serve CONFIG``: the benchmark as a scheduled Prefect deployment, served by this process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import signal
+from pathlib import Path
+from typing import Any
+
+from ape import server
+from ape.tasks.storage.config_file import load_config
+
+NAME = "serve"
+HELP = "serve the benchmark as a scheduled Prefect deployment"
+
+log = logging.getLogger("ape")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", type=Path)
+    p.add_argument("--cron", default=None, help='schedule, e.g. "0 3 * * *" (none: manual runs)')
+    p.add_argument("--timezone", default=None, help='IANA timezone of the schedule, e.g. "Europe/Berlin" (default UTC)')
+    p.add_argument("--name", default=None, help="deployment name (default: the benchmark name)")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=None,
+        help="schedule: a run every this many seconds (instead of, or besides, --cron)",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    return serve(args.config, args.cron, args.name, timezone=args.timezone, interval=args.interval)
+
+
+def serve(
+    config_path: Path, cron: str | None, name: str | None, *, timezone: str | None = None, interval: float | None = None
+) -> int:
+    # deferred: Prefect and the flows (CLI start-up)
+    from ape.deployments.serve import cron_schedule, load_benchmark_flow, serve_config
+    from ape.flows.preflight import canary
+
+    config_path = config_path.resolve()
+    config = load_config(config_path)  # fail fast on a bad config
+    canary(config)  # and on a checker that cannot grade here (each run grades it again)
+    if cron:
+        cron_schedule(cron, timezone)  # and on a bad schedule, before any server starts
+    configured = server.configured_api_url()
+    api_url = server.ensure_api_url(on_status=log.info)
+    if api_url:
+        for line in run_hint(api_url, "benchmark", name or config.name, ape_server=not configured):
+            log.info("%s", line)
+    deployment = f"benchmark/{name or config.name}"
+    previous = _stop_gracefully_on_ctrl_c()
+    try:
+        serve_config(
+            load_benchmark_flow(),
+            config,
+            cron,
+            name or config.name,
+            timezone=timezone,
+            on_status=log.info,
+            interval=interval,
+        )
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    log.info(
+        "stopped serving '%s': a run in progress was cancelled and does not enter the history; "
+        "its schedule is paused until 'ape serve' runs again",
+        deployment,
+    )
+    return 0
+
+
+def run_hint(api_url: str, flow_name: str, name: str, *, ape_server: bool = False) -> list[str]:
+    """How to trigger a served deployment from a new shell, which needs the API URL (and,
+    for APE's own server, its credentials, which ``ape server env`` prints without showing
+    them here): without it ``prefect deployment run`` looks for a temporary in-process
+    server and times out."""
+    target = shlex.quote(f"{flow_name}/{name}")
+    point = 'eval "$(ape server env)"' if ape_server else server.env_line(api_url)
+    return ["To start a run from another shell:", f"    {point}", f"    prefect deployment run {target}"]
+
+
+def _stop_gracefully_on_ctrl_c() -> Any:
+    """Ctrl-C stops ``ape serve`` the way SIGTERM does: Prefect's runner then cancels the run
+    in progress (state Cancelled, never half-counted in the history) and returns, instead of
+    a KeyboardInterrupt traceback from deep inside its event loop. Returns the old handler."""
+
+    def as_sigterm(_signum: int, _frame: Any) -> None:
+        signal.raise_signal(signal.SIGTERM)
+
+    return signal.signal(signal.SIGINT, as_sigterm)

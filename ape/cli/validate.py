@@ -1,0 +1,96 @@
+"""``ape validate CONFIG``: everything a run checks before its first model call; calls no model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ape.cli.options import overrides as flag_overrides
+from ape.schemas.config import ApeConfig
+from ape.tasks.storage.config_file import load_config
+
+NAME = "validate"
+HELP = "check a config, its plugins, data and template; calls no model"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", type=Path)
+    p.add_argument(
+        "--estimate", action="store_true", help="also estimate tokens and cost from the prompt lengths and max_tokens"
+    )
+    p.add_argument(
+        "--output", type=Path, default=None, help="check this output folder instead of [run] output (as run --output)"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    return validate(args.config, estimate=args.estimate, overrides=flag_overrides(args))
+
+
+def validate(config_path: Path, *, estimate: bool = False, overrides: dict | None = None) -> int:
+    """``ape validate``: everything a run checks before its first model call; ``overrides``
+    are the dotted keys of command-line flags (``--output``), as for ``ape run``."""
+    from ape.flows.preflight import canary, preflight  # deferred: the plugins and Prefect (CLI start-up)
+    from ape.tasks.solving.render import template_variables
+
+    config = load_config(config_path, overrides)
+    checked = preflight(config)
+    plan, tools, ids = checked.plans[0], checked.tools, checked.ids
+    graded = canary(config)  # before "ok": a checker that cannot grade is not a valid config
+    variables = ", ".join(sorted(template_variables(plan.template))) or "none"
+    print(f"ok: {config_path}")
+    print(f"  data: {len(ids)} items from {config.data.file.name}" + (f" ({ids[0]} .. {ids[-1]})" if ids else ""))
+    print(f"  template variables: {variables}")
+    print(f"  models: {', '.join(m.model_id for m in config.model)}")
+    print(
+        f"  tools: {', '.join(t.name for t in tools) or 'none'}"
+        + (f" + checker tool '{config.checker.checker_tool}'" if config.checker.expose_as_tool else "")
+    )
+    print(f"  checker: {config.checker.implementation}; adapter: {config.adapter.implementation}")
+    print(
+        f"  canary: {len(graded)} known answers graded as expected"
+        if graded
+        else "  canary: none (a user checker declares its known answers in [[checker.canary]])"
+    )
+    print(f"  output: {config.run.output}")
+    if estimate:
+        _print_estimate(config, plan)
+    return 0
+
+
+def _print_estimate(config: ApeConfig, plan: Any) -> None:
+    """Tokens and cost of the run, from the rendered prompts' lengths and max_tokens."""
+    from ape.tasks.solving.render import render  # deferred with the plugins (above)
+    from ape.tasks.stats.cost import estimate
+
+    lengths = []
+    for item in plan.provider():
+        text = render(plan.template, item)
+        if plan.system:
+            text += render(plan.system, item)
+        lengths.append(len(text))
+    print("  estimate (about 4 characters per token, one model call per session):")
+    total = 0.0
+    priced = True
+    for model in config.model:
+        e = estimate(model, lengths, config.run.runs_per_data, config.solver.max_steps)
+        out = (
+            f"at most {e.output_tokens:,.0f}"
+            if e.output_bound
+            else f"about {e.output_tokens:,.0f} (no max_tokens: 256 per session assumed)"
+        )
+        cost = f"cost {e.cost:.4f}" if e.cost is not None else "no prices set"
+        print(
+            f"    {e.model_id}: {e.sessions} sessions, {e.input_tokens:,.0f} input tokens, {out} output tokens, {cost}"
+        )
+        if e.cost is None:
+            priced = False
+        else:
+            total += e.cost
+    if priced:
+        print(
+            f"    total: {total:.4f}"
+            + (f" of max_cost {config.run.max_cost:g}" if config.run.max_cost is not None else "")
+        )
+    print("    tool calls, reformat prompts and max_steps > 1 add to this")

@@ -1,0 +1,88 @@
+"""Everything a run checks before its first model call, in one place.
+
+``ape run``, ``ape retry``, ``ape validate``, ``ape plan``, ``ape serve``, ``ape.run`` and
+a served benchmark's flow run all call these two functions, so a bad input gives the same
+one line (naming the file and key) whichever way the run was started:
+
+- :func:`preflight` resolves every plugin, the template, the data, the output folder and
+  its history, and refuses to mix results with a different earlier run;
+- :func:`canary` grades the checker's known answers (and a judge's injected wrong answers,
+  and a ``[choices]`` endpoint's prompt log-probabilities) with the checker the run uses.
+
+The canary is graded once per run: by :func:`ape.launch.launch` before a server starts
+(the benchmark flow is then told so), or by the benchmark flow itself when a deployment
+started it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ape.flows.resume import recorded, refuse_mixing
+from ape.flows.run_plan import RunPlan, grade_canary, make_plan, resume_fingerprints
+from ape.schemas.config import ApeConfig, ModelConfig
+from ape.schemas.errors import ApeError
+from ape.tasks.checking.judge import judge_model_config
+from ape.tasks.models.build import build_model
+from ape.tasks.solving.tools import load_tools
+from ape.tasks.storage.config_file import locate
+from ape.tasks.storage.history import check_history
+from ape.tasks.storage.outdir import check_output_folder
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What :func:`preflight` resolved: each model's plan, the tools and the item ids."""
+
+    plans: list[RunPlan]
+    tools: list[Any]
+    ids: list[str]
+
+
+def preflight(config: ApeConfig) -> Checked:
+    """Resolve every plugin, the template and the data before any flow starts, so a bad
+    input is one clear line instead of a failed flow run."""
+    try:
+        check_output_folder(config.run.output)
+        check_history(config.run.output)  # a damaged history is found now, not after every model call
+        check_judge_model(config)  # before the plans build their checkers (and so the judge)
+        plans = [make_plan(config, model) for model in config.model]
+        for model in config.model:
+            build_model(model, config.base_dir)
+        tools = load_tools(config.tools, config.base_dir)
+        if config.run.load_save:  # refuse to mix results now, not in a failed flow run
+            for plan in plans:
+                previous = recorded(plan.out_dir / config.run.metadata_file)
+                refuse_mixing(previous, resume_fingerprints(plan), plan.out_dir)
+        return Checked(plans, tools, plans[0].provider().scan())
+    except ApeError as exc:
+        raise locate(exc, config) from None
+
+
+def check_judge_model(config: ApeConfig) -> None:
+    """Build a judge's own model (``[checker.judge]``) as the ``[[model]]`` sections are built,
+    so a model that cannot work there (an unknown mock behaviour, a missing key) is one line
+    naming ``[checker.judge]`` before any model call, not a check error on every item."""
+    if config.checker.implementation != "judge" or not isinstance(config.checker.judge, ModelConfig):
+        return  # no judge, or a judge that names a [[model]] (built with the others)
+    model_cfg = judge_model_config(config)
+    try:
+        build_model(model_cfg, config.base_dir)
+    except ApeError as exc:
+        exc.where = (exc.where or "").replace(f"[model] '{model_cfg.model_id}'", "[checker.judge]", 1)
+        raise
+
+
+def canary(config: ApeConfig) -> list[Any]:
+    """Grade the checker's known answers (``ape.tasks.checking.canary``) before any model call;
+    the returned list holds the graded examples (empty for a checker without any).
+
+    Raises:
+        CanaryFailed: one line naming the checker, the example and the cause.
+        ApeError: a ``[[checker.canary]]`` item that does not fit the DataModel.
+    """
+    try:
+        return grade_canary(config)
+    except ApeError as exc:
+        raise locate(exc, config) from None
