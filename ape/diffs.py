@@ -13,8 +13,14 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ape.config import load_config
+from ape.flows.rescore import rescore as rescore_sessions
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
+from ape.tasks.report.diff import FAIL_TO_PASS, PASS_TO_FAIL, changed_settings, compare_items, diff_markdown, write_diff
+from ape.tasks.report.sessions_table import load_sessions
+from ape.tasks.storage.run_files import metadata_by_model
+from ape.tasks.storage.runs import run_folder, runs_root
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,7 +29,6 @@ log = logging.getLogger("ape")
 
 
 def _run_ids(output: Path) -> list[str]:
-    from ape.tasks.storage.runs import runs_root
 
     root = runs_root(output)
     return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
@@ -31,7 +36,6 @@ def _run_ids(output: Path) -> list[str]:
 
 def resolve_sides(paths: list[Path]) -> list[tuple[str, Path]]:
     """(label, folder) of both sides, from two folders or an output folder and two run ids."""
-    from ape.tasks.storage.runs import run_folder
 
     if len(paths) == 2:
         for path in paths:
@@ -58,7 +62,6 @@ def resolve_sides(paths: list[Path]) -> list[tuple[str, Path]]:
 
 def config_of(metadata: dict, where: str) -> ApeConfig:
     """The config a run recorded in its metadata (``config_file``), loaded afresh."""
-    from ape.config import load_config
 
     path = metadata.get("config_file")
     if not path or not Path(path).is_file():
@@ -111,16 +114,6 @@ def _listed(models: set[str]) -> str:
 
 def diff(paths: list[Path], out: Path | None = None, *, rescore: bool = True) -> int:
     """Print the diff and write diff.md and diff.parquet (into ``out``, else the later side)."""
-    from ape.tasks.report.diff import (
-        FAIL_TO_PASS,
-        PASS_TO_FAIL,
-        changed_settings,
-        compare_items,
-        diff_markdown,
-        write_diff,
-    )
-    from ape.tasks.report.sessions_table import load_sessions
-    from ape.tasks.storage.run_files import metadata_by_model
 
     (label_a, folder_a), (label_b, folder_b) = resolve_sides(paths)
     meta_a, meta_b = metadata_by_model([folder_a]), metadata_by_model([folder_b])
@@ -130,8 +123,6 @@ def diff(paths: list[Path], out: Path | None = None, *, rescore: bool = True) ->
         checker_a = (meta_a[model_id].get("fingerprints") or {}).get("checker")
         checker_b = (meta_b[model_id].get("fingerprints") or {}).get("checker")
         if rescore and checker_a and checker_b and checker_a != checker_b:
-            from ape.flows.rescore import rescore as rescore_sessions
-
             config = config_of(meta_b[model_id], where=f"{folder_b} ({model_id})")
             sessions_a = rescore_sessions(sessions_a, config, model_id)
             notes.append(

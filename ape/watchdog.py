@@ -28,6 +28,8 @@ import threading
 import urllib.request
 from pathlib import Path
 
+from ape.tasks.storage.save import WRITE_GUARD
+
 EXIT_API_LOST = 1
 
 
@@ -61,7 +63,6 @@ class ApiWatchdog:
                 self._end()
 
     def _end(self) -> None:
-        from ape.tasks.storage.save import WRITE_GUARD
 
         prefect = logging.getLogger("prefect")
         prefect.setLevel(logging.CRITICAL + 1)

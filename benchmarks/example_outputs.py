@@ -14,8 +14,10 @@ working copy. Everything else, every score, interval, count, outcome and token, 
     python benchmarks/example_outputs.py snapshot /tmp/after           # at the new one
     python benchmarks/example_outputs.py compare /tmp/before /tmp/after
 
-`--only NAME` runs the examples whose folder or config name contains NAME; `--no-llm` skips
-the configs that need the llm extra (SmolLM2 through llama-cpp).
+`--only NAME` runs the examples whose folder or config name contains NAME, `--skip NAME`
+leaves them out; `--no-llm` skips the configs that need the llm extra (SmolLM2 through
+llama-cpp). A snapshot records each run's exit code and log too: an example that fails
+fails the same way in both snapshots, or the comparison says so.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +47,11 @@ VOLATILE = re.compile(r"(latency|seconds|runtime|_s$|_at$|time|duration|run_id|e
 MD_TIME = re.compile(r"\b\d+(\.\d+)? s\b")
 
 
-def configs(only: str | None, no_llm: bool) -> list[Path]:
+def configs(only: str | None, no_llm: bool, skip: list[str]) -> list[Path]:
     found = sorted(EXAMPLES.glob("*/config*.toml"))
     if only:
         found = [p for p in found if only in f"{p.parent.name}/{p.name}"]
+    found = [p for p in found if not any(name in f"{p.parent.name}/{p.name}" for name in skip)]
     if no_llm:
         found = [p for p in found if 'provider = "llama-cpp"' not in p.read_text(encoding="utf-8")]
     return found
@@ -94,6 +98,9 @@ def run_example(config: Path, target: Path) -> tuple[bool, float]:
     copy = WORK / config.parent.name
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(config.parent, copy, ignore=shutil.ignore_patterns("output", "__pycache__"))
+    output = (copy / tomllib.loads(config.read_text(encoding="utf-8")).get("run", {}).get("output", "output")).resolve()
+    if not output.is_relative_to(copy):  # an example that writes beside the repository's output/
+        shutil.rmtree(output, ignore_errors=True)
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "ape", "run", str(copy / config.name), "--no-progress"],
@@ -106,10 +113,10 @@ def run_example(config: Path, target: Path) -> tuple[bool, float]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "exit_code").write_text(f"{proc.returncode}\n")
     (out / "run.log").write_text(proc.stdout + proc.stderr)
-    reports = sorted(copy.rglob("report.json"))
+    reports = sorted({*copy.rglob("report.json"), *output.rglob("report.json")})
     for report in reports:
         folder = report.parent
-        rel = folder.relative_to(copy)
+        rel = folder.relative_to(copy) if folder.is_relative_to(copy) else folder.relative_to(output.parent)
         dest = out / str(rel).replace("/", "__")
         dest.mkdir(parents=True, exist_ok=True)
         data = json.loads(report.read_text(encoding="utf-8"))
@@ -122,10 +129,10 @@ def run_example(config: Path, target: Path) -> tuple[bool, float]:
     return proc.returncode == 0 and bool(reports), took
 
 
-def snapshot(target: Path, only: str | None, no_llm: bool) -> int:
+def snapshot(target: Path, only: str | None, no_llm: bool, skip: list[str]) -> int:
     target.mkdir(parents=True, exist_ok=True)
     failed = 0
-    for config in configs(only, no_llm):
+    for config in configs(only, no_llm, skip):
         ok, took = run_example(config, target)
         failed += not ok
         print(f"{'ok  ' if ok else 'FAIL'} {config.relative_to(ROOT)}  {took:.1f} s", flush=True)
@@ -162,12 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     snap.add_argument("dir", type=Path)
     snap.add_argument("--only", help="run only the examples whose folder/config name contains this")
     snap.add_argument("--no-llm", action="store_true", help="skip the configs that need the llm extra")
+    snap.add_argument("--skip", action="append", default=[], help="skip the configs whose name contains this")
     cmp = sub.add_parser("compare", help="compare two snapshots; exit 1 when one file differs")
     cmp.add_argument("before", type=Path)
     cmp.add_argument("after", type=Path)
     args = parser.parse_args(argv)
     if args.command == "snapshot":
-        return snapshot(args.dir, args.only, args.no_llm)
+        return snapshot(args.dir, args.only, args.no_llm, args.skip)
     return compare(args.before, args.after)
 
 

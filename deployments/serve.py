@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ValidationError
 
+from ape.flows.served import CONFIG_ENV, OVERRIDES
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
+from ape.tasks.plugins.loader import load_object
 
 if TYPE_CHECKING:
     from prefect import Flow
@@ -69,7 +71,6 @@ def deployment_for(
     parameters are only the run overrides, with their defaults: the config stays in its
     file. A flow whose parameters are anything else is refused here.
     """
-    from ape.flows.served import OVERRIDES
 
     extra = sorted(set(flow.parameters.properties) - set(OVERRIDES))
     if extra:
@@ -134,8 +135,6 @@ def serve_config(
     """
     from prefect import serve as prefect_serve
 
-    from ape.flows.served import CONFIG_ENV
-
     if config.config_file is None:
         raise ApeError(
             "a served benchmark needs its config file: each run reads it afresh",
@@ -155,6 +154,5 @@ def serve_config(
 
 def load_benchmark_flow() -> Flow[..., Any]:
     """Import the benchmark flow lazily, so this module loads without the runner."""
-    from ape.tasks.plugins.loader import load_object
 
     return load_object(BENCHMARK_FLOW, where="deployment")

@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from ape.flows.recurring import describe
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import RegressionRow
-from ape.tasks.plugins.loader import load_object
+from ape.tasks.plugins.hooks import load_hook
 from ape.tasks.report.trend import history_markdown
 from ape.tasks.storage.history import read_runs
 
@@ -59,7 +60,6 @@ def resources(benchmark: str, model_id: str) -> tuple[dict[str, str], list[dict[
 
 
 def regressions_markdown(config: ApeConfig, run_id: str, rows: list[RegressionRow]) -> str:
-    from ape.flows.recurring import describe
 
     lines = [f"# {config.name}: run {run_id} against earlier runs", ""]
     if not rows:
@@ -118,22 +118,10 @@ def emit(benchmark: str, rows: list[RegressionRow]) -> None:
         )
 
 
-def load_hook(config: ApeConfig):  # noqa: ANN201 - any callable
-    if not config.hooks.on_regression:
-        return None
-    where = f"{config.config_file or 'config'} [hooks] on_regression"
-    hook = load_object(config.hooks.on_regression, where=where, base_dir=config.base_dir)
-    if not callable(hook):
-        from ape.schemas.errors import ApeError
-
-        raise ApeError(f"'{config.hooks.on_regression}' is not callable", where=where)
-    return hook
-
-
 def call_hook(config: ApeConfig, regressed: list[RegressionRow]) -> None:
     if not regressed:
         return
-    hook = load_hook(config)
+    hook = load_hook(config, "on_regression")
     for row in regressed:
         if hook is None:
             break

@@ -21,16 +21,24 @@ from prefect.cache_policies import NO_CACHE
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.states import Failed
 
+from ape.flows.alerts import publish
 from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from ape.flows.logs import run_logs
 from ape.flows.preflight import canary
 from ape.flows.progress import RUN_ERROR_LINES
-from ape.flows.run_plan import run_label
+from ape.flows.recurring import explain_moves, flagged_items, record_run
+from ape.flows.run_plan import load_data_model, run_label
 from ape.flows.states import items_failed
 from ape.schemas.config import ApeConfig
-from ape.schemas.report import Envelope
+from ape.schemas.report import Envelope, HealthEntry
 from ape.tasks.checking.canary import CanaryFailed
+from ape.tasks.checking.judge_labels import calibrate
 from ape.tasks.models.llama_server import local_model_servers
+from ape.tasks.recording import LEDGER, wait_until_recorded
+from ape.tasks.report.build import build_report
+from ape.tasks.report.envelope import write_envelope
+from ape.tasks.report.health import suspect_lines
+from ape.tasks.report.markdown import calibration_table, markdown_table
 from ape.tasks.storage.runs import IN_PLACE, RunInfo, config_for_run, finish_run, start_run
 
 log = logging.getLogger("ape")
@@ -50,8 +58,6 @@ def _run_name() -> str:
 @task(name="report", task_run_name="report[{config.name}]", cache_policy=NO_CACHE, persist_result=False)
 def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Leaderboard, pairwise comparison and calibration from the saved results (no model calls)."""
-    from ape.tasks.report.build import build_report
-    from ape.tasks.report.markdown import markdown_table
 
     files = [config.output_dir_for(m) / config.run.save_file for m in config.model]
     envelope = build_report(
@@ -79,7 +85,6 @@ def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | 
 
 
 def _calibration_markdown(envelope: Envelope) -> str:
-    from ape.tasks.report.markdown import calibration_table
 
     return "\n".join(["# Calibration", "", *calibration_table(envelope)])
 
@@ -87,11 +92,6 @@ def _calibration_markdown(envelope: Envelope) -> str:
 @task(name="record-run", task_run_name="record-run[{info.run_id}]", cache_policy=NO_CACHE, persist_result=False)
 def record_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dict[str, Any]) -> list[dict[str, Any]]:
     """History entry, comparisons with the previous run and the baseline, ``latest``, alerts."""
-    from ape.flows.alerts import publish
-    from ape.flows.recurring import explain_moves, flagged_items, record_run
-    from ape.schemas.report import Envelope
-    from ape.tasks.report.envelope import write_envelope
-    from ape.tasks.report.markdown import markdown_table
 
     report = Envelope.model_validate(envelope)
     rows = explain_moves(config, top, info, record_run(config, top, info, report))
@@ -108,8 +108,6 @@ def record_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dict[str,
 def calibrate_judge(config: ApeConfig) -> None:
     """A judge checker with a calibration file grades it before any model runs
     (``ape.tasks.checking.judge_labels``); the report compares it with the people's grades."""
-    from ape.flows.run_plan import load_data_model
-    from ape.tasks.checking.judge_labels import calibrate
 
     calibrate(config, load_data_model(config))
 
@@ -164,8 +162,6 @@ def run_benchmark(
 
 def _suspect(config: ApeConfig, envelope: dict[str, Any]) -> str | None:
     """The run-health line(s) that fail this run, or None (healthy, or accepted by config)."""
-    from ape.schemas.report import HealthEntry
-    from ape.tasks.report.health import suspect_lines
 
     health = {model: HealthEntry.model_validate(entry) for model, entry in (envelope.get("health") or {}).items()}
     lines = suspect_lines(health)
@@ -275,7 +271,6 @@ def _evaluate_all(
 def _wait_recorded(flow_run_ids: list[str]) -> None:
     """Before the run reports done, the Prefect server holds every task run of its model
     flows (see ape.tasks.recording), or the log says how many it lacks."""
-    from ape.tasks.recording import LEDGER, wait_until_recorded
 
     try:
         wait_until_recorded(flow_run_ids, on_progress=log.info)

@@ -19,10 +19,23 @@ from pydantic import BaseModel
 
 from ape.schemas.config import ApeConfig, ModelConfig
 from ape.schemas.errors import ApeError, did_you_mean
+from ape.tasks.checking.builtin import BuiltinChecker
+from ape.tasks.checking.canary import run_canary
+from ape.tasks.checking.check import load_checker
+from ape.tasks.checking.choice import ChoiceChecker
+from ape.tasks.checking.judge import checker_fingerprint, judge_factory
+from ape.tasks.checking.judge_canary import run_judge_canary
+from ape.tasks.checking.judge_labels import check_calibration_file
+from ape.tasks.checking.logprob_canary import run_logprob_canary
 from ape.tasks.common.deadline import call_with_timeout
+from ape.tasks.models.fingerprint import model_fingerprint
+from ape.tasks.models.scoring import check_can_score
+from ape.tasks.plugins.hooks import load_hook
 from ape.tasks.plugins.loader import load_object
+from ape.tasks.solving.adapt import load_adapter
 from ape.tasks.solving.render import check_template
 from ape.tasks.storage.data import DataProvider
+from ape.tasks.storage.runs import cache_dir, cache_scope_key
 
 # Bump when the meaning of cached generations changes, to invalidate old caches.
 CACHE_VERSION = "1"
@@ -54,7 +67,6 @@ class RunPlan:
 
     @property
     def cache_dir(self) -> Path:
-        from ape.tasks.storage.runs import cache_dir
 
         return cache_dir(self.config)
 
@@ -83,9 +95,6 @@ def load_data_model(config: ApeConfig) -> type[BaseModel]:
 
 
 def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> RunPlan:
-    from ape.tasks.models.fingerprint import model_fingerprint
-    from ape.tasks.solving.adapt import load_adapter
-    from ape.tasks.storage.runs import cache_scope_key
 
     data_model = load_data_model(config)
     template = _read(config.prompt.template_file, config.prompt.template, "template") or ""
@@ -125,15 +134,8 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> RunPlan:
     checker_factory = run_checker_factory(config, data_model)
     probe = checker_factory()  # fail now on a bad checker, not in a worker thread
     check_checker_fields(probe, data_model, where=f"{src} [checker] args")
-    hook = None
-    if config.hooks.on_batch_saved:
-        hook = load_object(config.hooks.on_batch_saved, where=f"{src} [hooks] on_batch_saved", base_dir=config.base_dir)
-        if not callable(hook):
-            raise ApeError(f"'{config.hooks.on_batch_saved}' is not callable", where=f"{src} [hooks] on_batch_saved")
-    if config.hooks.on_regression:
-        from ape.flows.alerts import load_hook
-
-        load_hook(config)  # fail now, not after the run
+    hook = load_hook(config, "on_batch_saved")
+    load_hook(config, "on_regression")  # fail now, not after the run
     fingerprint = {
         "version": CACHE_VERSION,
         "model": model_fingerprint(model_cfg),
@@ -171,18 +173,15 @@ def run_checker_factory(config: ApeConfig, data_model: type[BaseModel]) -> Calla
     if config.choices is not None or config.checker.implementation == "choice":
         return choice_checker_factory(config)
     if config.checker.implementation == "judge":
-        from ape.tasks.checking.judge import judge_factory
-        from ape.tasks.storage.runs import cache_dir
-
-        return judge_factory(config, data_model, cache_dir(config) if config.run.cache else None)
-    from ape.tasks.checking.check import load_checker
+        factory = judge_factory(config, data_model, cache_dir(config) if config.run.cache else None)
+        check_calibration_file(config, data_model)
+        return factory
 
     return lambda: load_checker(config.checker, config.base_dir)
 
 
 def choice_checker_factory(config: ApeConfig) -> Callable[[], Any]:
     """The ``choice`` checker of a ``[choices]`` run; an error for ``choice`` without ``[choices]``."""
-    from ape.tasks.checking.choice import ChoiceChecker
 
     choices = config.choices
     src = config.config_file or "config"
@@ -205,7 +204,6 @@ def choice_checker_factory(config: ApeConfig) -> Callable[[], Any]:
 def check_choices(config: ApeConfig, model_cfg: ModelConfig, data_model: type[BaseModel], system: str | None) -> None:
     """What a ``[choices]`` run needs, checked before any model call: its fields exist, the
     model can score text, and nothing is configured that such a run would silently ignore."""
-    from ape.tasks.models.scoring import check_can_score
 
     choices = config.choices
     assert choices is not None
@@ -243,18 +241,13 @@ def grade_canary(config: ApeConfig) -> list[Any]:
     (:mod:`ape.tasks.checking.judge_canary`), and for a ``[choices]`` run the endpoints' prompt
     log-probabilities (:mod:`ape.tasks.checking.logprob_canary`); raises ``CanaryFailed`` (one
     line) when one comes out wrong."""
-    from ape.tasks.checking.canary import run_canary
 
     data_model = load_data_model(config)
     factory = run_checker_factory(config, data_model)
     graded = run_canary(config.checker, factory, data_model)
     if config.checker.implementation == "judge":
-        from ape.tasks.checking.judge_canary import run_judge_canary
-
         graded += run_judge_canary(config, factory, data_model)
     if config.choices is not None:  # an endpoint must echo right prompt log-probabilities
-        from ape.tasks.checking.logprob_canary import run_logprob_canary
-
         run_logprob_canary(config)
     return graded
 
@@ -275,7 +268,6 @@ def resume_fingerprints(plan: RunPlan) -> dict[str, Any]:
     }
     if fp.get("choices") is not None:
         generation["choices"] = fingerprint_hash(fp["choices"])
-    from ape.tasks.checking.judge import checker_fingerprint
 
     checker = checker_fingerprint(cfg)  # a judge's model and rubric are part of it
     return {
@@ -288,7 +280,6 @@ def resume_fingerprints(plan: RunPlan) -> dict[str, Any]:
 def check_checker_fields(checker: Any, data_model: type[BaseModel], where: str) -> None:
     """A built-in checker's reference field (``args.field``, ``args.tests_field``) must be a
     field of the DataModel: otherwise every check of the run would be a check error."""
-    from ape.tasks.checking.builtin import BuiltinChecker
 
     if not isinstance(checker, BuiltinChecker):
         return

@@ -486,7 +486,8 @@ class JudgeChecker:
 
 
 def judge_factory(config: ApeConfig, data_model: type[BaseModel], cache_dir: Path | None) -> Callable[[], JudgeChecker]:
-    """Resolve the judge now (a bad model, rubric or calibration file fails at start) and
+    """Resolve the judge now (a bad model or rubric fails at start; the run's plan checks a
+    calibration file, :func:`ape.tasks.checking.judge_labels.check_calibration_file`) and
     return a maker of checker instances (one per ``checker_workers`` slot)."""
     args = parse_args(dict(config.checker.args))
     model_cfg = judge_model_config(config)
@@ -499,10 +500,6 @@ def judge_factory(config: ApeConfig, data_model: type[BaseModel], cache_dir: Pat
             where=WHERE_ARGS + ".reference_field",
             hint=did_you_mean(args.reference_field, known),
         )
-    if args.calibration_file:
-        from ape.tasks.checking.judge_labels import load_calibration
-
-        load_calibration(resolve_path(args.calibration_file, config.base_dir), data_model, parse_scale(args.scale))
     fingerprint = judge_fingerprint(config)
 
     def make() -> JudgeChecker:

@@ -31,7 +31,8 @@ from pydantic import BaseModel, ValidationError
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
-from ape.tasks.checking.judge import JudgeChecker, Scale, parse_args, parse_scale, resolve_path
+from ape.tasks.checking.judge import JudgeChecker, Scale, judge_factory, parse_args, parse_scale, resolve_path
+from ape.tasks.storage.runs import cache_dir
 
 log = logging.getLogger("ape")
 
@@ -166,13 +167,18 @@ def run_calibration(config: ApeConfig, checker: JudgeChecker, data_model: type[B
     return result
 
 
+def check_calibration_file(config: ApeConfig, data_model: type[BaseModel]) -> None:
+    """A judge's calibration file (``[checker] args.calibration_file``) is read now, so a
+    missing file or a bad row is one line before any model call, not after the run."""
+    args = parse_args(dict(config.checker.args))
+    if args.calibration_file:
+        load_calibration(resolve_path(args.calibration_file, config.base_dir), data_model, parse_scale(args.scale))
+
+
 def calibrate(config: ApeConfig, data_model: type[BaseModel]) -> dict[str, Any] | None:
     """:func:`run_calibration` for a judge checker with a calibration file; None otherwise."""
     if config.checker.implementation != "judge" or not config.checker.args.get("calibration_file"):
         return None
-    from ape.tasks.checking.judge import judge_factory
-    from ape.tasks.storage.runs import cache_dir
-
     checker = judge_factory(config, data_model, cache_dir(config) if config.run.cache else None)()
     result = run_calibration(config, checker, data_model)
     graded = len(result["rows"]) - result["errors"]

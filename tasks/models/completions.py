@@ -26,7 +26,7 @@ from typing import Any
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.models.limits import RateLimiter, RetryPolicy, limiter_for
-from ape.tasks.models.scoring import ContinuationScore, Scored, ScoreRequest
+from ape.tasks.models.score_types import ContinuationScore, Scored, ScoreRequest
 
 __all__ = ["CompletionsScorer", "EchoLogprobs", "LogprobsMissing", "completions_scorer", "continuation_score"]
 

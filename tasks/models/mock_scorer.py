@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
-from ape.tasks.models.scoring import ContinuationScore, Scored, ScoreRequest
+from ape.tasks.models.score_types import ContinuationScore, Scored, ScoreRequest
 
 __all__ = ["MockScorer", "mock_scorer"]
 

@@ -25,57 +25,19 @@ of what it writes, never of a text it is handed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
+from ape.tasks.models.completions import completions_scorer
+from ape.tasks.models.llama_inprocess import llama_scorer
+from ape.tasks.models.llama_server import is_llama_cpp
+from ape.tasks.models.mock_scorer import mock_scorer
+from ape.tasks.models.score_types import ContinuationScore, Scored, Scorer, ScoreRequest
 
 __all__ = ["ContinuationScore", "ScoreRequest", "Scored", "Scorer", "build_scorer", "check_can_score"]
 
 SCORING_PROVIDERS = ("mock", "llama-cpp", "openai")
-
-
-@dataclass(frozen=True)
-class ScoreRequest:
-    """One item's log-likelihood requests: the prompt, then one continuation per choice.
-
-    ``context`` has no trailing whitespace: it was moved to the front of every
-    continuation (as lm-evaluation-harness's ``_encode_pair`` does), so a prompt ending in
-    "Answer: " scores " Paris", not "Paris" after a space token the prompt kept.
-    ``gold`` is the gold choice's index; only the mock model reads it (to play a model
-    that knows some answers); real models are never shown it.
-    """
-
-    context: str
-    continuations: tuple[str, ...]
-    gold: int | None = None
-
-
-@dataclass(frozen=True)
-class ContinuationScore:
-    """One continuation's summed log-probability given the context, and its token count."""
-
-    loglikelihood: float
-    token_count: int
-    greedy: bool | None = None  # every token the model's most likely one (None: not reported)
-
-
-@dataclass(frozen=True)
-class Scored:
-    """A scorer's answer to one request, with what it cost."""
-
-    scores: tuple[ContinuationScore, ...]
-    calls: int  # requests made to the model (one per continuation)
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-
-
-class Scorer(Protocol):
-    """A model that scores continuations (one method)."""
-
-    def score(self, request: ScoreRequest) -> Scored: ...
 
 
 def _where(cfg: ModelConfig) -> str:
@@ -83,8 +45,6 @@ def _where(cfg: ModelConfig) -> str:
 
 
 def _provider(cfg: ModelConfig) -> str | None:
-    from ape.tasks.models.llama_server import is_llama_cpp
-
     if cfg.class_ is not None:
         return None
     if is_llama_cpp(cfg):
@@ -124,13 +84,7 @@ def build_scorer(cfg: ModelConfig, base_dir: Path) -> Scorer:
     check_can_score(cfg)
     provider = _provider(cfg)
     if provider == "mock":
-        from ape.tasks.models.mock_scorer import mock_scorer
-
         return mock_scorer(cfg, base_dir)
     if provider == "llama-cpp":
-        from ape.tasks.models.llama_inprocess import llama_scorer
-
         return llama_scorer(cfg)
-    from ape.tasks.models.completions import completions_scorer
-
     return completions_scorer(cfg)

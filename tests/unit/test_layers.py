@@ -99,3 +99,88 @@ def test_the_layer_check_sees_imports_inside_functions(tmp_path):
     assert (2, "ape.flows.run_plan") in found and (3, "ape.tasks.stats") in found
     assert _layer_of("ape.flows.run_plan") > _layer_of("ape.tasks.stats")
     assert _layer_of("ape.tasks.report.build") > _layer_of("ape.tasks.checking.code.sandbox")
+
+
+def _module_name(path: Path) -> str:
+    package = _package_of(path)
+    return package if path.name == "__init__.py" else f"{package}.{path.stem}"
+
+
+def _runtime_imports(path: Path, package: str, modules: set[str]) -> set[str]:
+    """The APE modules ``path`` imports when it runs (inside functions too), not the ones
+    only a type checker reads (``if TYPE_CHECKING:``); ``from ape.x import y`` counts as an
+    import of the module ``ape.x.y`` when there is one."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    typing_only = {
+        id(sub)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for sub in ast.walk(stmt)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name in modules}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            named = {f"{module}.{alias.name}" for alias in node.names} & modules
+            found |= named or ({module} & modules)
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    paths = {_module_name(p): p for p in _sources()}
+    modules = set(paths)
+    return {name: _runtime_imports(path, _package_of(path), modules) - {name} for name, path in paths.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan 1972), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles_not_even_inside_a_layer():
+    """An import circle only works while one side imports inside a function; none is left."""
+    assert _cycles(_import_graph()) == []
+
+
+def test_the_cycle_check_finds_a_circle_through_a_function_level_import():
+    graph = {"ape.a": {"ape.b"}, "ape.b": {"ape.c"}, "ape.c": {"ape.a"}, "ape.d": {"ape.a"}}
+    assert _cycles(graph) == [["ape.a", "ape.b", "ape.c"]]
