@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +36,6 @@ DIFF_SCHEMA = pa.schema([
     ("answer_a", pa.string()), ("answer_b", pa.string()), ("reason_a", pa.string()), ("reason_b", pa.string()),
     ("sessions_a", pa.int64()), ("sessions_b", pa.int64()),
 ])  # fmt: skip
-
-
-@dataclass
-class RunSide:
-    """One side of a diff: its label, its sessions table and the metadata of each model."""
-
-    label: str
-    sessions: pd.DataFrame
-    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # model id -> metadata.json
 
 
 @dataclass
