@@ -63,7 +63,7 @@ calls no model, and writes into the report folder:
 ``report.json`` (the :class:`ape.schemas.report.Envelope`, with each model's run ``health``
 from :mod:`ape.tasks.report.health`; with the judge checker its ``judge`` part,
 :mod:`ape.tasks.report.judge`), ``leaderboard.md`` (the
-markdown of :func:`ape.tasks.report.markdown.markdown_table`) and ``summary.png`` (:mod:`tasks.chart`).
+markdown of :func:`ape.tasks.report.markdown.markdown_table`) and ``summary.png`` (:mod:`ape.tasks.report.chart`).
 """
 
 from __future__ import annotations
