@@ -95,20 +95,26 @@ def demo_config(
     name: str = "demo",
 ) -> ApeConfig:
     """The task-spec benchmark as an ApeConfig: what ``examples/demo/config.toml`` says."""
-    return ApeConfig.model_validate({
-        "name": name,
-        "data": {"file": str(tasks_file), "schema": "taskspec",
-                 "category_field": "category"},
-        "prompt": {"template": TASK_TEMPLATE},
-        "model": model_entries,
-        "adapter": {"implementation": "raw"},
-        "checker": {"implementation": CHECKER},
-        # A demo run starts afresh and caches nothing: it measures the evaluation itself.
-        "run": {"solver_workers": workers, "output": str(out), "load_save": False,
-                "cache": False, "fail_on_error": True},
-        "cli": {"progress": False},
-        "base_dir": str(DEMO_DIR),
-    })  # fmt: skip
+    return ApeConfig.model_validate(
+        {
+            "name": name,
+            "data": {"file": str(tasks_file), "schema": "taskspec", "category_field": "category"},
+            "prompt": {"template": TASK_TEMPLATE},
+            "model": model_entries,
+            "adapter": {"implementation": "raw"},
+            "checker": {"implementation": CHECKER},
+            # A demo run starts afresh and caches nothing: it measures the evaluation itself.
+            "run": {
+                "solver_workers": workers,
+                "output": str(out),
+                "load_save": False,
+                "cache": False,
+                "fail_on_error": True,
+            },
+            "cli": {"progress": False},
+            "base_dir": str(DEMO_DIR),
+        }
+    )
 
 
 def _stale_report(out: Path) -> None:

@@ -145,8 +145,7 @@ def build_report(
 
         stage = "comparing models pairwise"
         pairwise = pairwise_diffs(sessions)
-        write_frame(pairwise[PAIRWISE_COLUMNS], report_dir / "pairwise.parquet",
-                    INT_PAIRWISE)  # fmt: skip
+        write_frame(pairwise[PAIRWISE_COLUMNS], report_dir / "pairwise.parquet", INT_PAIRWISE)
         partial["pairwise"] = pairwise_rows(pairwise)
         leaderboard = rank_intervals(leaderboard, pairwise)
         write_frame(leaderboard, report_dir / "leaderboard.parquet", INT_LEADERBOARD)
@@ -154,8 +153,7 @@ def build_report(
 
         stage = "calibration"
         calibration = calibration_by_model(sessions)
-        write_frame(bins_frame(calibration), report_dir / "calibration_bins.parquet",
-                    {"index", "count"})  # fmt: skip
+        write_frame(bins_frame(calibration), report_dir / "calibration_bins.parquet", {"index", "count"})
         partial["calibration"] = {
             model_id: CalibrationEntry(**report.model_dump()) for model_id, report in calibration.items()
         }

@@ -30,12 +30,24 @@ import pyarrow.parquet as pq
 
 PASS_TO_FAIL, FAIL_TO_PASS = "pass->fail", "fail->pass"
 ANSWER_CHARS = 120  # answers and reasons are cut to this length in the markdown
-DIFF_SCHEMA = pa.schema([
-    ("model_id", pa.string()), ("item_id", pa.string()), ("score_a", pa.float64()), ("score_b", pa.float64()),
-    ("change", pa.float64()), ("passed_a", pa.bool_()), ("passed_b", pa.bool_()), ("flip", pa.string()),
-    ("answer_a", pa.string()), ("answer_b", pa.string()), ("reason_a", pa.string()), ("reason_b", pa.string()),
-    ("sessions_a", pa.int64()), ("sessions_b", pa.int64()),
-])  # fmt: skip
+DIFF_SCHEMA = pa.schema(
+    [
+        ("model_id", pa.string()),
+        ("item_id", pa.string()),
+        ("score_a", pa.float64()),
+        ("score_b", pa.float64()),
+        ("change", pa.float64()),
+        ("passed_a", pa.bool_()),
+        ("passed_b", pa.bool_()),
+        ("flip", pa.string()),
+        ("answer_a", pa.string()),
+        ("answer_b", pa.string()),
+        ("reason_a", pa.string()),
+        ("reason_b", pa.string()),
+        ("sessions_a", pa.int64()),
+        ("sessions_b", pa.int64()),
+    ]
+)
 
 
 @dataclass
@@ -98,9 +110,7 @@ def compare_items(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     merged["flip"] = ""
     merged.loc[both & was & ~now, "flip"] = PASS_TO_FAIL
     merged.loc[both & ~was & now, "flip"] = FAIL_TO_PASS
-    columns = ["model_id", "item_id", "score_a", "score_b", "change", "passed_a", "passed_b", "flip",
-               "answer_a", "answer_b", "reason_a", "reason_b", "sessions_a", "sessions_b"]  # fmt: skip
-    return merged[columns].sort_values(["model_id", "item_id"]).reset_index(drop=True)
+    return merged[DIFF_SCHEMA.names].sort_values(["model_id", "item_id"]).reset_index(drop=True)
 
 
 def _flat(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
