@@ -62,7 +62,7 @@ calls no model, and writes into the report folder:
 
 ``report.json`` (the :class:`ape.schemas.report.Envelope`, with each model's run ``health``
 from :mod:`ape.tasks.report.health`; with the judge checker its ``judge`` part,
-:mod:`ape.tasks.report.judge`), ``leaderboard.md`` (the
+:mod:`ape.tasks.report.judge_agreement`), ``leaderboard.md`` (the
 markdown of :func:`ape.tasks.report.markdown.markdown_table`) and ``summary.png`` (:mod:`ape.tasks.report.chart`).
 """
 
@@ -159,7 +159,7 @@ def build_report(
         }
 
         stage = "the judge's calibration"
-        from ape.tasks.report.judge import find_calibration, judge_report
+        from ape.tasks.report.judge_agreement import find_calibration, judge_report
 
         partial["judge"] = judge_report(sessions, find_calibration([report_dir, *map(Path, output_dirs)]))
 

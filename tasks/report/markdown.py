@@ -116,7 +116,7 @@ def markdown_table(envelope: Envelope) -> str:
                 "",
             ]
     if envelope.judge is not None:
-        from ape.tasks.report.judge import judge_markdown
+        from ape.tasks.report.judge_agreement import judge_markdown
 
         lines += judge_markdown(envelope.judge)
     categories = sorted({c for row in envelope.leaderboard for c in row.by_category})

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from ape.tasks.report.judge import judge_markdown, judge_report
+from ape.tasks.report.judge_agreement import judge_markdown, judge_report
 from ape.tasks.stats.judge_calibration import ppi_mean
 
 
