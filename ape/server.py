@@ -537,13 +537,6 @@ def configured_api_url() -> str | None:
     return get_current_settings().api.url or None
 
 
-def flow_run_url(flow_run_id: object) -> str | None:
-    """Link to a flow run in the UI of the configured API (local server or Prefect Cloud)."""
-    from prefect.utilities.urls import url_for
-
-    return url_for("flow-run", obj_id=str(flow_run_id))
-
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -680,7 +673,6 @@ __all__ = [
     "default_port",
     "ensure_api_url",
     "env_line",
-    "flow_run_url",
     "preferred_port",
     "running_api_url",
     "server_home",

@@ -1,7 +1,7 @@
 """Coverage of the judge's corrected score (prediction-powered inference) and of its raw score.
 
 Each replicate builds what a run leaves behind, then asks the report code for the numbers
-(``ape.tasks.report.judge.judge_report``, the function ``ape run`` and ``ape report`` call):
+(``ape.tasks.report.judge_agreement.judge_report``, the function ``ape run`` and ``ape report`` call):
 
 - a sessions table of N items of one model, each truly right with probability ``p``, graded
   by a judge that passes a wrong answer with probability ``false_pass`` and fails a right
@@ -25,7 +25,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from ape.tasks.report.judge import judge_report
+from ape.tasks.report.judge_agreement import judge_report
 
 # (p, false_pass, false_fail, N items, n labels)
 CELLS = (

@@ -44,7 +44,7 @@ from ape.schemas.models import ModelAdapter
 from ape.schemas.report import Envelope
 from ape.schemas.taskspec import TASK_TEMPLATE, TaskSpec
 from ape.tasks.checking.taskspec import check_unique, load_tasks, validate_task, write_tasks
-from ape.tasks.report.demo_verdicts import Breach, Criterion, judge, with_verdict
+from ape.tasks.report.demo_verdicts import Breach, Criterion, verdict, with_verdict
 
 log = logging.getLogger("ape")
 
@@ -95,20 +95,26 @@ def demo_config(
     name: str = "demo",
 ) -> ApeConfig:
     """The task-spec benchmark as an ApeConfig: what ``examples/demo/config.toml`` says."""
-    return ApeConfig.model_validate({
-        "name": name,
-        "data": {"file": str(tasks_file), "schema": "taskspec",
-                 "category_field": "category"},
-        "prompt": {"template": TASK_TEMPLATE},
-        "model": model_entries,
-        "adapter": {"implementation": "raw"},
-        "checker": {"implementation": CHECKER},
-        # A demo run starts afresh and caches nothing: it measures the evaluation itself.
-        "run": {"solver_workers": workers, "output": str(out), "load_save": False,
-                "cache": False, "fail_on_error": True},
-        "cli": {"progress": False},
-        "base_dir": str(DEMO_DIR),
-    })  # fmt: skip
+    return ApeConfig.model_validate(
+        {
+            "name": name,
+            "data": {"file": str(tasks_file), "schema": "taskspec", "category_field": "category"},
+            "prompt": {"template": TASK_TEMPLATE},
+            "model": model_entries,
+            "adapter": {"implementation": "raw"},
+            "checker": {"implementation": CHECKER},
+            # A demo run starts afresh and caches nothing: it measures the evaluation itself.
+            "run": {
+                "solver_workers": workers,
+                "output": str(out),
+                "load_save": False,
+                "cache": False,
+                "fail_on_error": True,
+            },
+            "cli": {"progress": False},
+            "base_dir": str(DEMO_DIR),
+        }
+    )
 
 
 def _stale_report(out: Path) -> None:
@@ -204,7 +210,7 @@ def run_demo(
     adapters: Sequence[ModelAdapter] | None = None,
     outrank: tuple[str, str] = ("rule-based", "random"),
 ) -> DemoResult:
-    """Run the adapters (default: the four mocks) over the fixture and judge the run.
+    """Run the adapters (default: the four mocks) over the fixture and give the run its verdict.
 
     ``outrank`` names the model that must rank strictly above the other. Never raises
     for a broken criterion: the verdict is in the result and in ``out/report.json``.
@@ -235,5 +241,4 @@ def run_demo(
         )
         return finish(Envelope(), breach, out)
     model_ids = [adapter.model_id for adapter in line_up]
-    verdict = judge(tasks, model_ids, envelope, _read_sessions(out), outrank)
-    return finish(envelope, verdict, out)
+    return finish(envelope, verdict(tasks, model_ids, envelope, _read_sessions(out), outrank), out)

@@ -1,16 +1,17 @@
 """The evaluate flow: one model over the data, item by item, resumable.
 
-Shape of a run (seed 001's runner on Prefect):
+Shape of a run on Prefect:
 
-    DataProvider --(bounded window)--> solver workers --> checker carousel
+    DataProvider --(bounded window)--> solver workers --> CheckerCarousel
                                              |
                          OutputBatch per item v
                                         SaveHandler (this thread) -> results.jsonl / metadata.json
 
-Each solver worker is a thread that owns its model client and tools and runs
-an item's whole chain (render -> solve -> adapt -> check -> score, for every
-run of the item) by *calling* the stage tasks, never by waiting on futures of
-other pool tasks (which deadlocks a bounded pool into serial speed). Items are
+The solver workers are threads of this process or a Dask cluster (the feeders of
+:mod:`ape.flows.feeders`). Each owns its model client and tools and runs an item's
+whole chain (render -> solve -> adapt -> check -> score, for every run of the item:
+:class:`ape.flows.item.ItemProcessor`) by *calling* the stage tasks, never by waiting
+on futures of other pool tasks (which deadlocks a bounded pool into serial speed). Items are
 submitted in a bounded window, so memory stays flat however long the data
 file is, and finished batches are saved by the flow's own thread, in groups,
 with one fsync per group.

@@ -67,12 +67,17 @@ def fingerprints(config: ApeConfig, model_index: int) -> dict[str, str]:
 def run_items(sessions: pd.DataFrame, hashes: dict[str, str]) -> pd.DataFrame:
     """Per model and item: mean score, passed (at least half correct), sessions, item hash."""
     items = item_table(sessions)
-    return pd.DataFrame({
-        "model_id": items["model_id"].astype(str), "item_id": items["item_id"].astype(str),
-        "item_hash": items["item_id"].astype(str).map(hashes).fillna(""),
-        "score": items["score"].astype(float), "passed": items["correct_share"] >= 0.5,
-        "n": items["n"].astype("int64"), "c": items["c"].astype("int64"),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "model_id": items["model_id"].astype(str),
+            "item_id": items["item_id"].astype(str),
+            "item_hash": items["item_id"].astype(str).map(hashes).fillna(""),
+            "score": items["score"].astype(float),
+            "passed": items["correct_share"] >= 0.5,
+            "n": items["n"].astype("int64"),
+            "c": items["c"].astype("int64"),
+        }
+    )
 
 
 def _summary(envelope: Envelope, model_id: str, sessions: pd.DataFrame) -> dict[str, Any]:
@@ -80,16 +85,23 @@ def _summary(envelope: Envelope, model_id: str, sessions: pd.DataFrame) -> dict[
     calibration = envelope.calibration.get(model_id)
     mine = sessions[sessions["model_id"] == model_id]
     return {
-        "model_id": model_id, "n_items": row.n_items, "n_sessions": row.n_sessions,
-        "mean_score": row.mean_score, "score_se": row.score_se, "ci_low": row.ci_low,
-        "ci_high": row.ci_high, "pass_rate": row.pass_rate,
+        "model_id": model_id,
+        "n_items": row.n_items,
+        "n_sessions": row.n_sessions,
+        "mean_score": row.mean_score,
+        "score_se": row.score_se,
+        "ci_low": row.ci_low,
+        "ci_high": row.ci_high,
+        "pass_rate": row.pass_rate,
         "pass_at_k": pd.Series(row.pass_at_k).to_json() if row.pass_at_k else "{}",
         "ece": calibration.ece if calibration else None,
         "brier": calibration.brier if calibration else None,
         "input_tokens": int(mine["input_tokens"].fillna(0).sum()),
         "output_tokens": int(mine["output_tokens"].fillna(0).sum()),
-        "cost": None, "errors": row.outcomes.ERROR, "check_errors": row.check_errors,
-    }  # fmt: skip
+        "cost": None,
+        "errors": row.outcomes.ERROR,
+        "check_errors": row.check_errors,
+    }
 
 
 def _comparison_columns(against: str, row: RegressionRow | None) -> dict[str, Any]:
@@ -184,9 +196,17 @@ def record_run(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) 
         }
         regrade = rescorer(config, top, model_id)
         verdict, record = judge(
-            top, model_id, info.run_id, mine, prints, config.monitor, runs=before, pinned=pinned, finished=finished,
+            top,
+            model_id,
+            info.run_id,
+            mine,
+            prints,
+            config.monitor,
+            runs=before,
+            pinned=pinned,
+            finished=finished,
             rescore=regrade,
-        )  # fmt: skip
+        )
         summary.update(record)
         if verdict is not None:
             comparisons.append(verdict)
@@ -261,8 +281,11 @@ def describe(row: RegressionRow) -> str:
     else:
         parts.append(f"McNemar p={row.p_value:.3g} at {row.alpha:.2g}" if row.p_value is not None else "no test")
     if row.min_detectable_change is not None:
-        parts.append(f"next run detects {row.min_detectable_change:.3f}" if row.against == "history"
-                     else f"detectable {row.min_detectable_change:.3f}")  # fmt: skip
+        parts.append(
+            f"next run detects {row.min_detectable_change:.3f}"
+            if row.against == "history"
+            else f"detectable {row.min_detectable_change:.3f}"
+        )
     parts.append(f"{row.n_items} items")
     if row.note:
         parts.append(row.note)

@@ -73,9 +73,8 @@ def _regrade(
             continue
         result = run_check(checker, item, solution, timeout)
         score, correct = score_session(Outcome.SOLVED, result, plan.metric)
-        values["outcome"][position], values["score"][position], values["correct"][position] = (
-            Outcome.SOLVED.value, score, correct,
-        )  # fmt: skip
+        values["outcome"][position] = Outcome.SOLVED.value
+        values["score"][position], values["correct"][position] = score, correct
         values["check_status"][position], values["check_score"][position] = result.status.value, result.score
         values["check_metadata"][position] = json.dumps(result.metadata, default=str) if result.metadata else None
         if result.status is CheckStatus.ERROR and result.error is not None:

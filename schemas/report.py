@@ -256,7 +256,7 @@ class RegressionRow(ReportModel):
     )
 
 
-# -- model-graded checks (the judge checker; ape.tasks.report.judge) ------------------------
+# -- model-graded checks (the judge checker; ape.tasks.report.judge_agreement) ------------------------
 class JudgeAgreement(ReportModel):
     """The judge against people on the calibration file's solutions."""
 

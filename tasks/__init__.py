@@ -3,7 +3,7 @@
 Sub-packages, from the bottom layer up (each may import the ones listed before it, and
 ``ape.schemas``; ``tests/test_layers.py`` checks it):
 
-- ``common``: time limits for plugin calls, the safe arithmetic evaluator, moved paths
+- ``common``: time limits for plugin calls, the safe arithmetic evaluator
 - ``plugins``: the registry of built-in short names and loading user code by dotted path
 - ``storage``: data files, saved results, transcripts, run folders, the history
 - ``stats``: aggregation, intervals, calibration, power, regression, cost
@@ -15,10 +15,5 @@ Sub-packages, from the bottom layer up (each may import the ones listed before i
 ``stages`` (the Prefect tasks of a session's stages and the worker they run on),
 ``stage_runs`` (the stage chain recorded as task runs) and ``recording`` (what the Prefect
 server has recorded of a run, and how long to wait for it) sit on top and may import all
-of them. Dotted paths of earlier releases (``ape.tasks.score``) still import, with a warning
-(:mod:`ape.tasks.common.moved`).
+of them.
 """
-
-from ape.tasks.common.moved import install as _install_moved_paths
-
-_install_moved_paths()

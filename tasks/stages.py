@@ -1,8 +1,8 @@
 """The Prefect task wrappers of the per-session stages, and the worker they run on.
 
-Logic lives in plain functions (tasks.render, tasks.solve, tasks.check,
-tasks.score); this module only gives them names, caching and the per-worker
-objects they need. The stages that call a model are cached by a key made of
+Logic lives in plain functions (``ape.tasks.solving.render``, ``ape.tasks.solving.solve``,
+``ape.tasks.checking.check``, ``ape.tasks.checking.builtin``); this module only gives them
+names, caching and the per-worker objects they need. The stages that call a model are cached by a key made of
 everything that shapes the model's answer (:class:`SessionSpec`): the
 rendered prompt, the model's identity, solver/adapter/tool settings and the
 run index. The checker is not in the key (unless the model can call it as a

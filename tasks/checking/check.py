@@ -1,6 +1,6 @@
 """The check stage: run a deterministic checker on a parsed solution, safely and timed.
 
-A checker is ``(item, solution) -> Passed | Failed | bool`` (see ``schemas.check``). It
+A checker is ``(item, solution) -> Passed | Failed | bool`` (see ``ape.schemas.check``). It
 never decides whether a *session* failed: a checker that raises marks only that
 session's check as ``CheckStatus.ERROR`` with the exception recorded, and the run goes on.
 

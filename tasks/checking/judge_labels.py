@@ -14,7 +14,7 @@ judge grade every line, through the same checker (so the judge's cache and limit
 apply), and writes ``judge_calibration.json`` into the output folder:
 ``{"judge", "fingerprint", "file", "labels", "pass_mark", "rows": [{"line", "item_id",
 "model", "human", "judge", "human_score", "judge_score", "error"}], "input_tokens",
-"output_tokens", "cost", "errors"}``. The report (:mod:`ape.tasks.report.judge`) reads it.
+"output_tokens", "cost", "errors"}``. The report (:mod:`ape.tasks.report.judge_agreement`) reads it.
 A line the judge could not grade has ``judge`` null and its ``error``; it is left out of
 the agreement and counted.
 """

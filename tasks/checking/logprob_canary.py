@@ -67,8 +67,11 @@ def check_endpoint(scorer: CompletionsScorer, cfg: ModelConfig) -> str:
         try:
             text, generated = _generated(scorer.complete(probe, echo=False))
         except Exception as exc:
-            raise _refuse(cfg, f"/v1/completions answered {type(exc).__name__}: {exc}; a chat-only endpoint has "
-                          "no completions route, and log-likelihood scoring needs one") from None  # fmt: skip
+            raise _refuse(
+                cfg,
+                f"/v1/completions answered {type(exc).__name__}: {exc}; a chat-only endpoint has "
+                "no completions route, and log-likelihood scoring needs one",
+            ) from None
         if generated is None:
             raise _refuse(cfg, "it returns no log-probabilities at all (logprobs is ignored)")
         if not text:

@@ -7,14 +7,3 @@ local GGUF models served by llama-cpp-python.
 May import: ``ape.schemas``, ``ape.tasks.common``, ``ape.tasks.plugins``, ``ape.tasks.storage``,
 ``ape.tasks.stats``.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    """``ape.tasks.models:build_model`` of earlier releases: now ``ape.tasks.models.build``."""
-    from ape.tasks.common.moved import moved_attribute
-
-    return moved_attribute("models", "models.build", name)

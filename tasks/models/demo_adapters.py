@@ -34,10 +34,10 @@ from ape.schemas.results import Generation
 from ape.tasks.plugins.loader import load_object
 
 # Words that appear in no sensible reference: random answers score (near) nothing.
-_RANDOM_WORDS = (
-    "blue", "river", "quickly", "window", "music", "cloud", "paper", "orange", "silent",
-    "garden", "ladder", "violin", "pebble", "marble", "thunder", "velvet", "lantern", "puzzle",
-)  # fmt: skip
+_RANDOM_WORDS = tuple(
+    "blue river quickly window music cloud paper orange silent garden ladder violin pebble marble thunder velvet "
+    "lantern puzzle".split()
+)
 # Fluent but wrong answers for text tasks.
 _DISTRACTORS = (
     "I believe it is something else entirely.",

@@ -163,13 +163,12 @@ class ServerSpec:
 
     def command(self, port: int) -> list[str]:
         argv = [
-            sys.executable, "-m", "llama_cpp.server",
-            "--model", str(self.file), "--model_alias", ALIAS,
-            "--host", "127.0.0.1", "--port", str(port),
-            "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads),
-            "--n_threads_batch", str(self.threads),
-            "--logits_all", "true" if self.logits_all else "false",
-        ]  # fmt: skip
+            *(sys.executable, "-m", "llama_cpp.server"),
+            *("--model", str(self.file), "--model_alias", ALIAS),
+            *("--host", "127.0.0.1", "--port", str(port)),
+            *("--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads)),
+            *("--logits_all", "true" if self.logits_all else "false"),
+        ]
         if self.chat_format:
             argv += ["--chat_format", self.chat_format]
         return argv
@@ -211,10 +210,13 @@ class LlamaServer:
         self._log.write(f"$ {' '.join(self.spec.command(self.port))}\n".encode())
         self._log.flush()
         self.process = subprocess.Popen(
-            self.spec.command(self.port), stdin=subprocess.DEVNULL, stdout=self._log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            self.spec.command(self.port),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )  # fmt: skip
+        )
         atexit.register(self.stop)
         try:
             self._wait_ready(timeout)

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from ape.schemas.errors import ApeError, did_you_mean
 from ape.schemas.results import ErrorInfo
-from ape.tasks.plugins.registry import Kind, is_short_name, legacy_path, resolve
+from ape.tasks.plugins.registry import Kind, is_short_name, resolve
 
 PRIVATE_PREFIX = "_ape_plugins_"
 _lock = threading.RLock()
@@ -99,11 +99,6 @@ def load_object(path: str, *, kind: Kind | None = None, where: str | None = None
         module_name, attr = split_dotted(path)
     except ApeError as exc:
         raise ApeError(exc.message, where=where) from None
-    if not beside(module_name, base_dir):
-        modern = legacy_path(path)
-        if modern is not None:
-            path = modern
-            module_name, attr = split_dotted(path)
     module = _import(module_name, path, where, base_dir)
     try:
         return getattr(module, attr)

@@ -17,20 +17,14 @@ model      ``[[model]] class`` (mock models and ModelAdapters)
 tool       ``[tools.X] factory``
 postprocess the ``postprocess`` rule of a task spec
 ========== ================================================
-
-Internal paths of earlier releases (``tasks.tools:calculator``, from before the ``ape.``
-prefix, and ``ape.tasks.tools:calculator``, from before ``ape.tasks`` was grouped by job)
-still resolve, with a one-line deprecation warning naming the short name or path to use.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Literal
 
 from ape.schemas.errors import ApeError, did_you_mean
 from ape.schemas.taskspec import METRIC_NAMES
-from ape.tasks.common.moved import moved_path
 
 Kind = Literal["schema", "adapter", "checker", "provider", "model", "tool", "postprocess"]
 
@@ -108,9 +102,6 @@ KEYS: dict[str, str] = {
     "postprocess": "postprocess",
 }
 
-_LEGACY_PREFIXES = ("schemas.", "tasks.", "flows.", "deployments.")
-_warned: set[str] = set()
-
 
 def is_short_name(text: str) -> bool:
     """A built-in name has neither '.' nor ':' (dotted paths always have one)."""
@@ -137,27 +128,3 @@ def resolve(kind: Kind, name: str, *, where: str | None = None) -> str:
         where=where or KEYS[kind],
         hint=did_you_mean(key, list(table)),
     )
-
-
-def short_name(path: str) -> str | None:
-    """The built-in name whose implementation is ``path`` (any kind), if there is one."""
-    for table in BUILTINS.values():
-        for name, target in table.items():
-            if target == path:
-                return name
-    return None
-
-
-def legacy_path(path: str) -> str | None:
-    """The current path for an internal path of an earlier release, warning once; None when
-    ``path`` is not one. ``tasks.tools:calculator`` and ``ape.tasks.tools:calculator`` both
-    become ``ape.tasks.solving.tools:calculator`` (whose short name is ``calculator``)."""
-    new = moved_path(f"ape.{path}" if path.startswith(_LEGACY_PREFIXES) else path)
-    if new == path:
-        return None
-    if path not in _warned:
-        _warned.add(path)
-        name = short_name(new)
-        better = f"'{name}'" if name else f"'{new}'"
-        logging.getLogger("ape").warning("'%s' is deprecated; write %s instead", path, better)
-    return new

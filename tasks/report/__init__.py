@@ -6,14 +6,3 @@ part of it.
 May import every other sub-package of ``ape.tasks`` (it is the top of the plain-function
 layers); only ``stages`` and ``stage_runs`` sit above it.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    """``ape.tasks.report:build_report`` of earlier releases: now ``ape.tasks.report.build``."""
-    from ape.tasks.common.moved import moved_attribute
-
-    return moved_attribute("report", "report.build", name)

@@ -62,8 +62,8 @@ calls no model, and writes into the report folder:
 
 ``report.json`` (the :class:`ape.schemas.report.Envelope`, with each model's run ``health``
 from :mod:`ape.tasks.report.health`; with the judge checker its ``judge`` part,
-:mod:`ape.tasks.report.judge`), ``leaderboard.md`` (the
-markdown of :func:`ape.tasks.report.markdown.markdown_table`) and ``summary.png`` (:mod:`tasks.chart`).
+:mod:`ape.tasks.report.judge_agreement`), ``leaderboard.md`` (the
+markdown of :func:`ape.tasks.report.markdown.markdown_table`) and ``summary.png`` (:mod:`ape.tasks.report.chart`).
 """
 
 from __future__ import annotations
@@ -145,8 +145,7 @@ def build_report(
 
         stage = "comparing models pairwise"
         pairwise = pairwise_diffs(sessions)
-        write_frame(pairwise[PAIRWISE_COLUMNS], report_dir / "pairwise.parquet",
-                    INT_PAIRWISE)  # fmt: skip
+        write_frame(pairwise[PAIRWISE_COLUMNS], report_dir / "pairwise.parquet", INT_PAIRWISE)
         partial["pairwise"] = pairwise_rows(pairwise)
         leaderboard = rank_intervals(leaderboard, pairwise)
         write_frame(leaderboard, report_dir / "leaderboard.parquet", INT_LEADERBOARD)
@@ -154,14 +153,13 @@ def build_report(
 
         stage = "calibration"
         calibration = calibration_by_model(sessions)
-        write_frame(bins_frame(calibration), report_dir / "calibration_bins.parquet",
-                    {"index", "count"})  # fmt: skip
+        write_frame(bins_frame(calibration), report_dir / "calibration_bins.parquet", {"index", "count"})
         partial["calibration"] = {
             model_id: CalibrationEntry(**report.model_dump()) for model_id, report in calibration.items()
         }
 
         stage = "the judge's calibration"
-        from ape.tasks.report.judge import find_calibration, judge_report
+        from ape.tasks.report.judge_agreement import find_calibration, judge_report
 
         partial["judge"] = judge_report(sessions, find_calibration([report_dir, *map(Path, output_dirs)]))
 

@@ -52,8 +52,7 @@ def _draw_reliability(axes, envelope: Envelope) -> None:
         label = f"{model_id} (ECE {entry.ece:.3f})" if entry.ece is not None else model_id
         axes.plot(xs, ys, marker="o", label=label)
     if not drawn:
-        axes.text(0.5, 0.5, "no model reported a confidence", ha="center", va="center",
-                  transform=axes.transAxes)  # fmt: skip
+        axes.text(0.5, 0.5, "no model reported a confidence", ha="center", va="center", transform=axes.transAxes)
     axes.set_xlim(-0.02, 1.02)
     axes.set_ylim(-0.02, 1.02)
     axes.set_xlabel("mean reported confidence")

@@ -1,11 +1,11 @@
 """The eval demo's clean-run verdict: pure functions of the run's outputs.
 
-After a demo run, :func:`judge` checks the criteria in :class:`Criterion` order against
+After a demo run, :func:`verdict` checks the criteria in :class:`Criterion` order against
 the task specs, the saved sessions (``sessions.parquet`` as a DataFrame) and the report
 envelope, and returns the first :class:`Breach`, or None for a clean run.
 :func:`with_verdict` folds the verdict into the envelope that ``report.json`` holds.
 Nothing here runs a model or touches a file, so every criterion is unit-tested on
-hand-made frames (``tests/test_demo_verdicts.py``).
+hand-made frames (``tests/unit/report/test_demo_verdicts.py``).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def ranking_breach(envelope: Envelope, better: str, worse: str) -> str | None:
     )
 
 
-def judge(
+def verdict(
     tasks: Sequence[TaskSpec],
     model_ids: Sequence[str],
     envelope: Envelope,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,21 +30,24 @@ import pyarrow.parquet as pq
 
 PASS_TO_FAIL, FAIL_TO_PASS = "pass->fail", "fail->pass"
 ANSWER_CHARS = 120  # answers and reasons are cut to this length in the markdown
-DIFF_SCHEMA = pa.schema([
-    ("model_id", pa.string()), ("item_id", pa.string()), ("score_a", pa.float64()), ("score_b", pa.float64()),
-    ("change", pa.float64()), ("passed_a", pa.bool_()), ("passed_b", pa.bool_()), ("flip", pa.string()),
-    ("answer_a", pa.string()), ("answer_b", pa.string()), ("reason_a", pa.string()), ("reason_b", pa.string()),
-    ("sessions_a", pa.int64()), ("sessions_b", pa.int64()),
-])  # fmt: skip
-
-
-@dataclass
-class RunSide:
-    """One side of a diff: its label, its sessions table and the metadata of each model."""
-
-    label: str
-    sessions: pd.DataFrame
-    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # model id -> metadata.json
+DIFF_SCHEMA = pa.schema(
+    [
+        ("model_id", pa.string()),
+        ("item_id", pa.string()),
+        ("score_a", pa.float64()),
+        ("score_b", pa.float64()),
+        ("change", pa.float64()),
+        ("passed_a", pa.bool_()),
+        ("passed_b", pa.bool_()),
+        ("flip", pa.string()),
+        ("answer_a", pa.string()),
+        ("answer_b", pa.string()),
+        ("reason_a", pa.string()),
+        ("reason_b", pa.string()),
+        ("sessions_a", pa.int64()),
+        ("sessions_b", pa.int64()),
+    ]
+)
 
 
 @dataclass
@@ -107,9 +110,7 @@ def compare_items(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     merged["flip"] = ""
     merged.loc[both & was & ~now, "flip"] = PASS_TO_FAIL
     merged.loc[both & ~was & now, "flip"] = FAIL_TO_PASS
-    columns = ["model_id", "item_id", "score_a", "score_b", "change", "passed_a", "passed_b", "flip",
-               "answer_a", "answer_b", "reason_a", "reason_b", "sessions_a", "sessions_b"]  # fmt: skip
-    return merged[columns].sort_values(["model_id", "item_id"]).reset_index(drop=True)
+    return merged[DIFF_SCHEMA.names].sort_values(["model_id", "item_id"]).reset_index(drop=True)
 
 
 def _flat(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -80,10 +80,19 @@ def leaderboard_rows(leaderboard: pd.DataFrame, categories: pd.DataFrame) -> lis
 
 
 _EXTRA_LEADERBOARD = (
-    "ci_method", "n_effective", "pass_rate_low", "pass_rate_high", "rank_low", "rank_high",
-    "tie_group", "total_input_tokens", "total_output_tokens", "total_cost", "cost_per_session",
+    "ci_method",
+    "n_effective",
+    "pass_rate_low",
+    "pass_rate_high",
+    "rank_low",
+    "rank_high",
+    "tie_group",
+    "total_input_tokens",
+    "total_output_tokens",
+    "total_cost",
+    "cost_per_session",
     "cost_per_correct",
-)  # fmt: skip
+)
 
 
 def pairwise_rows(pairwise: pd.DataFrame) -> list[PairwiseRow]:

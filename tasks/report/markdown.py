@@ -47,10 +47,9 @@ def calibration_table(envelope: Envelope) -> list[str]:
     """The calibration table's markdown lines (the leaderboard and the Prefect artifact)."""
     header = ["Model", "ECE", "Brier", "Populated bins", "With confidence", "Without"]
     rows = [
-        [_cell(model_id), _cell(c.ece), _cell(c.brier), f"{c.populated_bins}/{c.n_bins}",
-         str(c.n), str(c.missing)]
+        [_cell(model_id), _cell(c.ece), _cell(c.brier), f"{c.populated_bins}/{c.n_bins}", str(c.n), str(c.missing)]
         for model_id, c in envelope.calibration.items()
-    ]  # fmt: skip
+    ]
     return _table(header, rows)
 
 
@@ -68,8 +67,7 @@ def markdown_table(envelope: Envelope) -> str:
         with_cost = any(row.total_cost is not None for row in envelope.leaderboard)
         # a judged run always shows the column, so "0" reads as checked, not as unknown
         with_flags = envelope.judge is not None or any(row.injection_flags for row in envelope.leaderboard)
-        header = ["Rank (range)", "Group", "Model", "Items", "Mean score [95% CI]", "CI method",
-                  "Pass rate [95% CI]"]  # fmt: skip
+        header = ["Rank (range)", "Group", "Model", "Items", "Mean score [95% CI]", "CI method", "Pass rate [95% CI]"]
         header += ["pass@k"] if with_k else []
         header += ["Solved", "Parse failed", "Gave up", "Error", "Check errors"]
         header += ["Injection flags"] if with_flags else []
@@ -77,28 +75,48 @@ def markdown_table(envelope: Envelope) -> str:
         header += ["Cost", "Cost/correct"] if with_cost else []
         rows = []
         for row in envelope.leaderboard:
-            cells = [_rank(row), _cell(row.tie_group), _cell(row.model_id), str(row.n_items),
-                     _interval(row.mean_score, row.ci_low, row.ci_high), _cell(row.ci_method),
-                     _interval(row.pass_rate, row.pass_rate_low, row.pass_rate_high)]  # fmt: skip
+            cells = [
+                _rank(row),
+                _cell(row.tie_group),
+                _cell(row.model_id),
+                str(row.n_items),
+                _interval(row.mean_score, row.ci_low, row.ci_high),
+                _cell(row.ci_method),
+                _interval(row.pass_rate, row.pass_rate_low, row.pass_rate_high),
+            ]
             if with_k:
                 cells.append(", ".join(f"@{k} {v:.3f}" for k, v in row.pass_at_k.items()) or "-")
             tokens = f"{_cell(row.mean_input_tokens, 0)}/{_cell(row.mean_output_tokens, 0)}"
-            cells += [str(row.outcomes.SOLVED), str(row.outcomes.PARSING_FAILED),
-                      str(row.outcomes.GAVE_UP), str(row.outcomes.ERROR), str(row.check_errors)]  # fmt: skip
+            cells += [
+                str(row.outcomes.SOLVED),
+                str(row.outcomes.PARSING_FAILED),
+                str(row.outcomes.GAVE_UP),
+                str(row.outcomes.ERROR),
+                str(row.check_errors),
+            ]
             cells += [str(row.injection_flags)] if with_flags else []
             cells += [_cell(row.mean_latency_s, 2), tokens]
             if with_cost:
                 cells += [_money(row.total_cost), _money(row.cost_per_correct)]
             rows.append(cells)
-        lines += ["## Leaderboard", "", *_table(header, rows), "",
-                  "Rank (range): the places a model could hold given the Holm-corrected pairwise "
-                  "tests; models in one group are not significantly different from its first.", ""]  # fmt: skip
+        lines += [
+            "## Leaderboard",
+            "",
+            *_table(header, rows),
+            "",
+            "Rank (range): the places a model could hold given the Holm-corrected pairwise "
+            "tests; models in one group are not significantly different from its first.",
+            "",
+        ]
         if with_flags:
-            lines += ["Injection flags: sessions whose answer addressed the judge (a forged tag or grade, "
-                      "\"ignore the rubric\", \"reply PASS\", ...); graded FAIL without asking the judge "
-                      "unless [checker] args.on_injection = \"grade\".", ""]  # fmt: skip
+            lines += [
+                "Injection flags: sessions whose answer addressed the judge (a forged tag or grade, "
+                '"ignore the rubric", "reply PASS", ...); graded FAIL without asking the judge '
+                'unless [checker] args.on_injection = "grade".',
+                "",
+            ]
     if envelope.judge is not None:
-        from ape.tasks.report.judge import judge_markdown
+        from ape.tasks.report.judge_agreement import judge_markdown
 
         lines += judge_markdown(envelope.judge)
     categories = sorted({c for row in envelope.leaderboard for c in row.by_category})
@@ -108,38 +126,68 @@ def markdown_table(envelope: Envelope) -> str:
             [_cell(row.model_id)]
             + [
                 f"{_cell(row.by_category[c].mean_score)} ({row.by_category[c].n_items})"
-                if c in row.by_category else "-"
+                if c in row.by_category
+                else "-"
                 for c in categories
             ]
             for row in envelope.leaderboard
-        ]  # fmt: skip
+        ]
         lines += ["## By category (mean score, items)", "", *_table(header, rows), ""]
     if envelope.pairwise:
-        header = ["A", "B", "Items", "Mean diff A-B [95% CI]", "CI method", "Win/tie/loss",
-                  "Only A / only B passed", "p (McNemar)", "p Holm", "r", "MDE 80%"]  # fmt: skip
+        header = [
+            "A",
+            "B",
+            "Items",
+            "Mean diff A-B [95% CI]",
+            "CI method",
+            "Win/tie/loss",
+            "Only A / only B passed",
+            "p (McNemar)",
+            "p Holm",
+            "r",
+            "MDE 80%",
+        ]
         rows = [
-            [_cell(p.model_a), _cell(p.model_b), str(p.n_items),
-             _interval(p.mean_diff, p.ci_low, p.ci_high), _cell(p.ci_method),
-             f"{p.wins}/{p.ties}/{p.losses}", f"{p.a_only}/{p.b_only}",
-             f"{_cell(p.p_value)} ({p.test})" if p.p_value is not None else "-",
-             _cell(p.p_holm) + (" *" if p.significant else ""), _cell(p.correlation, 2),
-             _cell(p.mde_80)]
+            [
+                _cell(p.model_a),
+                _cell(p.model_b),
+                str(p.n_items),
+                _interval(p.mean_diff, p.ci_low, p.ci_high),
+                _cell(p.ci_method),
+                f"{p.wins}/{p.ties}/{p.losses}",
+                f"{p.a_only}/{p.b_only}",
+                f"{_cell(p.p_value)} ({p.test})" if p.p_value is not None else "-",
+                _cell(p.p_holm) + (" *" if p.significant else ""),
+                _cell(p.correlation, 2),
+                _cell(p.mde_80),
+            ]
             for p in envelope.pairwise
-        ]  # fmt: skip
-        lines += ["## Pairwise", "", *_table(header, rows), "",
-                  "r: correlation of the two models' item scores; MDE 80%: the smallest "
-                  "difference this comparison detects with 80% power; * significant after Holm.",
-                  ""]  # fmt: skip
+        ]
+        lines += [
+            "## Pairwise",
+            "",
+            *_table(header, rows),
+            "",
+            "r: correlation of the two models' item scores; MDE 80%: the smallest "
+            "difference this comparison detects with 80% power; * significant after Holm.",
+            "",
+        ]
     if envelope.calibration:
         lines += ["## Calibration", "", *calibration_table(envelope), ""]
     if envelope.regressions:
-        header = ["Model", "Against", "Verdict", "Items", "Score diff [95% CI]", "Evidence",
-                  "Detectable change"]  # fmt: skip
+        header = ["Model", "Against", "Verdict", "Items", "Score diff [95% CI]", "Evidence", "Detectable change"]
         rows = [
-            [_cell(r.model_id), _against(r), f"**{r.verdict}**", str(r.n_items),
-             _interval(r.mean_diff, r.ci_low, r.ci_high), _evidence(r), _cell(r.min_detectable_change)]
+            [
+                _cell(r.model_id),
+                _against(r),
+                f"**{r.verdict}**",
+                str(r.n_items),
+                _interval(r.mean_diff, r.ci_low, r.ci_high),
+                _evidence(r),
+                _cell(r.min_detectable_change),
+            ]
             for r in envelope.regressions
-        ]  # fmt: skip
+        ]
         notes = [f"- {r.model_id} vs {r.against}: {_cell(r.note)}" for r in envelope.regressions if r.note]
         lines += ["## Changes since earlier runs", "", *_table(header, rows), *notes, ""]
     summary = envelope.summary

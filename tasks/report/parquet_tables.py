@@ -15,9 +15,19 @@ import pyarrow.parquet as pq
 
 from ape.tasks.stats.aggregate import OUTCOME_COLUMNS
 
-INT_LEADERBOARD = {"rank", "n_items", "n_sessions", "runs_per_data", "check_errors", "cached",
-                   "rank_low", "rank_high", "tie_group", "injection_flags",
-                   *OUTCOME_COLUMNS.values()}  # fmt: skip
+INT_LEADERBOARD = {
+    "rank",
+    "n_items",
+    "n_sessions",
+    "runs_per_data",
+    "check_errors",
+    "cached",
+    "rank_low",
+    "rank_high",
+    "tie_group",
+    "injection_flags",
+    *OUTCOME_COLUMNS.values(),
+}
 INT_PAIRWISE = {"n_items", "wins", "ties", "losses", "a_only", "b_only"}
 _STRING_COLUMNS = {"model_id", "model_a", "model_b", "category", "test", "ci_method"}
 _BOOL_COLUMNS = {"significant"}

@@ -31,9 +31,19 @@ from ape.schemas.config import ApeConfig
 from ape.tasks.storage.run_files import RunFiles
 
 PACKAGES = (
-    "ape-bench", "prefect", "pydantic", "langchain-core", "langchain-openai", "numpy", "scipy",
-    "pandas", "pyarrow", "sacrebleu", "rouge-score", "prefect-dask",
-)  # fmt: skip
+    "ape-bench",
+    "prefect",
+    "pydantic",
+    "langchain-core",
+    "langchain-openai",
+    "numpy",
+    "scipy",
+    "pandas",
+    "pyarrow",
+    "sacrebleu",
+    "rouge-score",
+    "prefect-dask",
+)
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
@@ -65,8 +75,7 @@ def git_state(folder: str) -> tuple[str | None, bool | None]:
 
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True,
-                                  timeout=10, check=False)  # fmt: skip
+            done = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True, timeout=10, check=False)
         except (OSError, subprocess.SubprocessError):
             return None
         return done.stdout.strip() if done.returncode == 0 else None

@@ -23,20 +23,43 @@ from ape.tasks.storage.save import scan_results
 
 log = logging.getLogger(__name__)
 
-SESSIONS_SCHEMA = pa.schema([
-    ("source", pa.string()), ("line", pa.int64()), ("saved_at", pa.timestamp("us", tz="UTC")),
-    ("model_id", pa.string()), ("item_id", pa.string()), ("run_index", pa.int64()),
-    ("outcome", pa.string()), ("error_type", pa.string()), ("error_message", pa.string()),
-    ("check_status", pa.string()), ("check_score", pa.float64()), ("check_runtime_s", pa.float64()),
-    ("check_error_type", pa.string()), ("check_error_message", pa.string()),
-    ("check_metadata", pa.string()), ("metric", pa.string()), ("score", pa.float64()),
-    ("correct", pa.bool_()), ("confidence", pa.float64()), ("token_nll", pa.float64()),
-    ("token_count", pa.int64()), ("input_tokens", pa.int64()), ("output_tokens", pa.int64()),
-    ("steps", pa.int64()), ("latency_s", pa.float64()), ("category", pa.string()),
-    ("cached", pa.bool_()), ("solution", pa.string()), ("raw_output", pa.string()),
-    ("cluster", pa.string()), ("cost", pa.float64()), ("expected", pa.string()),
-    ("prompt_hash", pa.string()),
-])  # fmt: skip
+SESSIONS_SCHEMA = pa.schema(
+    [
+        ("source", pa.string()),
+        ("line", pa.int64()),
+        ("saved_at", pa.timestamp("us", tz="UTC")),
+        ("model_id", pa.string()),
+        ("item_id", pa.string()),
+        ("run_index", pa.int64()),
+        ("outcome", pa.string()),
+        ("error_type", pa.string()),
+        ("error_message", pa.string()),
+        ("check_status", pa.string()),
+        ("check_score", pa.float64()),
+        ("check_runtime_s", pa.float64()),
+        ("check_error_type", pa.string()),
+        ("check_error_message", pa.string()),
+        ("check_metadata", pa.string()),
+        ("metric", pa.string()),
+        ("score", pa.float64()),
+        ("correct", pa.bool_()),
+        ("confidence", pa.float64()),
+        ("token_nll", pa.float64()),
+        ("token_count", pa.int64()),
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("steps", pa.int64()),
+        ("latency_s", pa.float64()),
+        ("category", pa.string()),
+        ("cached", pa.bool_()),
+        ("solution", pa.string()),
+        ("raw_output", pa.string()),
+        ("cluster", pa.string()),
+        ("cost", pa.float64()),
+        ("expected", pa.string()),
+        ("prompt_hash", pa.string()),
+    ]
+)
 
 
 def _json_text(value: Any) -> str | None:
@@ -123,8 +146,11 @@ def session_table(runs: Sequence[RunFiles], where: str) -> pa.Table:
             if key in merged and merged[key][2] != path:
                 log.warning(
                     "item %r of model %r is in both %s and %s; keeping the latter",
-                    key[1], key[0], merged[key][2], path,
-                )  # fmt: skip
+                    key[1],
+                    key[0],
+                    merged[key][2],
+                    path,
+                )
             merged[key] = (batch, number, path)
     # a stable order, whatever order the items finished in: aggregates come out bit-identical
     rows = [

@@ -139,8 +139,16 @@ def write_trend_chart(runs: pd.DataFrame, path: Path, title: str = "Score per ru
         judged = group[["history_reference_mean", "history_limit", "history_se"]].notna().all(axis=1).to_numpy()
         if judged.any():  # a side with no limit is drawn to the end of the score range
             bottom, top = low.fillna(0.0).where(judged), high.fillna(1.0).where(judged)
-            axes.fill_between(when, bottom, top, step="mid", color="grey", alpha=0.25, linewidth=0,
-                              label=f"{model_id}: reference ± limit")  # fmt: skip
+            axes.fill_between(
+                when,
+                bottom,
+                top,
+                step="mid",
+                color="grey",
+                alpha=0.25,
+                linewidth=0,
+                label=f"{model_id}: reference ± limit",
+            )
         for point in when[group["history_change"].isin(["alarm", "fingerprint", "baseline"]).to_numpy()]:
             axes.axvline(point, color=line.get_color(), linestyle=":", linewidth=1)
         for verdict, marker, color in (("regressed", "v", "red"), ("improved", "^", "green")):

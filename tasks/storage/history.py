@@ -79,40 +79,83 @@ RUN_COPY = "history.parquet"  # in OUTPUT/runs/<run id>/: the run's own rows of 
 RUN_ITEMS_COPY = "history_items.parquet"  # and of items/<run id>.parquet
 AGAINST = ("history", "previous", "baseline")  # "previous": written by versions before the monitor
 
-ITEMS_SCHEMA = pa.schema([
-    ("run_id", pa.string()), ("model_id", pa.string()), ("item_id", pa.string()),
-    ("item_hash", pa.string()), ("score", pa.float64()), ("passed", pa.bool_()),
-    ("n", pa.int64()), ("c", pa.int64()),
-])  # fmt: skip
+ITEMS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("model_id", pa.string()),
+        ("item_id", pa.string()),
+        ("item_hash", pa.string()),
+        ("score", pa.float64()),
+        ("passed", pa.bool_()),
+        ("n", pa.int64()),
+        ("c", pa.int64()),
+    ]
+)
 
 _COMPARISON_FIELDS = [
     (f"{against}_{name}", kind)
     for against in AGAINST
-    for name, kind in (("run", pa.string()), ("verdict", pa.string()), ("diff", pa.float64()),
-                       ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("p", pa.float64()),
-                       ("mdc", pa.float64()), ("note", pa.string()))
-]  # fmt: skip
+    for name, kind in (
+        ("run", pa.string()),
+        ("verdict", pa.string()),
+        ("diff", pa.float64()),
+        ("ci_low", pa.float64()),
+        ("ci_high", pa.float64()),
+        ("p", pa.float64()),
+        ("mdc", pa.float64()),
+        ("note", pa.string()),
+    )
+]
 # the monitor's evidence and state after the run (see ape.tasks.stats.monitor); null in older histories
 MONITOR_FIELDS = [
-    ("history_z", pa.float64()), ("history_se", pa.float64()), ("history_limit", pa.float64()),
-    ("history_h", pa.float64()), ("history_k", pa.float64()), ("history_cusum_up", pa.float64()),
-    ("history_cusum_down", pa.float64()), ("history_reference_mean", pa.float64()),
-    ("history_reference_from", pa.string()), ("history_reference_runs", pa.int64()),
-    ("history_since", pa.int64()), ("history_start", pa.string()), ("history_change", pa.string()),
-    ("history_joins", pa.bool_()), ("history_runs_per_year", pa.float64()), ("history_evidence", pa.string()),
-]  # fmt: skip
-RUNS_SCHEMA = pa.schema([
-    ("run_id", pa.string()), ("benchmark", pa.string()), ("model_id", pa.string()),
-    ("flow_run_id", pa.string()), ("cache_scope", pa.string()),
-    ("started_at", pa.timestamp("us", tz="UTC")), ("finished_at", pa.timestamp("us", tz="UTC")),
-    ("n_items", pa.int64()), ("n_sessions", pa.int64()), ("mean_score", pa.float64()),
-    ("score_se", pa.float64()), ("ci_low", pa.float64()), ("ci_high", pa.float64()),
-    ("pass_rate", pa.float64()), ("pass_at_k", pa.string()), ("ece", pa.float64()),
-    ("brier", pa.float64()), ("input_tokens", pa.int64()), ("output_tokens", pa.int64()),
-    ("cost", pa.float64()), ("errors", pa.int64()), ("check_errors", pa.int64()),
-    ("config_fingerprint", pa.string()), ("data_fingerprint", pa.string()),
-    ("checker_fingerprint", pa.string()), *_COMPARISON_FIELDS, *MONITOR_FIELDS,
-])  # fmt: skip
+    ("history_z", pa.float64()),
+    ("history_se", pa.float64()),
+    ("history_limit", pa.float64()),
+    ("history_h", pa.float64()),
+    ("history_k", pa.float64()),
+    ("history_cusum_up", pa.float64()),
+    ("history_cusum_down", pa.float64()),
+    ("history_reference_mean", pa.float64()),
+    ("history_reference_from", pa.string()),
+    ("history_reference_runs", pa.int64()),
+    ("history_since", pa.int64()),
+    ("history_start", pa.string()),
+    ("history_change", pa.string()),
+    ("history_joins", pa.bool_()),
+    ("history_runs_per_year", pa.float64()),
+    ("history_evidence", pa.string()),
+]
+RUNS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("benchmark", pa.string()),
+        ("model_id", pa.string()),
+        ("flow_run_id", pa.string()),
+        ("cache_scope", pa.string()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+        ("n_items", pa.int64()),
+        ("n_sessions", pa.int64()),
+        ("mean_score", pa.float64()),
+        ("score_se", pa.float64()),
+        ("ci_low", pa.float64()),
+        ("ci_high", pa.float64()),
+        ("pass_rate", pa.float64()),
+        ("pass_at_k", pa.string()),
+        ("ece", pa.float64()),
+        ("brier", pa.float64()),
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("cost", pa.float64()),
+        ("errors", pa.int64()),
+        ("check_errors", pa.int64()),
+        ("config_fingerprint", pa.string()),
+        ("data_fingerprint", pa.string()),
+        ("checker_fingerprint", pa.string()),
+        *_COMPARISON_FIELDS,
+        *MONITOR_FIELDS,
+    ]
+)
 
 
 def history_dir(top: Path) -> Path:
@@ -227,9 +270,10 @@ def _check_footer(path: Path, top: Path) -> None:
     missing = [name for name in ITEMS_SCHEMA.names if name not in names]
     if missing:
         raise ApeError(
-            f"the run history's items file lacks the columns {', '.join(missing)}", where=str(path),
+            f"the run history's items file lacks the columns {', '.join(missing)}",
+            where=str(path),
             hint=rebuild_hint(top),
-        )  # fmt: skip
+        )
 
 
 def check_history(output_dir: Path) -> None:
@@ -254,9 +298,10 @@ def check_history(output_dir: Path) -> None:
         items = root / ITEMS / f"{run_id}.parquet"
         if not items.is_file():
             raise ApeError(
-                f"the run history lists run {run_id} but its items file is missing", where=str(items),
+                f"the run history lists run {run_id} but its items file is missing",
+                where=str(items),
                 hint=rebuild_hint(top),
-            )  # fmt: skip
+            )
         _check_footer(items, top)
     mark = root / BASELINE_FILE
     if mark.exists():
@@ -266,9 +311,10 @@ def check_history(output_dir: Path) -> None:
                 raise ValueError('not {"run_id": "..."}')
         except (OSError, ValueError) as exc:
             raise ApeError(
-                f"the pinned baseline cannot be read: {exc}", where=str(mark),
+                f"the pinned baseline cannot be read: {exc}",
+                where=str(mark),
                 hint=f"pin it again with `ape baseline {top} RUN_ID` (or `latest`), or delete the file",
-            ) from None  # fmt: skip
+            ) from None
 
 
 @dataclass

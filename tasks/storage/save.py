@@ -321,7 +321,7 @@ class SaveHandler:
         self._meta_dirty = False
         meta = {
             **self.run_info,
-            SAVE_FILE_KEY: self.results_path.name,  # how readers find the results (tasks.run_files)
+            SAVE_FILE_KEY: self.results_path.name,  # how readers find the results (ape.tasks.storage.run_files)
             "completed_ids": list(self.completed),
             "errored_ids": self.errored_ids(),
             "updated_at": datetime.now(UTC).isoformat(),

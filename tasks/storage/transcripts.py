@@ -1,6 +1,6 @@
 """Write closed sessions to ``sessions.log`` (readable) and ``sessions.jsonl`` (one JSON line each).
 
-The schema of both is documented in :mod:`schemas.transcript`. Many solver workers
+The schema of both is documented in :mod:`ape.schemas.transcript`. Many solver workers
 close sessions at the same time, so each session is formatted first and then written as
 one block under a lock and flushed: blocks are never interleaved, and a crash loses at
 most the sessions still open.

@@ -38,15 +38,20 @@ def completion(text: str, *, logprob: float = -0.1, prompt_tokens: int = 12, com
         "object": "chat.completion",
         "created": 0,
         "model": "fake",
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "finish_reason": "stop",
-            "logprobs": {"content": [{"token": text, "logprob": logprob, "bytes": None, "top_logprobs": []}]},
-        }],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
-    }  # fmt: skip
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+                "logprobs": {"content": [{"token": text, "logprob": logprob, "bytes": None, "top_logprobs": []}]},
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
 
 
 def error_body(message: str) -> dict[str, Any]:

@@ -78,8 +78,12 @@ def test_a_copied_then_moved_output_folder_resumes_and_retries_from_its_cache(tm
     log_before = (moved / "calls.log").read_text().count("\n")
     done = subprocess.run(
         [sys.executable, "-m", "ape", "retry", str(moved / "out"), "--no-server"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (moved / "calls.log").read_text().count("\n") == log_before  # no model call in that process
     items = saved(moved / "out" / "results.jsonl")

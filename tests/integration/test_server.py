@@ -16,6 +16,7 @@ import httpx
 import pytest
 from prefect import context as prefect_context
 from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.utilities.urls import url_for
 
 from ape import server
 from ape.schemas.errors import ApeError
@@ -57,10 +58,12 @@ def test_api_urls_reach_wildcard_hosts_through_loopback() -> None:
 
 def test_flow_run_links_follow_the_configured_api() -> None:
     with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:4999/api"}):
-        assert server.flow_run_url("f00") == "http://127.0.0.1:4999/runs/flow-run/f00"
+        assert url_for("flow-run", obj_id="f00") == "http://127.0.0.1:4999/runs/flow-run/f00"
     cloud = "https://api.prefect.cloud/api/accounts/a1/workspaces/w1"
     with temporary_settings({PREFECT_API_URL: cloud}):
-        assert server.flow_run_url("f00") == ("https://app.prefect.cloud/account/a1/workspace/w1/runs/flow-run/f00")
+        assert url_for("flow-run", obj_id="f00") == (
+            "https://app.prefect.cloud/account/a1/workspace/w1/runs/flow-run/f00"
+        )
 
 
 def test_home_follows_ape_home(ape_home: Path) -> None:

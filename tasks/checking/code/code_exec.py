@@ -188,9 +188,15 @@ class _Sandbox:
                 argv = self.cgroup.wrap(argv)
         try:
             self.process = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr, env=env, cwd=cwd,
-                pass_fds=(write_end,), start_new_session=True,
-            )  # fmt: skip
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=stdout,
+                stderr=stderr,
+                env=env,
+                cwd=cwd,
+                pass_fds=(write_end,),
+                start_new_session=True,
+            )
         except BaseException:
             os.close(read_end)
             if self.cgroup is not None:
@@ -485,19 +491,25 @@ def run_code(
     try:
         total = count_tests(tests)
     except SyntaxError as exc:
-        return CodeExecResult(score=0.0, error=f"the tests do not parse: SyntaxError: {exc.msg} "
-                                               f"(tests.py line {exc.lineno})")  # fmt: skip
+        return CodeExecResult(
+            score=0.0, error=f"the tests do not parse: SyntaxError: {exc.msg} (tests.py line {exc.lineno})"
+        )
     if total == 0:
         raise NoTestsError("the tests are empty (no statement to run, only blank lines or comments)")
     kind = sandboxes.resolve(sandbox)
     key = secrets.token_hex(16).encode("ascii")
     fields = {
-        "key": key.decode("ascii"), "code": code, "tests": tests,
+        "key": key.decode("ascii"),
+        "code": code,
+        "tests": tests,
         "limits": {
-            "memory_bytes": memory_mb * 1024 * 1024, "cpu_seconds": math.ceil(timeout_s) + 1,
-            "file_bytes": FILE_LIMIT_BYTES, "open_files": OPEN_FILES, "processes": PROCESSES,
+            "memory_bytes": memory_mb * 1024 * 1024,
+            "cpu_seconds": math.ceil(timeout_s) + 1,
+            "file_bytes": FILE_LIMIT_BYTES,
+            "open_files": OPEN_FILES,
+            "processes": PROCESSES,
         },
-    }  # fmt: skip
+    }
     asked = time.monotonic()
     problems: list[str] = []
     for attempt in range(START_ATTEMPTS):

@@ -135,12 +135,25 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
     os.chdir(job.pop("workdir"))
     del job, code, tests, tree
 
-    blocked_events = frozenset((
-        "sys._getframe", "sys._current_frames", "sys._current_exceptions", "sys.settrace",
-        "sys.setprofile", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
-        "ctypes.dlopen", "ctypes.dlsym", "ctypes.addressof", "ctypes.cdata",
-        "ctypes.string_at", "ctypes.wstring_at", "ctypes.call_function",
-    ))  # fmt: skip
+    blocked_events = frozenset(
+        (
+            "sys._getframe",
+            "sys._current_frames",
+            "sys._current_exceptions",
+            "sys.settrace",
+            "sys.setprofile",
+            "gc.get_objects",
+            "gc.get_referrers",
+            "gc.get_referents",
+            "ctypes.dlopen",
+            "ctypes.dlsym",
+            "ctypes.addressof",
+            "ctypes.cdata",
+            "ctypes.string_at",
+            "ctypes.wstring_at",
+            "ctypes.call_function",
+        )
+    )
     blocked_attributes = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"))
 
     def audit(

@@ -63,8 +63,7 @@ class SandboxUnavailable(RuntimeError):
 
 def base_env(home: str) -> dict[str, str]:
     """The whole environment of the candidate: nothing from the run's own environment."""
-    return {"HOME": home, "TMPDIR": home, "PATH": SANDBOX_PATH, "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+    return {"HOME": home, "TMPDIR": home, "PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def hidden_interpreter_folders() -> tuple[str, ...]:
@@ -77,21 +76,24 @@ def hidden_interpreter_folders() -> tuple[str, ...]:
     home = SANDBOX_HOME.rstrip("/") + "/"
     found = {
         os.path.normpath(path)
-        for path in (sys.prefix, sys.base_prefix, os.path.dirname(sys.executable),
-                     os.path.dirname(os.path.realpath(sys.executable)))
+        for path in (
+            sys.prefix,
+            sys.base_prefix,
+            os.path.dirname(sys.executable),
+            os.path.dirname(os.path.realpath(sys.executable)),
+        )
         if os.path.normpath(path).startswith(home)
-    }  # fmt: skip
+    }
     return tuple(sorted(path for path in found if not any(path.startswith(other + "/") for other in found)))
 
 
 def bwrap_argv(tmpfs_bytes: int = TMPFS_BYTES, *, disable_userns: bool = True) -> list[str]:
     """The bubblewrap command line that precedes the interpreter."""
     argv = [
-        "bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
-        "--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--proc", "/proc",
-        "--dev", "/dev", "--size", str(tmpfs_bytes), "--tmpfs", SANDBOX_HOME,
-        "--chdir", SANDBOX_HOME, "--clearenv",
-    ]  # fmt: skip
+        *("bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534"),
+        *("--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"),
+        *("--size", str(tmpfs_bytes), "--tmpfs", SANDBOX_HOME, "--chdir", SANDBOX_HOME, "--clearenv"),
+    ]
     for folder in hidden_interpreter_folders():
         argv += ["--ro-bind", folder, folder]
     if disable_userns:
@@ -130,13 +132,14 @@ def unshare_argv(tmpfs_bytes: int = TMPFS_BYTES) -> list[str]:
     for fd, folder in enumerate(map(shlex.quote, hidden_interpreter_folders()), start=3):
         opened.append(f"exec {fd}< {folder}")
         bound += [f"mkdir -p {folder}", f"mount --no-canonicalize --bind /proc/self/fd/{fd} {folder}", f"exec {fd}<&-"]
+    script = _UNSHARE_PRELUDE % ("\n".join(opened), "\n".join(bound), env)
     return [
-        "setpriv", "--pdeathsig", "KILL", "--",
-        "unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--net",
-        "--mount", "--mount-proc", "--ipc", "--uts", "--",
-        "env", "-i", f"APE_TMPFS={tmpfs_bytes}", "PATH=" + SANDBOX_PATH,
-        "sh", "-c", _UNSHARE_PRELUDE % ("\n".join(opened), "\n".join(bound), env), "ape-sandbox",
-    ]  # fmt: skip
+        *("setpriv", "--pdeathsig", "KILL", "--"),
+        *("unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--net"),
+        *("--mount", "--mount-proc", "--ipc", "--uts", "--"),
+        *("env", "-i", f"APE_TMPFS={tmpfs_bytes}", "PATH=" + SANDBOX_PATH),
+        *("sh", "-c", script, "ape-sandbox"),
+    ]
 
 
 def _probe(argv: list[str]) -> str | None:

@@ -47,8 +47,9 @@ def test_a_judge_that_holds_passes_the_canary(tmp_path):
     config = judged_benchmark(tmp_path, 'behaviour = "grader", name = "holds"')
     graded = canary_of(config)
     names = [example.name for example, _ in graded]
-    assert names == [f"judge canary: {n}" for n in ("plain", "forged markup", "instruction", "grade line",
-                                                      "fake reasoning")]  # fmt: skip
+    assert names == [
+        f"judge canary: {n}" for n in ("plain", "forged markup", "instruction", "grade line", "fake reasoning")
+    ]
     assert all(result.status.value == "FAILED" for _, result in graded)
     assert MockChatModel.call_count("holds") == 5
     canary_of(config)  # cached like every judgement: asked once

@@ -24,10 +24,13 @@ def write(path: Path, rows: list[object]) -> Path:
 
 
 def test_loads_items_solutions_and_verdicts(tmp_path):
-    path = write(tmp_path / "c.jsonl", [
-        {"id": "a", "question": "q", "solution": "s", "human": True},
-        {"id": "b", "question": "q", "solution": {"x": 1}, "human": "fail", "model": "m"},
-    ])  # fmt: skip
+    path = write(
+        tmp_path / "c.jsonl",
+        [
+            {"id": "a", "question": "q", "solution": "s", "human": True},
+            {"id": "b", "question": "q", "solution": {"x": 1}, "human": "fail", "model": "m"},
+        ],
+    )
     rows = load_calibration(path, Item, parse_scale("pass/fail"))
     assert [(r.item.id, r.human, r.model) for r in rows] == [("a", "PASS", None), ("b", "FAIL", "m")]
     assert rows[1].solution == {"x": 1}

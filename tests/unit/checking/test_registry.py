@@ -1,8 +1,7 @@
-"""Built-in names: one registry, did-you-mean on a miss, old internal paths still work."""
+"""Built-in names: one registry, did-you-mean on a miss, a clear error for a module that is not there."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
@@ -52,18 +51,18 @@ def test_a_misspelt_name_gets_did_you_mean():
         resolve("adapter", "lastnumber")
 
 
-def test_old_internal_paths_work_with_one_deprecation_line(monkeypatch, ape_log):
-    from ape.tasks.plugins import registry
-    from ape.tasks.solving.tools import calculator
+def test_a_module_path_from_before_the_split_is_a_clear_error():
+    with pytest.raises(ApeError) as info:
+        load_object("ape.tasks.tools:calculator", kind="tool", where="[tools.calc] factory")
+    assert info.value.where == "[tools.calc] factory"
+    assert info.value.message == (
+        "cannot import module 'ape.tasks.tools' of 'ape.tasks.tools:calculator': no module named 'ape.tasks.tools'"
+    )
+    with pytest.raises(ApeError, match="^cannot import module 'tasks.tools' of 'tasks.tools:calculator'"):
+        load_object("tasks.tools:calculator")
 
-    monkeypatch.setattr(registry, "_warned", set())
-    assert load_object("tasks.tools:calculator") is calculator
-    assert load_object("tasks.tools:calculator") is calculator
-    lines = [r.getMessage() for r in ape_log.records if r.levelno >= logging.WARNING and "deprecated" in r.getMessage()]
-    assert lines == ["'tasks.tools:calculator' is deprecated; write 'calculator' instead"]
 
-
-def test_a_folder_beside_the_config_named_like_an_old_path_wins(tmp_path: Path):
+def test_a_folder_beside_the_config_named_like_an_ape_package_wins(tmp_path: Path):
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "__init__.py").write_text("")
     (tmp_path / "tasks" / "tools.py").write_text("def calculator():\n    return 'mine'\n")

@@ -1,4 +1,4 @@
-"""AdapterChatModel: ModelAdapters run through the one chat dialogue of tasks.solve."""
+"""AdapterChatModel: ModelAdapters run through the one chat dialogue of ape.tasks.solving.solve."""
 
 from __future__ import annotations
 

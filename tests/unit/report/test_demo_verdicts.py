@@ -12,10 +12,10 @@ from ape.tasks.report.demo_verdicts import (
     Breach,
     Criterion,
     criteria_status,
-    judge,
     ranking_breach,
     uncalibrated,
     unscored,
+    verdict,
     with_verdict,
 )
 
@@ -114,21 +114,21 @@ def test_ranking_holds_only_when_strictly_above():
     assert "not on the leaderboard" in ranking_breach(_envelope({"good": 0.9}), "good", "bad")
 
 
-def test_judge_reports_the_first_broken_criterion_in_order():
+def test_verdict_reports_the_first_broken_criterion_in_order():
     # scoring is checked before calibration and ranking, so it wins when all three break
     broken = _sessions(("bad", "t1", None))
     envelope = _envelope({"good": 0.1, "bad": 0.9}, calibration={})
-    breach = judge(TASKS, MODELS, envelope, broken, ("good", "bad"))
+    breach = verdict(TASKS, MODELS, envelope, broken, ("good", "bad"))
     assert breach is not None and breach.criterion is Criterion.TASKS_SCORED
-    breach = judge(TASKS, MODELS, envelope, _sessions(), ("good", "bad"))
+    breach = verdict(TASKS, MODELS, envelope, _sessions(), ("good", "bad"))
     assert breach is not None and breach.criterion is Criterion.CALIBRATION
-    breach = judge(TASKS, MODELS, _envelope({"good": 0.1, "bad": 0.9}), _sessions(), ("good", "bad"))
+    breach = verdict(TASKS, MODELS, _envelope({"good": 0.1, "bad": 0.9}), _sessions(), ("good", "bad"))
     assert breach is not None and breach.criterion is Criterion.RANKING
-    assert judge(TASKS, MODELS, _envelope(), _sessions(), ("good", "bad")) is None
+    assert verdict(TASKS, MODELS, _envelope(), _sessions(), ("good", "bad")) is None
 
 
-def test_judge_without_sessions_is_an_incomplete_run():
-    breach = judge(TASKS, MODELS, _envelope(), None, ("good", "bad"))
+def test_verdict_without_sessions_is_an_incomplete_run():
+    breach = verdict(TASKS, MODELS, _envelope(), None, ("good", "bad"))
     assert breach is not None and breach.criterion is Criterion.RUN_COMPLETED
 
 
@@ -136,7 +136,7 @@ def test_a_report_error_outside_calibration_is_an_incomplete_run():
     envelope = _envelope().model_copy(
         update={"error": ErrorDetail(type="OSError", message="disk full", details={"stage": "writing the report"})}
     )
-    breach = judge(TASKS, MODELS, envelope, _sessions(), ("good", "bad"))
+    breach = verdict(TASKS, MODELS, envelope, _sessions(), ("good", "bad"))
     assert breach is not None and breach.criterion is Criterion.RUN_COMPLETED
     assert "while writing the report: disk full" in breach.message
 
@@ -157,23 +157,23 @@ def test_with_verdict_writes_the_error_and_keeps_the_report_error():
     report_error = ErrorDetail(type="ValueError", message="bad bins", details={"stage": "calibration"})
     envelope = _envelope().model_copy(update={"error": report_error})
     breach = Breach(criterion=Criterion.CALIBRATION, message="calibration failed", problems=[{"model": "bad"}])
-    judged = with_verdict(envelope, breach)
-    assert judged.error is not None and judged.error.type == "CalibrationFailed"
-    assert judged.error.details["exit_code"] == EXIT_CODES[Criterion.CALIBRATION] == 5
-    assert judged.error.details["report_error"]["message"] == "bad bins"
-    assert judged.summary.criteria["calibration"] == "failed"
-    assert judged.leaderboard == envelope.leaderboard  # the computed parts stay
+    marked = with_verdict(envelope, breach)
+    assert marked.error is not None and marked.error.type == "CalibrationFailed"
+    assert marked.error.details["exit_code"] == EXIT_CODES[Criterion.CALIBRATION] == 5
+    assert marked.error.details["report_error"]["message"] == "bad bins"
+    assert marked.summary.criteria["calibration"] == "failed"
+    assert marked.leaderboard == envelope.leaderboard  # the computed parts stay
 
 
 def test_with_verdict_of_a_clean_run_has_no_error():
-    judged = with_verdict(_envelope(), None)
-    assert judged.error is None and set(judged.summary.criteria.values()) == {"passed"}
+    marked = with_verdict(_envelope(), None)
+    assert marked.error is None and set(marked.summary.criteria.values()) == {"passed"}
 
 
 def test_a_calibration_stage_failure_of_the_report_is_a_calibration_breach():
     envelope = Envelope.model_validate(
         {"error": {"type": "ValueError", "message": "confidence 2.0", "details": {"stage": "calibration"}}}
     )
-    breach = judge(TASKS, MODELS, envelope, _sessions(), ("good", "bad"))
+    breach = verdict(TASKS, MODELS, envelope, _sessions(), ("good", "bad"))
     assert breach is not None and breach.criterion is Criterion.CALIBRATION
     assert "confidence 2.0" in breach.message

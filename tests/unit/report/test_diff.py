@@ -23,26 +23,43 @@ def sessions(rows: list[tuple[str, str, int, float, bool, str]]) -> pd.DataFrame
     return pd.DataFrame(
         [
             {
-                "model_id": m, "item_id": i, "run_index": r, "score": s, "correct": c, "solution": json.dumps(a),
-                "raw_output": a, "check_metadata": None if c else json.dumps({"reason": f"{a} is wrong"}),
-                "error_message": None, "check_error_message": None,
+                "model_id": m,
+                "item_id": i,
+                "run_index": r,
+                "score": s,
+                "correct": c,
+                "solution": json.dumps(a),
+                "raw_output": a,
+                "check_metadata": None if c else json.dumps({"reason": f"{a} is wrong"}),
+                "error_message": None,
+                "check_error_message": None,
             }
             for m, i, r, s, c, a in rows
         ]
-    )  # fmt: skip
+    )
 
 
-A = sessions([
-    ("m", "i1", 0, 1.0, True, "4"), ("m", "i1", 1, 1.0, True, "4"),
-    ("m", "i2", 0, 0.0, False, "7"), ("m", "i2", 1, 0.0, False, "7"),
-    ("m", "i3", 0, 0.5, True, "x"), ("m", "i3", 1, 1.0, True, "y"),
-    ("only_a", "i1", 0, 1.0, True, "4"),
-])  # fmt: skip
-B = sessions([
-    ("m", "i1", 0, 0.0, False, "5"), ("m", "i1", 1, 1.0, True, "4"),
-    ("m", "i2", 0, 1.0, True, "6"), ("m", "i2", 1, 1.0, True, "6"),
-    ("m", "i3", 0, 1.0, True, "y"), ("m", "i3", 1, 1.0, True, "y"),
-])  # fmt: skip
+A = sessions(
+    [
+        ("m", "i1", 0, 1.0, True, "4"),
+        ("m", "i1", 1, 1.0, True, "4"),
+        ("m", "i2", 0, 0.0, False, "7"),
+        ("m", "i2", 1, 0.0, False, "7"),
+        ("m", "i3", 0, 0.5, True, "x"),
+        ("m", "i3", 1, 1.0, True, "y"),
+        ("only_a", "i1", 0, 1.0, True, "4"),
+    ]
+)
+B = sessions(
+    [
+        ("m", "i1", 0, 0.0, False, "5"),
+        ("m", "i1", 1, 1.0, True, "4"),
+        ("m", "i2", 0, 1.0, True, "6"),
+        ("m", "i2", 1, 1.0, True, "6"),
+        ("m", "i3", 0, 1.0, True, "y"),
+        ("m", "i3", 1, 1.0, True, "y"),
+    ]
+)
 
 
 def test_items_are_paired_and_flips_named_by_the_half_correct_rule():

@@ -27,9 +27,16 @@ from ape.tasks.report.sessions_table import SESSIONS_SCHEMA, load_sessions
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def session(model_id: str, item_id: str, *, correct: bool, run_index: int = 0,
-            outcome: Outcome = Outcome.SOLVED, confidence: float | None = None,
-            category: str | None = None) -> SessionResult:  # fmt: skip
+def session(
+    model_id: str,
+    item_id: str,
+    *,
+    correct: bool,
+    run_index: int = 0,
+    outcome: Outcome = Outcome.SOLVED,
+    confidence: float | None = None,
+    category: str | None = None,
+) -> SessionResult:
     solved = outcome is Outcome.SOLVED
     return SessionResult(
         item_id=item_id,
@@ -81,22 +88,26 @@ def run_dir(tmp_path: Path) -> Path:
     root = tmp_path / "output"
     categories = ["math", "math", "math", "text", "text", "text"]
     rules = [
-        batch("rules", f"q{i}", [session("rules", f"q{i}", correct=True, confidence=0.9,
-                                         category=categories[i - 1])])
+        batch("rules", f"q{i}", [session("rules", f"q{i}", correct=True, confidence=0.9, category=categories[i - 1])])
         for i in range(1, 7)
-    ]  # fmt: skip
+    ]
     noisy = [
         batch("noisy", "q1", [session("noisy", "q1", correct=True, confidence=0.95, category="math")]),
         batch("noisy", "q2", [session("noisy", "q2", correct=False, confidence=0.9, category="math")]),
-        batch("noisy", "q3", [session("noisy", "q3", correct=False, outcome=Outcome.PARSING_FAILED,
-                                      confidence=0.8, category="math")]),
-        batch("noisy", "q4", [session("noisy", "q4", correct=False, outcome=Outcome.GAVE_UP,
-                                      category="text")]),
-        batch("noisy", "q5", [session("noisy", "q5", correct=False, outcome=Outcome.ERROR,
-                                      confidence=0.99, category="text")]),
+        batch(
+            "noisy",
+            "q3",
+            [session("noisy", "q3", correct=False, outcome=Outcome.PARSING_FAILED, confidence=0.8, category="math")],
+        ),
+        batch("noisy", "q4", [session("noisy", "q4", correct=False, outcome=Outcome.GAVE_UP, category="text")]),
+        batch(
+            "noisy",
+            "q5",
+            [session("noisy", "q5", correct=False, outcome=Outcome.ERROR, confidence=0.99, category="text")],
+        ),
         batch("noisy", "q6", [session("noisy", "q6", correct=True, confidence=0.1, category="text")]),
         batch("noisy", "q6", [session("noisy", "q6", correct=False, confidence=0.85, category="text")]),
-    ]  # fmt: skip
+    ]
     write_results(root / "rules" / "results.jsonl", rules)
     write_results(root / "noisy" / "results.jsonl", noisy)
     (root / "noisy" / "metadata.json").write_text("{}")
@@ -154,12 +165,18 @@ def test_missing_folder_and_no_results_are_errors(tmp_path: Path):
 
 def test_build_report_writes_every_output(run_dir: Path, tmp_path: Path):
     report_dir = tmp_path / "report"
-    envelope = build_report([run_dir], report_dir, wall_seconds=1.5,
-                            extra_summary={"benchmark": "demo"})  # fmt: skip
+    envelope = build_report([run_dir], report_dir, wall_seconds=1.5, extra_summary={"benchmark": "demo"})
     assert envelope.ok
-    for name in ("sessions.parquet", "leaderboard.parquet", "categories.parquet",
-                 "pairwise.parquet", "calibration_bins.parquet", "report.json",
-                 "leaderboard.md", "summary.png"):  # fmt: skip
+    for name in (
+        "sessions.parquet",
+        "leaderboard.parquet",
+        "categories.parquet",
+        "pairwise.parquet",
+        "calibration_bins.parquet",
+        "report.json",
+        "leaderboard.md",
+        "summary.png",
+    ):
         assert (report_dir / name).stat().st_size > 0, name
     assert (report_dir / "summary.png").read_bytes()[:8] == PNG_SIGNATURE
 
@@ -220,12 +237,21 @@ def test_parquet_schemas(run_dir: Path, tmp_path: Path):
 
 def test_single_model_report_has_empty_pairwise(tmp_path: Path):
     folder = tmp_path / "out"
-    write_results(folder / "results.jsonl", [
-        batch("solo", "a", [session("solo", "a", correct=True, run_index=0),
-                            session("solo", "a", correct=False, run_index=1)]),
-        batch("solo", "b", [session("solo", "b", correct=False, run_index=0),
-                            session("solo", "b", correct=False, run_index=1)]),
-    ])  # fmt: skip
+    write_results(
+        folder / "results.jsonl",
+        [
+            batch(
+                "solo",
+                "a",
+                [session("solo", "a", correct=True, run_index=0), session("solo", "a", correct=False, run_index=1)],
+            ),
+            batch(
+                "solo",
+                "b",
+                [session("solo", "b", correct=False, run_index=0), session("solo", "b", correct=False, run_index=1)],
+            ),
+        ],
+    )
     envelope = build_report([folder], tmp_path / "report")
     assert envelope.pairwise == []
     assert envelope.leaderboard[0].pass_at_k == {"1": pytest.approx(0.25), "2": pytest.approx(0.5)}
@@ -278,19 +304,25 @@ def test_failure_writes_a_structured_error_and_raises(tmp_path: Path):
 
 
 def test_failure_can_return_the_error_envelope(run_dir: Path, tmp_path: Path):
-    envelope = build_report([run_dir], tmp_path / "report", extra_summary={"tasks": 99},
-                            raise_on_error=False)  # fmt: skip
+    envelope = build_report([run_dir], tmp_path / "report", extra_summary={"tasks": 99}, raise_on_error=False)
     assert not envelope.ok and envelope.error.type == "ValueError"
     assert "tasks" in envelope.error.message
 
 
 def test_error_envelope_keeps_partial_parts_and_writes_atomically(tmp_path: Path):
-    envelope = error_envelope("RuntimeError", "rule-based model did not rank first",
-                              details={"models": ["a"]}, summary={"tasks": 10, "models": 3})  # fmt: skip
+    envelope = error_envelope(
+        "RuntimeError",
+        "rule-based model did not rank first",
+        details={"models": ["a"]},
+        summary={"tasks": 10, "models": 3},
+    )
     path = write_envelope(tmp_path / "deep" / "report.json", envelope)
     raw = json.loads(path.read_text())
-    assert raw["error"] == {"type": "RuntimeError", "message": "rule-based model did not rank first",
-                            "details": {"models": ["a"]}}  # fmt: skip
+    assert raw["error"] == {
+        "type": "RuntimeError",
+        "message": "rule-based model did not rank first",
+        "details": {"models": ["a"]},
+    }
     assert raw["summary"]["tasks"] == 10
     assert [p.name for p in path.parent.iterdir()] == ["report.json"]
 

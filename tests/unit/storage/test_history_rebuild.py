@@ -27,10 +27,17 @@ def run_id(index: int) -> str:
 
 
 def scores_table(model_id: str, scores: np.ndarray) -> pd.DataFrame:
-    return pd.DataFrame({
-        "model_id": model_id, "item_id": [f"i{i}" for i in range(scores.size)], "item_hash": "h",
-        "score": scores, "passed": scores >= 0.5, "n": 1, "c": (scores >= 0.5).astype(int),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "model_id": model_id,
+            "item_id": [f"i{i}" for i in range(scores.size)],
+            "item_hash": "h",
+            "score": scores,
+            "passed": scores >= 0.5,
+            "n": 1,
+            "c": (scores >= 0.5).astype(int),
+        }
+    )
 
 
 def record(top: Path, index: int, scores: dict[str, np.ndarray], *, folder: bool = True) -> dict[str, str]:
@@ -48,14 +55,33 @@ def record(top: Path, index: int, scores: dict[str, np.ndarray], *, folder: bool
         table = scores_table(model_id, values)
         prints = {"config_fingerprint": "c", "data_fingerprint": "d", "checker_fingerprint": "k"}
         verdict, columns = judge(
-            top, model_id, rid, table, prints, MonitorConfig(), runs=before, pinned=history.baseline(top),
+            top,
+            model_id,
+            rid,
+            table,
+            prints,
+            MonitorConfig(),
+            runs=before,
+            pinned=history.baseline(top),
             finished=finished,
-        )  # fmt: skip
-        row = {"model_id": model_id, "benchmark": "b", "n_items": values.size, "mean_score": float(values.mean()),
-               "finished_at": finished, **prints, **columns}  # fmt: skip
+        )
+        row = {
+            "model_id": model_id,
+            "benchmark": "b",
+            "n_items": values.size,
+            "mean_score": float(values.mean()),
+            "finished_at": finished,
+            **prints,
+            **columns,
+        }
         if verdict is not None:
-            row.update({"history_run": verdict.reference_run_id, "history_verdict": verdict.verdict,
-                        "history_diff": verdict.mean_diff})  # fmt: skip
+            row.update(
+                {
+                    "history_run": verdict.reference_run_id,
+                    "history_verdict": verdict.verdict,
+                    "history_diff": verdict.mean_diff,
+                }
+            )
             verdicts[model_id] = verdict.verdict
         rows.append(row)
         tables.append(table)
@@ -69,8 +95,12 @@ def draws(seed: int, runs_: int, drop_at: int) -> list[dict[str, np.ndarray]]:
     out = []
     for index in range(runs_):
         p = 0.7 if index >= drop_at else 0.9
-        out.append({"a": (np.where(fixed < 0.5, fixed, rng.random(N)) < p).astype(float),
-                    "b": (rng.random(N) < 0.8).astype(float)})  # fmt: skip
+        out.append(
+            {
+                "a": (np.where(fixed < 0.5, fixed, rng.random(N)) < p).astype(float),
+                "b": (rng.random(N) < 0.8).astype(float),
+            }
+        )
     return out
 
 

@@ -27,8 +27,9 @@ CUSTOM = 'save_file = "answers.jsonl"\nmetadata_file = "state.json"'
 
 
 def batch(model: str, item: str, correct: bool = True) -> OutputBatch:
-    session = SessionResult(item_id=item, run_index=0, model_id=model, outcome=Outcome.SOLVED,
-                            score=float(correct), correct=correct)  # fmt: skip
+    session = SessionResult(
+        item_id=item, run_index=0, model_id=model, outcome=Outcome.SOLVED, score=float(correct), correct=correct
+    )
     return OutputBatch(item_id=item, model_id=model, sessions=[session])
 
 

@@ -7,34 +7,61 @@ import json
 import pandas as pd
 import pytest
 
-from ape.tasks.report.judge import judge_markdown, judge_report
+from ape.tasks.report.judge_agreement import judge_markdown, judge_report
 from ape.tasks.stats.judge_calibration import ppi_mean
 
 
 def session(model: str, item: str, status: str | None, score: float, run: int = 0) -> dict:
     meta = None
     if status in ("PASSED", "FAILED"):
-        meta = json.dumps({"metric": "judge", "judge": {"model": "j", "grade": "PASS" if score else "FAIL",
-                                                        "input_tokens": 10, "output_tokens": 2, "cost": 0.5}})  # fmt: skip
-    return {"model_id": model, "item_id": item, "run_index": run, "check_status": status, "score": score,
-            "metric": "judge", "check_metadata": meta}  # fmt: skip
+        meta = json.dumps(
+            {
+                "metric": "judge",
+                "judge": {
+                    "model": "j",
+                    "grade": "PASS" if score else "FAIL",
+                    "input_tokens": 10,
+                    "output_tokens": 2,
+                    "cost": 0.5,
+                },
+            }
+        )
+    return {
+        "model_id": model,
+        "item_id": item,
+        "run_index": run,
+        "check_status": status,
+        "score": score,
+        "metric": "judge",
+        "check_metadata": meta,
+    }
 
 
 def calibration(rows: list[tuple[str, str, str | None]]) -> dict:
     score = {"PASS": 1.0, "FAIL": 0.0}
     return {
-        "judge": "j", "labels": ["FAIL", "PASS"], "errors": 0, "input_tokens": 5, "output_tokens": 1, "cost": None,
-        "rows": [{"human": h, "judge": j, "human_score": score[h], "judge_score": score[j], "model": m}
-                 for h, j, m in rows],
-    }  # fmt: skip
+        "judge": "j",
+        "labels": ["FAIL", "PASS"],
+        "errors": 0,
+        "input_tokens": 5,
+        "output_tokens": 1,
+        "cost": None,
+        "rows": [
+            {"human": h, "judge": j, "human_score": score[h], "judge_score": score[j], "model": m} for h, j, m in rows
+        ],
+    }
 
 
 def test_corrected_score_uses_the_share_the_judge_graded_and_skips_check_errors():
-    sessions = pd.DataFrame([
-        session("a", "i1", "PASSED", 1.0), session("a", "i2", "PASSED", 1.0), session("a", "i3", "FAILED", 0.0),
-        session("a", "i4", None, 0.0),  # no parsable solution: an exact 0, never judged
-        session("a", "i5", "ERROR", 0.0),  # a check error is no grade
-    ])  # fmt: skip
+    sessions = pd.DataFrame(
+        [
+            session("a", "i1", "PASSED", 1.0),
+            session("a", "i2", "PASSED", 1.0),
+            session("a", "i3", "FAILED", 0.0),
+            session("a", "i4", None, 0.0),  # no parsable solution: an exact 0, never judged
+            session("a", "i5", "ERROR", 0.0),  # a check error is no grade
+        ]
+    )
     labels = calibration([("PASS", "PASS", None), ("FAIL", "PASS", None), ("FAIL", "FAIL", None)])
     report = judge_report(sessions, labels)
     assert report is not None and report.judge == "j"
