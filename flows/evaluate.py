@@ -74,7 +74,7 @@ class Runner:
     def run(self) -> dict[str, Any]:
         plan = self.plan
         started = time.perf_counter()
-        with OutputLock(plan.out_dir):  # one writer per output folder (see tasks.outdir)
+        with OutputLock(plan.out_dir):  # one writer per output folder (see ape.tasks.storage.outdir)
             return self._run_locked(started)
 
     def _run_locked(self, started: float) -> dict[str, Any]:
