@@ -4,7 +4,7 @@
 ``ape diff OUTPUT RUN_A RUN_B`` two runs of ``OUTPUT/runs`` by id (``latest`` and
 ``previous`` name the last two). The tables come from :mod:`ape.tasks.report.diff`; a
 model whose checker differs between the runs has the earlier run's saved answers re-scored
-with the later run's checker first (:mod:`ape.flows.rescore`), and the diff says so.
+with the later run's checker first (:mod:`ape.tasks.after_run.rescore`), and the diff says so.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ape.config import load_config
-from ape.flows.rescore import rescore as rescore_sessions
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
+from ape.tasks.after_run.rescore import rescore as rescore_sessions
 from ape.tasks.report.diff import FAIL_TO_PASS, PASS_TO_FAIL, changed_settings, compare_items, diff_markdown, write_diff
 from ape.tasks.report.sessions_table import load_sessions
 from ape.tasks.storage.run_files import metadata_by_model

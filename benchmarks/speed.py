@@ -81,7 +81,7 @@ def child(config: str) -> None:
 
     from ape.config import load_config
     from ape.flows.evaluate import Runner
-    from ape.flows.run_plan import make_plan
+    from ape.tasks.run_plan import make_plan
 
     cfg = load_config(config)
     imported = time.perf_counter()

@@ -6,7 +6,7 @@ deployment's run form shows every setting. The report is built even when some
 items errored; the flow run then ends Failed so that a retry redoes only those.
 Runs of a deployment (and ``new_run=True``) are new runs in ``OUTPUT/runs/<run id>``
 that, once finished, join the run history and are compared with earlier runs
-(``ape.tasks.storage.runs``, ``ape.flows.recurring``, ``ape.flows.alerts``).
+(``ape.tasks.storage.runs``, ``ape.tasks.after_run.record``, ``ape.tasks.after_run.alerts``).
 """
 
 from __future__ import annotations
@@ -16,30 +16,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
-from prefect.cache_policies import NO_CACHE
+from prefect import flow
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.states import Failed
 
-from ape.flows.alerts import publish
 from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from ape.flows.logs import run_logs
 from ape.flows.preflight import canary
 from ape.flows.progress import RUN_ERROR_LINES
-from ape.flows.recurring import explain_moves, flagged_items, record_run
-from ape.flows.run_plan import load_data_model, run_label
 from ape.flows.states import items_failed
 from ape.schemas.config import ApeConfig
-from ape.schemas.report import Envelope, HealthEntry
+from ape.schemas.report import HealthEntry
 from ape.tasks.checking.canary import CanaryFailed
-from ape.tasks.checking.judge_labels import calibrate
 from ape.tasks.models.llama_server import local_model_servers
 from ape.tasks.recording import LEDGER, wait_until_recorded
-from ape.tasks.report.build import build_report
-from ape.tasks.report.envelope import write_envelope
 from ape.tasks.report.health import suspect_lines
-from ape.tasks.report.markdown import calibration_table, markdown_table
-from ape.tasks.storage.runs import IN_PLACE, RunInfo, config_for_run, finish_run, start_run
+from ape.tasks.run_plan import run_label
+from ape.tasks.run_tasks import calibrate_judge, record_task, report_task
+from ape.tasks.storage.runs import IN_PLACE, config_for_run, start_run
 
 log = logging.getLogger("ape")
 
@@ -53,63 +47,6 @@ def _run_name() -> str:
     from prefect.runtime import flow_run
 
     return run_label(flow_run.parameters.get("config")) or "benchmark"
-
-
-@task(name="report", task_run_name="report[{config.name}]", cache_policy=NO_CACHE, persist_result=False)
-def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Leaderboard, pairwise comparison and calibration from the saved results (no model calls)."""
-
-    files = [config.output_dir_for(m) / config.run.save_file for m in config.model]
-    envelope = build_report(
-        [f for f in files if f.exists()],
-        config.run.output,
-        wall_seconds=wall_seconds,
-        extra_summary={"benchmark": config.name, **(extra or {})},
-        health_share=config.run.health_share,
-        health_min_sessions=config.run.health_min_sessions,
-    )
-    table = markdown_table(envelope)
-    try:
-        from prefect.artifacts import create_markdown_artifact
-
-        key = "".join(c if c.isalnum() else "-" for c in config.name.lower()).strip("-") or "benchmark"
-        create_markdown_artifact(
-            markdown=f"# {config.name}: leaderboard\n\n{table}", key=f"{key}-leaderboard", description="APE leaderboard"
-        )
-        create_markdown_artifact(
-            markdown=_calibration_markdown(envelope), key=f"{key}-calibration", description="APE calibration"
-        )
-    except Exception as exc:  # no API available: the files are the report
-        log.debug("artifacts unavailable: %s", exc)
-    return envelope.model_dump(mode="json")
-
-
-def _calibration_markdown(envelope: Envelope) -> str:
-
-    return "\n".join(["# Calibration", "", *calibration_table(envelope)])
-
-
-@task(name="record-run", task_run_name="record-run[{info.run_id}]", cache_policy=NO_CACHE, persist_result=False)
-def record_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dict[str, Any]) -> list[dict[str, Any]]:
-    """History entry, comparisons with the previous run and the baseline, ``latest``, alerts."""
-
-    report = Envelope.model_validate(envelope)
-    rows = explain_moves(config, top, info, record_run(config, top, info, report))
-    summary = report.summary.model_copy(update={"flagged_items": flagged_items(top)})
-    report = report.model_copy(update={"regressions": rows, "summary": summary})
-    write_envelope(config.run.output / "report.json", report)
-    (config.run.output / "leaderboard.md").write_text(markdown_table(report), encoding="utf-8")
-    finish_run(top, info)
-    publish(config, top, info.run_id, rows)
-    return [row.model_dump(mode="json") for row in rows]
-
-
-@task(name="judge-calibration", cache_policy=NO_CACHE, persist_result=False)
-def calibrate_judge(config: ApeConfig) -> None:
-    """A judge checker with a calibration file grades it before any model runs
-    (``ape.tasks.checking.judge_labels``); the report compares it with the people's grades."""
-
-    calibrate(config, load_data_model(config))
 
 
 @flow(name="benchmark", flow_run_name=_run_name, persist_result=False)

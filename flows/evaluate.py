@@ -33,12 +33,12 @@ from ape.flows.item import ItemProcessor
 from ape.flows.logs import CONSOLE_SKIP, run_logs
 from ape.flows.progress import ProgressView, Tally, report_errors
 from ape.flows.resume import apply_changes, recorded, refuse_mixing
-from ape.flows.run_plan import RunPlan, make_plan, resume_fingerprints, run_label
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.report.provenance import run_provenance
+from ape.tasks.run_plan import RunPlan, make_plan, resume_fingerprints, run_label
 from ape.tasks.stats.cost import Budget
 from ape.tasks.storage.outdir import OutputLock
 from ape.tasks.storage.run_files import config_reference

@@ -20,11 +20,11 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
 from ape.flows.item import ItemProcessor
-from ape.flows.run_plan import RunPlan, fingerprint_hash, make_plan
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch
+from ape.tasks.run_plan import RunPlan, fingerprint_hash, make_plan
 from ape.tasks.stages import Worker, bind_worker
 from ape.tasks.storage.transcripts import SessionLog
 

@@ -14,11 +14,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ape.flows.run_plan import RunPlan
 from ape.schemas.data import id_field_name, item_id
 from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome, OutputBatch, SessionResult
 from ape.tasks.recording import LEDGER, keep_chain
 from ape.tasks.report.health import prompt_hash
+from ape.tasks.run_plan import RunPlan
 from ape.tasks.solving.choices import choose
 from ape.tasks.stage_runs import StageClock, current_flow_run_id, record_stage_runs, start_clock
 from ape.tasks.stages import (

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ape.flows.resume import recorded, refuse_mixing
-from ape.flows.run_plan import RunPlan, grade_canary, make_plan, resume_fingerprints
 from ape.schemas.config import ApeConfig, ModelConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.checking.judge import judge_model_config
 from ape.tasks.models.build import build_model
+from ape.tasks.run_plan import RunPlan, grade_canary, make_plan, resume_fingerprints
 from ape.tasks.solving.tools import load_tools
 from ape.tasks.storage.config_file import locate
 from ape.tasks.storage.history import check_history

@@ -30,10 +30,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ape.flows.benchmark import run_benchmark
 from ape.flows.preflight import preflight
-from ape.flows.run_plan import run_label
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome
+from ape.tasks.run_plan import run_label
 from ape.tasks.storage.config_file import load_config
 
 log = logging.getLogger("ape")

@@ -1,7 +1,8 @@
 """The plain functions of every job, grouped by job, and the Prefect task wrappers on top.
 
 Sub-packages, from the bottom layer up (each may import the ones listed before it, and
-``ape.schemas``; ``tests/test_layers.py`` checks it):
+``ape.schemas``; ``tests/unit/test_layers.py`` checks it, and that no modules import each
+other in a circle):
 
 - ``common``: time limits for plugin calls, the safe arithmetic evaluator
 - ``plugins``: the registry of built-in short names and loading user code by dotted path
@@ -12,8 +13,13 @@ Sub-packages, from the bottom layer up (each may import the ones listed before i
 - ``checking``: run a checker, metrics, built-in checkers, task specs, ``code`` (sandbox)
 - ``report``: the sessions table, leaderboard tables, envelope, markdown, chart, provenance
 
-``stages`` (the Prefect tasks of a session's stages and the worker they run on),
-``stage_runs`` (the stage chain recorded as task runs) and ``recording`` (what the Prefect
-server has recorded of a run, and how long to wait for it) sit on top and may import all
-of them.
+On top, and free to import all of them:
+
+- ``run_plan``: what one model's run is made of (data model, template, checker, provider,
+  fingerprints), and the canary's grading
+- ``stages``: the Prefect tasks of a session's stages; ``run_tasks``: the benchmark flow's
+  own tasks (report, record-run, judge-calibration)
+- ``stage_runs`` (the stage chain recorded as task runs) and ``recording`` (what the
+  Prefect server has recorded of a run, and how long to wait for it)
+- ``after_run``: what follows a new run: the history, comparisons, re-scoring, alerts
 """

@@ -66,7 +66,7 @@ class SessionFailed(Exception):
 
 
 class StagePlan(Protocol):
-    """What the stages need of a run's resolved plan (``ape.flows.run_plan.RunPlan`` provides it),
+    """What the stages need of a run's resolved plan (``ape.tasks.run_plan.RunPlan`` provides it),
     so this layer does not import the flows above it."""
 
     @property

@@ -1,7 +1,7 @@
 """The user's ``[hooks]``: each named callable loaded the one way, with the same error.
 
 ``on_batch_saved`` is called with each saved item's batch (:mod:`ape.flows.evaluate`),
-``on_regression`` with each regressed model's row (:mod:`ape.flows.alerts`); both are
+``on_regression`` with each regressed model's row (:mod:`ape.tasks.after_run.alerts`); both are
 loaded when the run is planned, so a hook that cannot be imported, or is not callable,
 is one line before the first model call rather than after the run.
 """

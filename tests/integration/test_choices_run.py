@@ -92,7 +92,7 @@ def test_a_chat_only_model_is_refused_before_the_run(tmp_path):
 
     path = example(tmp_path, '[[model]]\nname = "chat"\nprovider = "anthropic"\nmodel = "claude"\n')
     with pytest.raises(ApeError, match="chat-only"):
-        from ape.flows.run_plan import make_plan
+        from ape.tasks.run_plan import make_plan
 
         config = load_config(path)
         make_plan(config, config.model[0])

@@ -200,9 +200,9 @@ def test_validate_finds_a_checker_field_missing_from_the_schema(tmp_path, capsys
 def test_a_property_of_the_schema_is_a_valid_checker_field():
     from pydantic import BaseModel
 
-    from ape.flows.run_plan import check_checker_fields
     from ape.schemas.errors import ApeError
     from ape.tasks.checking.builtin import builtin_checker
+    from ape.tasks.run_plan import check_checker_fields
 
     class Problem(BaseModel):
         id: str

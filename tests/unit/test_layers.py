@@ -27,7 +27,8 @@ LAYERS = {
     "ape.tasks.solving": 6,
     "ape.tasks.checking": 7,
     "ape.tasks.report": 8,
-    "ape.tasks": 9,  # stages, stage_runs and the package itself
+    "ape.tasks.after_run": 9,  # beside the run's tasks, which call it
+    "ape.tasks": 9,  # stages, stage_runs, run_plan, run_tasks and the package itself
     "ape.flows": 10,
     "ape.deployments": 10,
     "ape": 11,
@@ -94,10 +95,10 @@ def test_every_sub_package_of_tasks_has_a_layer():
 
 def test_the_layer_check_sees_imports_inside_functions(tmp_path):
     source = tmp_path / "probe.py"
-    source.write_text("def f():\n    from ape.flows.run_plan import make_plan\n    from . import sibling\n")
+    source.write_text("def f():\n    from ape.tasks.run_plan import make_plan\n    from . import sibling\n")
     found = _imports(source, "ape.tasks.stats")
-    assert (2, "ape.flows.run_plan") in found and (3, "ape.tasks.stats") in found
-    assert _layer_of("ape.flows.run_plan") > _layer_of("ape.tasks.stats")
+    assert (2, "ape.tasks.run_plan") in found and (3, "ape.tasks.stats") in found
+    assert _layer_of("ape.tasks.run_plan") > _layer_of("ape.tasks.stats")
     assert _layer_of("ape.tasks.report.build") > _layer_of("ape.tasks.checking.code.sandbox")
 
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ape.flows.recurring import describe
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import RegressionRow
+from ape.tasks.after_run.record import describe
 from ape.tasks.plugins.hooks import load_hook
 from ape.tasks.report.trend import history_markdown
 from ape.tasks.storage.history import read_runs

@@ -19,10 +19,10 @@ from typing import Any
 
 import pandas as pd
 
-from ape.flows.run_plan import _read, fingerprint_hash, load_data_model
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.report import Envelope, RegressionRow
+from ape.tasks.run_plan import _read, fingerprint_hash, load_data_model
 from ape.tasks.stats.aggregate import item_table
 from ape.tasks.stats.monitor import holm
 from ape.tasks.stats.reference import Rescorer, judge
@@ -121,10 +121,10 @@ def _comparison_columns(against: str, row: RegressionRow | None) -> dict[str, An
 
 def rescorer(config: ApeConfig, top: Path, model_id: str) -> Rescorer:
     """Grades an earlier run's saved answers of ``model_id`` again with ``config``'s adapter and
-    checker (:mod:`ape.flows.rescore`, no model calls) and returns that run's history items with
+    checker (:mod:`ape.tasks.after_run.rescore`, no model calls) and returns that run's history items with
     the new scores; None when the run's folder no longer holds its answers. Each run is graded
     once however often it is asked for."""
-    from ape.flows.rescore import regrader
+    from ape.tasks.after_run.rescore import regrader
     from ape.tasks.report.sessions_table import load_sessions
     from ape.tasks.storage.runs import run_folder
 

@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ape.flows.run_plan import RunPlan, make_plan
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import CheckStatus, Outcome
 from ape.tasks.checking.builtin import score_session
 from ape.tasks.checking.check import run_check
+from ape.tasks.run_plan import RunPlan, make_plan
 
 log = logging.getLogger("ape")
 

@@ -1,0 +1,86 @@
+"""The benchmark flow's own tasks, beside the stage tasks (:mod:`ape.tasks.stages`).
+
+- ``report``: the leaderboard, pairwise comparison and calibration from the saved results,
+  as files and as artifacts in the Prefect UI;
+- ``record-run``: a new run joins the history and is compared and alerted on
+  (:mod:`ape.tasks.after_run`);
+- ``judge-calibration``: a judge with a calibration file grades it before any model runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from ape.schemas.config import ApeConfig
+from ape.schemas.report import Envelope
+from ape.tasks.after_run.alerts import publish
+from ape.tasks.after_run.record import explain_moves, flagged_items, record_run
+from ape.tasks.checking.judge_labels import calibrate
+from ape.tasks.report.build import build_report
+from ape.tasks.report.envelope import write_envelope
+from ape.tasks.report.markdown import calibration_table, markdown_table
+from ape.tasks.run_plan import load_data_model
+from ape.tasks.storage.runs import RunInfo, finish_run
+
+log = logging.getLogger("ape")
+
+
+@task(name="report", task_run_name="report[{config.name}]", cache_policy=NO_CACHE, persist_result=False)
+def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Leaderboard, pairwise comparison and calibration from the saved results (no model calls)."""
+
+    files = [config.output_dir_for(m) / config.run.save_file for m in config.model]
+    envelope = build_report(
+        [f for f in files if f.exists()],
+        config.run.output,
+        wall_seconds=wall_seconds,
+        extra_summary={"benchmark": config.name, **(extra or {})},
+        health_share=config.run.health_share,
+        health_min_sessions=config.run.health_min_sessions,
+    )
+    table = markdown_table(envelope)
+    try:
+        key = "".join(c if c.isalnum() else "-" for c in config.name.lower()).strip("-") or "benchmark"
+        create_markdown_artifact(
+            markdown=f"# {config.name}: leaderboard\n\n{table}", key=f"{key}-leaderboard", description="APE leaderboard"
+        )
+        create_markdown_artifact(
+            markdown=_calibration_markdown(envelope), key=f"{key}-calibration", description="APE calibration"
+        )
+    except Exception as exc:  # no API available: the files are the report
+        log.debug("artifacts unavailable: %s", exc)
+    return envelope.model_dump(mode="json")
+
+
+def _calibration_markdown(envelope: Envelope) -> str:
+
+    return "\n".join(["# Calibration", "", *calibration_table(envelope)])
+
+
+@task(name="record-run", task_run_name="record-run[{info.run_id}]", cache_policy=NO_CACHE, persist_result=False)
+def record_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dict[str, Any]) -> list[dict[str, Any]]:
+    """History entry, comparisons with the previous run and the baseline, ``latest``, alerts."""
+
+    report = Envelope.model_validate(envelope)
+    rows = explain_moves(config, top, info, record_run(config, top, info, report))
+    summary = report.summary.model_copy(update={"flagged_items": flagged_items(top)})
+    report = report.model_copy(update={"regressions": rows, "summary": summary})
+    write_envelope(config.run.output / "report.json", report)
+    (config.run.output / "leaderboard.md").write_text(markdown_table(report), encoding="utf-8")
+    finish_run(top, info)
+    publish(config, top, info.run_id, rows)
+    return [row.model_dump(mode="json") for row in rows]
+
+
+@task(name="judge-calibration", cache_policy=NO_CACHE, persist_result=False)
+def calibrate_judge(config: ApeConfig) -> None:
+    """A judge checker with a calibration file grades it before any model runs
+    (``ape.tasks.checking.judge_labels``); the report compares it with the people's grades."""
+
+    calibrate(config, load_data_model(config))
