@@ -280,9 +280,9 @@ def _evaluate_all(
 def _wait_recorded(flow_run_ids: list[str]) -> None:
     """Before the run reports done, the Prefect server holds every task run of its model
     flows (see ape.tasks.recording), or the log says how many it lacks."""
-    from ape.tasks.recording import LEDGER, wait_until_recorded
+    from ape.tasks.recording import TASK_RUN_COUNTS, wait_until_recorded
 
     try:
         wait_until_recorded(flow_run_ids, on_progress=log.info)
     finally:
-        LEDGER.forget(flow_run_ids)
+        TASK_RUN_COUNTS.forget(flow_run_ids)
