@@ -85,7 +85,7 @@ class ItemProcessor:
         check: CheckResult | None,
         metric: str | None,
         scored: tuple[float, bool],
-        latency_s: float | None,
+        latency_s: float,
     ) -> SessionResult:
         """The session's row: the record, its verdict and score, cost and provenance."""
         from ape.tasks.stats.cost import session_cost

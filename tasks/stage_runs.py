@@ -14,6 +14,11 @@ A stage that went wrong is recorded Failed with the reason as its message: a mod
 error (solve or adapt), a parse failure (adapt) and a checker that raised (check). A
 wrong answer is a result, not a failure: its check is Completed, named ``Incorrect``.
 A stage that never ran (check after a failed solve) is Completed, named ``Skipped``.
+
+The stages report to their session's :class:`StageRecorder` (bound to the solver thread
+by :func:`start_recorder`, found by :func:`current_recorder`, also inside a stage's task
+run); its clock, present only when the chain is recorded, times the stages, so the chain
+itself keeps no clock and reports the same way at either task granularity.
 """
 
 from __future__ import annotations
