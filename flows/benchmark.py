@@ -29,7 +29,7 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.report import HealthEntry
 from ape.tasks.checking.canary import CanaryFailed
 from ape.tasks.models.llama_server import local_model_servers
-from ape.tasks.recording import LEDGER, wait_until_recorded
+from ape.tasks.recording import TASK_RUN_COUNTS, wait_until_recorded
 from ape.tasks.report.health import suspect_lines
 from ape.tasks.run_plan import run_label
 from ape.tasks.run_tasks import calibrate_judge, record_task, report_task
@@ -212,4 +212,4 @@ def _wait_recorded(flow_run_ids: list[str]) -> None:
     try:
         wait_until_recorded(flow_run_ids, on_progress=log.info)
     finally:
-        LEDGER.forget(flow_run_ids)
+        TASK_RUN_COUNTS.forget(flow_run_ids)

@@ -9,7 +9,7 @@ other in a circle):
 - ``storage``: data files, saved results, transcripts, run folders, the history
 - ``stats``: aggregation, intervals, calibration, power, regression, cost
 - ``models``: chat models from config, retries and rate limits, mocks, fingerprints
-- ``solving``: render, solve (the dialogue and its tools), adapt
+- ``solving``: render, solve (the dialogue and its tools), adapt, log-likelihood choices
 - ``checking``: run a checker, metrics, built-in checkers, task specs, ``code`` (sandbox)
 - ``report``: the sessions table, leaderboard tables, envelope, markdown, chart, provenance
 
@@ -17,9 +17,11 @@ On top, and free to import all of them:
 
 - ``run_plan``: what one model's run is made of (data model, template, checker, provider,
   fingerprints), and the canary's grading
-- ``stages``: the Prefect tasks of a session's stages; ``run_tasks``: the benchmark flow's
+- ``stages``: the Prefect tasks of a session's stages; ``chain``: the stages as one
+  session's chain calls them, per task granularity; ``run_tasks``: the benchmark flow's
   own tasks (report, record-run, judge-calibration)
-- ``stage_runs`` (the stage chain recorded as task runs) and ``recording`` (what the
-  Prefect server has recorded of a run, and how long to wait for it)
+- ``stage_runs`` (the stage chain recorded as task runs, and the recorder the stages
+  report to) and ``recording`` (what the Prefect server has recorded of a run, and how
+  long to wait for it)
 - ``after_run``: what follows a new run: the history, comparisons, re-scoring, alerts
 """

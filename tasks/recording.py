@@ -8,9 +8,9 @@ overflow with a "Subscription queue is full" warning and those task runs never a
 or stay Running for good. Faster server settings (see ``ape.server``) raise the rate the
 server keeps up with; this module makes the rest safe:
 
-- a process-wide :class:`Ledger` counts the task runs APE itself created per flow run
-  (each session's live task run and its recorded stages);
-- :meth:`Ledger.throttle` holds a solver worker back while the server is more than
+- a process-wide :class:`TaskRunCounts` (:data:`TASK_RUN_COUNTS`) counts the task runs
+  APE itself created per flow run (each session's live task runs and its recorded stages);
+- :meth:`TaskRunCounts.throttle` holds a solver worker back while the server is more than
   :data:`MAX_LAG` task runs behind, so the broker's queue never overflows;
 - :func:`wait_until_recorded` runs at the end of a flow: it polls
   ``/task_runs/count`` for those flow runs until every expected task run is there in a
@@ -18,7 +18,9 @@ server keeps up with; this module makes the rest safe:
   bound, saying how many are missing;
 - :func:`keep_chain` decides which sessions' stage chains are recorded in very large
   runs: every chain up to :data:`FULL_CHAINS` sessions per flow run, then every chain
-  with a stage that did not complete plainly, and one in :data:`SAMPLE_EVERY` of the rest.
+  with a stage that did not complete plainly, and one in :data:`SAMPLE_EVERY` of the rest;
+- :func:`recorded_session` does this bookkeeping around one session's chain, so the
+  chain itself only reports to its :class:`~ape.tasks.stage_runs.StageRecorder`.
 
 Everything here is a no-op without an API server (the ephemeral test harness counts too:
 it answers the same API).
@@ -30,9 +32,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+from ape.tasks.stage_runs import StageRecorder, current_flow_run_id, record_stage_runs, start_recorder
 
 log = logging.getLogger("ape")
 
@@ -93,7 +98,7 @@ def count_task_runs(flow_run_ids: Iterable[str], state_types: Iterable[str]) -> 
         return int(response.json())
 
 
-class Ledger:
+class TaskRunCounts:
     """Task runs this process created, per flow run, and what the server last held of them."""
 
     def __init__(self, counter: Callable[[Iterable[str], Iterable[str]], int] = count_task_runs) -> None:
@@ -173,7 +178,7 @@ class Ledger:
         return time.monotonic() - started
 
 
-LEDGER = Ledger()
+TASK_RUN_COUNTS = TaskRunCounts()
 
 
 def keep_chain(session_index: int, marks: Iterable[Any]) -> bool:
@@ -185,15 +190,33 @@ def keep_chain(session_index: int, marks: Iterable[Any]) -> bool:
     return (session_index - FULL_CHAINS) % SAMPLE_EVERY == 0
 
 
+@contextmanager
+def recorded_session(item_id: str, run_index: int, record_stages: bool) -> Iterator[StageRecorder]:
+    """The bookkeeping around one session's chain, which runs inside the ``with`` block.
+
+    Before: wait while the server is behind (:meth:`TaskRunCounts.throttle`) and bind a
+    fresh recorder to this thread, with a stage clock when ``record_stages``. After: send
+    the recorded stage runs (those :func:`keep_chain` keeps) and count every task run the
+    session created in :data:`TASK_RUN_COUNTS`. A session that raised counts nothing.
+    """
+    flow_run_id = current_flow_run_id()
+    TASK_RUN_COUNTS.throttle()
+    recorder = start_recorder(record_stages)
+    yield recorder
+    if recorder.clock is not None and keep_chain(TASK_RUN_COUNTS.next_session(flow_run_id), recorder.marks):
+        recorder.ran(record_stage_runs(flow_run_id, item_id, run_index, recorder.marks))
+    TASK_RUN_COUNTS.add(flow_run_id, recorder.task_runs)
+
+
 def wait_until_recorded(
     flow_run_ids: Iterable[str] | None = None,
-    ledger: Ledger = LEDGER,
+    counts: TaskRunCounts = TASK_RUN_COUNTS,
     wait_s: float = WAIT_S,
     on_progress: Callable[[str], None] | None = None,
 ) -> Recorded | None:
-    """Poll the server until it holds every task run ``ledger`` expects of ``flow_run_ids``
+    """Poll the server until it holds every task run ``counts`` expects of ``flow_run_ids``
     in a final state (and none open), or ``wait_s`` passes. None when nothing was expected."""
-    expected_by = ledger.expected(flow_run_ids)
+    expected_by = counts.expected(flow_run_ids)
     ids = [k for k, v in expected_by.items() if v > 0]
     if not ids:
         return None
@@ -207,8 +230,8 @@ def wait_until_recorded(
     delay = min(0.1, POLL_S)
     while True:
         try:
-            final = ledger.counter(ids, FINAL_TYPES)
-            open_ = ledger.counter(ids, OPEN_TYPES)
+            final = counts.counter(ids, FINAL_TYPES)
+            open_ = counts.counter(ids, OPEN_TYPES)
         except Exception as exc:  # a server gone away: report it, don't hang
             log.debug("counting task runs failed", exc_info=True)
             notify(f"could not count the task runs on the Prefect server: {exc}")

@@ -14,6 +14,11 @@ A stage that went wrong is recorded Failed with the reason as its message: a mod
 error (solve or adapt), a parse failure (adapt) and a checker that raised (check). A
 wrong answer is a result, not a failure: its check is Completed, named ``Incorrect``.
 A stage that never ran (check after a failed solve) is Completed, named ``Skipped``.
+
+The stages report to their session's :class:`StageRecorder` (bound to the solver thread
+by :func:`start_recorder`, found by :func:`current_recorder`, also inside a stage's task
+run); its clock, present only when the chain is recorded, times the stages, so the chain
+itself keeps no clock and reports the same way at either task granularity.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome
+from ape.schemas.transcript import SolveRecord
 
 STAGES = ("render", "solve", "adapt", "check", "score")
 # one namespace for the ids of recorded stage runs, so a rerun of the same flow run
@@ -70,18 +78,114 @@ class StageClock:
         return mark
 
 
+def mark_adapt(clock: StageClock, record: SolveRecord, solve_failed: bool, message: str | None = None) -> None:
+    """Close the adapt stage on ``clock`` with the state its outcome deserves (``message``
+    goes with a plain Completed one)."""
+    if solve_failed:
+        clock.skipped("adapt", "the solve stage failed")
+    elif record.outcome is Outcome.ERROR:
+        error = record.error
+        clock.failed("adapt", f"{error.type}: {error.message}" if error else "model error")
+    elif record.outcome is Outcome.PARSING_FAILED:
+        error = record.error
+        clock.failed("adapt", "parse failure" + (f": {error.message}" if error else ""))
+    elif record.outcome is Outcome.GAVE_UP:
+        clock.mark("adapt", state_name="Gave up", message="the answer contained I_GIVE_UP")
+    else:
+        clock.mark("adapt", message=message)
+
+
+def close_chain(clock: StageClock, outcome: Outcome, check: CheckResult | None, score: float | None) -> None:
+    """Mark the check and score stages: a checker that raised is Failed, a wrong answer
+    Completed as ``Incorrect`` (a result, not a failure), an unchecked session Skipped."""
+    if check is None:
+        clock.skipped("check", f"no solution to check ({outcome.value})")
+    elif check.status is CheckStatus.ERROR:
+        error = check.error
+        clock.failed("check", f"check error: {error.line()}" if error else "check error")
+    elif check.status is CheckStatus.FAILED:
+        reason = check.metadata.get("reason") if isinstance(check.metadata, dict) else None
+        clock.mark("check", state_name="Incorrect", message=str(reason) if reason else None)
+    else:
+        clock.mark("check", state_name="Passed")
+    clock.mark("score", message=None if score is None else f"score {score:g}")
+
+
+class StageRecorder:
+    """What one session's stages report as they end, kept out of the chain itself.
+
+    Two things are kept: how many live Prefect task runs the session created (the
+    server is waited on for them, ``ape.tasks.recording``), and, when the session's
+    stages are recorded as task runs (``clock`` set), the stage clock those records are
+    made from. Without a clock every stage report is a no-op, so the chain reports the
+    same way whether or not its stages are recorded.
+    """
+
+    def __init__(self, clock: StageClock | None = None) -> None:
+        self.clock = clock
+        self.task_runs = 0
+
+    def ran(self, task_runs: int = 1) -> None:
+        """The chain created ``task_runs`` more live task runs."""
+        self.task_runs += task_runs
+
+    def rendered(self) -> None:
+        if self.clock is not None:
+            self.clock.mark("render")
+
+    def solved(self, error: ErrorInfo | None, message: str | None = None) -> None:
+        """The solve stage ended, failed when it ended with ``error``."""
+        if self.clock is None:
+            return
+        if error is not None:
+            self.clock.failed("solve", f"{error.type}: {error.message}")
+        else:
+            self.clock.mark("solve", message=message)
+
+    def adapted(self, record: SolveRecord, solve_failed: bool, message: str | None = None) -> None:
+        if self.clock is not None:
+            mark_adapt(self.clock, record, solve_failed, message)
+
+    def from_cache(self, record: SolveRecord) -> None:
+        """Solve and adapt came from the run's cache (no model call)."""
+        if self.clock is None:
+            return
+        self.clock.mark("solve", state_name="Cached", message="generation from the run's cache")
+        if record.outcome is Outcome.PARSING_FAILED:
+            mark_adapt(self.clock, record, solve_failed=False)  # still a parse failure
+        else:
+            self.clock.mark("adapt", state_name="Cached")
+
+    def checking(self) -> None:
+        """The check stage starts now (what ran since adapt ended is not the check's)."""
+        if self.clock is not None:
+            self.clock.last = time.time()
+
+    def scored(self, outcome: Outcome, check: CheckResult | None, score: float | None) -> None:
+        """Check and score ended (see :func:`close_chain`)."""
+        if self.clock is not None:
+            close_chain(self.clock, outcome, check, score)
+
+    @property
+    def marks(self) -> list[StageMark]:
+        return self.clock.marks if self.clock is not None else []
+
+
 _local = threading.local()
 
 
-def start_clock() -> StageClock:
-    """A fresh clock for the session about to run on this thread."""
-    _local.clock = StageClock()
-    return _local.clock
+def start_recorder(record_stages: bool) -> StageRecorder:
+    """A fresh recorder for the session about to run on this thread, with a stage clock
+    when its stages are recorded."""
+    _local.recorder = StageRecorder(StageClock() if record_stages else None)
+    return _local.recorder
 
 
-def current_clock() -> StageClock | None:
-    """The clock of the session running on this thread (None outside one)."""
-    return getattr(_local, "clock", None)
+def current_recorder() -> StageRecorder:
+    """The recorder of the session running on this thread; outside one, a recorder whose
+    reports go nowhere (a stage task called on its own)."""
+    recorder = getattr(_local, "recorder", None)
+    return recorder if recorder is not None else StageRecorder()
 
 
 def _iso(epoch: float) -> str:

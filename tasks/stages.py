@@ -1,14 +1,19 @@
 """The Prefect task wrappers of the per-session stages, and the worker they run on.
 
-Logic lives in plain functions (``ape.tasks.solving.render``, ``ape.tasks.solving.solve``,
-``ape.tasks.checking.check``, ``ape.tasks.checking.builtin``); this module only gives them
-names, caching and the per-worker objects they need. The stages that call a model are cached by a key made of
-everything that shapes the model's answer (:class:`SessionSpec`): the
-rendered prompt, the model's identity, solver/adapter/tool settings and the
-run index. The checker is not in the key (unless the model can call it as a
-tool), so a changed checker or metric re-scores cached generations without a
-model call. A session that ends ERROR raises inside its task, so Prefect
-writes no cache entry and a retry calls the model again.
+Logic lives in plain functions (``ape.tasks.solving.render.render``,
+``ape.tasks.solving.solve.run_solver`` and ``run_adaption``,
+``ape.tasks.solving.choices.score_choices``, the checker carousel of
+``ape.tasks.checking.check`` and ``ape.tasks.checking.builtin.score_session``); this
+module only gives them names, caching and the per-worker objects they need. How a
+session's chain calls them is :mod:`ape.tasks.chain`.
+
+The stages that call a model are cached by a key made of everything that shapes the
+model's answer (:class:`SessionSpec`): the rendered prompt, the model's identity,
+solver/adapter/tool settings and the run index, with the stage's name and the source of
+its task (Prefect's ``TASK_SOURCE``). The checker is not in the key (unless the model can
+call it as a tool), so a changed checker or metric re-scores cached generations without a
+model call. A session that ends ERROR raises inside its task, so Prefect writes no cache
+entry and a retry calls the model again.
 """
 
 from __future__ import annotations
@@ -18,13 +23,11 @@ import inspect
 import json
 import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prefect import task
-from prefect.cache_policies import NO_CACHE, CacheKeyFnPolicy, CachePolicy
-from prefect.context import TaskRunContext
+from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
 from prefect.filesystems import LocalFileSystem
 from prefect.results import ResultRecord
 from prefect.states import State
@@ -32,7 +35,15 @@ from pydantic import BaseModel, ConfigDict
 
 from ape.schemas.results import CheckResult, Outcome
 from ape.schemas.transcript import SolveRecord, SolverState
-from ape.tasks.stage_runs import StageClock, current_clock
+from ape.tasks.checking.builtin import score_session
+from ape.tasks.checking.check import checker_tool
+from ape.tasks.models.build import build_model
+from ape.tasks.models.scoring import build_scorer
+from ape.tasks.solving.choices import score_choices
+from ape.tasks.solving.render import render
+from ape.tasks.solving.solve import run_adaption, run_solver
+from ape.tasks.solving.tools import load_tools
+from ape.tasks.stage_runs import current_recorder
 
 if TYPE_CHECKING:
     from ape.schemas.config import ApeConfig, ModelConfig
@@ -83,15 +94,11 @@ class Worker:
     """What one solver worker owns: its model client and its (possibly stateful) tools."""
 
     def __init__(self, plan: StagePlan, carousel: CheckerCarousel):
-        from ape.tasks.models.build import build_model
-        from ape.tasks.solving.tools import load_tools
 
         self.plan = plan
         self.carousel = carousel  # the run's shared checkers, also behind the checker tool
         self.scorer: Any = None
         if plan.config.choices is not None:  # log-likelihood scoring: a scorer, no chat model
-            from ape.tasks.models.scoring import build_scorer
-
             self.model: Any = None
             self.scorer = build_scorer(plan.model_cfg, plan.config.base_dir)
             self.tools: list[Any] = []
@@ -106,7 +113,6 @@ class Worker:
         cfg = self.plan.config.checker
         if not cfg.expose_as_tool:
             return list(self.tools)
-        from ape.tasks.checking.check import checker_tool
 
         tool = checker_tool(self.carousel, item, self.plan.adapter, cfg.checker_tool)
         return [*self.tools, tool]
@@ -134,105 +140,66 @@ def _checked(record: SolveRecord) -> SolveRecord:
 
 
 # -- model-calling stages (cached) ----------------------------------------------------------
+def _solve(worker: Worker, spec: SessionSpec, item: BaseModel, tools: list[Any]) -> SolverState:
+    """The solve stage on ``worker``; its end is reported to the session's recorder."""
+
+    state = run_solver(
+        worker.model, spec.prompt, spec.system, tools=tools, settings=worker.plan.config.solver, item=item
+    )
+    current_recorder().solved(state.error)
+    return state
+
+
+def _adapt(worker: Worker, state: SolverState, item: BaseModel, tools: list[Any]) -> SolveRecord:
+    """The adapt stage on ``worker``; its end is reported to the session's recorder."""
+
+    settings = worker.plan.config.solver
+    record = run_adaption(worker.model, state, adapter=worker.plan.adapter, settings=settings, tools=tools, item=item)
+    current_recorder().adapted(record, solve_failed=state.error is not None)
+    return record
+
+
 @task(name="session", task_run_name="session[{spec.item_id}]#{spec.run_index}", persist_result=True)
 def session_task(spec: SessionSpec) -> SolveRecord:
-    """solve -> adapt in one task run (the fast default granularity).
-
-    When the session's stages are recorded (tasks.stage_runs), the solve and adapt
-    stages are marked on this thread's clock as they end, failed ones as Failed.
-    """
-    from ape.tasks.solving.solve import run_adaption, run_solver
-
+    """solve -> adapt in one task run (the fast default granularity), with one set of tools."""
     worker = current_worker()
     item = worker.item(spec)
     tools = worker.tools_for(item)
-    settings = worker.plan.config.solver
-    clock = current_clock()
-    state = run_solver(worker.model, spec.prompt, spec.system, tools=tools, settings=settings, item=item)
-    if clock is not None:
-        if state.error is not None:
-            clock.failed("solve", f"{state.error.type}: {state.error.message}")
-        else:
-            clock.mark("solve")
-    record = run_adaption(worker.model, state, adapter=worker.plan.adapter, settings=settings, tools=tools, item=item)
-    if clock is not None:
-        mark_adapt(clock, record, solve_failed=state.error is not None)
-    return _checked(record)
-
-
-def mark_adapt(clock: StageClock, record: SolveRecord, solve_failed: bool) -> None:
-    """Close the adapt stage on ``clock`` with the state its outcome deserves."""
-    if solve_failed:
-        clock.skipped("adapt", "the solve stage failed")
-    elif record.outcome is Outcome.ERROR:
-        error = record.error
-        clock.failed("adapt", f"{error.type}: {error.message}" if error else "model error")
-    elif record.outcome is Outcome.PARSING_FAILED:
-        error = record.error
-        clock.failed("adapt", "parse failure" + (f": {error.message}" if error else ""))
-    elif record.outcome is Outcome.GAVE_UP:
-        clock.mark("adapt", state_name="Gave up", message="the answer contained I_GIVE_UP")
-    else:
-        clock.mark("adapt")
+    state = _solve(worker, spec, item, tools)
+    return _checked(_adapt(worker, state, item, tools))
 
 
 @task(name="solve", task_run_name="solve[{spec.item_id}]#{spec.run_index}", persist_result=True)
 def solve_task(spec: SessionSpec) -> SolverState:
-    from ape.tasks.solving.solve import run_solver
-
     worker = current_worker()
     item = worker.item(spec)
-    return run_solver(
-        worker.model,
-        spec.prompt,
-        spec.system,
-        tools=worker.tools_for(item),
-        settings=worker.plan.config.solver,
-        item=item,
-    )
+    return _solve(worker, spec, item, worker.tools_for(item))
 
 
 @task(name="adapt", task_run_name="adapt[{spec.item_id}]#{spec.run_index}", persist_result=True)
 def adapt_task(spec: SessionSpec, state: SolverState) -> SolveRecord:
-    from ape.tasks.solving.solve import run_adaption
-
     worker = current_worker()
     item = worker.item(spec)
-    record = run_adaption(
-        worker.model,
-        state,
-        adapter=worker.plan.adapter,
-        settings=worker.plan.config.solver,
-        tools=worker.tools_for(item),
-        item=item,
-    )
-    return _checked(record)
+    return _checked(_adapt(worker, state, item, worker.tools_for(item)))
 
 
 @task(name="choices", task_run_name="choices[{spec.item_id}]#{spec.run_index}", persist_result=True)
 def choices_task(spec: SessionSpec) -> SolveRecord:
     """Every choice's log-likelihood ([choices] runs; ape.tasks.solving.choices), in one task run."""
-    from ape.tasks.solving.choices import score_choices
 
     worker = current_worker()
     choices = worker.plan.config.choices
     assert choices is not None  # only [choices] runs use this stage
-    clock = current_clock()
+    recorder = current_recorder()
     record = score_choices(worker.scorer, spec.prompt, worker.item(spec), choices)
-    if clock is not None:
-        if record.error is not None:
-            clock.failed("solve", f"{record.error.type}: {record.error.message}")
-            clock.skipped("adapt", "the solve stage failed")
-        else:
-            clock.mark("solve", message="log-likelihood of every choice")
-            clock.mark("adapt", message="the most likely choice")
+    recorder.solved(record.error, message="log-likelihood of every choice")
+    recorder.adapted(record, solve_failed=record.error is not None, message="the most likely choice")
     return _checked(record)
 
 
 # -- cheap stages (stage granularity only; never cached) ------------------------------------
 @task(name="render", task_run_name="render[{item_id}]", cache_policy=NO_CACHE, persist_result=False)
 def render_task(template: str, item: BaseModel, item_id: str) -> str:
-    from ape.tasks.solving.render import render
 
     return render(template, item)
 
@@ -247,7 +214,6 @@ def check_task(carousel: CheckerCarousel, item: BaseModel, solution: Any, item_i
 def score_task(
     outcome: Outcome, check: CheckResult | None, metric: str | None, item_id: str, run_index: int
 ) -> tuple[float, bool]:
-    from ape.tasks.checking.builtin import score_session
 
     return score_session(outcome, check, metric)
 
@@ -258,34 +224,6 @@ def _spec_key(context: Any, parameters: dict[str, Any]) -> str:
     adapt stage's conversation state, which the spec already determines."""
     spec: SessionSpec = parameters["spec"]
     return hashlib.sha256(f"{context.task.name}\0{spec.model_dump_json()}".encode()).hexdigest()
-
-
-# The part of a model stage's cache key that stands for its code. Prefect's TASK_SOURCE
-# hashes the wrapper's own source only: it changed when an import path inside a wrapper
-# moved, and it misses changes in the logic the wrapper calls. A version per stage says it
-# outright: change it when a change to the stage would make cached answers wrong. The
-# values are the hashes TASK_SOURCE gave these stages before ape.tasks was grouped by job,
-# so generations cached by earlier releases stay valid.
-STAGE_CODE_VERSIONS = {
-    "session": "7428cad8dd3c7d26c7019515e88d3de5",
-    "solve": "2e2e0c9133e017ea35247b66e83e7a8f",
-    "adapt": "0c6ff364672dbc707478962ba4fd915e",
-    "choices": "1",
-}
-
-
-@dataclass
-class StageCode(CachePolicy):
-    """The cache-key part of :data:`STAGE_CODE_VERSIONS` for the stage being run."""
-
-    def compute_key(
-        self,
-        task_ctx: TaskRunContext,
-        inputs: dict[str, Any] | None,
-        flow_parameters: dict[str, Any] | None,
-        **kwargs: Any,
-    ) -> str | None:
-        return STAGE_CODE_VERSIONS[task_ctx.task.name]
 
 
 class CacheRecords(LocalFileSystem):
@@ -343,10 +281,11 @@ def relocated_record(content: bytes) -> bytes:
 
 
 def cached_variant(stage: Any, cache_dir: Path | None) -> Any:
-    """The stage with its cache policy bound to this run's cache folder (or no cache)."""
+    """The stage with its cache policy bound to this run's cache folder (or no cache): the
+    key is the stage's SessionSpec (:func:`_spec_key`) and its task's source."""
     if cache_dir is None:
         return stage.with_options(cache_policy=NO_CACHE, persist_result=False)
-    policy = CacheKeyFnPolicy(cache_key_fn=_spec_key) + StageCode()
+    policy = CacheKeyFnPolicy(cache_key_fn=_spec_key) + TASK_SOURCE
     policy = policy.configure(key_storage=CacheRecords(basepath=str(cache_dir)))
     return stage.with_options(cache_policy=policy)
 

@@ -14,10 +14,11 @@ from ape.tasks.stage_runs import (
     STAGES,
     StageClock,
     StageMark,
+    close_chain,
+    mark_adapt,
     stage_run_events,
     stage_run_id,
 )
-from ape.tasks.stages import mark_adapt
 from tests.helpers.runner import make_benchmark
 
 
@@ -123,8 +124,6 @@ def check(item, solution):
 
 
 def test_check_result_states() -> None:
-    from ape.flows.item import _close_chain
-
     for check, expected in [
         (CheckResult(status=CheckStatus.PASSED), ("COMPLETED", "Passed")),
         (CheckResult(status=CheckStatus.FAILED, metadata={"reason": "off by one"}), ("COMPLETED", "Incorrect")),
@@ -132,6 +131,6 @@ def test_check_result_states() -> None:
         (None, ("COMPLETED", "Skipped")),
     ]:
         clock = StageClock()
-        _close_chain(clock, Outcome.SOLVED if check else Outcome.PARSING_FAILED, check, 0.0)
+        close_chain(clock, Outcome.SOLVED if check else Outcome.PARSING_FAILED, check, 0.0)
         assert (clock.marks[0].state_type, clock.marks[0].state_name) == expected
         assert clock.marks[1].stage == "score"

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 import pytest
 
 from ape.tasks import recording
-from ape.tasks.recording import Ledger, keep_chain, wait_until_recorded
+from ape.tasks.recording import TaskRunCounts, keep_chain, wait_until_recorded
 from ape.tasks.stage_runs import StageMark
 
 
@@ -32,12 +32,12 @@ class FakeServer:
 def test_wait_ends_when_everything_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recording, "POLL_S", 0.01)
     server = FakeServer(total=50, rate=10)
-    ledger = Ledger(counter=server)
-    ledger.add("f1", 30)
-    ledger.add("f1", 20)
-    ledger.add(None, 99)  # outside a flow run: not expected on the server
+    counts = TaskRunCounts(counter=server)
+    counts.add("f1", 30)
+    counts.add("f1", 20)
+    counts.add(None, 99)  # outside a flow run: not expected on the server
     lines: list[str] = []
-    result = wait_until_recorded(["f1"], ledger, wait_s=10, on_progress=lines.append)
+    result = wait_until_recorded(["f1"], counts, wait_s=10, on_progress=lines.append)
     assert result is not None and result.complete
     assert (result.expected, result.final, result.missing) == (50, 50, 0)
     assert server.polls == 5
@@ -46,11 +46,11 @@ def test_wait_ends_when_everything_is_recorded(monkeypatch: pytest.MonkeyPatch) 
 
 def test_wait_is_bounded_and_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recording, "POLL_S", 0.01)
-    ledger = Ledger(counter=FakeServer(total=40, rate=40, open_=3))
-    ledger.add("f1", 50)
+    counts = TaskRunCounts(counter=FakeServer(total=40, rate=40, open_=3))
+    counts.add("f1", 50)
     lines: list[str] = []
     started = time.monotonic()
-    result = wait_until_recorded(["f1"], ledger, wait_s=0.3, on_progress=lines.append)
+    result = wait_until_recorded(["f1"], counts, wait_s=0.3, on_progress=lines.append)
     assert time.monotonic() - started < 5
     assert result is not None and not result.complete
     assert (result.missing, result.open) == (10, 3)
@@ -58,41 +58,41 @@ def test_wait_is_bounded_and_says_what_is_missing(monkeypatch: pytest.MonkeyPatc
 
 
 def test_nothing_expected_means_no_wait() -> None:
-    ledger = Ledger(counter=FakeServer(total=0, rate=0))
-    assert wait_until_recorded(["f1"], ledger, wait_s=5) is None
-    ledger.add("f1", 3)
-    ledger.forget(["f1"])
-    assert wait_until_recorded(None, ledger, wait_s=5) is None
+    counts = TaskRunCounts(counter=FakeServer(total=0, rate=0))
+    assert wait_until_recorded(["f1"], counts, wait_s=5) is None
+    counts.add("f1", 3)
+    counts.forget(["f1"])
+    assert wait_until_recorded(None, counts, wait_s=5) is None
 
 
 def test_throttle_waits_while_the_server_is_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recording, "POLL_S", 0.01)
     server = FakeServer(total=1000, rate=100)
-    ledger = Ledger(counter=server)
-    ledger.add("f1", 1000)
-    assert ledger.throttle(max_lag=2000) == 0.0 and server.polls == 0  # not behind: no request
-    ledger.throttle(max_lag=500)
-    assert server.polls >= 5 and ledger.lag() <= 500
+    counts = TaskRunCounts(counter=server)
+    counts.add("f1", 1000)
+    assert counts.throttle(max_lag=2000) == 0.0 and server.polls == 0  # not behind: no request
+    counts.throttle(max_lag=500)
+    assert server.polls >= 5 and counts.lag() <= 500
 
 
 def test_throttle_polls_from_one_thread_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recording, "POLL_S", 0.05)
     server = FakeServer(total=100, rate=10)
-    ledger = Ledger(counter=server)
-    ledger.add("f1", 100)
-    threads = [threading.Thread(target=ledger.throttle, kwargs={"max_lag": 5, "limit_s": 5}) for _ in range(8)]
+    counts = TaskRunCounts(counter=server)
+    counts.add("f1", 100)
+    threads = [threading.Thread(target=counts.throttle, kwargs={"max_lag": 5, "limit_s": 5}) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert ledger.lag() <= 5
+    assert counts.lag() <= 5
     assert 10 <= server.polls <= 12  # ten polls reach 100; eight threads did not each poll
 
 
 def test_session_index_counts_per_flow_run() -> None:
-    ledger = Ledger(counter=FakeServer(total=0, rate=0))
-    assert [ledger.next_session("a") for _ in range(3)] == [0, 1, 2]
-    assert ledger.next_session("b") == 0
+    counts = TaskRunCounts(counter=FakeServer(total=0, rate=0))
+    assert [counts.next_session("a") for _ in range(3)] == [0, 1, 2]
+    assert counts.next_session("b") == 0
 
 
 def _marks(state_type: str = "COMPLETED", state_name: str = "Completed") -> list[StageMark]:

@@ -122,9 +122,3 @@ def test_the_checker_rederives_the_answer_so_a_changed_metric_needs_no_model_cal
     # the solution saved by an acc run, graded by an acc_norm checker
     verdict = ChoiceChecker(ChoicesConfig(field="choices", gold="answer", metric="acc_norm"))(item, record.solution)
     assert isinstance(verdict, Passed)
-
-
-def test_the_cached_choices_stage_has_a_code_version():
-    from ape.tasks.stages import STAGE_CODE_VERSIONS, choices_task
-
-    assert choices_task.name in STAGE_CODE_VERSIONS

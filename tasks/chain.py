@@ -1,0 +1,210 @@
+"""The stages of one session's chain, called through one object chosen once per run.
+
+render -> solve -> adapt -> check -> score is the same chain at both ``[run]
+task_granularity`` settings; only how each stage is called differs:
+
+- ``"session"`` (the default, :class:`InlineStages`): solve -> adapt is one live task run
+  (``session``); render, check and score are plain calls, cheap enough that a task run
+  each would cost more than the stage (their task runs can be recorded after the fact,
+  :mod:`ape.tasks.stage_runs`);
+- ``"stage"`` (:class:`TaskStages`): every stage is a live task run (render, solve, adapt,
+  check, score; a second render with a system prompt).
+
+A ``[choices]`` run answers with one ``choices`` task run at either granularity (every
+choice's log-likelihood) and then picks the answer by the metric, after the cache, so a
+changed metric needs no model call.
+
+The stages report to the session's :class:`~ape.tasks.stage_runs.StageRecorder` (the
+task runs they created, when each stage ended); the chain keeps no books of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel
+
+from ape.schemas.results import CheckResult, Outcome
+from ape.schemas.transcript import SolveRecord
+from ape.tasks.checking.builtin import score_session
+from ape.tasks.solving.choices import choose
+from ape.tasks.solving.render import render
+from ape.tasks.stage_runs import current_recorder
+from ape.tasks.stages import (
+    SessionSpec,
+    adapt_task,
+    cached_variant,
+    check_task,
+    choices_task,
+    render_task,
+    score_task,
+    session_task,
+    solve_task,
+    unwrap,
+)
+
+if TYPE_CHECKING:
+    from ape.schemas.choices import ChoicesConfig
+    from ape.schemas.config import ApeConfig
+    from ape.tasks.checking.check import CheckerCarousel
+
+# solve -> adapt of one session: (its record, whether it came from the cache)
+Answer = Callable[[SessionSpec, bool], tuple[SolveRecord, bool]]
+
+
+class Stages(Protocol):
+    """The phases of one session's chain; solve and adapt are one call, since at the
+    default granularity they are one task run."""
+
+    def render(self, item: BaseModel, key: str) -> tuple[str, str | None]:
+        """The prompt and the system prompt (None without one)."""
+        ...
+
+    def solve_adapt(self, spec: SessionSpec, refresh: bool) -> tuple[SolveRecord, bool]:
+        """The session's record, and whether it came from the cache (``refresh``: ignore it)."""
+        ...
+
+    def check(self, item: BaseModel, record: SolveRecord, key: str, run_index: int) -> CheckResult | None:
+        """The checker's verdict on a solved session; None for any other outcome."""
+        ...
+
+    def score(
+        self, outcome: Outcome, check: CheckResult | None, metric: str | None, key: str, run_index: int
+    ) -> tuple[float, bool]:
+        """(score, correct) of the session."""
+        ...
+
+
+class OneTaskAnswer:
+    """solve -> adapt as one cached task run: the ``session`` stage, or the ``choices`` stage
+    followed by the choice its metric picks."""
+
+    def __init__(self, stage: Any, choices: ChoicesConfig | None) -> None:
+        self.stage = stage
+        self.choices = choices
+
+    def __call__(self, spec: SessionSpec, refresh: bool) -> tuple[SolveRecord, bool]:
+
+        stage = self.stage.with_options(refresh_cache=True) if refresh else self.stage
+        record, cached = unwrap(stage(spec, return_state=True))
+        recorder = current_recorder()
+        recorder.ran()
+        if cached:  # the task ran none of its stages: mark them as the cache's
+            recorder.from_cache(record)
+        if self.choices is not None:  # the answer by the metric, after the cache (no model call)
+            record = choose(record, self.choices.metric)
+        return record, cached
+
+
+class TwoTaskAnswer:
+    """solve, then adapt, as two cached task runs (stage granularity)."""
+
+    def __init__(self, solve: Any, adapt: Any) -> None:
+        self.solve = solve
+        self.adapt = adapt
+
+    def __call__(self, spec: SessionSpec, refresh: bool) -> tuple[SolveRecord, bool]:
+        solve, adapt = self.solve, self.adapt
+        if refresh:
+            solve, adapt = solve.with_options(refresh_cache=True), adapt.with_options(refresh_cache=True)
+        recorder = current_recorder()
+        state, cached = unwrap(solve(spec, return_state=True))
+        recorder.ran()
+        if isinstance(state, SolveRecord):  # the solve stage itself failed with a record
+            return state, cached
+        record, adapt_cached = unwrap(adapt(spec, state, return_state=True))
+        recorder.ran()
+        return record, cached and adapt_cached
+
+
+class InlineStages:
+    """Granularity ``"session"``: the answer is a task run, the cheap stages plain calls."""
+
+    def __init__(self, template: str, system: str | None, answer: Answer, carousel: CheckerCarousel) -> None:
+        self.template = template
+        self.system = system
+        self.answer = answer
+        self.carousel = carousel
+
+    def render(self, item: BaseModel, key: str) -> tuple[str, str | None]:
+
+        prompt = render(self.template, item)
+        system = render(self.system, item) if self.system else None
+        current_recorder().rendered()
+        return prompt, system
+
+    def solve_adapt(self, spec: SessionSpec, refresh: bool) -> tuple[SolveRecord, bool]:
+        return self.answer(spec, refresh)
+
+    def check(self, item: BaseModel, record: SolveRecord, key: str, run_index: int) -> CheckResult | None:
+        current_recorder().checking()
+        return self.carousel.check(item, record.value) if record.outcome is Outcome.SOLVED else None
+
+    def score(
+        self, outcome: Outcome, check: CheckResult | None, metric: str | None, key: str, run_index: int
+    ) -> tuple[float, bool]:
+
+        score, correct = score_session(outcome, check, metric)
+        current_recorder().scored(outcome, check, score)
+        return score, correct
+
+
+class TaskStages:
+    """Granularity ``"stage"``: every stage is a live task run, named after stage and item."""
+
+    def __init__(self, template: str, system: str | None, answer: Answer, carousel: CheckerCarousel) -> None:
+        self.template = template
+        self.system = system
+        self.answer = answer
+        self.carousel = carousel
+
+    def render(self, item: BaseModel, key: str) -> tuple[str, str | None]:
+        recorder = current_recorder()
+        prompt = render_task(self.template, item, key)
+        recorder.ran()
+        system = None
+        if self.system:
+            system = render_task(self.system, item, key)
+            recorder.ran()
+        recorder.rendered()
+        return prompt, system
+
+    def solve_adapt(self, spec: SessionSpec, refresh: bool) -> tuple[SolveRecord, bool]:
+        return self.answer(spec, refresh)
+
+    def check(self, item: BaseModel, record: SolveRecord, key: str, run_index: int) -> CheckResult | None:
+        recorder = current_recorder()
+        recorder.checking()
+        if record.outcome is not Outcome.SOLVED:
+            return None
+        check: CheckResult = check_task(self.carousel, item, record.value, key, run_index)
+        recorder.ran()
+        return check
+
+    def score(
+        self, outcome: Outcome, check: CheckResult | None, metric: str | None, key: str, run_index: int
+    ) -> tuple[float, bool]:
+        recorder = current_recorder()
+        score, correct = score_task(outcome, check, metric, key, run_index)
+        recorder.ran()
+        recorder.scored(outcome, check, score)
+        return score, correct
+
+
+def stages_for(
+    config: ApeConfig, template: str, system: str | None, carousel: CheckerCarousel, cache_dir: Path | None
+) -> Stages:
+    """The stages of a run: by its task granularity, with the model stages bound to its
+    cache folder (None: no cache)."""
+    answer: Answer
+    if config.choices is not None:
+        answer = OneTaskAnswer(cached_variant(choices_task, cache_dir), config.choices)
+    elif config.run.task_granularity == "stage":
+        answer = TwoTaskAnswer(cached_variant(solve_task, cache_dir), cached_variant(adapt_task, cache_dir))
+    else:
+        answer = OneTaskAnswer(cached_variant(session_task, cache_dir), None)
+    if config.run.task_granularity == "stage":
+        return TaskStages(template, system, answer, carousel)
+    return InlineStages(template, system, answer, carousel)

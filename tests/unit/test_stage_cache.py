@@ -1,0 +1,35 @@
+"""Every model stage that is cached gets a cache key: a stage without one would silently
+call the model again on every resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ape.tasks.stages import SessionSpec, adapt_task, cached_variant, choices_task, session_task, solve_task
+
+STAGES = (session_task, solve_task, adapt_task, choices_task)
+
+
+def _spec(prompt: str = "What is 2 + 3?") -> SessionSpec:
+    return SessionSpec(item_id="q1", run_index=0, item="{}", prompt=prompt, system=None, fingerprint="f")
+
+
+def _key(stage, spec: SessionSpec, cache_dir: Path) -> str | None:
+    policy = cached_variant(stage, cache_dir).cache_policy
+    return policy.compute_key(task_ctx=SimpleNamespace(task=stage), inputs={"spec": spec}, flow_parameters={})
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
+def test_every_cached_stage_has_a_key_of_its_spec(stage, tmp_path: Path) -> None:
+    key = _key(stage, _spec(), tmp_path)
+    assert key is not None
+    assert _key(stage, _spec(), tmp_path) == key  # the same session hits its cache
+    assert _key(stage, _spec("What is 2 + 4?"), tmp_path) != key  # a changed prompt does not
+
+
+def test_stages_of_one_session_have_their_own_keys(tmp_path: Path) -> None:
+    keys = {_key(stage, _spec(), tmp_path) for stage in STAGES}
+    assert len(keys) == len(STAGES)
