@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ape.flows.states import items_failed
 from ape.launch import launch
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
@@ -43,7 +42,10 @@ def run(config: ApeConfig | str | Path, overrides: dict[str, Any] | None = None)
         config = load_config(config, overrides)
     elif overrides:
         raise ApeError("overrides apply to a config file; edit the ApeConfig instead", where="ape.run(overrides=...)")
-    failed = items_failed(launch(config, api="reuse", command=False))
+    state = launch(config, api="reuse", command=False)
+    from ape.flows.states import items_failed  # deferred: Prefect is imported by launch, after its settings
+
+    failed = items_failed(state)
     if failed is not None:
         log.warning("%s", failed)
     report = Path(config.run.output) / "report.json"

@@ -24,9 +24,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ape import server
-from ape.flows.benchmark import benchmark
-from ape.flows.feeders import dask_task_runner
-from ape.flows.logs import quiet_prefect_console
 from ape.flows.preflight import canary, preflight
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
@@ -117,6 +114,12 @@ def connect(api: Api) -> str | None:
 
 
 def _run_flow(config: ApeConfig, request: RunRequest, *, command: bool) -> Any:
+    # deferred on purpose: Prefect reads its settings once, when it is first imported, so it
+    # is imported only after point_result_storage (and connect) set them
+    from ape.flows.benchmark import benchmark
+    from ape.flows.feeders import dask_task_runner
+    from ape.flows.logs import quiet_prefect_console
+
     global _WORK_STARTED
     if config.run.task_runner == "dask":
         try:

@@ -38,13 +38,18 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
+from ape.flows.benchmark import benchmark
+from ape.flows.states import items_failed
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.models import ModelAdapter
 from ape.schemas.report import Envelope
 from ape.schemas.taskspec import TASK_TEMPLATE, TaskSpec
 from ape.tasks.checking.taskspec import check_unique, load_tasks, validate_task, write_tasks
+from ape.tasks.models.demo_adapters import demo_adapters, model_entry, unregister_adapter
 from ape.tasks.report.demo_verdicts import Breach, Criterion, verdict, with_verdict
+from ape.tasks.report.envelope import write_envelope
+from ape.tasks.report.markdown import markdown_table
 
 log = logging.getLogger("ape")
 
@@ -141,9 +146,6 @@ def run_eval(
     the run: the envelope is returned and the flow run ends Failed, as for ``ape run``.
     Raises ApeError for bad tasks or adapters, and whatever crashed the flow otherwise.
     """
-    from ape.flows.benchmark import benchmark
-    from ape.flows.states import items_failed
-    from ape.tasks.models.demo_adapters import model_entry, unregister_adapter
 
     specs = as_tasks(tasks)
     if not adapters:
@@ -186,8 +188,6 @@ def run_eval(
 
 def finish(envelope: Envelope, breach: Breach | None, out: Path) -> DemoResult:
     """Write the verdict into the envelope (summary.criteria, and error when broken)."""
-    from ape.tasks.report.envelope import write_envelope
-    from ape.tasks.report.markdown import markdown_table
 
     envelope = with_verdict(envelope, breach)
     report = write_envelope(out / "report.json", envelope)
@@ -215,7 +215,6 @@ def run_demo(
     ``outrank`` names the model that must rank strictly above the other. Never raises
     for a broken criterion: the verdict is in the result and in ``out/report.json``.
     """
-    from ape.tasks.models.demo_adapters import demo_adapters
 
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)

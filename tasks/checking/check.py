@@ -27,6 +27,7 @@ from ape.schemas.check import Failed, Passed
 from ape.schemas.config import CheckerConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo
+from ape.tasks.checking.builtin import builtin_checker
 from ape.tasks.common.deadline import PluginTimeout, call_with_timeout
 from ape.tasks.plugins.loader import call_plugin, load_object
 from ape.tasks.plugins.registry import is_short_name, resolve
@@ -49,8 +50,6 @@ def checker_factory(cfg: CheckerConfig, base_dir: Path) -> Callable[[], Checker]
     if is_short_name(name):
         path = resolve("checker", name, where=WHERE)
         if path.startswith(METRICS_MODULE + ":"):
-            from ape.tasks.checking.builtin import builtin_checker
-
             return functools.partial(builtin_checker, name, dict(cfg.args))
         name = path
     target = load_object(name, where=WHERE, base_dir=base_dir)

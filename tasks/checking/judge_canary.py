@@ -44,7 +44,18 @@ from pydantic import BaseModel
 from ape.schemas.config import ApeConfig
 from ape.schemas.results import CheckResult, CheckStatus
 from ape.tasks.checking.canary import CanaryFailed, Example, configured_examples, grade_examples, one_line
-from ape.tasks.checking.judge import JudgeArgs, JudgeChecker, parse_args, parse_scale, solution_text
+from ape.tasks.checking.judge import (
+    JudgeArgs,
+    JudgeChecker,
+    judge_factory,
+    judge_model_config,
+    parse_args,
+    parse_scale,
+    solution_text,
+)
+from ape.tasks.models.llama_server import is_llama_cpp, local_model_servers
+from ape.tasks.storage.data import DataProvider
+from ape.tasks.storage.runs import cache_dir
 
 log = logging.getLogger("ape")
 
@@ -92,7 +103,6 @@ def known_wrong(config: ApeConfig, data_model: type[BaseModel], pass_mark: float
     for example in configured_examples(config.checker, data_model):
         if example.passed is False or (example.score is not None and example.score < pass_mark):
             return example.item, example.solution
-    from ape.tasks.storage.data import DataProvider
 
     data = config.data
     first = next(iter(DataProvider(data.file, data_model, data.start_id, data.end_id)), None)
@@ -119,8 +129,6 @@ def served_judge(config: ApeConfig) -> Iterator[ApeConfig]:
     """``config`` with its judge reachable for the canary: a ``provider = "llama-cpp"`` judge
     (a ``[[model]]`` APE serves only for the run, which has not started yet) is served for
     the block, its server's log in a temporary folder; any other config is yielded as it is."""
-    from ape.tasks.checking.judge import judge_model_config
-    from ape.tasks.models.llama_server import is_llama_cpp, local_model_servers
 
     judge = judge_model_config(config)
     if not is_llama_cpp(judge) or judge.base_url:
@@ -140,8 +148,6 @@ def served_judge(config: ApeConfig) -> Iterator[ApeConfig]:
 
 def served_factory(config: ApeConfig, data_model: type[BaseModel]) -> Callable[[], JudgeChecker]:
     """The run's judge factory for a config whose judge is served (same cache as the run's)."""
-    from ape.tasks.checking.judge import judge_factory
-    from ape.tasks.storage.runs import cache_dir
 
     return judge_factory(config, data_model, cache_dir(config) if config.run.cache else None)
 

@@ -33,6 +33,7 @@ from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.tasks.checking.judge import JudgeChecker, Scale, judge_factory, parse_args, parse_scale, resolve_path
 from ape.tasks.storage.runs import cache_dir
+from ape.tasks.storage.save import atomic_write_text
 
 log = logging.getLogger("ape")
 
@@ -196,6 +197,5 @@ def _id(item: Any) -> str | None:
 
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` as JSON atomically (never half-written), with the user's usual permissions."""
-    from ape.tasks.storage.save import atomic_write_text
 
     atomic_write_text(path, json.dumps(data, indent=2, default=str))

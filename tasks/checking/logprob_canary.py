@@ -30,6 +30,7 @@ from typing import Any
 from ape.schemas.config import ApeConfig, ModelConfig
 from ape.tasks.checking.canary import CanaryFailed, one_line
 from ape.tasks.models.completions import CompletionsScorer, EchoLogprobs, LogprobsMissing, continuation_score
+from ape.tasks.models.scoring import build_scorer
 
 __all__ = ["PROBES", "TOLERANCE", "check_endpoint", "run_logprob_canary"]
 
@@ -109,7 +110,6 @@ def check_endpoint(scorer: CompletionsScorer, cfg: ModelConfig) -> str:
 def run_logprob_canary(config: ApeConfig) -> int:
     """Probe every endpoint a ``[choices]`` run scores on; the number probed. Models scored in
     process (mock, llama-cpp) need no probe: their log-likelihoods are computed here."""
-    from ape.tasks.models.scoring import build_scorer
 
     if config.choices is None:
         return 0

@@ -79,6 +79,7 @@ from ape.schemas.report import CalibrationEntry, Envelope
 from ape.tasks.report.chart import write_summary_chart
 from ape.tasks.report.envelope import error_envelope, leaderboard_rows, pairwise_rows, summary_of, write_envelope
 from ape.tasks.report.health import DEFAULT_MIN_SESSIONS, DEFAULT_SHARE, injection_counts, run_health
+from ape.tasks.report.judge_agreement import find_calibration, judge_report
 from ape.tasks.report.markdown import markdown_table
 from ape.tasks.report.parquet_tables import INT_LEADERBOARD, INT_PAIRWISE, write_frame
 from ape.tasks.report.provenance import environment, recorded_provenance
@@ -159,7 +160,6 @@ def build_report(
         }
 
         stage = "the judge's calibration"
-        from ape.tasks.report.judge_agreement import find_calibration, judge_report
 
         partial["judge"] = judge_report(sessions, find_calibration([report_dir, *map(Path, output_dirs)]))
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ape.schemas.report import Envelope, LeaderboardRow, RegressionRow
 from ape.tasks.report.health import injection_lines, suspect_lines
+from ape.tasks.report.judge_agreement import judge_markdown
 
 
 def _cell(value: Any, digits: int = 3) -> str:
@@ -116,8 +117,6 @@ def markdown_table(envelope: Envelope) -> str:
                 "",
             ]
     if envelope.judge is not None:
-        from ape.tasks.report.judge_agreement import judge_markdown
-
         lines += judge_markdown(envelope.judge)
     categories = sorted({c for row in envelope.leaderboard for c in row.by_category})
     if categories:

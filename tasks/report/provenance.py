@@ -28,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from ape.schemas.config import ApeConfig
+from ape.tasks.checking.code.sandbox import SandboxUnavailable, resolve
+from ape.tasks.models.fingerprint import model_fingerprint
+from ape.tasks.stats.intervals import BOOTSTRAP_SEED
 from ape.tasks.storage.run_files import RunFiles
 
 PACKAGES = (
@@ -100,8 +103,6 @@ def environment() -> dict[str, Any]:
 
 def run_provenance(config: ApeConfig) -> dict[str, Any]:
     """Everything about a run of ``config`` that its numbers depend on (see the module doc)."""
-    from ape.tasks.models.fingerprint import model_fingerprint
-    from ape.tasks.stats.intervals import BOOTSTRAP_SEED
 
     commit, dirty = git_state(str(Path(config.base_dir).resolve()))
     resolved = json.dumps(config.model_dump(mode="json"), sort_keys=True, default=str)
@@ -136,7 +137,6 @@ def sandbox_of(config: ApeConfig) -> str | None:
     checker runs no code."""
     if config.checker.implementation not in {"code_exec", "taskspec"}:
         return None
-    from ape.tasks.checking.code.sandbox import SandboxUnavailable, resolve
 
     try:
         return resolve(config.checker.args.get("sandbox", "auto"))

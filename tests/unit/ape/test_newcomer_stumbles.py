@@ -167,7 +167,7 @@ def test_ctrl_c_after_the_flow_started_says_finished_items_are_saved(tmp_path, c
 
     monkeypatch.setattr(launch, "_WORK_STARTED", False)
     monkeypatch.setattr(launch, "connect", lambda api: None)
-    monkeypatch.setattr(launch, "benchmark", interrupted)
+    monkeypatch.setattr("ape.flows.benchmark.benchmark", interrupted)
     monkeypatch.setattr(launch, "api_watchdog", lambda output: None)
     assert cli.main(["run", str(config), "--no-progress"]) == 130
     assert "interrupted: finished items are saved" in capsys.readouterr().err
