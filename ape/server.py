@@ -24,6 +24,7 @@ callback and their return values, so the command line decides what to show.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import secrets
@@ -33,6 +34,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -187,7 +189,6 @@ def api_session(api_url: str, timeout: float = 30.0, auth: str | None = None) ->
     """An HTTP client for hand-made calls to a Prefect API (benchmarks, tests): the credentials
     ``auth`` (default: this process's) and, where the server checks CSRF tokens, a fresh
     token, as Prefect's own client sends them. Closed when the ``with`` block ends."""
-    import uuid
 
     with httpx.Client(base_url=api_url, headers=auth_headers(auth), timeout=timeout, trust_env=False) as client:
         client_id = str(uuid.uuid4())
@@ -200,7 +201,6 @@ def api_session(api_url: str, timeout: float = 30.0, auth: str | None = None) ->
 def auth_headers(auth: str | None = None) -> dict[str, str]:
     """The ``Authorization`` header for a hand-made request to APE's server (benchmarks,
     tests) with the credentials ``auth`` (default: this process's); empty without any."""
-    import base64
 
     value = auth or os.environ.get(CLIENT_AUTH_KEY)
     if not value:
@@ -356,7 +356,7 @@ def _clear_state(home: Path) -> None:
 def _start_lock(home: Path) -> Iterator[None]:
     """Serialise concurrent starts (two ``ape run`` at once) so only one server is spawned."""
     try:
-        import fcntl
+        import fcntl  # deferred on purpose: POSIX only
     except ImportError:  # not POSIX: starts are not serialised
         yield
         return
@@ -532,7 +532,7 @@ def configured_api_url() -> str | None:
     value = os.environ.get("PREFECT_API_URL")
     if value:
         return value
-    from prefect.settings import get_current_settings
+    from prefect.settings import get_current_settings  # deferred: Prefect reads the settings APE sets, at import
 
     return get_current_settings().api.url or None
 
@@ -651,7 +651,7 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 
 def _refresh_prefect_settings() -> None:
     """Make Prefect re-read the environment: its settings are captured at import time."""
-    from prefect import context
+    from prefect import context  # deferred, as above: imported only once the environment is set
 
     refresh = getattr(context, "refresh_global_settings_context", None)
     if refresh is not None:

@@ -88,7 +88,7 @@ class ApiWatchdog:
 def api_watchdog(output: Path) -> ApiWatchdog | None:
     """A watchdog for the configured PREFECT_API_URL (None with Prefect's in-process server,
     which cannot be lost)."""
-    from prefect.settings import PREFECT_API_URL
+    from prefect.settings import PREFECT_API_URL  # deferred: Prefect is imported after APE sets its settings
 
     url = PREFECT_API_URL.value()
     if not url:

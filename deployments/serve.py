@@ -19,6 +19,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from prefect import serve as prefect_serve
+from prefect.client.schemas.schedules import CronSchedule
+from prefect.schedules import Cron, Interval
+from prefect.utilities.callables import ParameterSchema
 from pydantic import ValidationError
 
 from ape.flows.served import CONFIG_ENV, OVERRIDES
@@ -36,8 +40,6 @@ DEFAULT_TAGS = ("ape",)
 
 def cron_schedule(cron: str, timezone: str | None = None) -> Any:
     """A Prefect cron schedule, or an ApeError saying what is wrong with ``cron``."""
-    from prefect.client.schemas.schedules import CronSchedule
-    from prefect.schedules import Cron
 
     try:
         CronSchedule(cron=cron, timezone=timezone)
@@ -83,7 +85,6 @@ def deployment_for(
     if interval is not None:
         if interval <= 0:
             raise ApeError(f"invalid interval {interval}: must be positive seconds", where="--interval")
-        from prefect.schedules import Interval
 
         schedules = [*(schedules or []), Interval(interval, timezone=timezone)]
     # called from synchronous code, so Prefect's sync_compatible method returns the deployment itself
@@ -106,7 +107,6 @@ def closed_schema(schema: Any) -> Any:
     with any other parameter (``config``, ``base_dir``, ...) with 409 and the name of the
     parameter, before the run exists. (A caller may switch the server's check off for its
     run; the flow's ``on_crashed`` hook then names the refused parameters.)"""
-    from prefect.utilities.callables import ParameterSchema
 
     class ClosedParameterSchema(ParameterSchema):
         additionalProperties: bool = False  # noqa: N815 - the JSON Schema keyword
@@ -133,7 +133,6 @@ def serve_config(
     with the one that finished before it. Each run reads ``config.config_file`` again, so
     an edit to the file applies from the next run on.
     """
-    from prefect import serve as prefect_serve
 
     if config.config_file is None:
         raise ApeError(

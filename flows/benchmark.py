@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.runtime import deployment, flow_run
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.states import Failed
+from prefect.utilities.urls import url_for
 
 from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from ape.flows.logs import run_logs
@@ -44,7 +46,6 @@ class ResultsSuspect(ItemsFailed):
 
 
 def _run_name() -> str:
-    from prefect.runtime import flow_run
 
     return run_label(flow_run.parameters.get("config")) or "benchmark"
 
@@ -128,7 +129,6 @@ def canary_refusal(config: ApeConfig) -> Any:
 def flow_run_link(flow_run_id: str | None) -> str | None:
     """The flow run's page in the Prefect UI, or None where there is no UI (Prefect's
     temporary server), never a link that starts with "None"."""
-    from prefect.utilities.urls import url_for
 
     if not flow_run_id:
         return None
@@ -143,7 +143,6 @@ def _evaluate_all(
     new_run: bool | None = None,
     run_id: str | None = None,
 ) -> Any:
-    from prefect.runtime import deployment, flow_run
 
     started = time.perf_counter()
     RUN_ERROR_LINES.reset()  # the terminal's cap on error lines counts this run's models together

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from prefect import State, flow
+from prefect.runtime import flow_run
 from prefect.states import Failed
 from pydantic import BaseModel
 
@@ -229,7 +230,6 @@ class Runner:
 
 
 def _run_name() -> str:
-    from prefect.runtime import flow_run
 
     params = flow_run.parameters
     return run_label(params.get("config"), params.get("model_index", 0)) or "evaluate"

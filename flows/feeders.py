@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from prefect.settings import PREFECT_API_URL
 from pydantic import BaseModel
 
 from ape.flows.item import ItemProcessor
@@ -161,7 +162,6 @@ def dask_task_runner(config: ApeConfig) -> Any:
         raise ApeError(
             "task_runner = 'dask' needs prefect-dask", where="[run] task_runner", hint="pip install 'ape-bench[dask]'"
         ) from None
-    from prefect.settings import PREFECT_API_URL
 
     if not PREFECT_API_URL.value():
         # without one, every Dask worker process would start a temporary Prefect server of

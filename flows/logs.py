@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from prefect.logging.configuration import PROCESS_LOGGING_CONFIG, setup_logging
+from prefect.logging.handlers import APILogHandler, PrefectConsoleHandler
+
 LOGGER = "ape"
 # A record with this attribute set goes to run.log and the UI but not to the terminal
 # (for messages the command line prints itself).
@@ -32,8 +35,6 @@ def run_logs(folder: Path | None) -> Iterator[logging.Logger]:
         file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         handlers.append(file_handler)
     try:
-        from prefect.logging.handlers import APILogHandler
-
         # a subflow inherits its parent's handler, which follows the current run context
         if not any(isinstance(h, APILogHandler) for h in logger.handlers):
             api = APILogHandler()
@@ -75,8 +76,6 @@ def quiet_prefect_console() -> None:
     """Prefect's terminal output as one line per record, without tracebacks: a failed
     task or a failed cache write must not print pages of Prefect internals (the run
     reports what the user should act on itself). Call after Prefect is imported."""
-    from prefect.logging.configuration import PROCESS_LOGGING_CONFIG, setup_logging
-    from prefect.logging.handlers import PrefectConsoleHandler
 
     if not PROCESS_LOGGING_CONFIG:
         setup_logging()  # later set-ups are incremental: they keep the formatters set here

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import cast
 from uuid import UUID
 
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -162,8 +163,6 @@ class ProgressView:
             )
         if self._use_artifact:
             try:
-                from prefect.artifacts import create_progress_artifact
-
                 # called from synchronous code, so the sync_compatible function returns the id itself
                 self._artifact_id = cast(
                     UUID, create_progress_artifact(progress=self._percent(), description=f"{self.label}: items done")
@@ -192,8 +191,6 @@ class ProgressView:
         if self._artifact_id is not None and (force or now - self._artifact_at >= 3.0):
             self._artifact_at = now
             try:
-                from prefect.artifacts import update_progress_artifact
-
                 update_progress_artifact(self._artifact_id, progress=self._percent())
             except Exception as exc:
                 log.debug("progress artifact update failed: %s", exc)

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.client.orchestration import get_client
+from prefect.runtime import flow_run
 from prefect.states import Failed
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -97,7 +99,6 @@ def load_served(overrides: RunOverrides) -> ApeConfig:
 
 
 def _run_name() -> str:
-    from prefect.runtime import flow_run
 
     try:
         config = load_config(served_config_path())
@@ -124,7 +125,6 @@ def name_refused_parameters(flow: Any, flow_run: Any, state: Any) -> None:
     refused = sorted(set(flow_run.parameters or {}) - set(OVERRIDES))
     if not refused:
         return
-    from prefect.client.orchestration import get_client
 
     message = refused_message(refused)
     log.error("%s", message)

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -219,7 +220,6 @@ class ModelConfig(Section):
     @field_validator("base_url")
     @classmethod
     def _no_credentials_in_url(cls, value: str | None) -> str | None:
-        from urllib.parse import urlsplit
 
         if value and (urlsplit(value).password or literal_secrets(value, "base_url")):
             raise ValueError(f"the URL holds credentials; {SECRET_HINT}")

@@ -37,6 +37,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from prefect.client.orchestration import get_client
+
 from ape.tasks.stage_runs import StageRecorder, current_flow_run_id, record_stage_runs, start_recorder
 
 log = logging.getLogger("ape")
@@ -86,7 +88,6 @@ class Recorded:
 
 def count_task_runs(flow_run_ids: Iterable[str], state_types: Iterable[str]) -> int:
     """Task runs of ``flow_run_ids`` in one of ``state_types``, as the API server counts them."""
-    from prefect.client.orchestration import get_client
 
     body = {
         "flow_runs": {"id": {"any_": list(flow_run_ids)}},

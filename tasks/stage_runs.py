@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from prefect.context import FlowRunContext, TaskRunContext
+from prefect.events import emit_event
+
 from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome
 from ape.schemas.transcript import SolveRecord
 
@@ -266,7 +269,6 @@ def stage_run_events(
 
 def current_flow_run_id() -> str | None:
     """The flow run the calling code belongs to (directly, or through its task run)."""
-    from prefect.context import FlowRunContext, TaskRunContext
 
     task_ctx = TaskRunContext.get()
     if task_ctx is not None and task_ctx.task_run.flow_run_id is not None:
@@ -285,7 +287,6 @@ def record_stage_runs(flow_run_id: str | None, item_id: str, run_index: int, mar
     """
     if flow_run_id is None or not marks:
         return 0
-    from prefect.events import emit_event
 
     sent = 0
     for event in stage_run_events(flow_run_id, item_id, run_index, marks):

@@ -30,6 +30,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
 from prefect.filesystems import LocalFileSystem
 from prefect.results import ResultRecord
+from prefect.settings import get_current_settings
 from prefect.states import State
 from pydantic import BaseModel, ConfigDict
 
@@ -261,7 +262,6 @@ async def _relocated_later(pending: Awaitable[bytes]) -> bytes:
 def relocated_record(content: bytes) -> bytes:
     """A cache record whose result path points into the folder results are read from now
     (see :class:`CacheRecords`); unchanged when it already does or nothing is there."""
-    from prefect.settings import get_current_settings
 
     try:
         record = json.loads(content)

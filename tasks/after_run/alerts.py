@@ -17,6 +17,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from prefect.artifacts import create_markdown_artifact
+from prefect.events import emit_event
+
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import RegressionRow
 from ape.tasks.after_run.record import describe
@@ -88,8 +91,6 @@ def publish(config: ApeConfig, top: Path, run_id: str, rows: list[RegressionRow]
     """Artifacts, events and the hook for one finished new run."""
     key = artifact_key(config.name)
     try:
-        from prefect.artifacts import create_markdown_artifact
-
         create_markdown_artifact(
             markdown=regressions_markdown(config, run_id, rows),
             key=f"{key}-regressions",
@@ -107,7 +108,6 @@ def publish(config: ApeConfig, top: Path, run_id: str, rows: list[RegressionRow]
 
 
 def emit(benchmark: str, rows: list[RegressionRow]) -> None:
-    from prefect.events import emit_event
 
     for row in rows:
         if row.verdict not in ("regressed", "improved"):

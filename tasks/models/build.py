@@ -34,9 +34,11 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, get_args
+from urllib.parse import urlsplit
 
 from langchain_core.language_models import BaseChatModel
 from pydantic import ValidationError
@@ -211,8 +213,6 @@ def hosted_endpoint(base_url: str | None) -> bool:
     None is api.openai.com. Local and private endpoints (llama.cpp, Ollama, vLLM on
     a workstation) are not, since some compute log-probabilities slowly.
     """
-    import ipaddress
-    from urllib.parse import urlsplit
 
     if not base_url:
         return True

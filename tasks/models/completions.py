@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -156,7 +157,6 @@ def completions_scorer(cfg: ModelConfig) -> CompletionsScorer:
             where=f"[model] '{cfg.model_id}'",
             hint='local servers accept any name, e.g. model = "local"',
         )
-    import os
 
     key = os.environ.get(cfg.api_key_env, "").strip() if cfg.api_key_env else ""
     client = openai.OpenAI(base_url=cfg.base_url, api_key=key or "not-needed", timeout=cfg.timeout_s, max_retries=0)

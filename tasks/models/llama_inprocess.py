@@ -23,6 +23,7 @@ lock (llama.cpp computes one request at a time with all its threads anyway). ``a
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +59,7 @@ class _Loaded:
     """One llama.cpp model in memory and the lock its users take turns with."""
 
     def __init__(self, spec: LoadSpec):
-        from llama_cpp import Llama
+        from llama_cpp import Llama  # deferred: the llm extra, and a heavy import
 
         overrides: dict[str, bool | int | float | str] | None = None
         if spec.add_bos is not None:
@@ -169,7 +170,6 @@ class LlamaScorer:
 
 def llama_scorer(cfg: ModelConfig) -> LlamaScorer:
     """The in-process scorer of a ``provider = "llama-cpp"`` model."""
-    import importlib.util
 
     if importlib.util.find_spec("llama_cpp") is None:
         raise ApeError(

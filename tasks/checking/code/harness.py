@@ -47,6 +47,8 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
         chunks.append(chunk)
     if not chunks:
         return  # the parent went away before giving a job
+    # deferred on purpose: this program runs alone in the sandbox (never imported by APE) and
+    # imports what it needs once its job has arrived
     import ast
     import json
     import resource
