@@ -24,9 +24,9 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.report import Envelope, RegressionRow
 from ape.tasks.stats.aggregate import item_table
-from ape.tasks.stats.monitor import holm
 from ape.tasks.stats.reference import Rescorer, judge
 from ape.tasks.stats.regression import compare
+from ape.tasks.stats.significance import holm_rejected
 from ape.tasks.storage import history
 from ape.tasks.storage.data import DataProvider
 from ape.tasks.storage.runs import RunInfo
@@ -240,7 +240,7 @@ def _holm(rows: list[RegressionRow]) -> list[bool]:
     """Holm (1979) across the models' baseline comparisons of one run, each at its ``alpha``."""
     if not rows:
         return []
-    return holm([r.p_value for r in rows], rows[0].alpha)
+    return holm_rejected([r.p_value for r in rows], rows[0].alpha)
 
 
 def _join(*notes: str | None) -> str | None:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+
+from ape.tasks.stats.significance import detection_z
 
 RUNS = (1, 2, 3, 5, 10)
 
@@ -63,20 +64,16 @@ ASSUMED = VarianceModel(
 )
 
 
-def _z(level: float, power: float) -> float:
-    return float(stats.norm.ppf(1 - (1 - level) / 2) + stats.norm.ppf(power))
-
-
 def items_needed(difference: float, variance: float, *, level: float = 0.95, power: float = 0.8) -> int:
     """Items needed to detect ``difference`` with ``power`` (two-sided test at ``level``)."""
     if difference <= 0:
         raise ValueError(f"the difference must be positive, got {difference}")
-    return max(2, math.ceil(_z(level, power) ** 2 * variance / difference**2))
+    return max(2, math.ceil(detection_z(1 - level, power) ** 2 * variance / difference**2))
 
 
 def detectable(n_items: int, variance: float, *, level: float = 0.95, power: float = 0.8) -> float:
     """The smallest difference ``n_items`` items detect with ``power``."""
-    return _z(level, power) * math.sqrt(variance / n_items) if n_items > 0 else math.nan
+    return detection_z(1 - level, power) * math.sqrt(variance / n_items) if n_items > 0 else math.nan
 
 
 def _components(items: pd.DataFrame, model: str) -> tuple[pd.Series, float]:

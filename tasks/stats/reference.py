@@ -22,7 +22,9 @@ import pandas as pd
 
 from ape.schemas.config import MonitorConfig
 from ape.schemas.report import RegressionRow
+from ape.tasks.stats.intervals import CONFIDENCE_LEVEL
 from ape.tasks.stats.monitor import Cadence, Design, cadence, design, detectable_drop, epoch_seconds, paired, step
+from ape.tasks.stats.normal import two_sided_z
 from ape.tasks.storage import history
 
 FINGERPRINTS = ("config_fingerprint", "data_fingerprint", "checker_fingerprint")
@@ -163,6 +165,7 @@ def judge(
     n = int(comparison.n_items[0])
     se = float(comparison.se[0])
     diff = float(comparison.mean_diff[0]) if n else None
+    half_width = two_sided_z(1 - CONFIDENCE_LEVEL) * se  # the normal interval of the mean difference
     if changed:
         change: str | None = "fingerprint"
     elif verdict != 0:
@@ -202,8 +205,8 @@ def judge(
         mean_current=float(np.nanmean(scores)) if len(scores) else None,
         mean_reference=float(comparison.reference_mean[0]) if n else None,
         mean_diff=diff,
-        ci_low=diff - 1.96 * se if diff is not None else None,
-        ci_high=diff + 1.96 * se if diff is not None else None,
+        ci_low=diff - half_width if diff is not None else None,
+        ci_high=diff + half_width if diff is not None else None,
         statistic=z,
         threshold=plan.limit,
         cusum_down=down,

@@ -14,12 +14,12 @@ from ape.tasks.stats.aggregate import (
     LEADERBOARD_COLUMNS,
     PAIRWISE_COLUMNS,
     aggregate,
-    bootstrap_mean_ci,
     category_breakdown,
-    mcnemar,
     pairwise_diffs,
-    pass_at_k,
 )
+from ape.tasks.stats.estimators import pass_at_k
+from ape.tasks.stats.intervals import bootstrap_mean_ci
+from ape.tasks.stats.significance import mcnemar
 
 # --- pass@k ----------------------------------------------------------------------------------
 

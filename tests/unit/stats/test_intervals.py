@@ -17,14 +17,13 @@ from ape.tasks.stats.cost import Budget, estimate, session_cost
 from ape.tasks.stats.intervals import (
     bounded_interval,
     clustered_se,
-    holm,
-    minimum_detectable_difference,
     rate_interval,
     score_interval,
     wilson,
     wilson_bounds,
 )
 from ape.tasks.stats.power import ASSUMED, items_needed, plan_table, variance_from_sessions
+from ape.tasks.stats.significance import holm, minimum_detectable_difference
 
 # --- Wilson ----------------------------------------------------------------------------------
 

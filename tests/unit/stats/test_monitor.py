@@ -21,13 +21,13 @@ from ape.tasks.stats.monitor import (
     design,
     detectable_drop,
     epoch_seconds,
-    holm,
     paired,
     runs_per_year,
     step,
     two_sided_arl,
 )
 from ape.tasks.stats.reference import judge
+from ape.tasks.stats.significance import holm_rejected
 from ape.tasks.storage import history
 
 
@@ -170,9 +170,9 @@ def test_the_detectable_drop_is_caught_four_times_in_five() -> None:
 
 
 def test_holm_steps_down() -> None:
-    assert holm([0.01, 0.04, 0.03], 0.05) == [True, False, False]
-    assert holm([0.01, 0.02], 0.05) == [True, True]
-    assert holm([0.2, None, 0.001], 0.05) == [False, False, True]
+    assert holm_rejected([0.01, 0.04, 0.03], 0.05) == [True, False, False]
+    assert holm_rejected([0.01, 0.02], 0.05) == [True, True]
+    assert holm_rejected([0.2, None, 0.001], 0.05) == [False, False, True]
 
 
 # ------------------------------------------------------------------ through the history files
