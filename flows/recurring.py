@@ -2,7 +2,7 @@
 
 Runs on the benchmark flow's thread once every model finished and the report was
 written. The comparisons are taken before the run joins the history: each model against
-its own recent history (:mod:`ape.tasks.stats.reference`, the detector of
+its own recent history (:mod:`ape.tasks.stats.history_verdicts`, the detector of
 :mod:`ape.tasks.stats.monitor`) and against the pinned baseline (exact McNemar, Holm-corrected
 across the run's models); then the run is appended with the monitor's state, then
 ``latest`` moves.
@@ -24,7 +24,7 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.report import Envelope, RegressionRow
 from ape.tasks.stats.aggregate import item_table
-from ape.tasks.stats.reference import Rescorer, judge
+from ape.tasks.stats.history_verdicts import Rescorer, history_verdict
 from ape.tasks.stats.regression import compare
 from ape.tasks.stats.significance import holm_rejected
 from ape.tasks.storage import history
@@ -183,7 +183,7 @@ def record_run(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) 
             "finished_at": finished,
         }
         regrade = rescorer(config, top, model_id)
-        verdict, record = judge(
+        verdict, record = history_verdict(
             top, model_id, info.run_id, mine, prints, config.monitor, runs=before, pinned=pinned, finished=finished,
             rescore=regrade,
         )  # fmt: skip

@@ -12,6 +12,7 @@ import pytest
 
 from ape.schemas.config import MonitorConfig
 from ape.tasks.report.trend import history_markdown, reference_band, write_trend_chart
+from ape.tasks.stats.history_verdicts import history_verdict
 from ape.tasks.stats.monitor import (
     DEFAULT_RUNS_PER_YEAR,
     MARGIN,
@@ -26,7 +27,6 @@ from ape.tasks.stats.monitor import (
     step,
     two_sided_arl,
 )
-from ape.tasks.stats.reference import judge
 from ape.tasks.stats.significance import holm_rejected
 from ape.tasks.storage import history
 
@@ -198,7 +198,7 @@ def record(
     prints = {"config_fingerprint": config, "data_fingerprint": "d", "checker_fingerprint": checker}
     table = scores_table(scores)
     finished = T0 + index * DAY
-    verdict, columns = judge(
+    verdict, columns = history_verdict(
         top, "m", run_id, table, prints, MonitorConfig(), runs=history.read_runs(top), pinned=pinned, finished=finished,
         rescore=rescore,
     )  # fmt: skip
@@ -272,7 +272,7 @@ def test_the_verdict_says_which_cadence_it_used_at_either_resolution(tmp_path: P
         prints = {"config_fingerprint": "c", "data_fingerprint": "d", "checker_fingerprint": "k"}
         runs = at_unit(tmp_path)
         assert str(runs["finished_at"].dtype) == f"datetime64[{unit}, UTC]"
-        verdict, columns = judge(
+        verdict, columns = history_verdict(
             tmp_path, "m", run_id, scores_table(scores), prints, MonitorConfig(), runs=runs, pinned=None,
             finished=T0 + index * DAY,
         )  # fmt: skip

@@ -114,7 +114,7 @@ def thresholds(
     return pace, design(pace.runs_per_year, budget)
 
 
-def judge(
+def history_verdict(
     top: Path,
     model_id: str,
     run_id: str,
