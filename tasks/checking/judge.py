@@ -66,7 +66,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ape.schemas.check import Failed, Passed
 from ape.schemas.config import ApeConfig, ModelConfig, SolverConfig
-from ape.schemas.errors import ApeError, did_you_mean
+from ape.schemas.errors import ApeError, did_you_mean, validation_error
 from ape.schemas.results import Outcome
 from ape.tasks.checking.injection import Finding, boundary_for, describe, find_injections, prompt_tags
 from ape.tasks.solving.render import render_context, template_variables
@@ -188,16 +188,13 @@ def parse_args(args: dict[str, Any]) -> JudgeArgs:
     try:
         return JudgeArgs.model_validate(args)
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            key = ".".join(str(part) for part in error["loc"]) or "args"
-            hint = did_you_mean(key, JudgeArgs.model_fields) if error["type"] == "extra_forbidden" else None
-            message = str(error["msg"]).removeprefix("Value error, ")
-            problems.append(f"'{key}': {message}" + (f" ({hint})" if hint else ""))
-        raise ApeError(
-            f"bad argument for checker 'judge': {'; '.join(problems)}",
+        raise validation_error(
+            exc,
+            "bad argument for checker 'judge'",
             where=WHERE_ARGS,
             hint=f"accepted: {', '.join(JudgeArgs.model_fields)}",
+            fields=JudgeArgs.model_fields,
+            default="args",
         ) from None
 
 
