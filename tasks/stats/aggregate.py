@@ -166,13 +166,35 @@ def cost_columns(sessions: pd.DataFrame) -> dict[str, float | int]:
 
 
 LEADERBOARD_COLUMNS = [
-    "rank", "model_id", "n_items", "n_sessions", "runs_per_data", "mean_score", "score_se",
-    "ci_low", "ci_high", "pass_rate", *OUTCOME_COLUMNS.values(), "check_errors", "cached",
-    "mean_latency_s", "mean_input_tokens", "mean_output_tokens",
-    "ci_method", "n_effective", "pass_rate_low", "pass_rate_high",
-    "total_input_tokens", "total_output_tokens", "total_cost", "cost_per_session",
-    "cost_per_correct", "rank_low", "rank_high", "tie_group",
-]  # fmt: skip
+    "rank",
+    "model_id",
+    "n_items",
+    "n_sessions",
+    "runs_per_data",
+    "mean_score",
+    "score_se",
+    "ci_low",
+    "ci_high",
+    "pass_rate",
+    *OUTCOME_COLUMNS.values(),
+    "check_errors",
+    "cached",
+    "mean_latency_s",
+    "mean_input_tokens",
+    "mean_output_tokens",
+    "ci_method",
+    "n_effective",
+    "pass_rate_low",
+    "pass_rate_high",
+    "total_input_tokens",
+    "total_output_tokens",
+    "total_cost",
+    "cost_per_session",
+    "cost_per_correct",
+    "rank_low",
+    "rank_high",
+    "tie_group",
+]
 RANK_COLUMNS = ("rank_low", "rank_high", "tie_group")
 
 
@@ -229,10 +251,28 @@ def category_breakdown(sessions: pd.DataFrame) -> pd.DataFrame:
 
 
 PAIRWISE_COLUMNS = [
-    "model_a", "model_b", "n_items", "mean_a", "mean_b", "mean_diff", "ci_low", "ci_high",
-    "wins", "ties", "losses", "a_only", "b_only", "test", "statistic", "p_value",
-    "ci_method", "correlation", "mde_80", "p_holm", "significant",
-]  # fmt: skip
+    "model_a",
+    "model_b",
+    "n_items",
+    "mean_a",
+    "mean_b",
+    "mean_diff",
+    "ci_low",
+    "ci_high",
+    "wins",
+    "ties",
+    "losses",
+    "a_only",
+    "b_only",
+    "test",
+    "statistic",
+    "p_value",
+    "ci_method",
+    "correlation",
+    "mde_80",
+    "p_holm",
+    "significant",
+]
 TIE_TOLERANCE = 1e-9
 SIGNIFICANCE = 0.05
 
@@ -249,11 +289,8 @@ def pairwise_diffs(sessions: pd.DataFrame) -> pd.DataFrame:
     items = item_table(sessions)
     if items.empty:
         return pd.DataFrame(columns=PAIRWISE_COLUMNS)
-    order = (
-        items.groupby("model_id")["score"].mean().rename("mean").reset_index()
-        .sort_values(["mean", "model_id"], ascending=[False, True], na_position="last")["model_id"]
-        .tolist()
-    )  # fmt: skip
+    means = items.groupby("model_id")["score"].mean().rename("mean").reset_index()
+    order = means.sort_values(["mean", "model_id"], ascending=[False, True], na_position="last")["model_id"].tolist()
     scores = items.pivot(index="item_id", columns="model_id", values="score")
     passes = items.pivot(index="item_id", columns="model_id", values="correct_share") >= 0.5
     answered = items.pivot(index="item_id", columns="model_id", values="n").notna()
@@ -272,27 +309,29 @@ def pairwise_diffs(sessions: pd.DataFrame) -> pd.DataFrame:
             pass_a, pass_b = passes.loc[both, model_a], passes.loc[both, model_b]
             a_only, b_only = int((pass_a & ~pass_b).sum()), int((~pass_a & pass_b).sum())
             test, statistic, p_value = mcnemar(a_only, b_only)
-            rows.append({
-                "model_a": model_a,
-                "model_b": model_b,
-                "n_items": int(both.sum()),
-                "mean_a": float(np.nanmean(a)) if a.size else math.nan,
-                "mean_b": float(np.nanmean(b)) if b.size else math.nan,
-                "mean_diff": float(np.nanmean(diff)) if diff.size else math.nan,
-                "ci_low": interval.low,
-                "ci_high": interval.high,
-                "wins": int((diff > TIE_TOLERANCE).sum()),
-                "ties": int((np.abs(diff) <= TIE_TOLERANCE).sum()),
-                "losses": int((diff < -TIE_TOLERANCE).sum()),
-                "a_only": a_only,
-                "b_only": b_only,
-                "test": test,
-                "statistic": statistic if statistic is not None else math.nan,
-                "p_value": p_value,
-                "ci_method": interval.method,
-                "correlation": item_correlation(a, b),
-                "mde_80": detectable_difference(diff, labels),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "model_a": model_a,
+                    "model_b": model_b,
+                    "n_items": int(both.sum()),
+                    "mean_a": float(np.nanmean(a)) if a.size else math.nan,
+                    "mean_b": float(np.nanmean(b)) if b.size else math.nan,
+                    "mean_diff": float(np.nanmean(diff)) if diff.size else math.nan,
+                    "ci_low": interval.low,
+                    "ci_high": interval.high,
+                    "wins": int((diff > TIE_TOLERANCE).sum()),
+                    "ties": int((np.abs(diff) <= TIE_TOLERANCE).sum()),
+                    "losses": int((diff < -TIE_TOLERANCE).sum()),
+                    "a_only": a_only,
+                    "b_only": b_only,
+                    "test": test,
+                    "statistic": statistic if statistic is not None else math.nan,
+                    "p_value": p_value,
+                    "ci_method": interval.method,
+                    "correlation": item_correlation(a, b),
+                    "mde_80": detectable_difference(diff, labels),
+                }
+            )
     frame = pd.DataFrame(rows, columns=PAIRWISE_COLUMNS)
     frame["p_holm"] = holm(frame["p_value"].astype(float).tolist()) if len(frame) else []
     frame["significant"] = (frame["p_holm"] < SIGNIFICANCE).astype(bool)

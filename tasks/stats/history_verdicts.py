@@ -136,11 +136,21 @@ def history_verdict(
     scores each run had when it was recorded."""
     mine = runs[(runs["model_id"] == model_id) & (runs["run_id"] < run_id)].sort_values("run_id")
     pace, plan = thresholds(mine["finished_at"], finished, settings, pinned=pinned is not None)
-    record: dict[str, Any] = {"history_runs_per_year": pace.runs_per_year, "history_limit": plan.limit,
-                              "history_h": plan.h, "history_k": plan.k}  # fmt: skip
+    record: dict[str, Any] = {
+        "history_runs_per_year": pace.runs_per_year,
+        "history_limit": plan.limit,
+        "history_h": plan.h,
+        "history_k": plan.k,
+    }
     if mine.empty:
-        record.update(history_start=run_id, history_change="first", history_joins=True, history_since=1,
-                      history_cusum_up=0.0, history_cusum_down=0.0)  # fmt: skip
+        record.update(
+            history_start=run_id,
+            history_change="first",
+            history_joins=True,
+            history_since=1,
+            history_cusum_up=0.0,
+            history_cusum_down=0.0,
+        )
         return None, record
     begin = current_start(mine, pinned)
     last = mine.iloc[-1]
@@ -175,11 +185,12 @@ def history_verdict(
     restart = change in ("fingerprint", "alarm")
     notes = []
     if regraded:
-        notes.append(f"checker changed: the saved answers of the {len(regraded)} newest reference runs were "
-                     "re-scored with this run's checker (no model calls) and compared on those")  # fmt: skip
+        notes.append(
+            f"checker changed: the saved answers of the {len(regraded)} newest reference runs were "
+            "re-scored with this run's checker (no model calls) and compared on those"
+        )
     if judged_changed:
-        notes.append(f"{', '.join(judged_changed)} changed: judged against the old reference by the single-run "
-                     "limit")  # fmt: skip
+        notes.append(f"{', '.join(judged_changed)} changed: judged against the old reference by the single-run limit")
     if changed:
         notes.append("the next runs are compared with this one onwards")
     if begin.change == "baseline":
@@ -224,10 +235,17 @@ def history_verdict(
         note="; ".join(notes) or None,
     )
     record.update(
-        history_z=z, history_se=se, history_cusum_up=up, history_cusum_down=down,
-        history_reference_mean=row.mean_reference, history_reference_from=row.reference_from,
-        history_reference_runs=len(reference), history_since=row.runs_since_change,
-        history_start=run_id if restart else begin.start, history_change=change,
-        history_joins=not (change == "alarm"), history_evidence=text,
-    )  # fmt: skip
+        history_z=z,
+        history_se=se,
+        history_cusum_up=up,
+        history_cusum_down=down,
+        history_reference_mean=row.mean_reference,
+        history_reference_from=row.reference_from,
+        history_reference_runs=len(reference),
+        history_since=row.runs_since_change,
+        history_start=run_id if restart else begin.start,
+        history_change=change,
+        history_joins=not (change == "alarm"),
+        history_evidence=text,
+    )
     return row, record
