@@ -164,7 +164,7 @@ def timed(command: list[str]) -> tuple[list[float], list[float], subprocess.Comp
 def judge_s(top: Path) -> float:
     """Wall time of the history monitor's step for one model's new run (what a new run adds per model)."""
     from ape.schemas.config import MonitorConfig
-    from ape.tasks.stats.reference import judge
+    from ape.tasks.stats.history_verdicts import history_verdict
     from ape.tasks.storage.history import read_items, read_runs
 
     runs = read_runs(top)
@@ -172,7 +172,7 @@ def judge_s(top: Path) -> float:
     current = read_items(top, newest["run_id"], "model-0")
     prints = {"config_fingerprint": "c", "data_fingerprint": "d", "checker_fingerprint": "k"}
     started = time.perf_counter()
-    judge(
+    history_verdict(
         top, "model-0", "29990101T000000Z-ffffffff", current, prints, MonitorConfig(window=WINDOW),
         runs=runs, pinned=None, finished=pd.Timestamp.now(tz="UTC"),
     )  # fmt: skip

@@ -6,7 +6,7 @@ when its fixed draw is below the accuracy) and drawn afresh per session otherwis
 ``runs_per_data`` sessions per item are averaged into the item's score. The graded
 metric draws scores in [0, 1] (Beta around an item's quality, mean 0.90) the same way.
 Each run is judged by the functions a scheduled run calls, as :mod:`ape.tasks.after_run.record`
-does: the thresholds from the runs' finish times (:func:`ape.tasks.stats.reference.thresholds`:
+does: the thresholds from the runs' finish times (:func:`ape.tasks.stats.history_verdicts.thresholds`:
 the cadence inferred from their spacing, read from a time column at the resolution the
 history has, ``datetime64[us]`` under pandas 3, with the default ``[monitor]`` settings, so
 the first runs use the nightly default), then :func:`~ape.tasks.stats.monitor.paired` and
@@ -41,8 +41,8 @@ import pandas as pd
 from scipy import stats
 
 from ape.schemas.config import MonitorConfig
+from ape.tasks.stats.history_verdicts import thresholds
 from ape.tasks.stats.monitor import Cadence, Design, cadence, epoch_seconds, paired, step
-from ape.tasks.stats.reference import thresholds
 
 N = 500
 MONITOR = MonitorConfig()  # the defaults: no runs_per_year, 1 false alarm per model-year

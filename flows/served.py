@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ape.flows.benchmark import run_benchmark
 from ape.flows.preflight import preflight
 from ape.schemas.config import ApeConfig
-from ape.schemas.errors import ApeError
+from ape.schemas.errors import ApeError, validation_error
 from ape.schemas.results import Outcome
 from ape.tasks.run_plan import run_label
 from ape.tasks.storage.config_file import load_config
@@ -156,7 +156,9 @@ def served_benchmark(
         config = load_served(overrides)
         preflight(config)  # the checks of `ape run`, on the file as it is now
     except (ApeError, ValidationError) as exc:
-        message = str(exc) if isinstance(exc, ApeError) else _validation_line(exc)
+        if isinstance(exc, ValidationError):
+            exc = validation_error(exc, "bad flow-run parameter", default="parameters", quote=False)
+        message = str(exc)
         log.error("%s", message)
         return Failed(message=message)
     if overrides.note:
@@ -171,11 +173,3 @@ def _leave_ctrl_c_to_the_runner() -> None:
     runner, state Cancelled); handled here as well, it would end the run with a traceback."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _validation_line(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors():
-        key = ".".join(str(p) for p in error["loc"]) or "parameters"
-        parts.append(f"{key}: {str(error['msg']).removeprefix('Value error, ')}")
-    return "bad flow-run parameter: " + "; ".join(parts)

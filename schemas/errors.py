@@ -5,6 +5,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
 
 class ApeError(Exception):
     """A user-facing error: printed as one line by the command line.
@@ -30,3 +33,51 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str | None:
     """Return a 'did you mean ...?' hint for a near-miss name, or None."""
     matches = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
     return f"did you mean '{matches[0]}'?" if matches else None
+
+
+def problem_key(error: ErrorDetails, default: str = "") -> str:
+    """The dotted location of one validation problem (``args.timeout_s``); ``default`` when
+    the problem is with the value as a whole."""
+    return ".".join(str(part) for part in error["loc"]) or default
+
+
+def problem_message(error: ErrorDetails) -> str:
+    """pydantic's message for one problem, without the "Value error, " it puts before the
+    text of a validator's ValueError (that text is written for users already)."""
+    return str(error["msg"]).removeprefix("Value error, ")
+
+
+def more_problems(count: int) -> str:
+    """ "1 more problem", "3 more problems": for a message that tells only the first."""
+    return f"{count} more problem{'s' if count > 1 else ''}"
+
+
+def validation_lines(
+    exc: ValidationError, *, fields: Iterable[str] = (), default: str = "", quote: bool = True
+) -> list[str]:
+    """One line per problem of ``exc``: ``'key': message`` (``key: message`` without
+    ``quote``), an unknown key followed by a did-you-mean among ``fields`` when one is close."""
+    known = list(fields)
+    lines = []
+    for error in exc.errors():
+        key = problem_key(error, default)
+        hint = did_you_mean(key, known) if known and error["type"] == "extra_forbidden" else None
+        shown = f"'{key}'" if quote else key
+        lines.append(f"{shown}: {problem_message(error)}" + (f" ({hint})" if hint else ""))
+    return lines
+
+
+def validation_error(
+    exc: ValidationError,
+    what: str,
+    *,
+    where: str | None = None,
+    hint: str | None = None,
+    fields: Iterable[str] = (),
+    default: str = "",
+    quote: bool = True,
+) -> ApeError:
+    """The ApeError for a failed validation: ``what`` and every problem of ``exc`` on one line
+    (``what: 'key': message; 'other': message``), see :func:`validation_lines`."""
+    lines = validation_lines(exc, fields=fields, default=default, quote=quote)
+    return ApeError(f"{what}: {'; '.join(lines)}", where=where, hint=hint)

@@ -2,7 +2,7 @@
 
 Runs on the benchmark flow's thread once every model finished and the report was
 written. The comparisons are taken before the run joins the history: each model against
-its own recent history (:mod:`ape.tasks.stats.reference`, the detector of
+its own recent history (:mod:`ape.tasks.stats.history_verdicts`, the detector of
 :mod:`ape.tasks.stats.monitor`) and against the pinned baseline (exact McNemar, Holm-corrected
 across the run's models); then the run is appended with the monitor's state, then
 ``latest`` moves.
@@ -22,14 +22,21 @@ import pandas as pd
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.report import Envelope, RegressionRow
+from ape.tasks.after_run.rescore import regrader
+from ape.tasks.checking.judge import checker_fingerprint
+from ape.tasks.models.fingerprint import model_fingerprint
+from ape.tasks.report.diff import changed_settings, compare_items, diff_markdown, flipped_items, write_diff
+from ape.tasks.report.sessions_table import load_sessions
 from ape.tasks.run_plan import _read, fingerprint_hash, load_data_model
 from ape.tasks.stats.aggregate import item_table
-from ape.tasks.stats.monitor import holm
-from ape.tasks.stats.reference import Rescorer, judge
+from ape.tasks.stats.history_verdicts import Rescorer, history_verdict
+from ape.tasks.stats.item_health import flagged_count, item_ledger
 from ape.tasks.stats.regression import compare
+from ape.tasks.stats.significance import holm_rejected
 from ape.tasks.storage import history
 from ape.tasks.storage.data import DataProvider
-from ape.tasks.storage.runs import RunInfo
+from ape.tasks.storage.run_files import metadata_by_model
+from ape.tasks.storage.runs import RunInfo, run_folder
 
 log = logging.getLogger("ape")
 
@@ -46,8 +53,6 @@ def item_hashes(config: ApeConfig) -> dict[str, str]:
 
 def fingerprints(config: ApeConfig, model_index: int) -> dict[str, str]:
     """Hashes of what shapes the answers (model, prompt, solver) and what grades them."""
-    from ape.tasks.checking.judge import checker_fingerprint
-    from ape.tasks.models.fingerprint import model_fingerprint
 
     prompt = config.prompt
     answers = {
@@ -124,9 +129,6 @@ def rescorer(config: ApeConfig, top: Path, model_id: str) -> Rescorer:
     checker (:mod:`ape.tasks.after_run.rescore`, no model calls) and returns that run's history items with
     the new scores; None when the run's folder no longer holds its answers. Each run is graded
     once however often it is asked for."""
-    from ape.tasks.after_run.rescore import regrader
-    from ape.tasks.report.sessions_table import load_sessions
-    from ape.tasks.storage.runs import run_folder
 
     @functools.cache
     def grade() -> Callable[[pd.DataFrame], pd.DataFrame]:  # built on first use: most runs need none
@@ -195,7 +197,7 @@ def record_run(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) 
             "finished_at": finished,
         }
         regrade = rescorer(config, top, model_id)
-        verdict, record = judge(
+        verdict, record = history_verdict(
             top,
             model_id,
             info.run_id,
@@ -260,7 +262,7 @@ def _holm(rows: list[RegressionRow]) -> list[bool]:
     """Holm (1979) across the models' baseline comparisons of one run, each at its ``alpha``."""
     if not rows:
         return []
-    return holm([r.p_value for r in rows], rows[0].alpha)
+    return holm_rejected([r.p_value for r in rows], rows[0].alpha)
 
 
 def _join(*notes: str | None) -> str | None:
@@ -296,10 +298,6 @@ def explain_moves(config: ApeConfig, top: Path, info: RunInfo, rows: list[Regres
     """A model that regressed or improved gets its explanation: the run is compared item by item
     with the model's previous run (``diff.md`` and ``diff.parquet`` in the run's folder), and
     the verdict names the flipped items and the settings that changed."""
-    from ape.tasks.report.diff import changed_settings, compare_items, diff_markdown, flipped_items, write_diff
-    from ape.tasks.report.sessions_table import load_sessions
-    from ape.tasks.storage.run_files import metadata_by_model
-    from ape.tasks.storage.runs import run_folder
 
     moved = {r.model_id for r in rows if r.verdict in ("regressed", "improved")}
     previous = {m: history.previous_run(top, m, info.run_id) for m in moved}
@@ -328,7 +326,6 @@ def explain_moves(config: ApeConfig, top: Path, info: RunInfo, rows: list[Regres
 
 def flagged_items(top: Path) -> int | None:
     """How many items the history's ledger flags (:mod:`ape.tasks.stats.item_health`)."""
-    from ape.tasks.stats.item_health import flagged_count, item_ledger
 
     items = history.read_all_items(top)
     return None if items.empty else flagged_count(item_ledger(items, history.read_runs(top)))

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ape.schemas.check import Failed, Passed
 from ape.schemas.data import item_id
-from ape.schemas.errors import ApeError, did_you_mean
+from ape.schemas.errors import ApeError, did_you_mean, validation_error
 from ape.schemas.results import CheckResult, CheckStatus, Outcome
 from ape.tasks.checking.code.sandbox import SandboxSetting, SandboxUnavailable, resolve
 from ape.tasks.checking.grade import CodeLimits, grade
@@ -114,15 +114,12 @@ def builtin_checker(name: str, args: Mapping[str, Any] | None = None) -> Builtin
     try:
         parsed = model.model_validate(dict(args or {}))
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            key = ".".join(str(part) for part in error["loc"])
-            hint = did_you_mean(key, model.model_fields) if error["type"] == "extra_forbidden" else None
-            problems.append(f"'{key}': {error['msg']}" + (f" ({hint})" if hint else ""))
-        raise ApeError(
-            f"bad argument for checker '{name}': {'; '.join(problems)}",
+        raise validation_error(
+            exc,
+            f"bad argument for checker '{name}'",
             where=WHERE_ARGS,
             hint=f"accepted: {', '.join(model.model_fields)}",
+            fields=model.model_fields,
         ) from None
     if isinstance(parsed, CodeExecArgs) and parsed.sandbox != "auto":
         try:

@@ -66,10 +66,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ape.schemas.check import Failed, Passed
 from ape.schemas.config import ApeConfig, ModelConfig, SolverConfig
-from ape.schemas.errors import ApeError, did_you_mean
+from ape.schemas.errors import ApeError, did_you_mean, validation_error
 from ape.schemas.results import Outcome
+from ape.tasks.checking.builtin import item_value
 from ape.tasks.checking.injection import Finding, boundary_for, describe, find_injections, prompt_tags
-from ape.tasks.solving.render import render_context, template_variables
+from ape.tasks.models.build import build_model
+from ape.tasks.models.fingerprint import model_fingerprint
+from ape.tasks.solving.render import item_context, render_context, schema_variables, template_variables
+from ape.tasks.solving.solve import solve_session
+from ape.tasks.stats.cost import session_cost
+from ape.tasks.storage.save import atomic_write_text
 
 WHERE = "[checker] judge"
 WHERE_ARGS = "[checker] args"
@@ -188,16 +194,13 @@ def parse_args(args: dict[str, Any]) -> JudgeArgs:
     try:
         return JudgeArgs.model_validate(args)
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            key = ".".join(str(part) for part in error["loc"]) or "args"
-            hint = did_you_mean(key, JudgeArgs.model_fields) if error["type"] == "extra_forbidden" else None
-            message = str(error["msg"]).removeprefix("Value error, ")
-            problems.append(f"'{key}': {message}" + (f" ({hint})" if hint else ""))
-        raise ApeError(
-            f"bad argument for checker 'judge': {'; '.join(problems)}",
+        raise validation_error(
+            exc,
+            "bad argument for checker 'judge'",
             where=WHERE_ARGS,
             hint=f"accepted: {', '.join(JudgeArgs.model_fields)}",
+            fields=JudgeArgs.model_fields,
+            default="args",
         ) from None
 
 
@@ -234,7 +237,6 @@ def judge_fingerprint(config: ApeConfig) -> dict[str, Any] | None:
     """What makes the judge's grades what they are: its model, rubric text, scale and pass
     mark, and how its answers are parsed. Part of the checker's fingerprint (resume,
     regression comparisons); None for other checkers or a judge config that is invalid."""
-    from ape.tasks.models.fingerprint import model_fingerprint
 
     if config.checker.implementation != "judge":
         return None
@@ -290,7 +292,6 @@ def resolve_path(text: str, base_dir: Path) -> Path:
 
 def check_rubric(rubric: str, data_model: type[BaseModel]) -> None:
     """Every rubric variable must be an item field, ``solution`` or ``reference``."""
-    from ape.tasks.solving.render import schema_variables
 
     try:
         used = template_variables(rubric)
@@ -338,7 +339,6 @@ class JudgeChecker:
         *,
         defence: bool = True,
     ):
-        from ape.tasks.models.build import build_model
 
         self.model_cfg = model_cfg
         self.args = args
@@ -363,7 +363,6 @@ class JudgeChecker:
     def prompt(self, item: Any, solution: Any) -> str:
         """The judge's prompt: the rubric with the item's fields, the reference and the solution
         (inside its boundary, see :mod:`ape.tasks.checking.injection`), then APE's lines."""
-        from ape.tasks.solving.render import item_context
 
         context = item_context(item) if isinstance(item, BaseModel) else dict(item)
         text = solution_text(solution)
@@ -378,7 +377,6 @@ class JudgeChecker:
         return render_context(self.rubric, context).rstrip() + "\n\n" + ending
 
     def _reference(self, item: Any) -> str:
-        from ape.tasks.checking.builtin import item_value
 
         return solution_text(item_value(item, self.args.reference_field)) if self.args.reference_field else ""
 
@@ -424,8 +422,6 @@ class JudgeChecker:
         return {**verdict, "cached": False}
 
     def _ask(self, prompt: str) -> dict[str, Any]:
-        from ape.tasks.solving.solve import solve_session
-        from ape.tasks.stats.cost import session_cost
 
         scale = self.scale
         record = solve_session(
@@ -478,7 +474,6 @@ class JudgeChecker:
         return value if isinstance(value, dict) and "score" in value else None
 
     def _store(self, key: str, verdict: dict[str, Any]) -> None:
-        from ape.tasks.storage.save import atomic_write_text
 
         path = self._path(key)
         if path is not None:

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ape.schemas.check import Failed, Passed
-from ape.schemas.errors import ApeError
+from ape.schemas.errors import ApeError, more_problems, problem_key, problem_message
 from ape.schemas.taskspec import TaskSpec
 from ape.tasks.checking.code.sandbox import SandboxSetting
 from ape.tasks.checking.grade import CodeLimits, grade
@@ -126,10 +126,10 @@ class TaskSpecChecker:
 def task_error(exc: ValidationError, task_id: str | None, where: str) -> ApeError:
     """An error naming the task and the field that failed validation."""
     first = exc.errors()[0]
-    field = ".".join(str(part) for part in first["loc"])
-    message = first["msg"].removeprefix("Value error, ")
+    field = problem_key(first)
+    message = problem_message(first)
     more = len(exc.errors()) - 1
-    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    suffix = f" (and {more_problems(more)})" if more else ""
     who = f"task '{task_id}'" if task_id else "a task without an id"
     what = f"field '{field}': {message}" if field else message
     return ApeError(

@@ -7,7 +7,10 @@ averaged first, then means are taken over items, so ``runs_per_data > 1`` does n
 pretend to add independent items. Intervals come from :mod:`ape.tasks.stats.intervals`
 (Wilson for pass rates, BCa bootstrap for graded scores, clustered over the runs of an
 item and over ``[data] cluster_field`` when set; the ``ci_method`` column names it).
-Bootstraps use a fixed seed, so the same results always give the same report.
+Bootstraps use a fixed seed, so the same results always give the same report. The tests
+(McNemar, Holm, the minimum detectable difference) come from
+:mod:`ape.tasks.stats.significance` and pass@k from :mod:`ape.tasks.stats.estimators`: this
+module only builds the tables.
 
 The leaderboard is tie-aware (:func:`rank_intervals`): pairwise McNemar p-values are
 Holm-corrected, and a model's rank interval spans every place it could take among the
@@ -22,20 +25,11 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from ape.tasks.stats.intervals import (
-    BOOTSTRAP_RESAMPLES,
-    BOOTSTRAP_SEED,
-    CONFIDENCE_LEVEL,
-    Interval,
-    clustered_se,
-    holm,
-    minimum_detectable_difference,
-    rate_interval,
-    score_interval,
-)
+from ape.tasks.stats.estimators import pass_at_k
+from ape.tasks.stats.intervals import Interval, rate_interval, score_interval
+from ape.tasks.stats.significance import detectable_difference, holm, item_correlation, mcnemar
 
 STANDARD_KS = (1, 2, 5, 10, 20, 50, 100)
-EXACT_TEST_BELOW = 25  # discordant pairs under which McNemar uses the exact binomial test
 OUTCOME_COLUMNS = {
     "SOLVED": "solved",
     "PARSING_FAILED": "parsing_failed",
@@ -43,7 +37,6 @@ OUTCOME_COLUMNS = {
     "ERROR": "error",
 }
 REQUIRED_COLUMNS = ("model_id", "item_id", "score", "correct")
-_CHUNK_CELLS = 4_000_000  # bootstrap index cells drawn at once (bounds memory)
 
 
 def _require(sessions: pd.DataFrame, columns: Iterable[str]) -> None:
@@ -53,44 +46,6 @@ def _require(sessions: pd.DataFrame, columns: Iterable[str]) -> None:
             f"the sessions table lacks the columns {missing}; "
             "build it with ape.tasks.report.sessions_table.load_sessions"
         )
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k of one item with ``c`` correct among ``n`` samples (HumanEval paper).
-
-    ``1 - C(n - c, k) / C(n, k)``, computed as a product so large ``n`` stays exact enough.
-    """
-    if not 0 <= c <= n:
-        raise ValueError(f"pass@k needs 0 <= c <= n, got n={n}, c={c}")
-    if not 1 <= k <= n:
-        raise ValueError(f"pass@k needs 1 <= k <= n, got n={n}, k={k}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
-
-
-def bootstrap_mean_ci(
-    values: Iterable[float],
-    *,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    level: float = CONFIDENCE_LEVEL,
-    seed: int = BOOTSTRAP_SEED,
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean; (nan, nan) for no values."""
-    data = np.asarray(list(values), dtype=float)
-    data = data[~np.isnan(data)]
-    n = data.size
-    if n == 0:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    means = np.empty(resamples)
-    step = max(1, _CHUNK_CELLS // n)
-    for start in range(0, resamples, step):
-        stop = min(resamples, start + step)
-        means[start:stop] = data[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
-    tail = (1.0 - level) / 2.0
-    low, high = np.quantile(means, [tail, 1.0 - tail])
-    return float(low), float(high)
 
 
 def item_table(sessions: pd.DataFrame) -> pd.DataFrame:
@@ -211,13 +166,35 @@ def cost_columns(sessions: pd.DataFrame) -> dict[str, float | int]:
 
 
 LEADERBOARD_COLUMNS = [
-    "rank", "model_id", "n_items", "n_sessions", "runs_per_data", "mean_score", "score_se",
-    "ci_low", "ci_high", "pass_rate", *OUTCOME_COLUMNS.values(), "check_errors", "cached",
-    "mean_latency_s", "mean_input_tokens", "mean_output_tokens",
-    "ci_method", "n_effective", "pass_rate_low", "pass_rate_high",
-    "total_input_tokens", "total_output_tokens", "total_cost", "cost_per_session",
-    "cost_per_correct", "rank_low", "rank_high", "tie_group",
-]  # fmt: skip
+    "rank",
+    "model_id",
+    "n_items",
+    "n_sessions",
+    "runs_per_data",
+    "mean_score",
+    "score_se",
+    "ci_low",
+    "ci_high",
+    "pass_rate",
+    *OUTCOME_COLUMNS.values(),
+    "check_errors",
+    "cached",
+    "mean_latency_s",
+    "mean_input_tokens",
+    "mean_output_tokens",
+    "ci_method",
+    "n_effective",
+    "pass_rate_low",
+    "pass_rate_high",
+    "total_input_tokens",
+    "total_output_tokens",
+    "total_cost",
+    "cost_per_session",
+    "cost_per_correct",
+    "rank_low",
+    "rank_high",
+    "tie_group",
+]
 RANK_COLUMNS = ("rank_low", "rank_high", "tie_group")
 
 
@@ -273,30 +250,31 @@ def category_breakdown(sessions: pd.DataFrame) -> pd.DataFrame:
     return frame[CATEGORY_COLUMNS]
 
 
-def mcnemar(a_only: int, b_only: int, *, exact: bool = False) -> tuple[str, float | None, float]:
-    """Paired pass/fail test from the discordant counts: (test, statistic, two-sided p).
-
-    Exact binomial test when there are fewer than 25 discordant items (or ``exact``),
-    otherwise the chi-square statistic with continuity correction; "none" (p = 1) without any.
-    """
-    n = a_only + b_only
-    if n == 0:
-        return "none", None, 1.0
-    if n < EXACT_TEST_BELOW or exact:
-        tail = sum(math.comb(n, i) for i in range(min(a_only, b_only) + 1)) / 2**n
-        return "exact", None, min(1.0, 2.0 * tail)
-    statistic = (abs(a_only - b_only) - 1) ** 2 / n
-    return "chi2", float(statistic), math.erfc(math.sqrt(statistic / 2.0))
-
-
 PAIRWISE_COLUMNS = [
-    "model_a", "model_b", "n_items", "mean_a", "mean_b", "mean_diff", "ci_low", "ci_high",
-    "wins", "ties", "losses", "a_only", "b_only", "test", "statistic", "p_value",
-    "ci_method", "correlation", "mde_80", "p_holm", "significant",
-]  # fmt: skip
+    "model_a",
+    "model_b",
+    "n_items",
+    "mean_a",
+    "mean_b",
+    "mean_diff",
+    "ci_low",
+    "ci_high",
+    "wins",
+    "ties",
+    "losses",
+    "a_only",
+    "b_only",
+    "test",
+    "statistic",
+    "p_value",
+    "ci_method",
+    "correlation",
+    "mde_80",
+    "p_holm",
+    "significant",
+]
 TIE_TOLERANCE = 1e-9
 SIGNIFICANCE = 0.05
-POWER = 0.8
 
 
 def pairwise_diffs(sessions: pd.DataFrame) -> pd.DataFrame:
@@ -311,11 +289,8 @@ def pairwise_diffs(sessions: pd.DataFrame) -> pd.DataFrame:
     items = item_table(sessions)
     if items.empty:
         return pd.DataFrame(columns=PAIRWISE_COLUMNS)
-    order = (
-        items.groupby("model_id")["score"].mean().rename("mean").reset_index()
-        .sort_values(["mean", "model_id"], ascending=[False, True], na_position="last")["model_id"]
-        .tolist()
-    )  # fmt: skip
+    means = items.groupby("model_id")["score"].mean().rename("mean").reset_index()
+    order = means.sort_values(["mean", "model_id"], ascending=[False, True], na_position="last")["model_id"].tolist()
     scores = items.pivot(index="item_id", columns="model_id", values="score")
     passes = items.pivot(index="item_id", columns="model_id", values="correct_share") >= 0.5
     answered = items.pivot(index="item_id", columns="model_id", values="n").notna()
@@ -334,58 +309,33 @@ def pairwise_diffs(sessions: pd.DataFrame) -> pd.DataFrame:
             pass_a, pass_b = passes.loc[both, model_a], passes.loc[both, model_b]
             a_only, b_only = int((pass_a & ~pass_b).sum()), int((~pass_a & pass_b).sum())
             test, statistic, p_value = mcnemar(a_only, b_only)
-            rows.append({
-                "model_a": model_a,
-                "model_b": model_b,
-                "n_items": int(both.sum()),
-                "mean_a": float(np.nanmean(a)) if a.size else math.nan,
-                "mean_b": float(np.nanmean(b)) if b.size else math.nan,
-                "mean_diff": float(np.nanmean(diff)) if diff.size else math.nan,
-                "ci_low": interval.low,
-                "ci_high": interval.high,
-                "wins": int((diff > TIE_TOLERANCE).sum()),
-                "ties": int((np.abs(diff) <= TIE_TOLERANCE).sum()),
-                "losses": int((diff < -TIE_TOLERANCE).sum()),
-                "a_only": a_only,
-                "b_only": b_only,
-                "test": test,
-                "statistic": statistic if statistic is not None else math.nan,
-                "p_value": p_value,
-                "ci_method": interval.method,
-                "correlation": item_correlation(a, b),
-                "mde_80": detectable_difference(diff, labels),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "model_a": model_a,
+                    "model_b": model_b,
+                    "n_items": int(both.sum()),
+                    "mean_a": float(np.nanmean(a)) if a.size else math.nan,
+                    "mean_b": float(np.nanmean(b)) if b.size else math.nan,
+                    "mean_diff": float(np.nanmean(diff)) if diff.size else math.nan,
+                    "ci_low": interval.low,
+                    "ci_high": interval.high,
+                    "wins": int((diff > TIE_TOLERANCE).sum()),
+                    "ties": int((np.abs(diff) <= TIE_TOLERANCE).sum()),
+                    "losses": int((diff < -TIE_TOLERANCE).sum()),
+                    "a_only": a_only,
+                    "b_only": b_only,
+                    "test": test,
+                    "statistic": statistic if statistic is not None else math.nan,
+                    "p_value": p_value,
+                    "ci_method": interval.method,
+                    "correlation": item_correlation(a, b),
+                    "mde_80": detectable_difference(diff, labels),
+                }
+            )
     frame = pd.DataFrame(rows, columns=PAIRWISE_COLUMNS)
     frame["p_holm"] = holm(frame["p_value"].astype(float).tolist()) if len(frame) else []
     frame["significant"] = (frame["p_holm"] < SIGNIFICANCE).astype(bool)
     return frame
-
-
-def item_correlation(a: np.ndarray, b: np.ndarray) -> float:
-    """Pearson correlation of two models' item scores (NaN when either does not vary).
-
-    High correlation (the models pass and fail the same items) is what makes a paired
-    comparison so much more sensitive than two separate intervals.
-    """
-    keep = ~(np.isnan(a) | np.isnan(b))
-    a, b = a[keep], b[keep]
-    if a.size < 2 or np.all(a == a[0]) or np.all(b == b[0]):
-        return math.nan
-    return float(np.corrcoef(a, b)[0, 1])
-
-
-def detectable_difference(diff: np.ndarray, clusters: np.ndarray | None = None) -> float:
-    """Minimum detectable difference (80% power, two-sided 5%) of a paired comparison.
-
-    From the (clustered) standard error of the item differences: ``2.80 * SE``.
-    """
-    diff = diff[~np.isnan(diff)]
-    if diff.size < 2:
-        return math.nan
-    se, _ = clustered_se(diff, clusters)
-    if math.isnan(se) or se == 0.0:
-        return math.nan  # every item differs by the same amount: no spread to size a test by
-    return minimum_detectable_difference(se * math.sqrt(diff.size), diff.size, power=POWER)
 
 
 def rank_intervals(leaderboard: pd.DataFrame, pairwise: pd.DataFrame) -> pd.DataFrame:

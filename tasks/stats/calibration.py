@@ -117,6 +117,12 @@ def bins_frame(reports: Mapping[str, CalibrationEntry]) -> pd.DataFrame:
     columns = ["model_id", "index", "lower", "upper", "count", "accuracy", "mean_confidence"]
     frame = pd.DataFrame(rows, columns=columns)
     return frame.astype(
-        {"index": "int64", "lower": "float64", "upper": "float64", "count": "int64",
-         "accuracy": "float64", "mean_confidence": "float64"}
-    )  # fmt: skip
+        {
+            "index": "int64",
+            "lower": "float64",
+            "upper": "float64",
+            "count": "int64",
+            "accuracy": "float64",
+            "mean_confidence": "float64",
+        }
+    )

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ape.schemas.config import ApeConfig, ModelConfig
 from ape.schemas.results import OutputBatch, SessionResult
+from ape.tasks.storage.save import read_batches
 
 MILLION = 1_000_000
 CHARS_PER_TOKEN = 4.0  # a rough rule for English text with BPE tokenizers, for estimates only
@@ -70,7 +71,6 @@ class Budget:
     @classmethod
     def for_run(cls, config: ApeConfig) -> Budget:
         """A budget that starts from what the saved results of every model already cost."""
-        from ape.tasks.storage.save import read_batches
 
         total = 0.0
         if config.run.max_cost is not None:

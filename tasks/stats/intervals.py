@@ -25,14 +25,18 @@ leave the few observed values. So:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from ape.tasks.stats.normal import two_sided_z
+
 CONFIDENCE_LEVEL = 0.95
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20240917
+_CHUNK_CELLS = 4_000_000  # bootstrap index cells drawn at once (bounds memory)
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,7 @@ def wilson(
     if n <= 0:
         return math.nan, math.nan
     alpha = 1.0 - level
-    z = stats.t.ppf(1 - alpha / 2, dof) if dof else stats.norm.ppf(1 - alpha / 2)
+    z = stats.t.ppf(1 - alpha / 2, dof) if dof else two_sided_z(alpha)
     p = min(max(successes / n, 0.0), 1.0)
     bounds = wilson_bounds(p, n, z)
     low, high = float(bounds[0]), float(bounds[1])
@@ -244,9 +248,8 @@ def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def _bca(samples, statistic, level, resamples, seed, paired: bool = False) -> tuple[float, float]:
-    import warnings
 
-    from scipy import stats
+    from scipy import stats  # deferred, as above
 
     first = samples[0]
     if first.size < 2:
@@ -269,35 +272,25 @@ def _bca(samples, statistic, level, resamples, seed, paired: bool = False) -> tu
     return float(low), float(high)
 
 
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (controls the family-wise error rate).
-
-    Sorted ascending, the i-th (0-based) of m p-values is multiplied by m - i, made
-    monotone with a running maximum and capped at 1. NaN stays NaN.
-    """
-    values = np.asarray(p_values, dtype=float)
-    adjusted = np.full(values.shape, math.nan)
-    valid = np.flatnonzero(~np.isnan(values))
-    m = valid.size
-    order = valid[np.argsort(values[valid], kind="stable")]
-    running = 0.0
-    for i, index in enumerate(order):
-        running = max(running, min(1.0, (m - i) * values[index]))
-        adjusted[index] = running
-    return adjusted.tolist()
-
-
-def minimum_detectable_difference(
-    sd_diff: float, n: float, *, level: float = CONFIDENCE_LEVEL, power: float = 0.8
-) -> float:
-    """Smallest true mean difference a two-sided paired test at ``level`` detects with ``power``.
-
-    ``(z_{1-alpha/2} + z_power) * sd_diff / sqrt(n)``: the normal-approximation power
-    formula for a paired difference of means (``sd_diff`` over items or clusters).
-    """
-    from scipy import stats
-
-    if n <= 0 or math.isnan(sd_diff):
-        return math.nan
-    z = stats.norm.ppf(1 - (1 - level) / 2) + stats.norm.ppf(power)
-    return float(z * sd_diff / math.sqrt(n))
+def bootstrap_mean_ci(
+    values: Iterable[float],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    level: float = CONFIDENCE_LEVEL,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean; (nan, nan) for no values."""
+    data = np.asarray(list(values), dtype=float)
+    data = data[~np.isnan(data)]
+    n = data.size
+    if n == 0:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples)
+    step = max(1, _CHUNK_CELLS // n)
+    for start in range(0, resamples, step):
+        stop = min(resamples, start + step)
+        means[start:stop] = data[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(means, [tail, 1.0 - tail])
+    return float(low), float(high)

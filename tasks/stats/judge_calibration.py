@@ -37,9 +37,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm
 
 from ape.tasks.stats.intervals import CONFIDENCE_LEVEL, bounded_interval
+from ape.tasks.stats.normal import two_sided_z
 
 MIN_OWN_LABELS = 20
 
@@ -90,10 +90,6 @@ class MeanEstimate:
     high: float | None
 
 
-def _z(level: float) -> float:
-    return float(norm.ppf(0.5 + level / 2))
-
-
 def raw_mean(judge_all: Sequence[float] | np.ndarray, level: float = CONFIDENCE_LEVEL) -> MeanEstimate:
     """The judge's own mean and its CLT interval, ignoring the judge's bias."""
     f = np.asarray(judge_all, dtype=float)
@@ -110,7 +106,7 @@ def _bounded(estimate: float, se: float, level: float, n: int) -> MeanEstimate:
     """The estimate with its ``level`` interval for a mean score in [0, 1] (Wilson with the
     effective sample size, :func:`ape.tasks.stats.intervals.bounded_interval`; ``n`` items where
     the estimate sits on 0 or 1)."""
-    low, high = bounded_interval(estimate, se, _z(level), n)
+    low, high = bounded_interval(estimate, se, two_sided_z(1 - level), n)
     return MeanEstimate(estimate, se, float(low), float(high))
 
 

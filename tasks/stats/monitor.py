@@ -57,11 +57,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
 import pandas as pd
+from scipy.special import ndtr
+
+from ape.tasks.stats.normal import z_quantile
 
 K = 1.0  # reference value in standard units: tuned to shifts of about 2 (a drop the size of 2 se)
 SHEWHART_SHARE = 0.25  # share of the false-alarm budget spent by the single-run limit
@@ -100,7 +102,6 @@ def _one_sided_arl(k: float, h: float, limit: float, shift: float = 0.0, states:
 
 
 def _norm_cdf(x: np.ndarray) -> np.ndarray:
-    from scipy.special import ndtr
 
     return ndtr(x)
 
@@ -113,7 +114,7 @@ def two_sided_arl(k: float, h: float, limit: float, shift: float = 0.0) -> float
 
 @lru_cache(maxsize=256)
 def _design(arl: float, k: float) -> Design:
-    limit = NormalDist().inv_cdf(1 - 1 / (2 * arl / SHEWHART_SHARE))
+    limit = z_quantile(1 - 1 / (2 * arl / SHEWHART_SHARE))
     low, high = 0.0, 20.0
     for _ in range(32):
         middle = (low + high) / 2
@@ -332,15 +333,4 @@ def detectable_drop(down: float, se: float, plan: Design, power: float = POWER) 
     ``N(-drop / se, 1)`` that happens with ``power`` once ``drop = (c + z_power) * se``.
     """
     cutoff = min(plan.limit, plan.h + plan.k - down)
-    return max(cutoff + NormalDist().inv_cdf(power), 0.0) * se
-
-
-def holm(p_values: list[float | None], alpha: float) -> list[bool]:
-    """Holm's step-down procedure (Holm 1979): which of a family's tests are rejected at ``alpha``."""
-    order = sorted((p, i) for i, p in enumerate(p_values) if p is not None and not math.isnan(p))
-    rejected = [False] * len(p_values)
-    for rank, (p, index) in enumerate(order):
-        if p > alpha / (len(order) - rank):
-            break
-        rejected[index] = True
-    return rejected
+    return max(cutoff + z_quantile(power), 0.0) * se

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+
+from ape.tasks.stats.significance import detection_z
 
 RUNS = (1, 2, 3, 5, 10)
 
@@ -47,10 +48,9 @@ class VarianceModel:
 
     def diff_variance(self, runs: int) -> float:
         return max(
-            self.between_a + self.between_b - 2 * self.covariance
-            + (self.within_a + self.within_b) / runs,
+            self.between_a + self.between_b - 2 * self.covariance + (self.within_a + self.within_b) / runs,
             0.0,
-        )  # fmt: skip
+        )
 
 
 ASSUMED = VarianceModel(
@@ -63,20 +63,16 @@ ASSUMED = VarianceModel(
 )
 
 
-def _z(level: float, power: float) -> float:
-    return float(stats.norm.ppf(1 - (1 - level) / 2) + stats.norm.ppf(power))
-
-
 def items_needed(difference: float, variance: float, *, level: float = 0.95, power: float = 0.8) -> int:
     """Items needed to detect ``difference`` with ``power`` (two-sided test at ``level``)."""
     if difference <= 0:
         raise ValueError(f"the difference must be positive, got {difference}")
-    return max(2, math.ceil(_z(level, power) ** 2 * variance / difference**2))
+    return max(2, math.ceil(detection_z(1 - level, power) ** 2 * variance / difference**2))
 
 
 def detectable(n_items: int, variance: float, *, level: float = 0.95, power: float = 0.8) -> float:
     """The smallest difference ``n_items`` items detect with ``power``."""
-    return _z(level, power) * math.sqrt(variance / n_items) if n_items > 0 else math.nan
+    return detection_z(1 - level, power) * math.sqrt(variance / n_items) if n_items > 0 else math.nan
 
 
 def _components(items: pd.DataFrame, model: str) -> tuple[pd.Series, float]:
@@ -95,9 +91,7 @@ def variance_from_sessions(sessions: pd.DataFrame) -> VarianceModel:
     """
     frame = sessions.assign(score=pd.to_numeric(sessions["score"], errors="coerce").astype(float))
     grouped = frame.groupby(["model_id", "item_id"])["score"]
-    items = pd.DataFrame({
-        "score": grouped.mean(), "n": grouped.size(), "within": grouped.var(ddof=1),
-    }).reset_index()  # fmt: skip
+    items = pd.DataFrame({"score": grouped.mean(), "n": grouped.size(), "within": grouped.var(ddof=1)}).reset_index()
     if items.empty:
         return ASSUMED
     ranking = items.groupby("model_id")["score"].mean().sort_values(ascending=False)
@@ -106,16 +100,27 @@ def variance_from_sessions(sessions: pd.DataFrame) -> VarianceModel:
     runs_a = float(items[items["model_id"] == best[0]]["n"].mean())
     between_a = max(float(means_a.var(ddof=1)) - within_a / runs_a, 0.0) if len(means_a) > 1 else 0.25
     if len(best) == 1:
-        return VarianceModel(between_a, between_a, 0.0, within_a, within_a,
-                             f"measured: {best[0]} on {len(means_a)} items (one model: "
-                             "the other assumed alike and uncorrelated)")  # fmt: skip
+        return VarianceModel(
+            between_a=between_a,
+            between_b=between_a,
+            covariance=0.0,
+            within_a=within_a,
+            within_b=within_a,
+            source=f"measured: {best[0]} on {len(means_a)} items (one model: the other assumed alike and uncorrelated)",
+        )
     means_b, within_b = _components(items, best[1])
     runs_b = float(items[items["model_id"] == best[1]]["n"].mean())
     between_b = max(float(means_b.var(ddof=1)) - within_b / runs_b, 0.0) if len(means_b) > 1 else 0.25
     both = pd.concat([means_a.rename("a"), means_b.rename("b")], axis=1).dropna()
     covariance = float(np.cov(both["a"], both["b"], ddof=1)[0, 1]) if len(both) > 1 else 0.0
-    return VarianceModel(between_a, between_b, covariance, within_a, within_b,
-                         f"measured: {best[0]} vs {best[1]} on {len(both)} shared items")  # fmt: skip
+    return VarianceModel(
+        between_a=between_a,
+        between_b=between_b,
+        covariance=covariance,
+        within_a=within_a,
+        within_b=within_b,
+        source=f"measured: {best[0]} vs {best[1]} on {len(both)} shared items",
+    )
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ content). Only items both runs answered *with unchanged content* are paired; cha
 new and removed items are counted and named in the note. A changed checker makes scores
 incomparable, so such a comparison has no verdict.
 
-The verdict is the exact McNemar test on pass/fail (:func:`ape.tasks.stats.aggregate.mcnemar`),
+The verdict is the exact McNemar test on pass/fail (:func:`ape.tasks.stats.significance.mcnemar`),
 two-sided at ``alpha``: "regressed" when significantly more items went from pass to fail
 than the other way, "improved" for the reverse, else "no detectable change". With an
 unchanged model a comparison says "regressed" at most alpha/2 of the time (the exact test
@@ -20,17 +20,16 @@ never less than the fewest one-sided flips the exact test can call significant, 
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 
 from ape.schemas.report import RegressionRow
-from ape.tasks.stats.aggregate import bootstrap_mean_ci, mcnemar
+from ape.tasks.stats.intervals import bootstrap_mean_ci
+from ape.tasks.stats.significance import mcnemar, minimum_detectable_difference
 
 ALPHA = 0.05
 POWER = 0.8
-ITEM_COLUMNS = ("item_id", "score", "passed", "item_hash")
 
 
 def fewest_significant_flips(alpha: float = ALPHA) -> int:
@@ -45,9 +44,8 @@ def min_detectable_change(differences: np.ndarray, alpha: float = ALPHA, power: 
     n = differences.size
     if n == 0:
         return None
-    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
     sd = float(differences.std(ddof=1)) if n > 1 else 0.0
-    return max(z * sd / math.sqrt(n), fewest_significant_flips(alpha) / n)
+    return max(minimum_detectable_difference(sd, n, alpha=alpha, power=power), fewest_significant_flips(alpha) / n)
 
 
 def compare(

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ape.schemas.config import ApeConfig
-from ape.schemas.errors import ApeError, did_you_mean
+from ape.schemas.errors import ApeError, did_you_mean, more_problems, problem_message
 
 # Config keys that hold paths, resolved against the config file's folder.
 _PATH_KEYS = (("data", "file"), ("prompt", "template_file"), ("prompt", "system_file"), ("run", "output"))
@@ -215,15 +215,13 @@ def _config_error(exc: ValidationError, path: Path, text: str) -> ApeError:
         return ApeError(message, where=_where(path, text, loc), hint=hint)
     if kind == "missing":
         return _missing_key_error(exc, loc, path, text)
-    message = first["msg"]
-    if message.startswith("Value error, "):
-        message = message[len("Value error, ") :]
+    message = problem_message(first)
     got = first.get("input")
     if kind not in {"value_error", "model_attributes_type"} and not isinstance(got, dict):
         message += f" (got {got!r})"
     more = len(exc.errors()) - 1
     if more:
-        message += f"; and {more} more problem{'s' if more > 1 else ''}"
+        message += f"; and {more_problems(more)}"
     return ApeError(message, where=_where(path, text, loc))
 
 

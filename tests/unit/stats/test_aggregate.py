@@ -14,12 +14,12 @@ from ape.tasks.stats.aggregate import (
     LEADERBOARD_COLUMNS,
     PAIRWISE_COLUMNS,
     aggregate,
-    bootstrap_mean_ci,
     category_breakdown,
-    mcnemar,
     pairwise_diffs,
-    pass_at_k,
 )
+from ape.tasks.stats.estimators import pass_at_k
+from ape.tasks.stats.intervals import bootstrap_mean_ci
+from ape.tasks.stats.significance import mcnemar
 
 # --- pass@k ----------------------------------------------------------------------------------
 
@@ -71,14 +71,23 @@ def sessions_frame() -> pd.DataFrame:
                 outcome = "SOLVED"
                 if model_id == "bad" and item_id == "i4":
                     outcome = ["PARSING_FAILED", "GAVE_UP", "ERROR"][run_index]
-                rows.append({
-                    "model_id": model_id, "item_id": item_id, "run_index": run_index,
-                    "outcome": outcome, "check_status": "PASSED" if hit else "FAILED",
-                    "score": float(hit), "correct": bool(hit), "confidence": None,
-                    "latency_s": 0.5 if model_id == "good" else 1.5,
-                    "input_tokens": 10, "output_tokens": None if model_id == "bad" else 4,
-                    "category": categories[item_id], "cached": run_index == 0,
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "model_id": model_id,
+                        "item_id": item_id,
+                        "run_index": run_index,
+                        "outcome": outcome,
+                        "check_status": "PASSED" if hit else "FAILED",
+                        "score": float(hit),
+                        "correct": bool(hit),
+                        "confidence": None,
+                        "latency_s": 0.5 if model_id == "good" else 1.5,
+                        "input_tokens": 10,
+                        "output_tokens": None if model_id == "bad" else 4,
+                        "category": categories[item_id],
+                        "cached": run_index == 0,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -155,12 +164,14 @@ def test_pairwise_over_common_items():
 
 
 def test_pairwise_orders_pairs_by_score_and_counts_ties():
-    frame = pd.DataFrame({
-        "model_id": ["x", "x", "y", "y", "z", "z"],
-        "item_id": ["1", "2", "1", "2", "1", "2"],
-        "score": [0.5, 0.0, 0.5, 1.0, 0.0, 0.0],
-        "correct": [True, False, True, True, False, False],
-    })  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "model_id": ["x", "x", "y", "y", "z", "z"],
+            "item_id": ["1", "2", "1", "2", "1", "2"],
+            "score": [0.5, 0.0, 0.5, 1.0, 0.0, 0.0],
+            "correct": [True, False, True, True, False, False],
+        }
+    )
     table = pairwise_diffs(frame)
     assert [(r.model_a, r.model_b) for r in table.itertuples()] == [("y", "x"), ("y", "z"), ("x", "z")]
     y_x = table.iloc[0]

@@ -61,18 +61,19 @@ def test_bad_input_is_rejected():
 
 
 def test_calibration_by_model_and_bins_frame():
-    sessions = pd.DataFrame({
-        "model_id": ["a", "a", "b", "b"],
-        "confidence": [0.9, None, 0.2, 0.4],
-        "correct": [True, False, False, True],
-    })  # fmt: skip
+    sessions = pd.DataFrame(
+        {
+            "model_id": ["a", "a", "b", "b"],
+            "confidence": [0.9, None, 0.2, 0.4],
+            "correct": [True, False, False, True],
+        }
+    )
     reports = calibration_by_model(sessions)
     assert set(reports) == {"a", "b"}
     assert reports["a"].n == 1 and reports["a"].missing == 1
     assert reports["a"].ece == pytest.approx(0.1)
     frame = bins_frame(reports)
     assert len(frame) == 20
-    assert list(frame.columns) == ["model_id", "index", "lower", "upper", "count", "accuracy",
-                                   "mean_confidence"]  # fmt: skip
+    assert list(frame.columns) == ["model_id", "index", "lower", "upper", "count", "accuracy", "mean_confidence"]
     assert frame["count"].sum() == 3
     assert frame.loc[(frame.model_id == "b") & (frame["index"] == 4), "accuracy"].item() == 1.0

@@ -17,14 +17,13 @@ from ape.tasks.stats.cost import Budget, estimate, session_cost
 from ape.tasks.stats.intervals import (
     bounded_interval,
     clustered_se,
-    holm,
-    minimum_detectable_difference,
     rate_interval,
     score_interval,
     wilson,
     wilson_bounds,
 )
 from ape.tasks.stats.power import ASSUMED, items_needed, plan_table, variance_from_sessions
+from ape.tasks.stats.significance import holm, minimum_detectable_difference
 
 # --- Wilson ----------------------------------------------------------------------------------
 
@@ -166,11 +165,10 @@ def test_minimum_detectable_difference():
 
 def _sessions(rates: dict[str, list[int]]) -> pd.DataFrame:
     rows = [
-        {"model_id": model, "item_id": f"q{i:03d}", "score": float(v), "correct": bool(v),
-         "outcome": "SOLVED"}
+        {"model_id": model, "item_id": f"q{i:03d}", "score": float(v), "correct": bool(v), "outcome": "SOLVED"}
         for model, values in rates.items()
         for i, v in enumerate(values)
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows)
 
 
@@ -220,8 +218,7 @@ def test_variance_from_sessions_separates_run_noise():
         for i, d in enumerate(difficulty):
             for _run in range(4):
                 hit = rng.random() < min(1.0, d + shift)
-                rows.append({"model_id": model, "item_id": f"q{i}", "score": float(hit),
-                             "correct": hit})  # fmt: skip
+                rows.append({"model_id": model, "item_id": f"q{i}", "score": float(hit), "correct": hit})
     variance = variance_from_sessions(pd.DataFrame(rows))
     assert variance.correlation > 0.8  # both models find the same items hard
     assert variance.diff_variance(10) < variance.diff_variance(1)
@@ -264,8 +261,7 @@ def test_session_cost_and_budget():
 
 
 def test_estimate_from_prompt_lengths():
-    model = ModelConfig(provider="mock", max_tokens=100, price_input_per_mtok=1.0,
-                        price_output_per_mtok=2.0)  # fmt: skip
+    model = ModelConfig(provider="mock", max_tokens=100, price_input_per_mtok=1.0, price_output_per_mtok=2.0)
     e = estimate(model, [400, 401], runs_per_data=3, max_steps=4)
     assert e.sessions == 6 and e.input_tokens == (100 + 101) * 3 and e.output_tokens == 600
     assert e.cost == pytest.approx((603 * 1.0 + 600 * 2.0) / 1e6) and e.output_bound

@@ -43,7 +43,7 @@ def history(n_runs: int = 8) -> tuple[pd.DataFrame, pd.DataFrame]:
                         "score": float(passed),
                     }
                 )
-    return pd.DataFrame(items), pd.DataFrame(runs)  # fmt: skip
+    return pd.DataFrame(items), pd.DataFrame(runs)
 
 
 def test_flags_and_flip_rates():

@@ -12,6 +12,7 @@ import pytest
 
 from ape.schemas.config import MonitorConfig
 from ape.tasks.report.trend import history_markdown, reference_band, write_trend_chart
+from ape.tasks.stats.history_verdicts import history_verdict
 from ape.tasks.stats.monitor import (
     DEFAULT_RUNS_PER_YEAR,
     MARGIN,
@@ -21,13 +22,12 @@ from ape.tasks.stats.monitor import (
     design,
     detectable_drop,
     epoch_seconds,
-    holm,
     paired,
     runs_per_year,
     step,
     two_sided_arl,
 )
-from ape.tasks.stats.reference import judge
+from ape.tasks.stats.significance import holm_rejected
 from ape.tasks.storage import history
 
 
@@ -170,9 +170,9 @@ def test_the_detectable_drop_is_caught_four_times_in_five() -> None:
 
 
 def test_holm_steps_down() -> None:
-    assert holm([0.01, 0.04, 0.03], 0.05) == [True, False, False]
-    assert holm([0.01, 0.02], 0.05) == [True, True]
-    assert holm([0.2, None, 0.001], 0.05) == [False, False, True]
+    assert holm_rejected([0.01, 0.04, 0.03], 0.05) == [True, False, False]
+    assert holm_rejected([0.01, 0.02], 0.05) == [True, True]
+    assert holm_rejected([0.2, None, 0.001], 0.05) == [False, False, True]
 
 
 # ------------------------------------------------------------------ through the history files
@@ -183,30 +183,62 @@ T0 = pd.Timestamp("2026-01-01", tz="UTC")
 
 def scores_table(scores: np.ndarray, hashes: list[str] | None = None) -> pd.DataFrame:
     n = scores.size
-    return pd.DataFrame({
-        "model_id": "m", "item_id": [f"i{i}" for i in range(n)], "item_hash": hashes or ["h"] * n,
-        "score": scores, "passed": scores >= 0.5, "n": 1, "c": (scores >= 0.5).astype(int),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "model_id": "m",
+            "item_id": [f"i{i}" for i in range(n)],
+            "item_hash": hashes or ["h"] * n,
+            "score": scores,
+            "passed": scores >= 0.5,
+            "n": 1,
+            "c": (scores >= 0.5).astype(int),
+        }
+    )
 
 
 def record(
-    top: Path, index: int, scores: np.ndarray, config: str = "c", pinned: str | None = None, checker: str = "k",
+    top: Path,
+    index: int,
+    scores: np.ndarray,
+    config: str = "c",
+    pinned: str | None = None,
+    checker: str = "k",
     rescore=None,
-):  # fmt: skip
+):
     """What record_run does for one model: judge against the history, then append."""
     run_id = f"2026{index:04d}T000000Z-0000"
     prints = {"config_fingerprint": config, "data_fingerprint": "d", "checker_fingerprint": checker}
     table = scores_table(scores)
     finished = T0 + index * DAY
-    verdict, columns = judge(
-        top, "m", run_id, table, prints, MonitorConfig(), runs=history.read_runs(top), pinned=pinned, finished=finished,
+    verdict, columns = history_verdict(
+        top,
+        "m",
+        run_id,
+        table,
+        prints,
+        MonitorConfig(),
+        runs=history.read_runs(top),
+        pinned=pinned,
+        finished=finished,
         rescore=rescore,
-    )  # fmt: skip
-    row = {"model_id": "m", "benchmark": "b", "n_items": scores.size, "mean_score": float(scores.mean()),
-           "finished_at": finished, **prints, **columns}  # fmt: skip
+    )
+    row = {
+        "model_id": "m",
+        "benchmark": "b",
+        "n_items": scores.size,
+        "mean_score": float(scores.mean()),
+        "finished_at": finished,
+        **prints,
+        **columns,
+    }
     if verdict is not None:
-        row.update({"history_run": verdict.reference_run_id, "history_verdict": verdict.verdict,
-                    "history_diff": verdict.mean_diff})  # fmt: skip
+        row.update(
+            {
+                "history_run": verdict.reference_run_id,
+                "history_verdict": verdict.verdict,
+                "history_diff": verdict.mean_diff,
+            }
+        )
     history.append_run(top, run_id, [row], table)
     return run_id, verdict
 
@@ -272,10 +304,17 @@ def test_the_verdict_says_which_cadence_it_used_at_either_resolution(tmp_path: P
         prints = {"config_fingerprint": "c", "data_fingerprint": "d", "checker_fingerprint": "k"}
         runs = at_unit(tmp_path)
         assert str(runs["finished_at"].dtype) == f"datetime64[{unit}, UTC]"
-        verdict, columns = judge(
-            tmp_path, "m", run_id, scores_table(scores), prints, MonitorConfig(), runs=runs, pinned=None,
+        verdict, columns = history_verdict(
+            tmp_path,
+            "m",
+            run_id,
+            scores_table(scores),
+            prints,
+            MonitorConfig(),
+            runs=runs,
+            pinned=None,
             finished=T0 + index * DAY,
-        )  # fmt: skip
+        )
         row = {"model_id": "m", "benchmark": "b", "n_items": 200, "finished_at": T0 + index * DAY, **prints, **columns}
         history.append_run(tmp_path, run_id, [row], scores_table(scores))
         verdicts.append((columns["history_runs_per_year"], verdict))
@@ -294,10 +333,23 @@ def test_the_verdict_says_which_cadence_it_used_at_either_resolution(tmp_path: P
 def test_the_reference_band_never_shows_a_score_outside_0_to_1(tmp_path: Path) -> None:
     """`ape history` once printed `0.975 [0.889, 1.061]` for a pass rate. The band is the
     single-run limit in score units; a side whose limit no score can reach has none."""
-    row = {"model_id": "m", "benchmark": "b", "n_items": 40, "mean_score": 0.975, "ci_low": 0.87, "ci_high": 0.996,
-           "finished_at": T0, "history_verdict": "no detectable change", "history_reference_mean": 0.975,
-           "history_se": 0.025, "history_limit": 3.44, "history_z": 0.1, "history_h": 2.6,
-           "history_cusum_up": 0.0, "history_cusum_down": 0.0}  # fmt: skip
+    row = {
+        "model_id": "m",
+        "benchmark": "b",
+        "n_items": 40,
+        "mean_score": 0.975,
+        "ci_low": 0.87,
+        "ci_high": 0.996,
+        "finished_at": T0,
+        "history_verdict": "no detectable change",
+        "history_reference_mean": 0.975,
+        "history_se": 0.025,
+        "history_limit": 3.44,
+        "history_z": 0.1,
+        "history_h": 2.6,
+        "history_cusum_up": 0.0,
+        "history_cusum_down": 0.0,
+    }
     inside = {**row, "history_reference_mean": 0.5, "history_se": 0.01, "history_limit": 3.0}
     floor = {**row, "history_reference_mean": 0.02, "history_se": 0.025}  # near 0: no lower limit
     for index, summary in enumerate((row, inside, floor, {**row, "history_se": None})):
@@ -350,9 +402,17 @@ def test_a_history_from_before_the_monitor_is_read_and_continued(tmp_path: Path)
     old = [c for c in history.RUNS_SCHEMA.names if not c.startswith("history_")]
     for i in range(1, 6):  # rows as older versions wrote them: no monitor columns
         scores = (rng.random(300) < 0.9).astype(float)
-        row = {"model_id": "m", "benchmark": "b", "n_items": 300, "mean_score": scores.mean(),
-               "finished_at": T0 + i * DAY, "config_fingerprint": "c" if i > 2 else "old",
-               "data_fingerprint": "d", "checker_fingerprint": "k", "previous_verdict": "no detectable change"}  # fmt: skip
+        row = {
+            "model_id": "m",
+            "benchmark": "b",
+            "n_items": 300,
+            "mean_score": scores.mean(),
+            "finished_at": T0 + i * DAY,
+            "config_fingerprint": "c" if i > 2 else "old",
+            "data_fingerprint": "d",
+            "checker_fingerprint": "k",
+            "previous_verdict": "no detectable change",
+        }
         history.append_run(tmp_path, f"2026{i:04d}T000000Z-0000", [row], scores_table(scores))
     frame = pd.read_parquet(tmp_path / "history" / "runs.parquet")
     frame[[c for c in old if c in frame.columns]].to_parquet(tmp_path / "history" / "runs.parquet")

@@ -15,7 +15,7 @@ import pytest
 from ape.cli import main
 from ape.schemas.config import MonitorConfig
 from ape.schemas.errors import ApeError
-from ape.tasks.stats.reference import judge
+from ape.tasks.stats.history_verdicts import history_verdict
 from ape.tasks.storage import history, runs
 
 T0 = pd.Timestamp("2026-01-01T03:00:00", tz="UTC")
@@ -54,7 +54,7 @@ def record(top: Path, index: int, scores: dict[str, np.ndarray], *, folder: bool
     for model_id, values in scores.items():
         table = scores_table(model_id, values)
         prints = {"config_fingerprint": "c", "data_fingerprint": "d", "checker_fingerprint": "k"}
-        verdict, columns = judge(
+        verdict, columns = history_verdict(
             top,
             model_id,
             rid,

@@ -22,7 +22,9 @@ import pandas as pd
 
 from ape.schemas.config import MonitorConfig
 from ape.schemas.report import RegressionRow
+from ape.tasks.stats.intervals import CONFIDENCE_LEVEL
 from ape.tasks.stats.monitor import Cadence, Design, cadence, design, detectable_drop, epoch_seconds, paired, step
+from ape.tasks.stats.normal import two_sided_z
 from ape.tasks.storage import history
 
 FINGERPRINTS = ("config_fingerprint", "data_fingerprint", "checker_fingerprint")
@@ -112,7 +114,7 @@ def thresholds(
     return pace, design(pace.runs_per_year, budget)
 
 
-def judge(
+def history_verdict(
     top: Path,
     model_id: str,
     run_id: str,
@@ -134,11 +136,21 @@ def judge(
     scores each run had when it was recorded."""
     mine = runs[(runs["model_id"] == model_id) & (runs["run_id"] < run_id)].sort_values("run_id")
     pace, plan = thresholds(mine["finished_at"], finished, settings, pinned=pinned is not None)
-    record: dict[str, Any] = {"history_runs_per_year": pace.runs_per_year, "history_limit": plan.limit,
-                              "history_h": plan.h, "history_k": plan.k}  # fmt: skip
+    record: dict[str, Any] = {
+        "history_runs_per_year": pace.runs_per_year,
+        "history_limit": plan.limit,
+        "history_h": plan.h,
+        "history_k": plan.k,
+    }
     if mine.empty:
-        record.update(history_start=run_id, history_change="first", history_joins=True, history_since=1,
-                      history_cusum_up=0.0, history_cusum_down=0.0)  # fmt: skip
+        record.update(
+            history_start=run_id,
+            history_change="first",
+            history_joins=True,
+            history_since=1,
+            history_cusum_up=0.0,
+            history_cusum_down=0.0,
+        )
         return None, record
     begin = current_start(mine, pinned)
     last = mine.iloc[-1]
@@ -163,6 +175,7 @@ def judge(
     n = int(comparison.n_items[0])
     se = float(comparison.se[0])
     diff = float(comparison.mean_diff[0]) if n else None
+    half_width = two_sided_z(1 - CONFIDENCE_LEVEL) * se  # the normal interval of the mean difference
     if changed:
         change: str | None = "fingerprint"
     elif verdict != 0:
@@ -172,11 +185,12 @@ def judge(
     restart = change in ("fingerprint", "alarm")
     notes = []
     if regraded:
-        notes.append(f"checker changed: the saved answers of the {len(regraded)} newest reference runs were "
-                     "re-scored with this run's checker (no model calls) and compared on those")  # fmt: skip
+        notes.append(
+            f"checker changed: the saved answers of the {len(regraded)} newest reference runs were "
+            "re-scored with this run's checker (no model calls) and compared on those"
+        )
     if judged_changed:
-        notes.append(f"{', '.join(judged_changed)} changed: judged against the old reference by the single-run "
-                     "limit")  # fmt: skip
+        notes.append(f"{', '.join(judged_changed)} changed: judged against the old reference by the single-run limit")
     if changed:
         notes.append("the next runs are compared with this one onwards")
     if begin.change == "baseline":
@@ -202,8 +216,8 @@ def judge(
         mean_current=float(np.nanmean(scores)) if len(scores) else None,
         mean_reference=float(comparison.reference_mean[0]) if n else None,
         mean_diff=diff,
-        ci_low=diff - 1.96 * se if diff is not None else None,
-        ci_high=diff + 1.96 * se if diff is not None else None,
+        ci_low=diff - half_width if diff is not None else None,
+        ci_high=diff + half_width if diff is not None else None,
         statistic=z,
         threshold=plan.limit,
         cusum_down=down,
@@ -221,10 +235,17 @@ def judge(
         note="; ".join(notes) or None,
     )
     record.update(
-        history_z=z, history_se=se, history_cusum_up=up, history_cusum_down=down,
-        history_reference_mean=row.mean_reference, history_reference_from=row.reference_from,
-        history_reference_runs=len(reference), history_since=row.runs_since_change,
-        history_start=run_id if restart else begin.start, history_change=change,
-        history_joins=not (change == "alarm"), history_evidence=text,
-    )  # fmt: skip
+        history_z=z,
+        history_se=se,
+        history_cusum_up=up,
+        history_cusum_down=down,
+        history_reference_mean=row.mean_reference,
+        history_reference_from=row.reference_from,
+        history_reference_runs=len(reference),
+        history_since=row.runs_since_change,
+        history_start=run_id if restart else begin.start,
+        history_change=change,
+        history_joins=not (change == "alarm"),
+        history_evidence=text,
+    )
     return row, record
