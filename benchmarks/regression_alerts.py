@@ -123,15 +123,15 @@ class Monitor:
         self.down = np.zeros(trials)
         self.t = 0
 
-    def plan(self) -> tuple[Cadence, Design]:
+    def thresholds(self) -> tuple[Cadence, Design]:
         """The thresholds of the next run, from the finish times as the history holds them."""
         earlier = pd.Series(self.finished, dtype=f"datetime64[{self.schedule.unit}, UTC]")
         return thresholds(earlier, START + self.t * self.schedule.every, MONITOR, pinned=False)
 
     def observe(self, scores: np.ndarray) -> np.ndarray:
-        _, plan = self.plan()
+        _, design = self.thresholds()
         comparison = paired(scores, self.buffer)
-        result = step(comparison.z, self.up, self.down, plan)
+        result = step(comparison.z, self.up, self.down, design)
         self.up, self.down = result.up, result.down
         self.buffer[result.restart] = np.nan  # a new reference starts (after an alarming run)
         self.buffer[:, self.t % WINDOW] = np.where(result.joins[:, None], scores, np.nan)
@@ -222,15 +222,15 @@ def main() -> None:
     args = parser.parse_args()
     schedule = Schedule(pd.Timedelta(args.every), args.unit)
     probe = Monitor(1, 1, schedule)
-    first, _ = probe.plan()
+    first, _ = probe.thresholds()
     for _ in range(WINDOW):
         probe.observe(np.zeros((1, 1)))
-    pace, plan = probe.plan()
+    pace, design = probe.thresholds()
     print(
         f"N={N} items, a run every {args.every} (finish times at [{schedule.unit}]); the first run's cadence: "
         f"{first.reason}; from the 31st: {pace.reason}. Budget {BUDGET:g} false alarm per model-year "
-        f"({schedule.runs_per_year} runs), window {WINDOW} runs; design k={plan.k:.2f} h={plan.h:.2f} "
-        f"L={plan.limit:.2f} (in-control ARL {plan.arl:.0f})"
+        f"({schedule.runs_per_year} runs), window {WINDOW} runs; design k={design.k:.2f} h={design.h:.2f} "
+        f"L={design.limit:.2f} (in-control ARL {design.arl:.0f})"
     )
     print(
         "| setting | false alarms / model-year (goal <= 1) | today: alerts / model-year "

@@ -81,14 +81,14 @@ def child(config: str) -> None:
 
     from ape.config import load_config
     from ape.flows.evaluate import Runner
-    from ape.tasks.run_plan import make_plan
+    from ape.tasks.model_setup import make_setup
 
     cfg = load_config(config)
     imported = time.perf_counter()
 
     @flow(name="speed", persist_result=False)
     def speed_flow() -> dict:
-        return Runner(make_plan(cfg, cfg.model[0])).run()
+        return Runner(make_setup(cfg, cfg.model[0])).run()
 
     state = speed_flow(return_state=True)
     summary = state.result()

@@ -30,10 +30,10 @@ from ape.flows.states import items_failed
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import HealthEntry
 from ape.tasks.checking.canary import CanaryFailed
+from ape.tasks.model_setup import run_label
 from ape.tasks.models.llama_server import local_model_servers
 from ape.tasks.recording import TASK_RUN_COUNTS, wait_until_recorded
 from ape.tasks.report.health import suspect_lines
-from ape.tasks.run_plan import run_label
 from ape.tasks.run_tasks import calibrate_judge, record_task, report_task
 from ape.tasks.storage.runs import IN_PLACE, config_for_run, start_run
 

@@ -38,8 +38,8 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
+from ape.tasks.model_setup import ModelSetup, make_setup, resume_fingerprints, run_label
 from ape.tasks.report.provenance import run_provenance
-from ape.tasks.run_plan import RunPlan, make_plan, resume_fingerprints, run_label
 from ape.tasks.stats.cost import Budget
 from ape.tasks.storage.outdir import OutputLock
 from ape.tasks.storage.run_files import config_reference
@@ -60,64 +60,64 @@ class BudgetReached(ItemsFailed):
 
 
 class Runner:
-    """Runs one RunPlan: feeds items to the solver workers and saves what they finish."""
+    """Runs one ModelSetup: feeds items to the solver workers and saves what they finish."""
 
-    def __init__(self, plan: RunPlan, redo_outcomes: list[str] | None = None):
-        self.plan = plan
-        self.processor = ItemProcessor(plan)
+    def __init__(self, setup: ModelSetup, redo_outcomes: list[str] | None = None):
+        self.setup = setup
+        self.processor = ItemProcessor(setup)
         self.id_name = self.processor.id_name
-        plan.out_dir.mkdir(parents=True, exist_ok=True)
+        setup.out_dir.mkdir(parents=True, exist_ok=True)
         self.session_log: SessionLog | None = None  # opened by run(), after a reset
         self.redo_outcomes = {Outcome(o) for o in (redo_outcomes or [])}
         self.refresh: set[str] = set()  # items whose cached generations must be regenerated
 
     # -- the loop (flow thread) ----------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        plan = self.plan
+        setup = self.setup
         started = time.perf_counter()
-        with OutputLock(plan.out_dir):  # one writer per output folder (see ape.tasks.storage.outdir)
+        with OutputLock(setup.out_dir):  # one writer per output folder (see ape.tasks.storage.outdir)
             return self._run_locked(started)
 
     def _run_locked(self, started: float) -> dict[str, Any]:
-        plan, cfg = self.plan, self.plan.config
-        fingerprints = resume_fingerprints(plan)
+        setup, cfg = self.setup, self.setup.config
+        fingerprints = resume_fingerprints(setup)
         saver = SaveHandler(
-            plan.out_dir,
+            setup.out_dir,
             save_file=cfg.run.save_file,
             metadata_file=cfg.run.metadata_file,
             run_info={
                 "benchmark": cfg.name,
-                "model": plan.model_id,
-                "model_config": plan.fingerprint["model"],
+                "model": setup.model_id,
+                "model_config": setup.fingerprint["model"],
                 "solver_config": cfg.solver.model_dump(mode="json"),
                 "runs_per_data": cfg.run.runs_per_data,
                 "fingerprints": fingerprints,
-                **config_reference(cfg.config_file, plan.out_dir),  # config_file, and from the folder
+                **config_reference(cfg.config_file, setup.out_dir),  # config_file, and from the folder
                 "provenance": run_provenance(cfg),
             },
         )
         if cfg.run.load_save:
-            previous = recorded(plan.out_dir / cfg.run.metadata_file)
-            refuse_mixing(previous, fingerprints, plan.out_dir)  # before anything is rewritten
+            previous = recorded(setup.out_dir / cfg.run.metadata_file)
+            refuse_mixing(previous, fingerprints, setup.out_dir)  # before anything is rewritten
             saver.load()
-            apply_changes(saver, previous, fingerprints, plan.model_id, cached=cfg.run.cache)
+            apply_changes(saver, previous, fingerprints, setup.model_id, cached=cfg.run.cache)
             redo = saver.discard(saver.errored_ids())
             if redo:
-                log.info("%s: redoing %d item(s) whose session or check errored last time", plan.model_id, redo)
+                log.info("%s: redoing %d item(s) whose session or check errored last time", setup.model_id, redo)
             others = self.redo_outcomes - {Outcome.ERROR}
             if others:
                 self.refresh = set(saver.ids_with_outcomes(others))
                 saver.discard(self.refresh)
                 log.info(
                     "%s: redoing %d item(s) with outcome %s",
-                    plan.model_id,
+                    setup.model_id,
                     len(self.refresh),
                     "/".join(sorted(o.value for o in others)),
                 )
         else:
             saver.reset(also=(LOG_FILE, JSONL_FILE))
-        self.session_log = SessionLog(plan.out_dir)
-        provider = plan.provider()
+        self.session_log = SessionLog(setup.out_dir)
+        provider = setup.provider()
         ids = provider.scan()
         skip = set(saver.completed)
         tally = Tally(total=len(ids))
@@ -125,21 +125,21 @@ class Runner:
             if key in skip:
                 tally.resumed(saver.counts.get(key, (0, 0)))
         if tally.done:
-            log.info("%s: resuming, %d of %d items already saved", plan.model_id, tally.done, tally.total)
+            log.info("%s: resuming, %d of %d items already saved", setup.model_id, tally.done, tally.total)
         window = cfg.run.window or 4 * cfg.run.solver_workers
         log.info(
             "%s: %d items, %d to run, %d session(s) each, %d solver worker(s), output %s",
-            plan.model_id,
+            setup.model_id,
             tally.total,
             tally.total - tally.done,
             cfg.run.runs_per_data,
             cfg.run.solver_workers,
-            plan.out_dir,
+            setup.out_dir,
         )
-        label = f"{cfg.name} · {plan.model_id}"
+        label = f"{cfg.name} · {setup.model_id}"
         feeder: Feeder
         if cfg.run.task_runner == "dask":
-            feeder = DaskFeeder(plan, self.refresh, self.session_log)
+            feeder = DaskFeeder(setup, self.refresh, self.session_log)
         else:
             feeder = ThreadFeeder(self.processor, self.refresh, self.session_log)
         items = (item for item in provider if item_id(item) not in skip)
@@ -148,13 +148,13 @@ class Runner:
             self._loop(saver, feeder, items, window, tally, label, budget)
         except OSError as exc:  # a transcript or log write failed (disk full, folder gone)
             raise SaveFailed(
-                f"writing to {plan.out_dir} failed: {exc.strerror or exc}; the "
+                f"writing to {setup.out_dir} failed: {exc.strerror or exc}; the "
                 f"{len(saver.completed)} items saved before are kept"
             ) from exc
         finally:
             feeder.close()
         if budget.stopped and tally.done < tally.total:
-            raise BudgetReached(budget.message(plan.model_id, tally.total - tally.done))
+            raise BudgetReached(budget.message(setup.model_id, tally.total - tally.done))
         return self._finish(saver, tally, started)
 
     def _loop(
@@ -167,9 +167,9 @@ class Runner:
         label: str,
         budget: Budget,
     ) -> None:
-        plan, cfg = self.plan, self.plan.config
+        setup, cfg = self.setup, self.setup.config
         assert self.session_log is not None  # opened by run() before the loop
-        progress = ProgressView(label, tally, enabled=cfg.cli.progress, name=plan.model_id)
+        progress = ProgressView(label, tally, enabled=cfg.cli.progress, name=setup.model_id)
         with saver, self.session_log, progress as view:
             exhausted = False
             while feeder.pending or not exhausted:
@@ -190,16 +190,16 @@ class Runner:
                 for batch in batches:
                     tally.add(batch)
                     report_errors(batch, tally)
-                    if plan.hook is not None:
+                    if setup.hook is not None:
                         self._call_hook(batch)
                 view.update()
 
     def _finish(self, saver: SaveHandler, tally: Tally, started: float) -> dict[str, Any]:
-        plan, cfg = self.plan, self.plan.config
+        setup, cfg = self.setup, self.setup.config
         errored = len(saver.errored_ids())
         summary = {
-            "model": plan.model_id,
-            "output": str(plan.out_dir),
+            "model": setup.model_id,
+            "output": str(setup.out_dir),
             "items": tally.total,
             "done": tally.done,
             "errored_items": errored,
@@ -209,20 +209,20 @@ class Runner:
             "passed": tally.passed,
             "wall_seconds": round(time.perf_counter() - started, 3),
         }
-        log.info("%s: %s", plan.model_id, tally.line())
+        log.info("%s: %s", setup.model_id, tally.line())
         tolerance = cfg.run.fail_on_error
         share = errored / tally.total if tally.total else 0.0
         if errored and (tolerance is True or (not isinstance(tolerance, bool) and share > tolerance)):
             raise ItemsFailed(
-                f"{errored} of {tally.total} items of {plan.model_id} errored ({tally.errors} session "
+                f"{errored} of {tally.total} items of {setup.model_id} errored ({tally.errors} session "
                 f"error(s), {tally.check_errors} check error(s) in this run); rerun or retry the flow "
-                f"run to redo only those (see {plan.out_dir / cfg.run.save_file})"
+                f"run to redo only those (see {setup.out_dir / cfg.run.save_file})"
             )
         return summary
 
     def _call_hook(self, batch: OutputBatch) -> None:
-        hook = self.plan.hook
-        assert hook is not None  # called only when the plan has a hook
+        hook = self.setup.hook
+        assert hook is not None  # called only when the setup has a hook
         try:
             hook(batch)
         except Exception as exc:  # a broken hook must not lose the run
@@ -240,10 +240,10 @@ def evaluate(config: ApeConfig, model_index: int = 0, redo_outcomes: list[str] |
     """Evaluate one configured model (``config.model[model_index]``) over the data."""
     if not 0 <= model_index < len(config.model):
         raise ApeError(f"model_index {model_index} out of range (config has {len(config.model)} models)")
-    plan = make_plan(config, config.model[model_index])
-    with run_logs(plan.out_dir):
+    setup = make_setup(config, config.model[model_index])
+    with run_logs(setup.out_dir):
         try:
-            return Runner(plan, redo_outcomes).run()
+            return Runner(setup, redo_outcomes).run()
         except (ItemsFailed, SaveFailed) as exc:
             # an expected end, not a crash: a Failed state without a traceback in the log
             log.error("%s", exc, extra={CONSOLE_SKIP: True})  # the CLI prints it once itself

@@ -25,7 +25,7 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch
-from ape.tasks.run_plan import RunPlan, fingerprint_hash, make_plan
+from ape.tasks.model_setup import ModelSetup, fingerprint_hash, make_setup
 from ape.tasks.stages import Worker, bind_worker
 from ape.tasks.storage.transcripts import SessionLog
 
@@ -48,16 +48,16 @@ class ThreadFeeder:
     transcripts are written by the worker thread that ran the session."""
 
     def __init__(self, processor: ItemProcessor, refresh: Collection[str], session_log: SessionLog):
-        plan, carousel = processor.plan, processor.carousel
+        setup, carousel = processor.setup, processor.carousel
 
         def start_worker() -> None:
-            bind_worker(Worker(plan, carousel))
+            bind_worker(Worker(setup, carousel))
 
         self.processor = processor
         self.refresh = refresh
         self.session_log = session_log
         self.pool = ThreadPoolExecutor(
-            max_workers=plan.config.run.solver_workers, initializer=start_worker, thread_name_prefix="solver"
+            max_workers=setup.config.run.solver_workers, initializer=start_worker, thread_name_prefix="solver"
         )
         self.pending: set[Future] = set()
 
@@ -86,9 +86,9 @@ class ThreadFeeder:
 class DaskFeeder:
     """Items as Prefect tasks on the flow's DaskTaskRunner; transcripts are written here."""
 
-    def __init__(self, plan: RunPlan, refresh: Collection[str], session_log: SessionLog):
-        self.config = plan.config
-        self.model_index = plan.config.model.index(plan.model_cfg)
+    def __init__(self, setup: ModelSetup, refresh: Collection[str], session_log: SessionLog):
+        self.config = setup.config
+        self.model_index = setup.config.model.index(setup.model_cfg)
         self.refresh = refresh
         self.session_log = session_log
         self.pending: set[Any] = set()
@@ -132,20 +132,20 @@ _thread_workers = threading.local()
 def run_item_on_worker(
     config: ApeConfig, model_index: int, item: dict[str, Any], refresh: bool
 ) -> tuple[OutputBatch, list[list[Any]]]:
-    """One item on a Dask worker: the plan is built once per worker process, the solver
+    """One item on a Dask worker: the setup is built once per worker process, the solver
     worker (model client, tools) once per worker thread."""
     key = fingerprint_hash(config.model_dump(mode="json")) + f"#{model_index}"
     with _processors_lock:
         processor = _processors.get(key)
         if processor is None:
-            processor = _processors[key] = ItemProcessor(make_plan(config, config.model[model_index]))
+            processor = _processors[key] = ItemProcessor(make_setup(config, config.model[model_index]))
     workers = getattr(_thread_workers, "by_plan", None)
     if workers is None:
         workers = _thread_workers.by_plan = {}
     if key not in workers:
-        workers[key] = Worker(processor.plan, processor.carousel)
+        workers[key] = Worker(processor.setup, processor.carousel)
     bind_worker(workers[key])
-    return processor.run_item(processor.plan.data_model.model_validate(item), refresh)
+    return processor.run_item(processor.setup.data_model.model_validate(item), refresh)
 
 
 # Wrapped without the decorator so the plain function keeps its own importable name:

@@ -22,9 +22,9 @@ from ape.schemas.results import CheckResult, ErrorInfo, Outcome, OutputBatch, Se
 from ape.schemas.transcript import SolveRecord
 from ape.tasks.chain import stages_for
 from ape.tasks.checking.check import CheckerCarousel
+from ape.tasks.model_setup import ModelSetup
 from ape.tasks.recording import recorded_session
 from ape.tasks.report.health import prompt_hash
-from ape.tasks.run_plan import RunPlan
 from ape.tasks.stages import SessionSpec
 from ape.tasks.stats.cost import session_cost
 from ape.tasks.storage.transcripts import SessionLog
@@ -41,18 +41,18 @@ def _field_text(item: BaseModel, name: str | None) -> str | None:
 class ItemProcessor:
     """Runs one item's chain (every run of it) on the calling solver-worker thread."""
 
-    def __init__(self, plan: RunPlan):
+    def __init__(self, setup: ModelSetup):
 
-        self.plan = plan
-        cfg = plan.config
+        self.setup = setup
+        cfg = setup.config
         # the chain as recorded task runs (tasks.stage_runs); stage granularity runs it live
         self.record_stages = cfg.run.task_granularity == "session" and cfg.run.stage_runs
-        cache_dir = plan.cache_dir if cfg.run.cache else None
+        cache_dir = setup.cache_dir if cfg.run.cache else None
         if cache_dir is not None:
             cache_dir.mkdir(parents=True, exist_ok=True)
-        self.carousel = CheckerCarousel(plan.checker_factory, cfg.run.checker_workers, cfg.checker.timeout_s)
-        self.stages = stages_for(cfg, plan.template, plan.system, self.carousel, cache_dir)
-        self.id_name = id_field_name(plan.data_model)
+        self.carousel = CheckerCarousel(setup.checker_factory, cfg.run.checker_workers, cfg.checker.timeout_s)
+        self.stages = stages_for(cfg, setup.template, setup.system, self.carousel, cache_dir)
+        self.id_name = id_field_name(setup.data_model)
 
     def run_session(
         self, item: BaseModel, key: str, run_index: int, refresh: bool = False
@@ -66,12 +66,12 @@ class ItemProcessor:
                 item=item.model_dump_json(by_alias=True),
                 prompt=prompt,
                 system=system,
-                fingerprint=self.plan.fingerprint_key,
+                fingerprint=self.setup.fingerprint_key,
             )
             record, cached = self.stages.solve_adapt(spec, refresh)
             check = self.stages.check(item, record, key, run_index)
             # a checker may grade each item with its own metric (task specs do)
-            metric = (check.metadata.get("metric") if check is not None else None) or self.plan.metric
+            metric = (check.metadata.get("metric") if check is not None else None) or self.setup.metric
             score, correct = self.stages.score(record.outcome, check, metric, key, run_index)
         latency_s = record.latency_s if not cached else time.perf_counter() - started
         result = self._result(item, spec, record, cached, check, metric, (score, correct), latency_s)
@@ -90,12 +90,12 @@ class ItemProcessor:
     ) -> SessionResult:
         """The session's row: the record, its verdict and score, cost and provenance."""
 
-        plan = self.plan
-        data = plan.config.data
+        setup = self.setup
+        data = setup.config.data
         return SessionResult(
             item_id=spec.item_id,
             run_index=spec.run_index,
-            model_id=plan.model_id,
+            model_id=setup.model_id,
             outcome=record.outcome,
             solution=record.solution,
             raw_output=record.raw_output,
@@ -114,7 +114,7 @@ class ItemProcessor:
             category=_field_text(item, data.category_field),
             cached=cached,
             cluster=_field_text(item, data.cluster_field),
-            cost=session_cost(plan.model_cfg, record.input_tokens, record.output_tokens),
+            cost=session_cost(setup.model_cfg, record.input_tokens, record.output_tokens),
             prompt_hash=prompt_hash(spec.prompt, spec.system),
         )
 
@@ -125,7 +125,7 @@ class ItemProcessor:
         or are returned (for a Dask worker, whose parent writes them)."""
         key = item_id(item)
         sessions, transcripts = [], []
-        for run_index in range(self.plan.config.run.runs_per_data):
+        for run_index in range(self.setup.config.run.runs_per_data):
             try:
                 result, transcript = self.run_session(item, key, run_index, refresh)
             except Exception as exc:  # infrastructure failure outside the solver: keep going
@@ -135,7 +135,7 @@ class ItemProcessor:
                 result = SessionResult(
                     item_id=key,
                     run_index=run_index,
-                    model_id=self.plan.model_id,
+                    model_id=self.setup.model_id,
                     outcome=Outcome.ERROR,
                     error=ErrorInfo.from_exception(exc),
                 )
@@ -145,4 +145,4 @@ class ItemProcessor:
                 session_log.write(result, transcript)
             else:
                 transcripts.append(transcript)
-        return OutputBatch(item_id=key, model_id=self.plan.model_id, sessions=sessions), transcripts
+        return OutputBatch(item_id=key, model_id=self.setup.model_id, sessions=sessions), transcripts

@@ -23,8 +23,8 @@ from ape.flows.resume import recorded, refuse_mixing
 from ape.schemas.config import ApeConfig, ModelConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.checking.judge import judge_model_config
+from ape.tasks.model_setup import ModelSetup, grade_canary, make_setup, resume_fingerprints
 from ape.tasks.models.build import build_model
-from ape.tasks.run_plan import RunPlan, grade_canary, make_plan, resume_fingerprints
 from ape.tasks.solving.tools import load_tools
 from ape.tasks.storage.config_file import locate
 from ape.tasks.storage.history import check_history
@@ -33,9 +33,9 @@ from ape.tasks.storage.outdir import check_output_folder
 
 @dataclass(frozen=True)
 class Checked:
-    """What :func:`preflight` resolved: each model's plan, the tools and the item ids."""
+    """What :func:`preflight` resolved: each model's setup, the tools and the item ids."""
 
-    plans: list[RunPlan]
+    setups: list[ModelSetup]
     tools: list[Any]
     ids: list[str]
 
@@ -46,16 +46,16 @@ def preflight(config: ApeConfig) -> Checked:
     try:
         check_output_folder(config.run.output)
         check_history(config.run.output)  # a damaged history is found now, not after every model call
-        check_judge_model(config)  # before the plans build their checkers (and so the judge)
-        plans = [make_plan(config, model) for model in config.model]
+        check_judge_model(config)  # before the setups build their checkers (and so the judge)
+        setups = [make_setup(config, model) for model in config.model]
         for model in config.model:
             build_model(model, config.base_dir)
         tools = load_tools(config.tools, config.base_dir)
         if config.run.load_save:  # refuse to mix results now, not in a failed flow run
-            for plan in plans:
-                previous = recorded(plan.out_dir / config.run.metadata_file)
-                refuse_mixing(previous, resume_fingerprints(plan), plan.out_dir)
-        return Checked(plans, tools, plans[0].provider().scan())
+            for setup in setups:
+                previous = recorded(setup.out_dir / config.run.metadata_file)
+                refuse_mixing(previous, resume_fingerprints(setup), setup.out_dir)
+        return Checked(setups, tools, setups[0].provider().scan())
     except ApeError as exc:
         raise locate(exc, config) from None
 

@@ -15,7 +15,7 @@ other in a circle):
 
 On top, and free to import all of them:
 
-- ``run_plan``: what one model's run is made of (data model, template, checker, provider,
+- ``model_setup``: what one model's run is made of (data model, template, checker, provider,
   fingerprints), and the canary's grading
 - ``stages``: the Prefect tasks of a session's stages; ``chain``: the stages as one
   session's chain calls them, per task granularity; ``run_tasks``: the benchmark flow's

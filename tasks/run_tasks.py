@@ -22,10 +22,10 @@ from ape.schemas.report import Envelope
 from ape.tasks.after_run.alerts import publish
 from ape.tasks.after_run.record import explain_moves, flagged_items, record_run
 from ape.tasks.checking.judge_labels import calibrate
+from ape.tasks.model_setup import load_data_model
 from ape.tasks.report.build import build_report
 from ape.tasks.report.envelope import write_envelope
 from ape.tasks.report.markdown import calibration_table, markdown_table
-from ape.tasks.run_plan import load_data_model
 from ape.tasks.storage.runs import RunInfo, finish_run
 
 log = logging.getLogger("ape")

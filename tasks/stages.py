@@ -65,7 +65,7 @@ class SessionSpec(BaseModel):
     item: str  # the item as JSON (aliases as keys)
     prompt: str
     system: str | None
-    fingerprint: str  # hash of the model, solver, adapter and tool settings (RunPlan.fingerprint)
+    fingerprint: str  # hash of the model, solver, adapter and tool settings (ModelSetup.fingerprint)
 
 
 class SessionFailed(Exception):
@@ -78,7 +78,7 @@ class SessionFailed(Exception):
 
 
 class StagePlan(Protocol):
-    """What the stages need of a run's resolved plan (``ape.tasks.run_plan.RunPlan`` provides it),
+    """What the stages need of a run's resolved setup (``ape.tasks.model_setup.ModelSetup`` provides it),
     so this layer does not import the flows above it."""
 
     @property
@@ -94,28 +94,28 @@ class StagePlan(Protocol):
 class Worker:
     """What one solver worker owns: its model client and its (possibly stateful) tools."""
 
-    def __init__(self, plan: StagePlan, carousel: CheckerCarousel):
+    def __init__(self, setup: StagePlan, carousel: CheckerCarousel):
 
-        self.plan = plan
+        self.setup = setup
         self.carousel = carousel  # the run's shared checkers, also behind the checker tool
         self.scorer: Any = None
-        if plan.config.choices is not None:  # log-likelihood scoring: a scorer, no chat model
+        if setup.config.choices is not None:  # log-likelihood scoring: a scorer, no chat model
             self.model: Any = None
-            self.scorer = build_scorer(plan.model_cfg, plan.config.base_dir)
+            self.scorer = build_scorer(setup.model_cfg, setup.config.base_dir)
             self.tools: list[Any] = []
             return
-        self.model = build_model(plan.model_cfg, plan.config.base_dir)
-        self.tools = load_tools(plan.config.tools, plan.config.base_dir)
+        self.model = build_model(setup.model_cfg, setup.config.base_dir)
+        self.tools = load_tools(setup.config.tools, setup.config.base_dir)
 
     def item(self, spec: SessionSpec) -> BaseModel:
-        return self.plan.data_model.model_validate_json(spec.item)
+        return self.setup.data_model.model_validate_json(spec.item)
 
     def tools_for(self, item: BaseModel) -> list[Any]:
-        cfg = self.plan.config.checker
+        cfg = self.setup.config.checker
         if not cfg.expose_as_tool:
             return list(self.tools)
 
-        tool = checker_tool(self.carousel, item, self.plan.adapter, cfg.checker_tool)
+        tool = checker_tool(self.carousel, item, self.setup.adapter, cfg.checker_tool)
         return [*self.tools, tool]
 
 
@@ -145,7 +145,7 @@ def _solve(worker: Worker, spec: SessionSpec, item: BaseModel, tools: list[Any])
     """The solve stage on ``worker``; its end is reported to the session's recorder."""
 
     state = run_solver(
-        worker.model, spec.prompt, spec.system, tools=tools, settings=worker.plan.config.solver, item=item
+        worker.model, spec.prompt, spec.system, tools=tools, settings=worker.setup.config.solver, item=item
     )
     current_recorder().solved(state.error)
     return state
@@ -154,8 +154,8 @@ def _solve(worker: Worker, spec: SessionSpec, item: BaseModel, tools: list[Any])
 def _adapt(worker: Worker, state: SolverState, item: BaseModel, tools: list[Any]) -> SolveRecord:
     """The adapt stage on ``worker``; its end is reported to the session's recorder."""
 
-    settings = worker.plan.config.solver
-    record = run_adaption(worker.model, state, adapter=worker.plan.adapter, settings=settings, tools=tools, item=item)
+    settings = worker.setup.config.solver
+    record = run_adaption(worker.model, state, adapter=worker.setup.adapter, settings=settings, tools=tools, item=item)
     current_recorder().adapted(record, solve_failed=state.error is not None)
     return record
 
@@ -189,7 +189,7 @@ def choices_task(spec: SessionSpec) -> SolveRecord:
     """Every choice's log-likelihood ([choices] runs; ape.tasks.solving.choices), in one task run."""
 
     worker = current_worker()
-    choices = worker.plan.config.choices
+    choices = worker.setup.config.choices
     assert choices is not None  # only [choices] runs use this stage
     recorder = current_recorder()
     record = score_choices(worker.scorer, spec.prompt, worker.item(spec), choices)

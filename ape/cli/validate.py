@@ -36,9 +36,9 @@ def validate(config_path: Path, *, estimate: bool = False, overrides: dict | Non
 
     config = load_config(config_path, overrides)
     checked = preflight(config)
-    plan, tools, ids = checked.plans[0], checked.tools, checked.ids
+    setup, tools, ids = checked.setups[0], checked.tools, checked.ids
     graded = canary(config)  # before "ok": a checker that cannot grade is not a valid config
-    variables = ", ".join(sorted(template_variables(plan.template))) or "none"
+    variables = ", ".join(sorted(template_variables(setup.template))) or "none"
     print(f"ok: {config_path}")
     print(f"  data: {len(ids)} items from {config.data.file.name}" + (f" ({ids[0]} .. {ids[-1]})" if ids else ""))
     print(f"  template variables: {variables}")
@@ -55,20 +55,20 @@ def validate(config_path: Path, *, estimate: bool = False, overrides: dict | Non
     )
     print(f"  output: {config.run.output}")
     if estimate:
-        _print_estimate(config, plan)
+        _print_estimate(config, setup)
     return 0
 
 
-def _print_estimate(config: ApeConfig, plan: Any) -> None:
+def _print_estimate(config: ApeConfig, setup: Any) -> None:
     """Tokens and cost of the run, from the rendered prompts' lengths and max_tokens."""
     from ape.tasks.solving.render import render  # deferred with the plugins (above)
     from ape.tasks.stats.cost import estimate
 
     lengths = []
-    for item in plan.provider():
-        text = render(plan.template, item)
-        if plan.system:
-            text += render(plan.system, item)
+    for item in setup.provider():
+        text = render(setup.template, item)
+        if setup.system:
+            text += render(setup.system, item)
         lengths.append(len(text))
     print("  estimate (about 4 characters per token, one model call per session):")
     total = 0.0

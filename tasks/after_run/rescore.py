@@ -25,7 +25,7 @@ from ape.schemas.errors import ApeError
 from ape.schemas.results import CheckStatus, Outcome
 from ape.tasks.checking.builtin import score_session
 from ape.tasks.checking.check import run_check
-from ape.tasks.run_plan import RunPlan, make_plan
+from ape.tasks.model_setup import ModelSetup, make_setup
 
 log = logging.getLogger("ape")
 
@@ -37,21 +37,21 @@ def rescore(sessions: pd.DataFrame, config: ApeConfig, model_id: str) -> pd.Data
 
 
 def regrader(config: ApeConfig, model_id: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
-    """:func:`rescore` with the plan, the items and the checker built once, for grading
+    """:func:`rescore` with the setup, the items and the checker built once, for grading
     several earlier runs with one config."""
     model_cfg = next((m for m in config.model if m.model_id == model_id), None)
     if model_cfg is None:
         raise ApeError(f"the later run's config has no model '{model_id}'", where=str(config.config_file))
-    plan = make_plan(config, model_cfg)
-    items = {str(item_id(item)): item for item in plan.provider()}
-    checker = plan.checker_factory()
-    return functools.partial(_regrade, plan=plan, items=items, checker=checker, model_id=model_id)
+    setup = make_setup(config, model_cfg)
+    items = {str(item_id(item)): item for item in setup.provider()}
+    checker = setup.checker_factory()
+    return functools.partial(_regrade, setup=setup, items=items, checker=checker, model_id=model_id)
 
 
 def _regrade(
-    sessions: pd.DataFrame, *, plan: RunPlan, items: dict[str, Any], checker: Any, model_id: str
+    sessions: pd.DataFrame, *, setup: ModelSetup, items: dict[str, Any], checker: Any, model_id: str
 ) -> pd.DataFrame:
-    timeout = plan.config.checker.timeout_s
+    timeout = setup.config.checker.timeout_s
     out = sessions.copy()
     columns = ["outcome", "score", "correct", "check_status", "check_score", "check_metadata", "check_error_message"]
     for column in columns:
@@ -65,14 +65,14 @@ def _regrade(
         if item is None or text is None or pd.isna(text) or outcomes[position] == Outcome.ERROR.value:
             continue
         try:
-            solution = plan.adapter(str(text))
+            solution = setup.adapter(str(text))
         except Exception as exc:  # noqa: BLE001 - a parse failure is an outcome, as in a run
             values["outcome"][position], values["score"][position] = Outcome.PARSING_FAILED.value, 0.0
             values["correct"][position], values["check_metadata"][position] = False, None
             log.debug("re-score: %s of %s no longer parses: %s", ids[position], model_id, exc)
             continue
         result = run_check(checker, item, solution, timeout)
-        score, correct = score_session(Outcome.SOLVED, result, plan.metric)
+        score, correct = score_session(Outcome.SOLVED, result, setup.metric)
         values["outcome"][position] = Outcome.SOLVED.value
         values["score"][position], values["correct"][position] = score, correct
         values["check_status"][position], values["check_score"][position] = result.status.value, result.score

@@ -87,15 +87,15 @@ def reference_matrix(
     return matrix
 
 
-def evidence(z: float, down: float, up: float, plan: Design, verdict: int, by_limit: bool) -> str:
+def evidence(z: float, down: float, up: float, design: Design, verdict: int, by_limit: bool) -> str:
     """The statistic against its threshold, in words."""
     if verdict != 0 and by_limit:
-        return f"z = {z:+.2f} beyond the single-run limit ±{plan.limit:.2f}"
+        return f"z = {z:+.2f} beyond the single-run limit ±{design.limit:.2f}"
     if verdict < 0:
-        return f"downward CUSUM {down:.2f} > h = {plan.h:.2f} (z = {z:+.2f})"
+        return f"downward CUSUM {down:.2f} > h = {design.h:.2f} (z = {z:+.2f})"
     if verdict > 0:
-        return f"upward CUSUM {up:.2f} > h = {plan.h:.2f} (z = {z:+.2f})"
-    return f"z = {z:+.2f} (limit ±{plan.limit:.2f}); CUSUM down {down:.2f}, up {up:.2f} (h = {plan.h:.2f})"
+        return f"upward CUSUM {up:.2f} > h = {design.h:.2f} (z = {z:+.2f})"
+    return f"z = {z:+.2f} (limit ±{design.limit:.2f}); CUSUM down {down:.2f}, up {up:.2f} (h = {design.h:.2f})"
 
 
 def thresholds(
@@ -135,12 +135,12 @@ def history_verdict(
     if the checker had not changed, and still starts a new reference: the history keeps the
     scores each run had when it was recorded."""
     mine = runs[(runs["model_id"] == model_id) & (runs["run_id"] < run_id)].sort_values("run_id")
-    pace, plan = thresholds(mine["finished_at"], finished, settings, pinned=pinned is not None)
+    pace, design = thresholds(mine["finished_at"], finished, settings, pinned=pinned is not None)
     record: dict[str, Any] = {
         "history_runs_per_year": pace.runs_per_year,
-        "history_limit": plan.limit,
-        "history_h": plan.h,
-        "history_k": plan.k,
+        "history_limit": design.limit,
+        "history_h": design.h,
+        "history_k": design.k,
     }
     if mine.empty:
         record.update(
@@ -169,7 +169,7 @@ def history_verdict(
     matrix = reference_matrix(top, reference, model_id, current, regraded)
     comparison = paired(scores[None, :], matrix[None, :, :])
     z = float(comparison.z[0])
-    result = step(np.array([z]), np.array([begin.up]), np.array([begin.down]), plan, bool(judged_changed))
+    result = step(np.array([z]), np.array([begin.up]), np.array([begin.down]), design, bool(judged_changed))
     verdict = int(result.verdict[0])
     up, down = float(result.up_before_reset[0]), float(result.down_before_reset[0])
     n = int(comparison.n_items[0])
@@ -202,7 +202,7 @@ def history_verdict(
     unpaired = len(scores) - n if reference else 0  # with no reference, nothing is new or changed
     if unpaired:
         notes.append(f"{unpaired} items new or changed: left out")
-    text = evidence(z, down, up, plan, verdict, bool(result.by_limit[0]))
+    text = evidence(z, down, up, design, verdict, bool(result.by_limit[0]))
     row = RegressionRow(
         model_id=model_id,
         run_id=run_id,
@@ -219,14 +219,14 @@ def history_verdict(
         ci_low=diff - half_width if diff is not None else None,
         ci_high=diff + half_width if diff is not None else None,
         statistic=z,
-        threshold=plan.limit,
+        threshold=design.limit,
         cusum_down=down,
         cusum_up=up,
-        cusum_limit=plan.h,
+        cusum_limit=design.h,
         evidence=text,
         change_point=change,
-        alpha=1.0 / plan.arl,
-        min_detectable_change=detectable_drop(0.0 if restart else down, se, plan) if n else None,
+        alpha=1.0 / design.arl,
+        min_detectable_change=detectable_drop(0.0 if restart else down, se, design) if n else None,
         new_items=unpaired,
         rescored_runs=len(regraded),
         runs_per_year=pace.runs_per_year,

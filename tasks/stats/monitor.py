@@ -294,7 +294,7 @@ class Step:
 
 
 def step(
-    z: np.ndarray, up: np.ndarray, down: np.ndarray, plan: Design, fingerprint_changed: np.ndarray | bool = False
+    z: np.ndarray, up: np.ndarray, down: np.ndarray, design: Design, fingerprint_changed: np.ndarray | bool = False
 ) -> Step:
     """Advance the two-sided combined Shewhart-CUSUM by one run of standardized differences ``z``.
 
@@ -303,11 +303,11 @@ def step(
     """
     z = np.asarray(z, dtype=float)
     changed = np.broadcast_to(np.asarray(fingerprint_changed, dtype=bool), z.shape)
-    new_up = np.where(changed, 0.0, np.maximum(0.0, up + z - plan.k))
-    new_down = np.where(changed, 0.0, np.maximum(0.0, down - z - plan.k))
-    limit_up, limit_down = z > plan.limit, z < -plan.limit
-    alarm_up = limit_up | (new_up > plan.h)
-    alarm_down = limit_down | (new_down > plan.h)
+    new_up = np.where(changed, 0.0, np.maximum(0.0, up + z - design.k))
+    new_down = np.where(changed, 0.0, np.maximum(0.0, down - z - design.k))
+    limit_up, limit_down = z > design.limit, z < -design.limit
+    alarm_up = limit_up | (new_up > design.h)
+    alarm_down = limit_down | (new_down > design.h)
     verdict = np.where(alarm_down, -1, np.where(alarm_up, 1, 0))
     by_limit = np.where(verdict < 0, limit_down, limit_up) & (verdict != 0)
     restart = (verdict != 0) | changed
@@ -326,11 +326,11 @@ def step(
     )
 
 
-def detectable_drop(down: float, se: float, plan: Design, power: float = POWER) -> float:
+def detectable_drop(down: float, se: float, design: Design, power: float = POWER) -> float:
     """The smallest drop in mean score the next run would flag with ``power``.
 
     The next run alarms downwards when ``z < -min(L, h + k - down)``; with ``z`` about
     ``N(-drop / se, 1)`` that happens with ``power`` once ``drop = (c + z_power) * se``.
     """
-    cutoff = min(plan.limit, plan.h + plan.k - down)
+    cutoff = min(design.limit, design.h + design.k - down)
     return max(cutoff + z_quantile(power), 0.0) * se

@@ -92,10 +92,10 @@ def test_a_chat_only_model_is_refused_before_the_run(tmp_path):
 
     path = example(tmp_path, '[[model]]\nname = "chat"\nprovider = "anthropic"\nmodel = "claude"\n')
     with pytest.raises(ApeError, match="chat-only"):
-        from ape.tasks.run_plan import make_plan
+        from ape.tasks.model_setup import make_setup
 
         config = load_config(path)
-        make_plan(config, config.model[0])
+        make_setup(config, config.model[0])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="needs the llm extra (llama-cpp-python)")

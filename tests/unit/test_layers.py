@@ -95,10 +95,10 @@ def test_every_sub_package_of_tasks_has_a_layer():
 
 def test_the_layer_check_sees_imports_inside_functions(tmp_path):
     source = tmp_path / "probe.py"
-    source.write_text("def f():\n    from ape.tasks.run_plan import make_plan\n    from . import sibling\n")
+    source.write_text("def f():\n    from ape.tasks.model_setup import make_setup\n    from . import sibling\n")
     found = _imports(source, "ape.tasks.stats")
-    assert (2, "ape.tasks.run_plan") in found and (3, "ape.tasks.stats") in found
-    assert _layer_of("ape.tasks.run_plan") > _layer_of("ape.tasks.stats")
+    assert (2, "ape.tasks.model_setup") in found and (3, "ape.tasks.stats") in found
+    assert _layer_of("ape.tasks.model_setup") > _layer_of("ape.tasks.stats")
     assert _layer_of("ape.tasks.report.build") > _layer_of("ape.tasks.checking.code.sandbox")
 
 

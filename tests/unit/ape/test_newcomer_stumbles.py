@@ -188,8 +188,7 @@ def test_periodic_progress_lines_name_the_model_as_the_other_lines_do(ape_log):
 
 
 def test_run_eval_leaves_no_temporary_folder_behind(tmp_path, monkeypatch):
-    import ape.flows.benchmark
-    import ape.flows.states
+    import ape.flows.demo
     from ape.flows.demo import run_eval
     from ape.schemas.report import Envelope
     from ape.tasks.models.demo_adapters import RuleBasedAdapter
@@ -204,8 +203,8 @@ def test_run_eval_leaves_no_temporary_folder_behind(tmp_path, monkeypatch):
         return object()
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(ape.flows.benchmark, "benchmark", fake_benchmark)
-    monkeypatch.setattr(ape.flows.states, "items_failed", lambda state: None)
+    monkeypatch.setattr(ape.flows.demo, "benchmark", fake_benchmark)
+    monkeypatch.setattr(ape.flows.demo, "items_failed", lambda state: None)
     task = {"id": "t1", "prompt": "Say hi", "reference": "hi", "metric": "exact_match", "category": "c"}
     envelope = run_eval([RuleBasedAdapter()], [task])
     assert isinstance(envelope, Envelope)

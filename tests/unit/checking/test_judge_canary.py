@@ -12,8 +12,8 @@ from ape.config import load_config
 from ape.tasks.checking.canary import CanaryFailed
 from ape.tasks.checking.judge import parse_args
 from ape.tasks.checking.judge_canary import WRONG_ANSWER, injected_examples, run_judge_canary
+from ape.tasks.model_setup import grade_canary, load_data_model, run_checker_factory
 from ape.tasks.models.mocks import MockChatModel
-from ape.tasks.run_plan import grade_canary, load_data_model, run_checker_factory
 from tests.helpers.runner import make_benchmark
 
 RUBRIC = "Q: {{ question }} <reference>{{ answer }}</reference> <solution>{{ solution }}</solution>"

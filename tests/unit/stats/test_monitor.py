@@ -31,13 +31,13 @@ from ape.tasks.stats.significance import holm_rejected
 from ape.tasks.storage import history
 
 
-def run_length(plan, shift: float, chains: int, runs: int, seed: int) -> np.ndarray:
+def run_length(design, shift: float, chains: int, runs: int, seed: int) -> np.ndarray:
     """Runs until the first alarm of chains fed N(shift, 1) statistics (runs + 1 if none)."""
     rng = np.random.default_rng(seed)
     up, down = np.zeros(chains), np.zeros(chains)
     first = np.full(chains, runs + 1)
     for t in range(runs):
-        result = step(rng.normal(shift, 1.0, chains), up, down, plan)
+        result = step(rng.normal(shift, 1.0, chains), up, down, design)
         up, down = result.up, result.down
         first = np.where((result.verdict != 0) & (first > runs), t + 1, first)
     return first
@@ -45,15 +45,15 @@ def run_length(plan, shift: float, chains: int, runs: int, seed: int) -> np.ndar
 
 @pytest.mark.parametrize("cadence", [52.0, 365.0])
 def test_the_thresholds_give_the_budgeted_runs_between_false_alarms(cadence: float) -> None:
-    plan = design(cadence, 1.0)
+    limits = design(cadence, 1.0)
     arl = MARGIN * cadence  # runs between false alarms, with the margin for the approximations
-    assert two_sided_arl(plan.k, plan.h, plan.limit) == pytest.approx(arl, rel=1e-3)
-    lengths = run_length(plan, 0.0, chains=1500, runs=int(arl * 7), seed=1)
+    assert two_sided_arl(limits.k, limits.h, limits.limit) == pytest.approx(arl, rel=1e-3)
+    lengths = run_length(limits, 0.0, chains=1500, runs=int(arl * 7), seed=1)
     assert (lengths <= arl * 7).mean() > 0.99
     assert np.mean(lengths) == pytest.approx(arl, rel=0.1)
     # a smaller budget waits longer; a shift of 2 standard errors is caught within a few runs
-    assert design(cadence, 0.5).h > plan.h and design(cadence, 0.5).limit > plan.limit
-    assert np.mean(run_length(plan, -2.0, chains=2000, runs=50, seed=2)) < 4
+    assert design(cadence, 0.5).h > limits.h and design(cadence, 0.5).limit > limits.limit
+    assert np.mean(run_length(limits, -2.0, chains=2000, runs=50, seed=2)) < 4
 
 
 def test_cadence_comes_from_the_spacing_of_the_runs_or_the_setting() -> None:
@@ -139,9 +139,9 @@ def test_the_paired_statistic_on_a_drop_a_consistent_model_and_missing_items() -
 
 
 def test_a_step_alarms_both_ways_restarts_and_keeps_the_alarming_run_out() -> None:
-    plan = design(365, 1.0)
+    limits = design(365, 1.0)
     zero = np.zeros(3)
-    result = step(np.array([-plan.limit - 0.1, plan.limit + 0.1, 0.0]), zero, zero, plan)
+    result = step(np.array([-limits.limit - 0.1, limits.limit + 0.1, 0.0]), zero, zero, limits)
     assert result.verdict.tolist() == [-1, 1, 0] and result.by_limit.tolist() == [True, True, False]
     assert result.restart.tolist() == [True, True, False] and result.joins.tolist() == [False, False, True]
     assert np.all(result.up == 0) and np.all(result.down == 0)
@@ -149,24 +149,24 @@ def test_a_step_alarms_both_ways_restarts_and_keeps_the_alarming_run_out() -> No
     down = np.zeros(1)
     verdicts = []
     for z in (-1.5, -2.0, -2.2):
-        result = step(np.array([z]), np.zeros(1), down, plan)
+        result = step(np.array([z]), np.zeros(1), down, limits)
         down = result.down
         verdicts.append(int(result.verdict[0]))
     assert verdicts[0] == 0 and -1 in verdicts and not result.by_limit[0]
     # a changed fingerprint: judged by the single-run limit only, then a new reference with this run
-    result = step(np.array([-2.0]), np.zeros(1), np.array([plan.h]), plan, fingerprint_changed=True)
+    result = step(np.array([-2.0]), np.zeros(1), np.array([limits.h]), limits, fingerprint_changed=True)
     assert result.verdict[0] == 0 and result.restart[0] and result.joins[0] and result.down[0] == 0
 
 
 def test_the_detectable_drop_is_caught_four_times_in_five() -> None:
-    plan = design(365, 1.0)
+    limits = design(365, 1.0)
     rng = np.random.default_rng(5)
     for down in (0.0, 2.0):
-        drop = detectable_drop(down, 0.01, plan)
+        drop = detectable_drop(down, 0.01, limits)
         z = rng.normal(-drop / 0.01, 1.0, 20000)
-        caught = step(z, np.zeros(z.size), np.full(z.size, down), plan).verdict < 0
+        caught = step(z, np.zeros(z.size), np.full(z.size, down), limits).verdict < 0
         assert caught.mean() == pytest.approx(0.8, abs=0.02)
-    assert detectable_drop(2.0, 0.01, plan) < detectable_drop(0.0, 0.01, plan)
+    assert detectable_drop(2.0, 0.01, limits) < detectable_drop(0.0, 0.01, limits)
 
 
 def test_holm_steps_down() -> None:

@@ -42,7 +42,7 @@ CACHE_VERSION = "1"
 
 
 @dataclass
-class RunPlan:
+class ModelSetup:
     """One model's run of one config, fully resolved."""
 
     config: ApeConfig
@@ -94,7 +94,7 @@ def load_data_model(config: ApeConfig) -> type[BaseModel]:
     return model
 
 
-def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> RunPlan:
+def make_setup(config: ApeConfig, model_cfg: ModelConfig) -> ModelSetup:
 
     data_model = load_data_model(config)
     template = _read(config.prompt.template_file, config.prompt.template, "template") or ""
@@ -152,7 +152,7 @@ def make_plan(config: ApeConfig, model_cfg: ModelConfig) -> RunPlan:
     }
     if config.choices is not None:  # log-likelihood scoring; the metric is applied after the cache
         fingerprint["choices"] = config.choices.model_dump(mode="json", exclude={"metric"})
-    return RunPlan(
+    return ModelSetup(
         config=config,
         model_cfg=model_cfg,
         data_model=data_model,
@@ -252,16 +252,16 @@ def grade_canary(config: ApeConfig) -> list[Any]:
     return graded
 
 
-def resume_fingerprints(plan: RunPlan) -> dict[str, Any]:
+def resume_fingerprints(setup: ModelSetup) -> dict[str, Any]:
     """What a saved result depends on, part by part, as recorded in metadata.json.
 
     On resume (see :mod:`ape.flows.resume`) a changed ``generation`` part refuses to mix
     results, a changed ``checker`` re-scores, and ``runs_per_data`` is compared as a number.
     """
-    fp = plan.fingerprint
-    cfg = plan.config
+    fp = setup.fingerprint
+    cfg = setup.config
     generation = {
-        "prompt": fingerprint_hash([plan.template, fp.get("system")]),
+        "prompt": fingerprint_hash([setup.template, fp.get("system")]),
         "model": fingerprint_hash(fp.get("model")),
         "data": file_digest(cfg.data.file),
         "solver": fingerprint_hash([fp.get("solver"), fp.get("adapter"), fp.get("tools"), fp.get("checker")]),
@@ -272,7 +272,7 @@ def resume_fingerprints(plan: RunPlan) -> dict[str, Any]:
     checker = checker_fingerprint(cfg)  # a judge's model and rubric are part of it
     return {
         "generation": generation,
-        "checker": fingerprint_hash([checker, plan.metric]),
+        "checker": fingerprint_hash([checker, setup.metric]),
         "runs_per_data": cfg.run.runs_per_data,
     }
 
