@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-import types
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +15,7 @@ from ape.schemas.check import Failed, Passed
 from ape.schemas.config import CheckerConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.results import CheckResult, CheckStatus
+from ape.tasks.checking import check as check_mod
 from ape.tasks.checking.check import (
     CheckerCarousel,
     checker_factory,
@@ -127,9 +126,7 @@ def test_short_name_resolves_through_the_builtin_metrics(monkeypatch):
         calls.append((name, args))
         return lambda item, solution: solution == item
 
-    fake = types.ModuleType("ape.tasks.checking.builtin")
-    fake.builtin_checker = builtin_checker  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "ape.tasks.checking.builtin", fake)
+    monkeypatch.setattr(check_mod, "builtin_checker", builtin_checker)
     checker = load_checker(CheckerConfig(implementation="exact_match", args={"a": 1}), Path("."))
     assert checker("x", "x") and calls == [("exact_match", {"a": 1})]
 

@@ -117,7 +117,6 @@ def test_a_local_judge_is_served_for_the_canary_and_asked_there(tmp_path, monkey
     from contextlib import contextmanager
 
     from ape.tasks.checking import judge_canary
-    from ape.tasks.models import llama_server
 
     config = judged_benchmark(tmp_path, 'behaviour = "grader"')
     loaded = load_config(config)
@@ -135,7 +134,7 @@ def test_a_local_judge_is_served_for_the_canary_and_asked_there(tmp_path, monkey
         served_urls.append(copy.model[0].base_url)
         yield copy
 
-    monkeypatch.setattr(llama_server, "local_model_servers", fake_servers)
+    monkeypatch.setattr(judge_canary, "local_model_servers", fake_servers)
     with judge_canary.served_judge(loaded) as served:
         judge = next(m for m in served.model if m.model_id == "judge")
         assert judge.base_url == "http://127.0.0.1:1/v1" and served_urls
