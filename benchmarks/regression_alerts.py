@@ -5,7 +5,7 @@ item is *consistent* with probability ``consistency`` (answered alike in every r
 when its fixed draw is below the accuracy) and drawn afresh per session otherwise;
 ``runs_per_data`` sessions per item are averaged into the item's score. The graded
 metric draws scores in [0, 1] (Beta around an item's quality, mean 0.90) the same way.
-Each run is judged by the functions a scheduled run calls, as :mod:`ape.tasks.after_run.record`
+Each run is judged by the functions a scheduled run calls, as :mod:`ape.tasks.after_run.join_history`
 does: the thresholds from the runs' finish times (:func:`ape.tasks.stats.history_verdicts.thresholds`:
 the cadence inferred from their spacing, read from a time column at the resolution the
 history has, ``datetime64[us]`` under pandas 3, with the default ``[monitor]`` settings, so

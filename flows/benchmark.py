@@ -6,7 +6,7 @@ deployment's run form shows every setting. The report is built even when some
 items errored; the flow run then ends Failed so that a retry redoes only those.
 Runs of a deployment (and ``new_run=True``) are new runs in ``OUTPUT/runs/<run id>``
 that, once finished, join the run history and are compared with earlier runs
-(``ape.tasks.storage.runs``, ``ape.tasks.after_run.record``, ``ape.tasks.after_run.alerts``).
+(``ape.tasks.storage.runs``, ``ape.tasks.after_run.join_history``, ``ape.tasks.after_run.alerts``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ape.tasks.model_setup import run_label
 from ape.tasks.models.llama_server import local_model_servers
 from ape.tasks.recording import TASK_RUN_COUNTS, wait_until_recorded
 from ape.tasks.report.health import suspect_lines
-from ape.tasks.run_tasks import calibrate_judge, record_task, report_task
+from ape.tasks.run_tasks import join_history_task, judge_agreement_task, report_task
 from ape.tasks.storage.runs import IN_PLACE, config_for_run, start_run
 
 log = logging.getLogger("ape")
@@ -157,7 +157,7 @@ def _evaluate_all(
         config = config_for_run(config, info)
         log.info("run %s (cache scope: %s) in %s", info.run_id, info.cache_scope, config.run.output)
     if config.checker.implementation == "judge" and config.checker.args.get("calibration_file"):
-        calibrate_judge(config)
+        judge_agreement_task(config)
     failures: list[str] = []
     summaries = []
     subflow_runs: list[str] = []
@@ -200,7 +200,7 @@ def _evaluate_all(
         return Failed(message=suspect, data=ResultsSuspect(suspect))
     if info is not None:
         result["run_id"] = info.run_id
-        result["regressions"] = record_task(config, top, info, envelope)
+        result["regressions"] = join_history_task(config, top, info, envelope)
     return result
 
 

@@ -19,7 +19,7 @@ On top, and free to import all of them:
   fingerprints), and the canary's grading
 - ``stages``: the Prefect tasks of a session's stages; ``chain``: the stages as one
   session's chain calls them, per task granularity; ``run_tasks``: the benchmark flow's
-  own tasks (report, record-run, judge-calibration)
+  own tasks (report, join-history, judge-agreement)
 - ``stage_runs`` (the stage chain recorded as task runs, and the recorder the stages
   report to) and ``recording`` (what the Prefect server has recorded of a run, and how
   long to wait for it)

@@ -2,9 +2,9 @@
 
 - ``report``: the leaderboard, pairwise comparison and calibration from the saved results,
   as files and as artifacts in the Prefect UI;
-- ``record-run``: a new run joins the history and is compared and alerted on
+- ``join-history``: a new run joins the history and is compared and alerted on
   (:mod:`ape.tasks.after_run`);
-- ``judge-calibration``: a judge with a calibration file grades it before any model runs.
+- ``judge-agreement``: a judge with a calibration file grades it before any model runs.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from prefect.cache_policies import NO_CACHE
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import Envelope
 from ape.tasks.after_run.alerts import publish
-from ape.tasks.after_run.record import explain_moves, flagged_items, record_run
-from ape.tasks.checking.judge_labels import calibrate
+from ape.tasks.after_run.join_history import explain_moves, flagged_items, join_history
+from ape.tasks.checking.judge_labels import measure_agreement
 from ape.tasks.model_setup import load_data_model
 from ape.tasks.report.build import build_report
 from ape.tasks.report.envelope import write_envelope
@@ -63,12 +63,12 @@ def _calibration_markdown(envelope: Envelope) -> str:
     return "\n".join(["# Calibration", "", *calibration_table(envelope)])
 
 
-@task(name="record-run", task_run_name="record-run[{info.run_id}]", cache_policy=NO_CACHE, persist_result=False)
-def record_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dict[str, Any]) -> list[dict[str, Any]]:
+@task(name="join-history", task_run_name="join-history[{info.run_id}]", cache_policy=NO_CACHE, persist_result=False)
+def join_history_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dict[str, Any]) -> list[dict[str, Any]]:
     """History entry, comparisons with the previous run and the baseline, ``latest``, alerts."""
 
     report = Envelope.model_validate(envelope)
-    rows = explain_moves(config, top, info, record_run(config, top, info, report))
+    rows = explain_moves(config, top, info, join_history(config, top, info, report))
     summary = report.summary.model_copy(update={"flagged_items": flagged_items(top)})
     report = report.model_copy(update={"regressions": rows, "summary": summary})
     write_envelope(config.run.output / "report.json", report)
@@ -78,9 +78,9 @@ def record_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dict[str,
     return [row.model_dump(mode="json") for row in rows]
 
 
-@task(name="judge-calibration", cache_policy=NO_CACHE, persist_result=False)
-def calibrate_judge(config: ApeConfig) -> None:
+@task(name="judge-agreement", cache_policy=NO_CACHE, persist_result=False)
+def judge_agreement_task(config: ApeConfig) -> None:
     """A judge checker with a calibration file grades it before any model runs
     (``ape.tasks.checking.judge_labels``); the report compares it with the people's grades."""
 
-    calibrate(config, load_data_model(config))
+    measure_agreement(config, load_data_model(config))

@@ -22,7 +22,7 @@ from prefect.events import emit_event
 
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import RegressionRow
-from ape.tasks.after_run.record import describe
+from ape.tasks.after_run.join_history import describe
 from ape.tasks.plugins.hooks import load_hook
 from ape.tasks.report.trend import history_markdown
 from ape.tasks.storage.history import read_runs

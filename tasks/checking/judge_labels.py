@@ -7,9 +7,9 @@ graded solution per line: the item's fields (as in the data file), plus
 - ``human``: the people's verdict on the judge's scale (pass/fail: ``PASS``/``FAIL``,
   ``true``/``false`` or ``1``/``0``; 0-N: an integer 0..N);
 - ``model`` (optional): the model whose answer it is (see
-  :mod:`ape.tasks.stats.judge_calibration` for how it is used).
+  :mod:`ape.tasks.stats.judge_agreement` for how it is used).
 
-At the start of a run (before any model is evaluated) :func:`run_calibration` has the
+At the start of a run (before any model is evaluated) :func:`grade_labelled_solutions` has the
 judge grade every line, through the same checker (so the judge's cache and limits
 apply), and writes ``judge_calibration.json`` into the output folder:
 ``{"judge", "fingerprint", "file", "labels", "pass_mark", "rows": [{"line", "item_id",
@@ -108,7 +108,7 @@ def load_calibration(path: Path, data_model: type[BaseModel], scale: Scale) -> l
     return rows
 
 
-def run_calibration(config: ApeConfig, checker: JudgeChecker, data_model: type[BaseModel]) -> dict[str, Any]:
+def grade_labelled_solutions(config: ApeConfig, checker: JudgeChecker, data_model: type[BaseModel]) -> dict[str, Any]:
     """Have the judge grade the calibration file; write and return ``judge_calibration.json``."""
     args = parse_args(dict(config.checker.args))
     assert args.calibration_file is not None
@@ -176,12 +176,12 @@ def check_calibration_file(config: ApeConfig, data_model: type[BaseModel]) -> No
         load_calibration(resolve_path(args.calibration_file, config.base_dir), data_model, parse_scale(args.scale))
 
 
-def calibrate(config: ApeConfig, data_model: type[BaseModel]) -> dict[str, Any] | None:
-    """:func:`run_calibration` for a judge checker with a calibration file; None otherwise."""
+def measure_agreement(config: ApeConfig, data_model: type[BaseModel]) -> dict[str, Any] | None:
+    """:func:`grade_labelled_solutions` for a judge checker with a calibration file; None otherwise."""
     if config.checker.implementation != "judge" or not config.checker.args.get("calibration_file"):
         return None
     checker = judge_factory(config, data_model, cache_dir(config) if config.run.cache else None)()
-    result = run_calibration(config, checker, data_model)
+    result = grade_labelled_solutions(config, checker, data_model)
     graded = len(result["rows"]) - result["errors"]
     agree = sum(1 for r in result["rows"] if r["judge"] is not None and r["judge"] == r["human"])
     log.info("judge %s agrees with people on %d of %d calibration solutions", result["judge"], agree, graded)

@@ -4,7 +4,7 @@ Built from the sessions table (the judge's grade of each session is in its
 ``check_metadata``) and ``judge_calibration.json`` (:mod:`ape.tasks.checking.judge_labels`),
 found in the report folder or one of the output folders read. Without sessions graded by
 the judge there is no judge report. The statistics are in
-:mod:`ape.tasks.stats.judge_calibration`.
+:mod:`ape.tasks.stats.judge_agreement`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ape.schemas.report import JudgeAgreement, JudgeModelScore, JudgeReport
-from ape.tasks.stats.judge_calibration import MIN_OWN_LABELS, agreement, ppi_mean, raw_mean
+from ape.tasks.stats.judge_agreement import MIN_OWN_LABELS, agreement, ppi_mean, raw_mean
 
 CALIBRATION_FILE = "judge_calibration.json"
 

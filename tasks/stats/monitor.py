@@ -48,7 +48,7 @@ other way). The first run after a changed fingerprint is judged against the old 
 by the single-run limit (the verdict on the change), then starts the new reference.
 
 :func:`ape.tasks.stats.monitor.step` is the one place the decision is taken; the scheduled
-run (:mod:`ape.tasks.after_run.record`) and ``benchmarks/regression_alerts.py`` both call it.
+run (:mod:`ape.tasks.after_run.join_history`) and ``benchmarks/regression_alerts.py`` both call it.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from ape.tasks.report.judge_agreement import judge_markdown, judge_report
-from ape.tasks.stats.judge_calibration import ppi_mean
+from ape.tasks.stats.judge_agreement import ppi_mean
 
 
 def session(model: str, item: str, status: str | None, score: float, run: int = 0) -> dict:

@@ -205,7 +205,7 @@ def record(
     checker: str = "k",
     rescore=None,
 ):
-    """What record_run does for one model: judge against the history, then append."""
+    """What join_history does for one model: judge against the history, then append."""
     run_id = f"2026{index:04d}T000000Z-0000"
     prints = {"config_fingerprint": config, "data_fingerprint": "d", "checker_fingerprint": checker}
     table = scores_table(scores)

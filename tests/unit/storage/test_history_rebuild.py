@@ -1,7 +1,7 @@
 """A damaged history is found before a run (one line naming the file and `--rebuild`), and
 rebuilt from the copies the run folders keep: the same rows, so the same verdicts and the
 same reference for the next run. No Prefect needed: runs are judged and recorded as
-``ape.tasks.after_run.record.record_run`` does it (``judge``, then ``append_run``)."""
+``ape.tasks.after_run.join_history.join_history`` does it (``judge``, then ``append_run``)."""
 
 from __future__ import annotations
 

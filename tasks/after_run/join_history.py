@@ -169,7 +169,7 @@ def clock() -> pd.Timestamp:
     return pd.Timestamp.now(tz="UTC")
 
 
-def record_run(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) -> list[RegressionRow]:
+def join_history(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope) -> list[RegressionRow]:
     """Judge each model against its own history (and the pinned baseline), then append the run."""
     sessions = pd.read_parquet(Path(config.run.output) / "sessions.parquet")
     hashes = item_hashes(config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ape.tasks.stats.judge_calibration import agreement, ppi_mean, raw_mean, simulate_coverage
+from ape.tasks.stats.judge_agreement import agreement, ppi_mean, raw_mean, simulate_coverage
 
 
 def test_agreement_equals_scikit_learn():
