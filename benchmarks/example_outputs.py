@@ -17,7 +17,11 @@ working copy. Everything else, every score, interval, count, outcome and token, 
 `--only NAME` runs the examples whose folder or config name contains NAME, `--skip NAME`
 leaves them out; `--no-llm` skips the configs that need the llm extra (SmolLM2 through
 llama-cpp). A snapshot records each run's exit code and log too: an example that fails
-fails the same way in both snapshots, or the comparison says so.
+fails the same way in both snapshots, or the comparison says so. A sampled mock model
+(``sampling = true``, the arithmetic example's ``mock-sloppy``) draws per call of its own
+instance, and each solver worker has one: with several workers its numbers depend on which
+worker took which item, from one run to the next of the same code. `--workers 1` makes
+such examples repeatable; the `sessions.jsonl` tables keep per-run order and check times.
 """
 
 from __future__ import annotations
@@ -40,9 +44,13 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 WORK = Path(tempfile.gettempdir()) / "ape-example-outputs"
+WORKERS: int | None = None  # --workers: the solver workers of every run (default: each example's own)
 
-# keys and columns whose values are clocks, durations or run identities
-VOLATILE = re.compile(r"(latency|seconds|runtime|_s$|_at$|time|duration|run_id|elapsed|started|ended|git_)", re.I)
+# keys and columns whose values are clocks, durations or run identities; and the hash of the
+# resolved config, which holds the port a llama-cpp model was served on for that run
+VOLATILE = re.compile(
+    r"(latency|seconds|runtime|_s$|_at$|time|duration|run_id|elapsed|started|ended|git_|config_resolved_sha256)", re.I
+)
 # leaderboard.md cells and lines carrying times
 MD_TIME = re.compile(r"\b\d+(\.\d+)? s\b")
 
@@ -90,7 +98,29 @@ def normalise_table(path: Path) -> str:
             frame[column] = "<volatile>"
         elif frame[column].dtype == object:
             frame[column] = frame[column].map(lambda v: v.replace(str(WORK), "<work>") if isinstance(v, str) else v)
-    return frame.to_json(orient="records", lines=True, double_precision=12, default_handler=str)
+    return normalise_rows(frame.to_json(orient="records", lines=True, double_precision=12, default_handler=str))
+
+
+def normalise_rows(text: str) -> str:
+    """A table's rows in a fixed order (sessions are saved in the order workers finish them),
+    without their line numbers in results.jsonl, and with the times inside a JSON cell
+    (a code check's ``duration_s``) removed."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        row.pop("line", None)
+        for key, value in row.items():
+            if isinstance(value, str) and value.startswith("{"):
+                try:
+                    row[key] = json.dumps(scrub(json.loads(value)), sort_keys=True)
+                except ValueError:
+                    pass
+        rows.append(row)
+    order = ("model_id", "item_id", "run_index", "model_a", "model_b", "category", "index")
+    rows.sort(key=lambda r: tuple(str(r.get(k, "")) for k in order) + (json.dumps(r, sort_keys=True),))
+    return "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
 
 
 def run_example(config: Path, target: Path) -> tuple[bool, float]:
@@ -102,8 +132,9 @@ def run_example(config: Path, target: Path) -> tuple[bool, float]:
     if not output.is_relative_to(copy):  # an example that writes beside the repository's output/
         shutil.rmtree(output, ignore_errors=True)
     started = time.perf_counter()
+    workers = ["--workers", str(WORKERS)] if WORKERS else []
     proc = subprocess.run(
-        [sys.executable, "-m", "ape", "run", str(copy / config.name), "--no-progress"],
+        [sys.executable, "-m", "ape", "run", str(copy / config.name), "--no-progress", *workers],
         capture_output=True,
         text=True,
         cwd=copy,
@@ -140,7 +171,13 @@ def snapshot(target: Path, only: str | None, no_llm: bool, skip: list[str]) -> i
 
 
 def same_file(a: Path, b: Path) -> bool:
-    return a.exists() and b.exists() and filecmp.cmp(a, b, shallow=False)
+    if not (a.exists() and b.exists()):
+        return False
+    if a.name == "report.json":  # normalised again, so a snapshot taken before a new rule still compares
+        return scrub(json.loads(a.read_text(encoding="utf-8"))) == scrub(json.loads(b.read_text(encoding="utf-8")))
+    if a.suffix == ".jsonl":
+        return normalise_rows(a.read_text(encoding="utf-8")) == normalise_rows(b.read_text(encoding="utf-8"))
+    return filecmp.cmp(a, b, shallow=False)
 
 
 def compare(before: Path, after: Path) -> int:
@@ -170,11 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     snap.add_argument("--only", help="run only the examples whose folder/config name contains this")
     snap.add_argument("--no-llm", action="store_true", help="skip the configs that need the llm extra")
     snap.add_argument("--skip", action="append", default=[], help="skip the configs whose name contains this")
+    snap.add_argument("--workers", type=int, default=None, help="solver workers for every run (see the module doc)")
     cmp = sub.add_parser("compare", help="compare two snapshots; exit 1 when one file differs")
     cmp.add_argument("before", type=Path)
     cmp.add_argument("after", type=Path)
     args = parser.parse_args(argv)
     if args.command == "snapshot":
+        global WORKERS
+        WORKERS = args.workers
         return snapshot(args.dir, args.only, args.no_llm, args.skip)
     return compare(args.before, args.after)
 
