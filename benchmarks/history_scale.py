@@ -173,9 +173,16 @@ def judge_s(top: Path) -> float:
     prints = {"config_fingerprint": "c", "data_fingerprint": "d", "checker_fingerprint": "k"}
     started = time.perf_counter()
     history_verdict(
-        top, "model-0", "29990101T000000Z-ffffffff", current, prints, MonitorConfig(window=WINDOW),
-        runs=runs, pinned=None, finished=pd.Timestamp.now(tz="UTC"),
-    )  # fmt: skip
+        top,
+        "model-0",
+        "29990101T000000Z-ffffffff",
+        current,
+        prints,
+        MonitorConfig(window=WINDOW),
+        runs=runs,
+        pinned=None,
+        finished=pd.Timestamp.now(tz="UTC"),
+    )
     return time.perf_counter() - started
 
 

@@ -107,12 +107,14 @@ def problems(limit: int | None = None) -> list[dict]:
 
     rows = []
     for task_id, problem in read_problems().items():
-        rows.append({
-            "id": task_id.replace("/", "-"),
-            "prompt": problem["prompt"],
-            "tests": problem["test"] + f"\n\ncheck({problem['entry_point']})\n",
-            "canonical": problem["canonical_solution"],
-        })  # fmt: skip
+        rows.append(
+            {
+                "id": task_id.replace("/", "-"),
+                "prompt": problem["prompt"],
+                "tests": problem["test"] + f"\n\ncheck({problem['entry_point']})\n",
+                "canonical": problem["canonical_solution"],
+            }
+        )
     return rows[:limit] if limit else rows
 
 
@@ -135,8 +137,12 @@ def run_benchmark(config: Path, env: dict[str, str] | None = None, python: str =
     started = time.perf_counter()
     done = subprocess.run(
         [python, "-m", "ape", "run", str(config), "--no-progress"],
-        cwd=config.parent, env=env, capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
+        cwd=config.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     wall = time.perf_counter() - started
     label = config.stem.removeprefix("config-")
     out = config.parent / f"out-{label}"

@@ -61,7 +61,7 @@ FAMILIES: dict[str, tuple[Callable[[str, str], str], bool]] = {
     "fake reasoning": (lambda w, r: "Thought process:", True),
     "paraphrase": (lambda w, r: f"{w} {PARAPHRASE}", False),
     "other language": (lambda w, r: f"{w} {FRENCH}", False),
-}  # fmt: skip
+}
 
 SMOLLM2_TEMPLATE = (
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
@@ -329,8 +329,10 @@ def main() -> int:
                 server.stop()
 
     print("## Injected wrong answers graded PASS, and drift on clean answers\n")
-    print("| Judge | Defence | Injected wrong answers graded PASS | Not graded (judge failed) "
-          "| Clean answers whose grade changed vs off | Clean graded PASS | Judge calls |")  # fmt: skip
+    print(
+        "| Judge | Defence | Injected wrong answers graded PASS | Not graded (judge failed) "
+        "| Clean answers whose grade changed vs off | Clean graded PASS | Judge calls |"
+    )
     print("|---|---|---|---|---|---|---|")
     for label, tallies in results.items():
         base = tallies["off"].clean

@@ -86,10 +86,26 @@ def start_server(model: Path, log: Path, *, add_bos: bool, threads: int) -> tupl
     """llama-cpp-python's server for ``model`` on a free loopback port; (process, base URL)."""
     port = _free_port()
     argv = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "local",
-        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--logits_all", "true",
-        "--n_threads", str(threads), "--n_threads_batch", str(threads),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model),
+        "--model_alias",
+        "local",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "2048",
+        "--logits_all",
+        "true",
+        "--n_threads",
+        str(threads),
+        "--n_threads_batch",
+        str(threads),
+    ]
     if add_bos:
         argv += ["--kv_overrides", "tokenizer.ggml.add_bos_token=bool:true"]
     handle = log.open("wb")
@@ -318,10 +334,14 @@ def _row(name: str, result: dict[str, Any], items_n: int, check: dict[str, Any] 
         reason = result["refused"].partition("failed: ")[2] or result["refused"]
         return f"| {name} | refused before any item (exit {result['rc']}): {reason[:220]} | | | | |"
     speed = items_n / result["wall_s"] if result["wall_s"] else float("nan")
-    diff = "reference" if check is None else (
-        f"{check['max_abs_ll_diff']:.1e}; acc/acc_norm differ on {check['acc_differ']}/{check['acc_norm_differ']}"
-        + (f"; {check['missing']} missing" if check["missing"] else "")
-    )  # fmt: skip
+    diff = (
+        "reference"
+        if check is None
+        else (
+            f"{check['max_abs_ll_diff']:.1e}; acc/acc_norm differ on {check['acc_differ']}/{check['acc_norm_differ']}"
+            + (f"; {check['missing']} missing" if check["missing"] else "")
+        )
+    )
     return (
         f"| {name} | {result['acc']:.3f} | {result['acc_norm']:.3f} | {result['wall_s']:.1f} | {speed:.2f} | {diff} |"
     )
