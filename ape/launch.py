@@ -70,7 +70,7 @@ def launch(config: ApeConfig, request: RunRequest | None = None, *, api: Api = "
     request = request or RunRequest()
     if command:
         set_log_level(config)
-    preflight(config)
+    preflight(config, run_folder=bool(request.new_run or request.run_id))
     point_result_storage(config)
     with OutputLock(config.run.output):  # before a server start, so a second run is refused at once
         graded = canary(config)

@@ -40,9 +40,14 @@ class Checked:
     ids: list[str]
 
 
-def preflight(config: ApeConfig) -> Checked:
+def preflight(config: ApeConfig, *, run_folder: bool = False) -> Checked:
     """Resolve every plugin, the template and the data before any flow starts, so a bad
-    input is one clear line instead of a failed flow run."""
+    input is one clear line instead of a failed flow run.
+
+    ``run_folder``: the run writes a run folder ``OUTPUT/runs/<run id>`` (a new run, or
+    one continued), not the output folder itself, so the results saved in the output
+    folder are not the ones it resumes and are not compared with this config (the flow
+    checks the folder it writes, :func:`ape.flows.resume.refuse_mixing`)."""
     try:
         check_output_folder(config.run.output)
         check_history(config.run.output)  # a damaged history is found now, not after every model call
@@ -51,7 +56,7 @@ def preflight(config: ApeConfig) -> Checked:
         for model in config.model:
             build_model(model, config.base_dir)
         tools = load_tools(config.tools, config.base_dir)
-        if config.run.load_save:  # refuse to mix results now, not in a failed flow run
+        if config.run.load_save and not run_folder:  # refuse to mix results now, not in a failed flow run
             for setup in setups:
                 previous = recorded(setup.out_dir / config.run.metadata_file)
                 refuse_mixing(previous, resume_fingerprints(setup), setup.out_dir)

@@ -154,7 +154,8 @@ def served_benchmark(
     try:
         overrides = RunOverrides(only_models=only_models, redo_outcomes=redo_outcomes, new_run=new_run, note=note)
         config = load_served(overrides)
-        preflight(config)  # the checks of `ape run`, on the file as it is now
+        # the checks of `ape run`, on the file as it is now; a deployment's run is a new run
+        preflight(config, run_folder=overrides.new_run is not False)
     except (ApeError, ValidationError) as exc:
         if isinstance(exc, ValidationError):
             exc = validation_error(exc, "bad flow-run parameter", default="parameters", quote=False)

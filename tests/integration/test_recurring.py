@@ -307,3 +307,18 @@ def test_the_default_monitor_infers_the_cadence_from_nightly_hourly_and_minutes_
             break
     assert codes[-1] == EXIT_REGRESSED, codes
     assert read_runs(out).sort_values("run_id")["history_verdict"].iloc[-1] == "regressed"
+
+
+def test_a_new_run_after_a_changed_model_is_not_refused_for_the_in_place_results(tmp_path: Path) -> None:
+    """In-place results of an older model setting are not what a new run resumes (it writes its
+    own run folder), so `ape run --new-run` and a served run go ahead; an in-place rerun is refused."""
+    from ape.cli import main
+
+    path, _ = bench(tmp_path)
+    assert main(["run", str(path), "--no-server", "--no-progress"]) == 0
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace('behaviour = "arithmetic"', 'behaviour = "arithmetic", seed = 7'), encoding="utf-8")
+    assert path.read_text(encoding="utf-8") != text
+    assert main(["run", str(path), "--no-server", "--no-progress"]) == 2  # in place: would mix
+    assert main(["run", str(path), "--no-server", "--no-progress", "--new-run"]) == 0
+    assert len(list((tmp_path / "out" / "runs").iterdir())) == 1
