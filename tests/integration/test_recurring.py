@@ -253,7 +253,7 @@ def test_the_default_monitor_infers_the_cadence_from_nightly_hourly_and_minutes_
     drop alarms within two runs. (At the nightly cadence 1 false alarm per model-year is a
     few percent of such histories; the mock's draws are seeded, so the outcome is fixed.)"""
     from ape.cli import EXIT_REGRESSED, main
-    from ape.flows import recurring
+    from ape.tasks.after_run import join_history
     from ape.tasks.stats.monitor import DEFAULT_RUNS_PER_YEAR, MAX_RUNS_PER_YEAR, MIN_EARLIER_RUNS
     from ape.tasks.storage import history
 
@@ -266,7 +266,7 @@ def test_the_default_monitor_infers_the_cadence_from_nightly_hourly_and_minutes_
 
     moments = iter(pd.Timestamp("2026-03-01 03:00", tz="UTC") + pd.Series(SCHEDULE).cumsum())
     monkeypatch.setattr(history, "read_runs", at_resolution)
-    monkeypatch.setattr(recurring, "clock", lambda: next(moments))
+    monkeypatch.setattr(join_history, "clock", lambda: next(moments))
     seed, accuracy = tmp_path / "seed.txt", tmp_path / "accuracy.txt"
     accuracy.write_text("0.9")
     args = (
