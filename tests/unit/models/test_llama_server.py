@@ -239,7 +239,9 @@ def ape_run(config: Path, out: Path, **popen: Any) -> subprocess.Popen[str]:
 @needs_llm
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_no_server_outlives_a_killed_run(tmp_path: Path, prefect_server: str, signum: int) -> None:
-    config = write_example(tmp_path, 'provider = "llama-cpp"\nmodel = "smollm2-135m"\nmax_tokens = 256', items=40)
+    # many items, so the run is surely still going when the signal comes (the server's log,
+    # which says the first request arrived, may reach the file late)
+    config = write_example(tmp_path, 'provider = "llama-cpp"\nmodel = "smollm2-135m"\nmax_tokens = 256', items=400)
     out = tmp_path / "out"
     proc = ape_run(config, out)
     try:
