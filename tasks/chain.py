@@ -119,8 +119,8 @@ class TwoTaskAnswer:
         return record, cached and adapt_cached
 
 
-class InlineStages:
-    """Granularity ``"session"``: the answer is a task run, the cheap stages plain calls."""
+class _Stages:
+    """What both granularities hold: the templates, the answer step and the checkers."""
 
     def __init__(self, template: str, system: str | None, answer: Answer, carousel: CheckerCarousel) -> None:
         self.template = template
@@ -128,8 +128,11 @@ class InlineStages:
         self.answer = answer
         self.carousel = carousel
 
-    def render(self, item: BaseModel, key: str) -> tuple[str, str | None]:
 
+class InlineStages(_Stages):
+    """Granularity ``"session"``: the answer is a task run, the cheap stages plain calls."""
+
+    def render(self, item: BaseModel, key: str) -> tuple[str, str | None]:
         prompt = render(self.template, item)
         system = render(self.system, item) if self.system else None
         current_recorder().rendered()
@@ -145,20 +148,13 @@ class InlineStages:
     def score(
         self, outcome: Outcome, check: CheckResult | None, metric: str | None, key: str, run_index: int
     ) -> tuple[float, bool]:
-
         score, correct = score_session(outcome, check, metric)
         current_recorder().scored(outcome, check, score)
         return score, correct
 
 
-class TaskStages:
+class TaskStages(_Stages):
     """Granularity ``"stage"``: every stage is a live task run, named after stage and item."""
-
-    def __init__(self, template: str, system: str | None, answer: Answer, carousel: CheckerCarousel) -> None:
-        self.template = template
-        self.system = system
-        self.answer = answer
-        self.carousel = carousel
 
     def render(self, item: BaseModel, key: str) -> tuple[str, str | None]:
         recorder = current_recorder()

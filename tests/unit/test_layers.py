@@ -44,6 +44,14 @@ def _layer_of(module: str) -> int:
     raise AssertionError(f"not an ape module: {module}")
 
 
+def _absolute(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` in ``package`` names, a relative one resolved."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
 def _imports(path: Path, package: str) -> list[tuple[int, str]]:
     """(line, absolute module) of every ape import in ``path``, relative ones resolved."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -52,11 +60,7 @@ def _imports(path: Path, package: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names if alias.name.split(".")[0] == "ape"]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                module = ".".join([*base, *([node.module] if node.module else [])])
-            else:
-                module = node.module or ""
+            module = _absolute(node, package)
             if module.split(".")[0] == "ape":
                 found.append((node.lineno, module))
     return found
@@ -126,11 +130,7 @@ def _runtime_imports(path: Path, package: str, modules: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name in modules}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                module = ".".join([*base, *([node.module] if node.module else [])])
-            else:
-                module = node.module or ""
+            module = _absolute(node, package)
             named = {f"{module}.{alias.name}" for alias in node.names} & modules
             found |= named or ({module} & modules)
     return found
