@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
+from tests.helpers.prefect_api import PrefectApi
 from tests.helpers.processes import start_logged, stop_group
 from tests.helpers.runner import make_benchmark
 
@@ -29,7 +29,7 @@ def test_ctrl_c_stops_serving_with_one_line_and_cancels_the_run(prefect_server: 
     log_path = tmp_path / "serve.log"
     command = [sys.executable, "-m", "ape", "serve", str(config), "--name", "stoppable", "--interval", "3600"]
     proc = start_logged(command, log_path, cwd=REPO_ROOT, env=env)
-    api = httpx.Client(base_url=prefect_server, timeout=30, trust_env=False)
+    api = PrefectApi(prefect_server)
     try:
         deadline = time.monotonic() + 120
         while (found := api.get("/deployments/name/benchmark/stoppable")).status_code != 200:
@@ -53,7 +53,7 @@ def test_ctrl_c_stops_serving_with_one_line_and_cancels_the_run(prefect_server: 
     assert "Traceback" not in text, text[-3000:]
     assert "stopped serving 'benchmark/stoppable'" in text
     # the run in progress was cancelled, not left Running and not counted in the history
-    with httpx.Client(base_url=prefect_server, timeout=30, trust_env=False) as client:
+    with PrefectApi(prefect_server) as client:
         run = client.get(f"/flow_runs/{created.json()['id']}").json()
     assert run["state"]["type"] in ("CANCELLED", "CANCELLING"), run["state"]
     assert not (tmp_path / "out" / "history" / "runs.parquet").exists()

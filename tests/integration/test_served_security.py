@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
+from tests.helpers.prefect_api import PrefectApi
 from tests.helpers.processes import start_logged, stop_group
 
 DEPLOYMENT = "benchmark/secure"
@@ -80,7 +80,7 @@ def _serving(config: Path, api_url: str, log_path: Path) -> Iterator[subprocess.
         stop_group(proc, 20)
 
 
-def _deployment_id(api: httpx.Client, log_path: Path, timeout: float = 90) -> str:
+def _deployment_id(api: PrefectApi, log_path: Path, timeout: float = 90) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         response = api.get(f"/deployments/name/{DEPLOYMENT}")
@@ -90,7 +90,7 @@ def _deployment_id(api: httpx.Client, log_path: Path, timeout: float = 90) -> st
     raise AssertionError("the deployment never appeared:\n" + log_path.read_text(errors="replace")[-3000:])
 
 
-def _wait_final(api: httpx.Client, flow_run_id: str, log_path: Path, timeout: float = 300) -> dict[str, Any]:
+def _wait_final(api: PrefectApi, flow_run_id: str, log_path: Path, timeout: float = 300) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run = api.get(f"/flow_runs/{flow_run_id}").json()
@@ -100,7 +100,7 @@ def _wait_final(api: httpx.Client, flow_run_id: str, log_path: Path, timeout: fl
     raise AssertionError(f"flow run {flow_run_id} did not finish:\n" + log_path.read_text(errors="replace")[-3000:])
 
 
-def _attempt(api: httpx.Client, deployment_id: str, parameters: dict[str, Any], log_path: Path, **body: Any) -> str:
+def _attempt(api: PrefectApi, deployment_id: str, parameters: dict[str, Any], log_path: Path, **body: Any) -> str:
     """Create a flow run with these parameters; the state or the API's refusal, as text."""
     for _ in range(5):  # a busy local server may answer 503 for a moment
         response = api.post(f"/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters, **body})
@@ -151,7 +151,7 @@ def test_served_runs_take_only_the_allow_list(prefect_server: str, tmp_path: Pat
     log_path = tmp_path / "serve.log"
     with (
         _serving(config, prefect_server, log_path),
-        httpx.Client(base_url=prefect_server, timeout=30, trust_env=False) as api,
+        PrefectApi(prefect_server) as api,
     ):
         deployment_id = _deployment_id(api, log_path)
         stored = api.get(f"/deployments/{deployment_id}").json()
