@@ -16,6 +16,7 @@ started it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +26,10 @@ from ape.schemas.errors import ApeError
 from ape.tasks.checking.judge import judge_model_config
 from ape.tasks.model_setup import ModelSetup, grade_canary, make_setup, resume_fingerprints
 from ape.tasks.models.build import build_model
+from ape.tasks.solving.choices import check_item
 from ape.tasks.solving.tools import load_tools
 from ape.tasks.storage.config_file import locate
+from ape.tasks.storage.data import ItemCheck
 from ape.tasks.storage.history import check_history
 from ape.tasks.storage.outdir import check_output_folder
 
@@ -60,9 +63,19 @@ def preflight(config: ApeConfig, *, run_folder: bool = False) -> Checked:
             for setup in setups:
                 previous = recorded(setup.out_dir / config.run.metadata_file)
                 refuse_mixing(previous, resume_fingerprints(setup), setup.out_dir)
-        return Checked(setups, tools, setups[0].provider().scan())
+        return Checked(setups, tools, setups[0].provider().scan(item_check(config)))
     except ApeError as exc:
         raise locate(exc, config) from None
+
+
+def item_check(config: ApeConfig) -> ItemCheck | None:
+    """What the data scan asks of each item beyond its DataModel: for a ``[choices]`` run,
+    its choices and a gold choice among them (else every such item would be an ERROR
+    session after the model was paid for its log-likelihoods)."""
+    choices = config.choices
+    if choices is None:
+        return None
+    return functools.partial(check_item, cfg=choices)
 
 
 def check_judge_model(config: ApeConfig) -> None:

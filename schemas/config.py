@@ -195,7 +195,12 @@ class ModelConfig(Section):
     )
     temperature: float | None = Field(default=None, description="Sampling temperature (unset: the provider's default).")
     max_tokens: int | None = Field(default=None, description="Longest answer in tokens (unset: the provider's).")
-    timeout_s: float = Field(default=120.0, gt=0, le=MAX_TIMEOUT_S, description="Per-request timeout.")
+    timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        le=MAX_TIMEOUT_S,
+        description="Per-request timeout (an in-process llama-cpp scorer: per continuation scored).",
+    )
     max_retries: int = Field(default=4, ge=0, le=100, description="Retries of transient failures.")
     retry_initial_s: float = Field(default=1.0, ge=0, description="First backoff delay.")
     retry_max_s: float = Field(default=30.0, ge=0, description="Longest backoff delay.")

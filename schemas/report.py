@@ -138,6 +138,23 @@ class CalibrationEntry(ReportModel):
     bins: list[CalibrationBin] = Field(default_factory=list)
 
 
+class ChoiceMetricsEntry(ReportModel):
+    """One model's log-likelihood multiple-choice accuracy by both of lm-evaluation-harness's
+    rules (a ``[choices]`` run): the share of items whose gold choice has the highest
+    log-likelihood (``acc``) and the highest per character (``acc_norm``), each with its 95%
+    Wilson interval over items. ``metric`` is the one the session scores (and so the
+    leaderboard's mean score) follow."""
+
+    metric: str
+    n_items: int
+    acc: float
+    acc_low: float
+    acc_high: float
+    acc_norm: float
+    acc_norm_low: float
+    acc_norm_high: float
+
+
 class Summary(BaseModel):
     """Run-level facts. Callers may add their own keys (``extra_summary``), hence extra=allow."""
 
@@ -347,6 +364,9 @@ class Envelope(ReportModel):
         default_factory=list, description="New runs only: each model against its previous run and its pinned baseline."
     )
     judge: JudgeReport | None = Field(default=None, description="Only with the judge checker.")
+    choices: dict[str, ChoiceMetricsEntry] = Field(
+        default_factory=dict, description="Model id -> acc and acc_norm; [choices] (log-likelihood) runs only."
+    )
 
     @property
     def ok(self) -> bool:

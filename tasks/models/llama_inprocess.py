@@ -19,12 +19,21 @@ same tokens.
 One model is loaded per file and settings and shared by the run's solver workers under a
 lock (llama.cpp computes one request at a time with all its threads anyway). ``args``:
 ``n_ctx`` (2048), ``n_threads`` (half the CPUs, as for the server), ``add_bos``.
+
+``[model] timeout_s`` limits each continuation's evaluation, as it limits a request to a
+server: llama.cpp asks an abort callback between the steps of its computation
+(``llama_set_abort_callback``), which says stop once the limit has passed. The evaluation
+then ends with :class:`ScoreTimeout` (the session is an ERROR that ``ape retry`` redoes),
+the key-value cache is dropped, and the next request starts clean. A thread left running
+would keep the model and its lock; this stops the computation itself.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +45,7 @@ from ape.schemas.errors import ApeError
 from ape.tasks.models.llama_server import DEFAULT_CONTEXT, ServerSpec, model_file
 from ape.tasks.models.score_types import ContinuationScore, Scored, ScoreRequest
 
-__all__ = ["LlamaScorer", "llama_scorer", "log_softmax"]
+__all__ = ["LlamaScorer", "ScoreTimeout", "llama_scorer", "log_softmax"]
 
 SCORER_ARGS = ("n_ctx", "n_threads", "add_bos")
 
@@ -55,11 +64,17 @@ class LoadSpec:
         return ServerSpec(file=self.file, n_threads=self.n_threads).threads
 
 
+class ScoreTimeout(TimeoutError):
+    """An in-process evaluation passed the model's ``timeout_s`` and was stopped."""
+
+
 class _Loaded:
-    """One llama.cpp model in memory and the lock its users take turns with."""
+    """One llama.cpp model in memory, the lock its users take turns with, and the deadline
+    its abort callback compares the clock with (module docstring)."""
 
     def __init__(self, spec: LoadSpec):
-        from llama_cpp import Llama  # deferred: the llm extra, and a heavy import
+        import llama_cpp  # deferred: the llm extra, and a heavy import
+        from llama_cpp import Llama
 
         overrides: dict[str, bool | int | float | str] | None = None
         if spec.add_bos is not None:
@@ -75,6 +90,28 @@ class _Loaded:
         )
         self.lock = threading.Lock()
         self.bos = int(self.llama.token_bos())
+        self.deadline: float | None = None  # time.monotonic() past which llama.cpp stops
+        # kept on the instance: llama.cpp holds only the C pointer
+        self._abort = llama_cpp.ggml_abort_callback(self._past_deadline)
+        llama_cpp.llama_set_abort_callback(self.llama._ctx.ctx, self._abort, None)
+
+    def _past_deadline(self, _data: ctypes.c_void_p) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def eval_within(self, tokens: list[int], limit_s: float) -> None:
+        """``llama.eval(tokens)``, stopped with ScoreTimeout once ``limit_s`` has passed."""
+        self.deadline = time.monotonic() + limit_s
+        try:
+            self.llama.eval(tokens)
+        except RuntimeError:
+            if not self._past_deadline(None):
+                raise
+            self.llama.reset()  # the aborted batch left the cache part-filled
+            raise ScoreTimeout(
+                f"scoring one continuation ({len(tokens)} tokens) took longer than {limit_s:g} s"
+            ) from None
+        finally:
+            self.deadline = None
 
 
 _LOADED: dict[LoadSpec, _Loaded] = {}
@@ -108,9 +145,10 @@ def _common_prefix(a: Any, b: list[int]) -> int:
 class LlamaScorer:
     """Scores continuations with an in-process llama.cpp model (module docstring)."""
 
-    def __init__(self, spec: LoadSpec, model_id: str):
+    def __init__(self, spec: LoadSpec, model_id: str, limit_s: float = 120.0):
         self.spec = spec
         self.model_id = model_id
+        self.limit_s = limit_s  # [model] timeout_s, per continuation
 
     def _offset(self, model: _Loaded, tokens: list[int], index: int) -> int:
         """Where token ``index`` starts, in characters of the decoded text (as the server counts)."""
@@ -149,7 +187,10 @@ class LlamaScorer:
         # prompt computes it.
         keep = min(_common_prefix(llama.input_ids[: llama.n_tokens], tokens), start - 1)
         llama.n_tokens = keep
-        llama.eval(tokens[keep:])
+        try:
+            model.eval_within(tokens[keep:], self.limit_s)
+        except ScoreTimeout as exc:
+            raise ScoreTimeout(f"{exc} (raise [model] '{self.model_id}' timeout_s)") from None
         values = [float(log_softmax(llama.scores[j - 1])[tokens[j]]) for j in range(start, len(tokens))]
         greedy = all(int(np.argmax(llama.scores[j - 1])) == tokens[j] for j in range(start, len(tokens)))
         return ContinuationScore(sum(values), len(values), greedy), len(tokens)
@@ -191,4 +232,4 @@ def llama_scorer(cfg: ModelConfig) -> LlamaScorer:
         n_threads=int(cfg.args.get("n_threads", 0)),
         add_bos=None if add_bos is None else bool(add_bos),
     )
-    return LlamaScorer(spec, cfg.model_id)
+    return LlamaScorer(spec, cfg.model_id, cfg.timeout_s)

@@ -61,7 +61,8 @@ calls no model, and writes into the report folder:
     count (int64); accuracy, mean_confidence (float64, null when the bin is empty).
 
 ``report.json`` (the :class:`ape.schemas.report.Envelope`, with each model's run ``health``
-from :mod:`ape.tasks.report.health`; with the judge checker its ``judge`` part,
+from :mod:`ape.tasks.report.health`; for ``[choices]`` runs each model's acc and acc_norm,
+:mod:`ape.tasks.stats.choice_metrics`; with the judge checker its ``judge`` part,
 :mod:`ape.tasks.report.judge_agreement`), ``leaderboard.md`` (the
 markdown of :func:`ape.tasks.report.markdown.markdown_table`) and ``summary.png`` (:mod:`ape.tasks.report.chart`).
 """
@@ -93,6 +94,7 @@ from ape.tasks.stats.aggregate import (
     rank_intervals,
 )
 from ape.tasks.stats.calibration import bins_frame, calibration_by_model
+from ape.tasks.stats.choice_metrics import choice_metrics
 from ape.tasks.storage.run_files import find_runs
 
 
@@ -158,6 +160,9 @@ def build_report(
         partial["calibration"] = {
             model_id: CalibrationEntry(**report.model_dump()) for model_id, report in calibration.items()
         }
+
+        stage = "acc and acc_norm"
+        partial["choices"] = choice_metrics(sessions)
 
         stage = "the judge's calibration"
 

@@ -54,6 +54,37 @@ def calibration_table(envelope: Envelope) -> list[str]:
     return _table(header, rows)
 
 
+def _place(envelope: Envelope, model_id: str) -> int:
+    """The model's place on the leaderboard (after every ranked model when it has none)."""
+    order = [row.model_id for row in envelope.leaderboard]
+    return order.index(model_id) if model_id in order else len(order)
+
+
+def choice_metrics_lines(envelope: Envelope) -> list[str]:
+    """The section of a log-likelihood run: acc and acc_norm of every model, side by side."""
+    header = ["Model", "Items", "acc [95% CI]", "acc_norm [95% CI]", "Mean score is"]
+    rows = [
+        [
+            _cell(model_id),
+            str(c.n_items),
+            _interval(c.acc, c.acc_low, c.acc_high),
+            _interval(c.acc_norm, c.acc_norm_low, c.acc_norm_high),
+            c.metric,
+        ]
+        for model_id, c in sorted(envelope.choices.items(), key=lambda pair: _place(envelope, pair[0]))
+    ]
+    return [
+        "## Log-likelihood accuracy",
+        "",
+        *_table(header, rows),
+        "",
+        "acc: the gold choice has the highest log-likelihood; acc_norm: the highest per character "
+        "of the choice's text (lm-evaluation-harness's two rules). [choices] metric picks the one "
+        "the sessions are scored by.",
+        "",
+    ]
+
+
 def markdown_table(envelope: Envelope) -> str:
     """The report as markdown: leaderboard, per-category, pairwise and calibration tables,
     then the summary and provenance lines."""
@@ -116,6 +147,8 @@ def markdown_table(envelope: Envelope) -> str:
                 'unless [checker] args.on_injection = "grade".',
                 "",
             ]
+    if envelope.choices:
+        lines += choice_metrics_lines(envelope)
     if envelope.judge is not None:
         lines += judge_markdown(envelope.judge)
     categories = sorted({c for row in envelope.leaderboard for c in row.by_category})

@@ -36,6 +36,7 @@ from ape.schemas.transcript import EntryKind, SolveRecord, TranscriptEntry
 from ape.tasks.models.scoring import Scored, Scorer, ScoreRequest
 
 __all__ = [
+    "check_item",
     "choice_texts",
     "choose",
     "gold_index",
@@ -95,6 +96,13 @@ def gold_index(item: Any, cfg: ChoicesConfig, choices: Sequence[str]) -> int:
     if not 0 <= index < len(choices):
         raise ValueError(f"[choices] gold '{cfg.gold}' is {value!r}: the item has only {len(choices)} choices")
     return index
+
+
+def check_item(item: Any, cfg: ChoicesConfig) -> int:
+    """What a session will read of ``item``, read before the run (the data scan of
+    :func:`ape.flows.preflight.preflight`): its choices and its gold choice's index;
+    ValueError saying what is wrong, so a bad gold is one line before any model call."""
+    return gold_index(item, cfg, choice_texts(item, cfg))
 
 
 def continuations(cfg: ChoicesConfig, choices: Sequence[str]) -> list[str]:

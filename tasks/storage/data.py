@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -24,6 +24,9 @@ from ape.schemas.data import id_field_name, item_id
 from ape.schemas.errors import ApeError
 
 SUPPORTED = (".jsonl", ".csv", ".jsonl.gz", ".csv.gz")
+
+ItemCheck = Callable[[BaseModel], object]
+"""What a run asks of each item beyond its DataModel; raises ValueError saying what is wrong."""
 
 
 def data_format(path: Path) -> str | None:
@@ -141,6 +144,11 @@ class DataProvider:
 
     def __iter__(self) -> Iterator[BaseModel]:
         """Validated items in the configured slice, streamed."""
+        for _, item in self.numbered():
+            yield item
+
+    def numbered(self) -> Iterator[tuple[int, BaseModel]]:
+        """(line number, validated item) pairs in the configured slice, streamed."""
         started = self.start_id is None
         seen: set[str] = set()
         found_any = False
@@ -156,7 +164,7 @@ class DataProvider:
             if not started and key == str(self.start_id):
                 started = True
             if started:
-                yield item
+                yield number, item
                 if self.end_id is not None and key == str(self.end_id):
                     return
         if not found_any:
@@ -172,10 +180,21 @@ class DataProvider:
                 f"end_id '{self.end_id}' is not in the file (or comes before start_id)", where=str(self.file)
             )
 
-    def scan(self) -> list[str]:
+    def scan(self, check: ItemCheck | None = None) -> list[str]:
         """Validate the whole file without keeping items; return the ids in the slice.
 
         Used by ``ape validate`` and before a run, so bad data fails before any model call,
-        and so the progress bar knows its total.
+        and so the progress bar knows its total. ``check`` is what the run itself will ask
+        of every item beyond its DataModel (a ``[choices]`` run: its choices and a gold
+        choice among them); its ValueError becomes an ApeError naming the line and item.
         """
-        return [item_id(item) for item in self]
+        ids = []
+        for number, item in self.numbered():
+            key = item_id(item)
+            if check is not None:
+                try:
+                    check(item)
+                except ValueError as exc:
+                    raise ApeError(f"item '{key}': {exc}", where=f"{self.file}:{number}") from None
+            ids.append(key)
+        return ids

@@ -71,6 +71,15 @@ def test_a_choices_run_scores_resumes_rescores_and_calibrates_on_choice_probabil
     expected = CalibrationReport.from_predictions([s["confidence"] for s in sessions], [s["correct"] for s in sessions])
     assert calibration["n"] == 40 and calibration["missing"] == 0
     assert calibration["ece"] == pytest.approx(expected.ece) and calibration["brier"] == pytest.approx(expected.brier)
+    # both of lm-evaluation-harness's rules are reported, whichever one scores the sessions
+    both = report["choices"]["mc-mock"]
+    assert both["metric"] == "acc_norm" and both["n_items"] == 40
+    for rule in ("acc", "acc_norm"):
+        assert both[rule] == pytest.approx(sum(s["check"]["metadata"][rule] for s in sessions) / 40)
+    assert both["acc"] != both["acc_norm"]  # the mock's choices differ in length: the rules disagree somewhere
+    leaderboard = (out / "leaderboard.md").read_text()
+    assert "## Log-likelihood accuracy" in leaderboard
+    assert f"| mc-mock | 40 | {both['acc']:.3f} [" in leaderboard and f"| {both['acc_norm']:.3f} [" in leaderboard
 
     # a resumed run makes no model call for finished items
     _, state = run(path)

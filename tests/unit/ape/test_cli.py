@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -204,3 +205,45 @@ def test_a_mock_model_name_that_means_nothing_fails_validate(tmp_path, capsys):
     path.write_text(path.read_text().replace('model = "arithmetc"', 'model = "echo"\nargs = { behaviour = "grader" }'))
     code, _, err = validate(path, capsys)
     assert code == 2 and "name two behaviours" in err
+
+
+def _edit_line(path, match, change):
+    """``path`` with its first line that ``match`` accepts replaced by ``change(line)``."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    number = next(n for n, line in enumerate(lines) if match(line))
+    lines[number] = change(lines[number])
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "edited, match, change, shown, expected",
+    [
+        (  # an index past the item's choices, on line 3 of the data
+            "data.jsonl",
+            lambda line: '"geo-3"' in line,
+            lambda line: json.dumps({**json.loads(line), "answer": 9}),
+            "data.jsonl:3: item 'geo-3'",
+            "[choices] gold 'answer' is 9: the item has only 4 choices",
+        ),
+        (  # the config names the wrong field: the first item shows it
+            "config.toml",
+            lambda line: line.startswith("gold ="),
+            lambda line: line.replace('"answer"', '"category"'),
+            "data.jsonl:1: item 'geo-1'",
+            "[choices] gold 'category' is 'geography', which is no choice of the item's 4 choices",
+        ),
+    ],
+    ids=["index-out-of-range", "wrong-field"],
+)
+def test_a_bad_gold_choice_is_one_line_before_any_model_call(tmp_path, capsys, edited, match, change, shown, expected):
+    # a [choices] run reads each item's gold choice; a bad one is found by the data scan,
+    # naming the file, the line and the item, before a server starts or a model is asked
+    folder = tmp_path / "mc"
+    shutil.copytree(REPO_ROOT / "examples" / "multiple_choice", folder, ignore=shutil.ignore_patterns("output"))
+    _edit_line(folder / edited, match, change)
+    code = main(["run", str(folder / "config.toml"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"error: {folder / shown}: ") and expected in line, line
+    assert not (folder / "output").exists()

@@ -211,8 +211,19 @@ def test_build_report_writes_every_output(run_dir: Path, tmp_path: Path):
     on_disk = Envelope.model_validate_json((report_dir / "report.json").read_text())
     assert on_disk == envelope
     raw = json.loads((report_dir / "report.json").read_text())
-    assert set(raw) == {"leaderboard", "pairwise", "calibration", "summary", "health", "error", "regressions", "judge"}
+    assert set(raw) == {
+        "leaderboard",
+        "pairwise",
+        "calibration",
+        "summary",
+        "health",
+        "error",
+        "regressions",
+        "judge",
+        "choices",
+    }
     assert raw["judge"] is None  # only the judge checker adds it
+    assert raw["choices"] == {}  # only [choices] runs fill it
     assert set(raw["health"]) == {row["model_id"] for row in raw["leaderboard"]}
     assert raw["error"] is None and raw["summary"]["benchmark"] == "demo"
     assert set(raw["calibration"]["noisy"]) >= {"ece", "brier", "populated_bins", "n", "missing", "bins"}
