@@ -95,7 +95,7 @@ class _Loaded:
         self._abort = llama_cpp.ggml_abort_callback(self._past_deadline)
         llama_cpp.llama_set_abort_callback(self.llama._ctx.ctx, self._abort, None)
 
-    def _past_deadline(self, _data: ctypes.c_void_p) -> bool:
+    def _past_deadline(self, _data: ctypes.c_void_p | None) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
 
     def eval_within(self, tokens: list[int], limit_s: float) -> None:
