@@ -19,6 +19,16 @@ The stages report to their session's :class:`StageRecorder` (bound to the solver
 by :func:`start_recorder`, found by :func:`current_recorder`, also inside a stage's task
 run); its clock, present only when the chain is recorded, times the stages, so the chain
 itself keeps no clock and reports the same way at either task granularity.
+
+The contract: what the server builds from these events equals what it builds from
+Prefect's own task engine for the same chain (name, state type and name, times, flow run,
+run counts, tags, labels, retry policy, state details, and the upstream arrow), checked by
+``tests/integration/test_stage_run_contract.py``, last against Prefect 3.9.1; CI installs
+the newest Prefect that ``pyproject.toml`` allows (3.9 up to 4), so a release that changes
+the event schema fails that test before it shows in the UI. Two differences are deliberate: the
+``task_key`` (``ape.stage.<stage>``, so the UI groups a stage's runs over a run), and the
+upstream input's name (``upstream``; the engine names it after the parameter, or
+``wait_for``), which the UI's graph draws alike.
 """
 
 from __future__ import annotations
@@ -219,7 +229,7 @@ def stage_run_events(
             "task_key": f"ape.stage.{mark.stage}",
             "dynamic_key": f"{item_id}#{run_index}",
             "task_version": None,
-            "empirical_policy": {},
+            "empirical_policy": {"retries": 0, "retry_delay": 0},  # as the engine records a task without retries
             "tags": list(tags),
             "labels": {},
             "task_inputs": inputs,
