@@ -3,16 +3,18 @@
 render -> solve -> adapt -> check -> score is the same chain at both ``[run]
 task_granularity`` settings; only how each stage is called differs:
 
-- ``"session"`` (the default, :class:`InlineStages`): solve -> adapt is one live task run
-  (``session``); render, check and score are plain calls, cheap enough that a task run
-  each would cost more than the stage (their task runs can be recorded after the fact,
-  :mod:`ape.tasks.stage_runs`);
+- ``"session"`` (the default, :class:`InlineStages`): every stage is a plain call, and
+  solve -> adapt is cached through Prefect's result store and recorded afterwards as the
+  session's task run (``session[q007]#2``, :class:`RecordedAnswer`): one event to the
+  server instead of the task engine's three and its client cost, so the model loop runs
+  at the model's pace; the stages' task runs are recorded after the fact too
+  (:mod:`ape.tasks.stage_runs`);
 - ``"stage"`` (:class:`TaskStages`): every stage is a live task run (render, solve, adapt,
   check, score; a second render with a system prompt).
 
-A ``[choices]`` run answers with one ``choices`` task run at either granularity (every
-choice's log-likelihood) and then picks the answer by the metric, after the cache, so a
-changed metric needs no model call.
+A ``[choices]`` run answers with one ``choices`` session (every choice's log-likelihood;
+a live task run at stage granularity) and then picks the answer by the metric, after the
+cache, so a changed metric needs no model call.
 
 The stages report to the session's :class:`~ape.tasks.stage_runs.StageRecorder` (the
 task runs they created, when each stage ended); the chain keeps no books of its own.
@@ -20,6 +22,7 @@ task runs they created, when each stage ended); the chain keeps no books of its 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -29,10 +32,13 @@ from pydantic import BaseModel
 from ape.schemas.results import CheckResult, Outcome
 from ape.schemas.transcript import SolveRecord
 from ape.tasks.checking.builtin import score_session
+from ape.tasks.recording import SLOW_SESSIONS
+from ape.tasks.session_cache import SessionCache
 from ape.tasks.solving.choices import choose
 from ape.tasks.solving.render import render
-from ape.tasks.stage_runs import current_recorder
+from ape.tasks.stage_runs import current_flow_run_id, current_recorder
 from ape.tasks.stages import (
+    SessionFailed,
     SessionSpec,
     adapt_task,
     cached_variant,
@@ -93,6 +99,47 @@ class OneTaskAnswer:
         recorder.ran()
         if cached:  # the task ran none of its stages: mark them as the cache's
             recorder.from_cache(record)
+        if self.choices is not None:  # the answer by the metric, after the cache (no model call)
+            record = choose(record, self.choices.metric)
+        return record, cached
+
+
+class RecordedAnswer:
+    """solve -> adapt as a plain call on the worker, cached through Prefect's result store
+    directly (:class:`~ape.tasks.session_cache.SessionCache`) and recorded afterwards as
+    the session's task run (one event; :meth:`StageRecorder.session`): what the
+    ``session`` (or ``choices``) task run did, without the task engine's cost per session.
+    A slow session shows as Running meanwhile (:class:`~ape.tasks.recording.SlowSessions`).
+    """
+
+    def __init__(self, stage: Any, choices: ChoicesConfig | None, cache: SessionCache | None) -> None:
+        self.run = stage.fn  # the stage's plain function: the same code as its task run
+        self.choices = choices
+        self.cache = cache
+
+    def __call__(self, spec: SessionSpec, refresh: bool) -> tuple[SolveRecord, bool]:
+        recorder = current_recorder()
+        started = time.time()
+        key = self.cache.key(spec) if self.cache is not None else None
+        record = self.cache.read(key) if key is not None and not refresh and self.cache is not None else None
+        cached = record is not None
+        if record is not None:  # the task ran none of its stages: mark them as the cache's
+            recorder.from_cache(record)
+            recorder.session(started, "COMPLETED", "Cached")
+        else:
+            try:
+                with SLOW_SESSIONS.watch(current_flow_run_id(), spec.item_id, spec.run_index, started):
+                    record = self.run(spec)
+            except SessionFailed as exc:  # ended ERROR: not cached, so a retry asks the model again
+                record = exc.record
+                recorder.session(started, "FAILED", "Failed", str(exc))
+            except Exception as exc:
+                recorder.session(started, "FAILED", "Failed", f"{type(exc).__name__}: {exc}")
+                raise
+            else:
+                if key is not None and self.cache is not None:
+                    self.cache.write(key, record)
+                recorder.session(started, "COMPLETED", "Completed")
         if self.choices is not None:  # the answer by the metric, after the cache (no model call)
             record = choose(record, self.choices.metric)
         return record, cached
@@ -195,12 +242,16 @@ def stages_for(
     """The stages of a run: by its task granularity, with the model stages bound to its
     cache folder (None: no cache)."""
     answer: Answer
-    if config.choices is not None:
-        answer = OneTaskAnswer(cached_variant(choices_task, cache_dir), config.choices)
-    elif config.run.task_granularity == "stage":
+    if config.run.task_granularity == "stage" and config.choices is None:
         answer = TwoTaskAnswer(cached_variant(solve_task, cache_dir), cached_variant(adapt_task, cache_dir))
     else:
-        answer = OneTaskAnswer(cached_variant(session_task, cache_dir), None)
+        stage = choices_task if config.choices is not None else session_task
+        if config.run.task_granularity == "stage":  # every stage a live task run
+            answer = OneTaskAnswer(cached_variant(stage, cache_dir), config.choices)
+        else:
+            bound = cached_variant(stage, cache_dir)
+            cache = SessionCache(bound) if cache_dir is not None else None
+            answer = RecordedAnswer(bound, config.choices, cache)
     if config.run.task_granularity == "stage":
         return TaskStages(template, system, answer, carousel)
     return InlineStages(template, system, answer, carousel)

@@ -20,7 +20,9 @@ server keeps up with; this module makes the rest safe:
   runs: every chain up to :data:`FULL_CHAINS` sessions per flow run, then every chain
   with a stage that did not complete plainly, and one in :data:`SAMPLE_EVERY` of the rest;
 - :func:`recorded_session` does this bookkeeping around one session's chain, so the
-  chain itself only reports to its :class:`~ape.tasks.stage_runs.StageRecorder`.
+  chain itself only reports to its :class:`~ape.tasks.stage_runs.StageRecorder`; it also
+  sends the session's own task run, recorded when solve -> adapt ran as a plain call;
+- :class:`SlowSessions` shows such a session as Running while it is slow.
 
 Everything here is a no-op without an API server (the ephemeral test harness counts too:
 it answers the same API).
@@ -38,8 +40,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from prefect.client.orchestration import get_client
+from prefect.events import emit_event
 
-from ape.tasks.stage_runs import StageRecorder, current_flow_run_id, record_stage_runs, start_recorder
+from ape.tasks.stage_runs import (
+    StageRecorder,
+    current_flow_run_id,
+    record_stage_runs,
+    running_event,
+    start_recorder,
+)
 
 log = logging.getLogger("ape")
 
@@ -191,19 +200,85 @@ def keep_chain(session_index: int, marks: Iterable[Any]) -> bool:
     return (session_index - FULL_CHAINS) % SAMPLE_EVERY == 0
 
 
+class SlowSessions:
+    """Shows a recorded session that is still running after :data:`RUNNING_AFTER_S` as
+    Running in the UI: one more event, for slow sessions only.
+
+    A session at the default granularity is recorded when it ends (one event). One daemon
+    thread per process looks at the open sessions twice a second and sends a Running event
+    for each that has run longer than the threshold; its final event later updates the
+    same task run. The entry leaves under the lock before the final event is sent, so a
+    Running event never follows the final one.
+    """
+
+    def __init__(self, after_s: float) -> None:
+        self.after_s = after_s
+        self._lock = threading.Lock()
+        self._open: dict[int, tuple[str, str, int, float]] = {}
+        self._next = 0
+        self._thread: threading.Thread | None = None
+        self.announced = 0  # Running events sent (tests, and the run's own numbers)
+
+    @contextmanager
+    def watch(self, flow_run_id: str | None, item_id: str, run_index: int, start: float) -> Iterator[None]:
+        """While the block runs, the session may be shown as Running (nothing without a flow run)."""
+        if flow_run_id is None:
+            yield
+            return
+        with self._lock:
+            token = self._next
+            self._next += 1
+            self._open[token] = (flow_run_id, item_id, run_index, start)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="ape-slow-sessions", daemon=True)
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._open.pop(token, None)
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(min(0.5, self.after_s))
+            now = time.time()
+            with self._lock:
+                due = [(token, entry) for token, entry in self._open.items() if now - entry[3] >= self.after_s]
+                for token, (flow_run_id, item_id, run_index, start) in due:
+                    del self._open[token]  # announced once
+                    try:
+                        emit_event(**running_event(flow_run_id, item_id, run_index, "session", start))
+                        self.announced += 1
+                    except Exception:  # the UI misses one Running state; the run goes on
+                        log.debug("could not send a Running event", exc_info=True)
+
+
+# a session running longer than this shows as Running in the UI before it ends (seconds)
+RUNNING_AFTER_S = float(os.environ.get("APE_SESSION_RUNNING_AFTER_S") or 3.0)
+SLOW_SESSIONS = SlowSessions(RUNNING_AFTER_S)
+
+
 @contextmanager
 def recorded_session(item_id: str, run_index: int, record_stages: bool) -> Iterator[StageRecorder]:
     """The bookkeeping around one session's chain, which runs inside the ``with`` block.
 
     Before: wait while the server is behind (:meth:`TaskRunCounts.throttle`) and bind a
     fresh recorder to this thread, with a stage clock when ``record_stages``. After: send
-    the recorded stage runs (those :func:`keep_chain` keeps) and count every task run the
-    session created in :data:`TASK_RUN_COUNTS`. A session that raised counts nothing.
+    the session's recorded task run (also when the chain raised) and the recorded stage
+    runs (those :func:`keep_chain` keeps), and count every task run the session created in
+    :data:`TASK_RUN_COUNTS`. A session that raised counts only its recorded task run.
     """
     flow_run_id = current_flow_run_id()
     TASK_RUN_COUNTS.throttle()
     recorder = start_recorder(record_stages)
-    yield recorder
+    try:
+        yield recorder
+    finally:  # the session's own task run, recorded: every session keeps it, one that raised too
+        if recorder.session_mark is not None:
+            sent = record_stage_runs(flow_run_id, item_id, run_index, [recorder.session_mark])
+            recorder.ran(sent)
+            TASK_RUN_COUNTS.add(flow_run_id, sent)
+            recorder.task_runs -= sent  # counted now; the rest of the chain is counted below
     if recorder.clock is not None and keep_chain(TASK_RUN_COUNTS.next_session(flow_run_id), recorder.marks):
         recorder.ran(record_stage_runs(flow_run_id, item_id, run_index, recorder.marks))
     TASK_RUN_COUNTS.add(flow_run_id, recorder.task_runs)

@@ -137,6 +137,12 @@ class StageRecorder:
     def __init__(self, clock: StageClock | None = None) -> None:
         self.clock = clock
         self.task_runs = 0
+        self.session_mark: StageMark | None = None  # the session's own task run, when recorded
+
+    def session(self, start: float, state_type: str, state_name: str, message: str | None = None) -> None:
+        """The session's solve -> adapt ran as a plain call from ``start`` until now: its task
+        run is recorded (one event, sent with the chain) instead of run through the engine."""
+        self.session_mark = StageMark("session", start, time.time(), state_type, state_name, message)
 
     def ran(self, task_runs: int = 1) -> None:
         """The chain created ``task_runs`` more live task runs."""
@@ -210,10 +216,76 @@ def stage_run_id(flow_run_id: str, item_id: str, run_index: int, stage: str) -> 
     return uuid.uuid5(_NAMESPACE, f"{flow_run_id}/{item_id}#{run_index}/{stage}")
 
 
+def _task_run_event(
+    flow_run_id: str,
+    item_id: str,
+    run_index: int,
+    mark: StageMark,
+    upstream: uuid.UUID | None,
+    tags: tuple[str, ...],
+    *,
+    running: bool = False,
+) -> dict[str, Any]:
+    """The ``emit_event`` arguments of one task run's state: its final state (from ``mark``),
+    or with ``running`` the Running state it is in since ``mark.start``."""
+    run_id = stage_run_id(flow_run_id, item_id, run_index, mark.stage)
+    name = f"{mark.stage}[{item_id}]#{run_index}"
+    inputs = {"upstream": [{"input_type": "task_run", "id": str(upstream)}]} if upstream else {}
+    state_type, state_name = ("RUNNING", "Running") if running else (mark.state_type, mark.state_name)
+    message = "" if running else mark.message or ""
+    at = time.time() if running else mark.end
+    task_run = {
+        "name": name,
+        "task_key": f"ape.stage.{mark.stage}",
+        "dynamic_key": f"{item_id}#{run_index}",
+        "task_version": None,
+        "empirical_policy": {"retries": 0, "retry_delay": 0},  # as the engine records a task without retries
+        "tags": list(tags),
+        "labels": {},
+        "task_inputs": inputs,
+        "run_count": 1,
+        "flow_run_run_count": 1,
+        "expected_start_time": _iso(mark.start),
+        "start_time": _iso(mark.start),
+        "end_time": None if running else _iso(mark.end),
+        "total_run_time": 0.0 if running else max(0.0, mark.end - mark.start),
+    }
+    state: dict[str, Any] = {
+        "type": state_type,
+        "name": state_name,
+        "message": message,
+        "state_details": {},
+        "data": None,
+    }
+    return {
+        "event": f"prefect.task-run.{state_name}",
+        "id": uuid.uuid4(),
+        "occurred": datetime.fromtimestamp(at, tz=UTC),
+        "resource": {
+            "prefect.resource.id": f"prefect.task-run.{run_id}",
+            "prefect.resource.name": name,
+            "prefect.run-count": "1",
+            "prefect.state-message": message,
+            "prefect.state-name": state_name,
+            "prefect.state-timestamp": _iso(at),
+            "prefect.state-type": state_type,
+            "prefect.orchestration": "client",
+        },
+        "related": [{"prefect.resource.id": f"prefect.flow-run.{flow_run_id}", "prefect.resource.role": "flow-run"}],
+        "payload": {
+            "intended": {"from": None, "to": state_type},
+            "initial_state": None,
+            "validated_state": state,
+            "task_run": task_run,
+        },
+    }
+
+
 def stage_run_events(
     flow_run_id: str, item_id: str, run_index: int, marks: list[StageMark], tags: tuple[str, ...] = ()
 ) -> list[dict[str, Any]]:
-    """The ``emit_event`` arguments that record ``marks`` as task runs of ``flow_run_id``.
+    """The ``emit_event`` arguments that record ``marks`` as task runs of ``flow_run_id``,
+    each pointing at the one before it (``upstream``), so the flow run's graph draws the chain.
 
     Plain dicts (what Prefect's own engine sends for a task run's state change), so the
     function is testable without a server and costs little per stage.
@@ -221,60 +293,15 @@ def stage_run_events(
     events = []
     upstream: uuid.UUID | None = None
     for mark in marks:
-        run_id = stage_run_id(flow_run_id, item_id, run_index, mark.stage)
-        name = f"{mark.stage}[{item_id}]#{run_index}"
-        inputs = {"upstream": [{"input_type": "task_run", "id": str(upstream)}]} if upstream else {}
-        task_run = {
-            "name": name,
-            "task_key": f"ape.stage.{mark.stage}",
-            "dynamic_key": f"{item_id}#{run_index}",
-            "task_version": None,
-            "empirical_policy": {"retries": 0, "retry_delay": 0},  # as the engine records a task without retries
-            "tags": list(tags),
-            "labels": {},
-            "task_inputs": inputs,
-            "run_count": 1,
-            "flow_run_run_count": 1,
-            "expected_start_time": _iso(mark.start),
-            "start_time": _iso(mark.start),
-            "end_time": _iso(mark.end),
-            "total_run_time": max(0.0, mark.end - mark.start),
-        }
-        state: dict[str, Any] = {
-            "type": mark.state_type,
-            "name": mark.state_name,
-            "message": mark.message or "",
-            "state_details": {},
-            "data": None,
-        }
-        events.append(
-            {
-                "event": f"prefect.task-run.{mark.state_name}",
-                "id": uuid.uuid4(),
-                "occurred": datetime.fromtimestamp(mark.end, tz=UTC),
-                "resource": {
-                    "prefect.resource.id": f"prefect.task-run.{run_id}",
-                    "prefect.resource.name": name,
-                    "prefect.run-count": "1",
-                    "prefect.state-message": mark.message or "",
-                    "prefect.state-name": mark.state_name,
-                    "prefect.state-timestamp": _iso(mark.end),
-                    "prefect.state-type": mark.state_type,
-                    "prefect.orchestration": "client",
-                },
-                "related": [
-                    {"prefect.resource.id": f"prefect.flow-run.{flow_run_id}", "prefect.resource.role": "flow-run"}
-                ],
-                "payload": {
-                    "intended": {"from": None, "to": mark.state_type},
-                    "initial_state": None,
-                    "validated_state": state,
-                    "task_run": task_run,
-                },
-            }
-        )
-        upstream = run_id
+        events.append(_task_run_event(flow_run_id, item_id, run_index, mark, upstream, tags))
+        upstream = stage_run_id(flow_run_id, item_id, run_index, mark.stage)
     return events
+
+
+def running_event(flow_run_id: str, item_id: str, run_index: int, stage: str, start: float) -> dict[str, Any]:
+    """The ``emit_event`` arguments that show ``stage`` of a session as Running since ``start``
+    (a slow session, :class:`SlowSessions`); its final event later updates the same task run."""
+    return _task_run_event(flow_run_id, item_id, run_index, StageMark(stage, start, start), None, (), running=True)
 
 
 def current_flow_run_id() -> str | None:

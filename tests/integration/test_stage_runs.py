@@ -134,3 +134,35 @@ def test_check_result_states() -> None:
         close_chain(clock, Outcome.SOLVED if check else Outcome.PARSING_FAILED, check, 0.0)
         assert (clock.marks[0].state_type, clock.marks[0].state_name) == expected
         assert clock.marks[1].stage == "score"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_slow_session_shows_as_running_before_it_ends(prefect_server: str, tmp_path: Path) -> None:
+    """A recorded session is one event when it ends; one that runs longer than a few
+    seconds (the default, 3 s) shows as Running in the UI meanwhile, then ends Completed."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers.paths import REPO_ROOT
+    from tests.helpers.prefect_api import PrefectApi
+
+    config = make_benchmark(
+        tmp_path, n=1, model_args='behaviour = "arithmetic", latency_s = 6.0', run="solver_workers = 1"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APE_SESSION")}
+    command = [sys.executable, "-m", "ape", "run", str(config), "--no-progress"]
+    proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    seen: set[str] = set()
+    body = {"task_runs": {"name": {"like_": "session[i0]"}}}
+    with PrefectApi(prefect_server) as api:
+        while proc.poll() is None:
+            seen |= {run["state_type"] for run in api.post("/task_runs/filter", json=body).json()}
+            time.sleep(0.3)
+        output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+        assert proc.returncode == 0, output[-3000:]
+        (run,) = api.post("/task_runs/filter", json=body).json()
+    assert "RUNNING" in seen, seen  # shown while the model was still answering
+    assert run["state_type"] == "COMPLETED" and run["name"] == "session[i0]#0", run
+    assert run["total_run_time"] >= 6.0  # the session's real duration
