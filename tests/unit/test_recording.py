@@ -109,3 +109,21 @@ def test_keep_chain_full_then_failures_and_a_sample(monkeypatch: pytest.MonkeyPa
     assert keep_chain(5, _marks("COMPLETED", "Incorrect"))
     assert keep_chain(5, _marks("COMPLETED", "Skipped"))
     assert not keep_chain(5, _marks("COMPLETED", "Passed"))
+
+
+def test_slow_sessions_are_announced_once_and_fast_ones_never(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ape.tasks import recording
+
+    sent: list[dict] = []
+    monkeypatch.setattr(recording, "emit_event", lambda **event: sent.append(event))
+    slow = recording.SlowSessions(after_s=0.2)
+    with slow.watch("flow-1", "fast", 0, time.time()):
+        pass  # ended before the threshold: nothing sent
+    with slow.watch("flow-1", "slow", 0, time.time()):
+        time.sleep(1.0)
+    with slow.watch(None, "no-flow", 0, time.time() - 10):
+        time.sleep(0.6)  # outside a flow run: nothing to show it in
+    assert [e["resource"]["prefect.resource.name"] for e in sent] == ["session[slow]#0"]
+    (event,) = sent
+    assert event["event"] == "prefect.task-run.Running"
+    assert event["payload"]["task_run"]["end_time"] is None and slow.announced == 1
