@@ -70,10 +70,10 @@ def launch(config: ApeConfig, request: RunRequest | None = None, *, api: Api = "
     request = request or RunRequest()
     if command:
         set_log_level(config)
-    preflight(config, run_folder=bool(request.new_run or request.run_id))
+    checked = preflight(config, run_folder=bool(request.new_run or request.run_id))
     point_result_storage(config)
     with OutputLock(config.run.output):  # before a server start, so a second run is refused at once
-        graded = canary(config)
+        graded = canary(config, checked)
         if graded:
             log.info("canary: the checker graded %d known answers as expected", len(graded))
         connect(api)

@@ -24,7 +24,7 @@ from prefect.utilities.urls import url_for
 
 from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from ape.flows.logs import run_logs
-from ape.flows.preflight import canary
+from ape.flows.preflight import Checked, canary
 from ape.flows.progress import RUN_ERROR_LINES
 from ape.flows.states import items_failed
 from ape.schemas.config import ApeConfig
@@ -84,13 +84,14 @@ def run_benchmark(
     run_id: str | None = None,
     *,
     canary_graded: bool = False,
+    checked: Checked | None = None,
 ) -> Any:
     """The body of the benchmark flow, shared by :func:`benchmark` (the config is its
     parameter) and :func:`ape.flows.served.served_benchmark` (the config is read from the
     served file): the canary (unless graded already), the local model servers, every model,
-    the report."""
+    the report. ``checked``: the caller's preflight of ``config``, whose checker the canary grades."""
     if not canary_graded:
-        refused = canary_refusal(config)  # before any model is served or called
+        refused = canary_refusal(config, checked)  # before any model is served or called
         if refused is not None:
             return refused
     # local GGUF models (provider "llama-cpp") are served for the length of the run
@@ -112,12 +113,12 @@ def _suspect(config: ApeConfig, envelope: dict[str, Any]) -> str | None:
     return "; ".join(lines) + " (if this is expected, set [run] accept_unhealthy = true)"
 
 
-def canary_refusal(config: ApeConfig) -> Any:
+def canary_refusal(config: ApeConfig, checked: Checked | None = None) -> Any:
     """Grade the canary (:func:`ape.flows.preflight.canary`): None when it passed, else the
     Failed state that ends the flow run with its one line (a log line and the state's
     message, not a traceback; ``items_failed`` raises the :class:`CanaryFailed` again)."""
     try:
-        graded = canary(config)
+        graded = canary(config, checked)
     except CanaryFailed as exc:
         log.error("%s", exc)
         return Failed(message=str(exc), data=exc)

@@ -92,15 +92,17 @@ def check_judge_model(config: ApeConfig) -> None:
         raise
 
 
-def canary(config: ApeConfig) -> list[Any]:
+def canary(config: ApeConfig, checked: Checked | None = None) -> list[Any]:
     """Grade the checker's known answers (``ape.tasks.checking.canary``) before any model call;
     the returned list holds the graded examples (empty for a checker without any).
+    ``checked``: what :func:`preflight` resolved for this config, whose checker the canary
+    then grades (instead of resolving the data model and checker once more).
 
     Raises:
         CanaryFailed: one line naming the checker, the example and the cause.
         ApeError: a ``[[checker.canary]]`` item that does not fit the DataModel.
     """
     try:
-        return grade_canary(config)
+        return grade_canary(config, checked.setups[0] if checked is not None and checked.setups else None)
     except ApeError as exc:
         raise locate(exc, config) from None

@@ -155,7 +155,7 @@ def served_benchmark(
         overrides = RunOverrides(only_models=only_models, redo_outcomes=redo_outcomes, new_run=new_run, note=note)
         config = load_served(overrides)
         # the checks of `ape run`, on the file as it is now; a deployment's run is a new run
-        preflight(config, run_folder=overrides.new_run is not False)
+        checked = preflight(config, run_folder=overrides.new_run is not False)
     except (ApeError, ValidationError) as exc:
         if isinstance(exc, ValidationError):
             exc = validation_error(exc, "bad flow-run parameter", default="parameters", quote=False)
@@ -165,7 +165,7 @@ def served_benchmark(
     if overrides.note:
         log.info("note: %s", overrides.note)
     outcomes = [o.value for o in overrides.redo_outcomes] if overrides.redo_outcomes else None
-    return run_benchmark(config, outcomes, overrides.only_models, overrides.new_run)
+    return run_benchmark(config, outcomes, overrides.only_models, overrides.new_run, checked=checked)
 
 
 def _leave_ctrl_c_to_the_runner() -> None:

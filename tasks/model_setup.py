@@ -235,15 +235,16 @@ def check_choices(config: ApeConfig, model_cfg: ModelConfig, data_model: type[Ba
     check_can_score(model_cfg)
 
 
-def grade_canary(config: ApeConfig) -> list[Any]:
+def grade_canary(config: ApeConfig, setup: ModelSetup | None = None) -> list[Any]:
     """Grade the checker's known answers (:mod:`ape.tasks.checking.canary`) with the checker
     the run will use, and for a judge its injected wrong answers
     (:mod:`ape.tasks.checking.judge_canary`), and for a ``[choices]`` run the endpoints' prompt
     log-probabilities (:mod:`ape.tasks.checking.logprob_canary`); raises ``CanaryFailed`` (one
-    line) when one comes out wrong."""
+    line) when one comes out wrong. ``setup``: a setup of this config already built (its
+    data model and checker factory are the run's; otherwise they are resolved here)."""
 
-    data_model = load_data_model(config)
-    factory = run_checker_factory(config, data_model)
+    data_model = setup.data_model if setup is not None else load_data_model(config)
+    factory = setup.checker_factory if setup is not None else run_checker_factory(config, data_model)
     graded = run_canary(config.checker, factory, data_model)
     if config.checker.implementation == "judge":
         graded += run_judge_canary(config, factory, data_model)

@@ -37,7 +37,7 @@ def validate(config_path: Path, *, estimate: bool = False, overrides: dict | Non
     config = load_config(config_path, overrides)
     checked = preflight(config)
     setup, tools, ids = checked.setups[0], checked.tools, checked.ids
-    graded = canary(config)  # before "ok": a checker that cannot grade is not a valid config
+    graded = canary(config, checked)  # before "ok": a checker that cannot grade is not a valid config
     variables = ", ".join(sorted(template_variables(setup.template))) or "none"
     print(f"ok: {config_path}")
     print(f"  data: {len(ids)} items from {config.data.file.name}" + (f" ({ids[0]} .. {ids[-1]})" if ids else ""))

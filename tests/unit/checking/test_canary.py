@@ -257,3 +257,25 @@ def test_a_deployment_run_with_a_failing_canary_ends_failed_before_any_model_cal
     assert "'two': expected FAILED, got PASSED" in str(state.message)
     assert not (tmp_path / "calls.log").exists()
     assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_the_canary_grades_the_checker_preflight_resolved(tmp_path, monkeypatch):
+    # what preflight built (the data model, the checker factory) is what the canary grades:
+    # neither is resolved a second time for the same run
+    from ape.config import load_config
+    from ape.flows import preflight as preflight_module
+    from ape.tasks import model_setup
+    from tests.helpers.runner import make_benchmark
+
+    config = load_config(make_benchmark(tmp_path, n=3))
+    checked = preflight_module.preflight(config)
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("resolved again")
+
+    monkeypatch.setattr(model_setup, "run_checker_factory", not_again)
+    monkeypatch.setattr(model_setup, "load_data_model", not_again)
+    graded = preflight_module.canary(config, checked)
+    assert graded  # exact_match's known answers, graded by the preflight's checker
+    with pytest.raises(AssertionError, match="resolved again"):
+        preflight_module.canary(config)  # without it, the canary resolves them itself
