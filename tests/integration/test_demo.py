@@ -103,8 +103,18 @@ def test_clean_run_envelope_matches_the_schema(clean_run):
     data = _report(out)
     envelope = Envelope.model_validate(data)  # extra="forbid": no stray keys
     assert envelope.error is None
-    assert set(data) == {"leaderboard", "pairwise", "calibration", "summary", "health", "error", "regressions", "judge"}
-    assert data["judge"] is None  # only the judge checker adds it
+    assert set(data) == {
+        "leaderboard",
+        "pairwise",
+        "calibration",
+        "summary",
+        "health",
+        "error",
+        "regressions",
+        "judge",
+        "choices",
+    }
+    assert data["judge"] is None and data["choices"] == {}  # only a judge, only [choices] runs add them
     summary = data["summary"]
     assert (summary["tasks"], summary["models"], summary["sessions"]) == (10, 4, 40)
     assert summary["wall_seconds"] > 0  # the 10 s budget is a warning of `ape demo`, not a timed test

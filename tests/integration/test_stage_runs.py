@@ -149,13 +149,17 @@ def test_a_slow_session_shows_as_running_before_it_ends(prefect_server: str, tmp
     from tests.helpers.prefect_api import PrefectApi
 
     config = make_benchmark(
-        tmp_path, n=1, model_args='behaviour = "arithmetic", latency_s = 6.0', run="solver_workers = 1"
+        tmp_path,
+        n=1,
+        model_args='behaviour = "arithmetic", latency_s = 6.0',
+        run="solver_workers = 1",
+        id_prefix="slow",  # a name no other test's run has on the shared server
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("APE_SESSION")}
     command = [sys.executable, "-m", "ape", "run", str(config), "--no-progress"]
     proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     seen: set[str] = set()
-    body = {"task_runs": {"name": {"like_": "session[i0]"}}}
+    body = {"task_runs": {"name": {"like_": "session[slow0]"}}}
     with PrefectApi(prefect_server) as api:
         while proc.poll() is None:
             seen |= {run["state_type"] for run in api.post("/task_runs/filter", json=body).json()}
@@ -164,5 +168,5 @@ def test_a_slow_session_shows_as_running_before_it_ends(prefect_server: str, tmp
         assert proc.returncode == 0, output[-3000:]
         (run,) = api.post("/task_runs/filter", json=body).json()
     assert "RUNNING" in seen, seen  # shown while the model was still answering
-    assert run["state_type"] == "COMPLETED" and run["name"] == "session[i0]#0", run
+    assert run["state_type"] == "COMPLETED" and run["name"] == "session[slow0]#0", run
     assert run["total_run_time"] >= 6.0  # the session's real duration
