@@ -27,6 +27,7 @@ from ape import server
 from ape.flows.preflight import canary, preflight
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
+from ape.tasks.model_setup import prepared
 from ape.tasks.storage.config_file import locate
 from ape.tasks.storage.outdir import OutputLock
 from ape.watchdog import api_watchdog
@@ -77,7 +78,8 @@ def launch(config: ApeConfig, request: RunRequest | None = None, *, api: Api = "
         if graded:
             log.info("canary: the checker graded %d known answers as expected", len(graded))
         connect(api)
-        return _run_flow(config, request, command=command)
+        with prepared(checked.setups):  # the model flows take preflight's setups, not new ones
+            return _run_flow(config, request, command=command)
 
 
 def set_log_level(config: ApeConfig) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from ape.flows.states import items_failed
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import HealthEntry
 from ape.tasks.checking.canary import CanaryFailed
-from ape.tasks.model_setup import run_label
+from ape.tasks.model_setup import prepared, run_label
 from ape.tasks.models.llama_server import local_model_servers
 from ape.tasks.recording import TASK_RUN_COUNTS, wait_until_recorded
 from ape.tasks.report.health import suspect_lines
@@ -94,8 +95,10 @@ def run_benchmark(
         refused = canary_refusal(config, checked)  # before any model is served or called
         if refused is not None:
             return refused
-    # local GGUF models (provider "llama-cpp") are served for the length of the run
-    with run_logs(None), local_model_servers(config) as served:
+    # local GGUF models (provider "llama-cpp") are served for the length of the run; the model
+    # flows take the caller's preflight setups (ape.launch hands them on around the flow)
+    handed = prepared(checked.setups) if checked is not None else nullcontext()
+    with run_logs(None), local_model_servers(config) as served, handed:
         return _evaluate_all(served, redo_outcomes, only_models, new_run, run_id)
 
 

@@ -38,7 +38,7 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
-from ape.tasks.model_setup import ModelSetup, make_setup, resume_fingerprints, run_label
+from ape.tasks.model_setup import ModelSetup, resume_fingerprints, run_label, setup_for
 from ape.tasks.report.provenance import run_provenance
 from ape.tasks.stats.cost import Budget
 from ape.tasks.storage.outdir import OutputLock
@@ -240,7 +240,7 @@ def evaluate(config: ApeConfig, model_index: int = 0, redo_outcomes: list[str] |
     """Evaluate one configured model (``config.model[model_index]``) over the data."""
     if not 0 <= model_index < len(config.model):
         raise ApeError(f"model_index {model_index} out of range (config has {len(config.model)} models)")
-    setup = make_setup(config, config.model[model_index])
+    setup = setup_for(config, model_index)  # preflight's, when the run had one
     with run_logs(setup.out_dir):
         try:
             return Runner(setup, redo_outcomes).run()

@@ -7,10 +7,13 @@ here first with a clear error.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +76,62 @@ class ModelSetup:
     def provider(self) -> DataProvider:
         d = self.config.data
         return DataProvider(d.file, self.data_model, d.start_id, d.end_id)
+
+    def for_run(self, config: ApeConfig) -> ModelSetup:
+        """This setup for ``config``: the config it was built from, writing into another
+        output folder (a run folder, :func:`ape.tasks.storage.runs.config_for_run`).
+
+        What depends on the folder is made again: the cache scope in the fingerprint (a new
+        run calls the model afresh) and a judge's checker factory (its cache lives in the
+        run's folder). Everything else (data model, template, adapter, checker, hooks) does
+        not depend on the folder and is kept as resolved."""
+        fingerprint = {**self.fingerprint, "cache_scope": cache_scope_key(config)}
+        factory = self.checker_factory
+        if config.checker.implementation == "judge" and cache_dir(config) != cache_dir(self.config):
+            factory = run_checker_factory(config, self.data_model)
+        return dataclasses.replace(
+            self,
+            config=config,
+            checker_factory=factory,
+            fingerprint=fingerprint,
+            fingerprint_key=fingerprint_hash(fingerprint, size=32),
+        )
+
+
+# What preflight built for the run in progress, handed to the run's model flows in this
+# process: a setup holds classes and callables, so it cannot be a flow-run parameter (those
+# are JSON, shown in the UI and sent to the server), and building it again per model flow
+# would read and check every plugin, template and hook once more.
+_PREPARED: ContextVar[tuple[ModelSetup, ...]] = ContextVar("ape_prepared_setups", default=())
+
+
+@contextmanager
+def prepared(setups: Sequence[ModelSetup]) -> Iterator[None]:
+    """Within the block, :func:`setup_for` returns these setups (preflight's) instead of
+    building new ones; outside it, nothing is kept (a served deployment reads its config
+    file afresh at every run, so a setup must not outlive its run)."""
+    token = _PREPARED.set(tuple(setups))
+    try:
+        yield
+    finally:
+        _PREPARED.reset(token)
+
+
+def setup_for(config: ApeConfig, model_index: int) -> ModelSetup:
+    """The setup of ``config.model[model_index]`` for a model's flow: the one preflight
+    built for this run (:func:`prepared`), pointed at the run's folder, or a new one when
+    the flow runs on its own (a Dask worker, a test, a flow run started without preflight)."""
+    model_cfg = config.model[model_index]
+    wanted = _without_output(config)
+    for setup in _PREPARED.get():
+        if setup.model_cfg == model_cfg and _without_output(setup.config) == wanted:
+            return setup.for_run(config)
+    return make_setup(config, model_cfg)
+
+
+def _without_output(config: ApeConfig) -> dict[str, Any]:
+    """The config as a run folder leaves it (``config_for_run`` changes only the output)."""
+    return config.model_dump(mode="json", exclude={"run": {"output"}})
 
 
 def _read(path: Path | None, inline: str | None, key: str) -> str | None:
