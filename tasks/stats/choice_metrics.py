@@ -39,13 +39,15 @@ def choice_metrics(sessions: pd.DataFrame) -> dict[str, ChoiceMetricsEntry]:
     """Model id -> its acc and acc_norm, for each model with choice sessions (else empty)."""
     if sessions.empty or "check_metadata" not in sessions:
         return {}
-    verdicts = sessions["check_metadata"].map(_verdicts)
-    chosen = sessions.loc[verdicts.notna(), ["model_id", "item_id"]].copy()
-    if chosen.empty:
+    verdicts = sessions["check_metadata"].map(_verdicts).dropna()
+    if verdicts.empty:
         return {}
-    for rule in RULES:
-        chosen[rule] = [float(v[rule]) for v in verdicts.dropna()]
-    chosen["metric"] = [str(v.get("metric") or "acc") for v in verdicts.dropna()]
+    # one row per choice session: its model, item, both verdicts and the rule it was scored by
+    chosen = pd.DataFrame(
+        {rule: [float(v[rule]) for v in verdicts] for rule in RULES}
+        | {"metric": [str(v.get("metric") or "acc") for v in verdicts]},
+        index=verdicts.index,
+    ).join(sessions[["model_id", "item_id"]])
     result: dict[str, ChoiceMetricsEntry] = {}
     for model_id, frame in chosen.groupby("model_id", sort=False):
         items = frame.groupby("item_id")[list(RULES)].mean()
