@@ -6,10 +6,11 @@ Two measurements, each against servers started for the purpose (state in a temp 
 - ``--n N`` (default 20,000): ``python -m ape run`` of N instant-model items with 16
   solver workers against a server APE starts (its settings, ``ape.server.SERVER_SETTINGS``).
   The moment the command returns, counts the task runs on the server: every session's
-  live task run in a final state, the recorded stage chains (all of the first
-  ``APE_STAGE_RUNS_FULL`` sessions, then failures and one in ``APE_STAGE_RUNS_SAMPLE_EVERY``),
-  none Pending or Running; prints the wall time, items/s and the events the server's
-  broker dropped (its "Subscription queue is full" warnings).
+  live task run in a final state, the recorded stage chains (as many as the run's
+  ``stage_chains.json`` says it recorded: every chain while the server kept within
+  ``APE_CHAIN_MAX_LAG`` task runs, and every unusual one), none Pending or Running; prints
+  the wall time, items/s, the chains left out and the events the server's broker dropped
+  (its "Subscription queue is full" warnings).
 - ``--idle S``: the CPU a freshly started, idle server uses over S seconds (psutil, the
   server's process tree), with Prefect's defaults and with APE's settings, side by side.
 
@@ -47,6 +48,7 @@ def count(api: str, name: str, types: list[str]) -> int:
 
 def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Path) -> None:
     from ape.tasks import recording
+    from ape.tasks.storage.stage_chains import read_chains
 
     folder = work / f"run-{n}"
     make_workload(folder, n, 0.0, 16, call_log=False)
@@ -59,8 +61,8 @@ def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Pat
         raise RuntimeError(done.stdout[-2000:] + done.stderr[-2000:])
     final, opened = list(recording.FINAL_TYPES), list(recording.OPEN_TYPES)
     sessions = count(api, "session[", final)
-    full = min(n, recording.FULL_CHAINS)
-    chains = full + -(-(n - full) // recording.SAMPLE_EVERY)
+    said = read_chains(folder / "out")  # what the run says it recorded and left out
+    chains, left_out = (said.chains_recorded, said.chains_left_out) if said else (0, 0)
     stages = {s: count(api, f"{s}[", final) for s in ("render", "solve", "adapt", "check", "score")}
     still_open = count(api, "[", opened)
     drops = log_file.read_text(errors="replace").count("Subscription queue is full")
@@ -72,6 +74,7 @@ def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Pat
     for stage, held in stages.items():
         print(f"| {stage} (recorded chain) | {held} | {chains} |")
     print(f"| any still Pending/Running | {still_open} | 0 |")
+    print(f"stage chains left out (stage_chains.json; `ape record` records them): {left_out}")
     print(f"events the server's broker dropped (all consumers): {drops}")
     for line in waited[-3:]:
         print("  ape:", line.strip()[-160:])

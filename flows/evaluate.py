@@ -39,11 +39,14 @@ from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.model_setup import ModelSetup, resume_fingerprints, run_label, setup_for
+from ape.tasks.recording import TASK_RUN_COUNTS
 from ape.tasks.report.provenance import run_provenance
+from ape.tasks.stage_runs import current_flow_run_id
 from ape.tasks.stats.cost import Budget
 from ape.tasks.storage.outdir import OutputLock
 from ape.tasks.storage.run_files import config_reference
 from ape.tasks.storage.save import SaveFailed, SaveHandler
+from ape.tasks.storage.stage_chains import note_flow_run, record_command, record_line
 from ape.tasks.storage.transcripts import JSONL_FILE, LOG_FILE, SessionLog
 
 __all__ = ["ItemsFailed", "ItemProcessor", "Runner", "dask_task_runner", "evaluate"]
@@ -208,6 +211,7 @@ class Runner:
             "check_errors": tally.check_errors,
             "passed": tally.passed,
             "wall_seconds": round(time.perf_counter() - started, 3),
+            **self._stage_chains(),
         }
         log.info("%s: %s", setup.model_id, tally.line())
         tolerance = cfg.run.fail_on_error
@@ -219,6 +223,29 @@ class Runner:
                 f"run to redo only those (see {setup.out_dir / cfg.run.save_file})"
             )
         return summary
+
+    def _stage_chains(self) -> dict[str, int]:
+        """This flow run's stage chains, recorded and left out (``ape.tasks.recording``), also
+        written to the model folder's ``stage_chains.json`` for ``ape record``."""
+        setup = self.setup
+        flow_run_id = current_flow_run_id()
+        chains = TASK_RUN_COUNTS.take_chains(flow_run_id)
+        if flow_run_id is not None:
+            try:
+                note_flow_run(
+                    setup.out_dir,
+                    setup.model_id,
+                    flow_run_id,
+                    chains.recorded,
+                    chains.left_out,
+                    keep_earlier=setup.config.run.load_save,
+                )
+            except OSError as exc:  # the results are saved; only `ape record` loses its list
+                log.warning("%s: could not write stage_chains.json: %s", setup.model_id, exc.strerror or exc)
+        if chains.left_out:
+            command = record_command(setup.config.run.output)
+            log.info("%s: %s", setup.model_id, record_line(chains.recorded, len(chains.left_out), [command]))
+        return {"chains_recorded": chains.recorded, "chains_left_out": len(chains.left_out)}
 
     def _call_hook(self, batch: OutputBatch) -> None:
         hook = self.setup.hook

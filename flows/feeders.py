@@ -26,6 +26,8 @@ from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch
 from ape.tasks.model_setup import ModelSetup, fingerprint_hash, make_setup
+from ape.tasks.recording import TASK_RUN_COUNTS, collect_chains
+from ape.tasks.stage_runs import current_flow_run_id
 from ape.tasks.stages import Worker, bind_worker
 from ape.tasks.storage.transcripts import SessionLog
 
@@ -109,10 +111,13 @@ class DaskFeeder:
             time.sleep(0.02)
         self.pending -= done
         batches = []
+        flow_run_id = current_flow_run_id()
         for future in done:
-            batch, transcripts = future.result()
+            batch, transcripts, chains = future.result()
             for session, transcript in zip(batch.sessions, transcripts):
                 self.session_log.write(session, transcript)
+            for key, run_index, recorded in chains:  # counted in this process, where the run's summary is
+                TASK_RUN_COUNTS.chain(flow_run_id, key, run_index, recorded)
             batches.append(batch)
         return batches
 
@@ -131,9 +136,10 @@ _thread_workers = threading.local()
 
 def run_item_on_worker(
     config: ApeConfig, model_index: int, item: dict[str, Any], refresh: bool
-) -> tuple[OutputBatch, list[list[Any]]]:
+) -> tuple[OutputBatch, list[list[Any]], list[tuple[str, int, bool]]]:
     """One item on a Dask worker: the setup is built once per worker process, the solver
-    worker (model client, tools) once per worker thread."""
+    worker (model client, tools) once per worker thread. Returns the item's batch, its
+    transcripts and its stage chains (recorded or left out) for the flow's process."""
     key = fingerprint_hash(config.model_dump(mode="json")) + f"#{model_index}"
     with _processors_lock:
         processor = _processors.get(key)
@@ -145,7 +151,9 @@ def run_item_on_worker(
     if key not in workers:
         workers[key] = Worker(processor.setup, processor.carousel)
     bind_worker(workers[key])
-    return processor.run_item(processor.setup.data_model.model_validate(item), refresh)
+    with collect_chains() as chains:
+        batch, transcripts = processor.run_item(processor.setup.data_model.model_validate(item), refresh)
+    return batch, transcripts, chains
 
 
 # Wrapped without the decorator so the plain function keeps its own importable name:

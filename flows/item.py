@@ -47,6 +47,7 @@ class ItemProcessor:
         cfg = setup.config
         # the chain as recorded task runs (tasks.stage_runs); stage granularity runs it live
         self.record_stages = cfg.run.task_granularity == "session" and cfg.run.stage_runs
+        self.live_stages = cfg.run.task_granularity == "stage"
         cache_dir = setup.cache_dir if cfg.run.cache else None
         if cache_dir is not None:
             cache_dir.mkdir(parents=True, exist_ok=True)
@@ -57,7 +58,7 @@ class ItemProcessor:
     def run_session(
         self, item: BaseModel, key: str, run_index: int, refresh: bool = False
     ) -> tuple[SessionResult, list[Any]]:
-        with recorded_session(key, run_index, self.record_stages):
+        with recorded_session(key, run_index, self.record_stages, live_stages=self.live_stages):
             started = time.perf_counter()
             prompt, system = self.stages.render(item, key)
             spec = SessionSpec(

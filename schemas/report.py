@@ -349,6 +349,18 @@ class HealthEntry(ReportModel):
     injection_threshold: float = Field(default=0.1, description="The share of flagged sessions that marks a model.")
 
 
+class StageChainsEntry(ReportModel):
+    """One model's stage chains in the Prefect UI (its ``stage_chains.json``, ``ape.tasks.recording``)."""
+
+    recorded: int = Field(default=0, description="Sessions whose render -> score chain the server was sent.")
+    left_out: int = Field(
+        default=0, description="Plain chains left out while the server was behind (results on disk are complete)."
+    )
+    record_command: str | None = Field(
+        default=None, description="The command that records the chains left out; null when none were."
+    )
+
+
 class Envelope(ReportModel):
     """The whole report, as written to ``report.json``."""
 
@@ -366,6 +378,11 @@ class Envelope(ReportModel):
     judge: JudgeReport | None = Field(default=None, description="Only with the judge checker.")
     choices: dict[str, ChoiceMetricsEntry] = Field(
         default_factory=dict, description="Model id -> acc and acc_norm; [choices] (log-likelihood) runs only."
+    )
+    stage_chains: dict[str, StageChainsEntry] = Field(
+        default_factory=dict,
+        description="Model id -> its stage chains recorded in the Prefect UI and left out; "
+        "empty for results without a stage_chains.json.",
     )
 
     @property

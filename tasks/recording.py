@@ -16,9 +16,11 @@ server keeps up with; this module makes the rest safe:
   ``/task_runs/count`` for those flow runs until every expected task run is there in a
   final state (none Pending or Running), printing a progress line, and gives up after a
   bound, saying how many are missing;
-- :func:`keep_chain` decides which sessions' stage chains are recorded in very large
-  runs: every chain up to :data:`FULL_CHAINS` sessions per flow run, then every chain
-  with a stage that did not complete plainly, and one in :data:`SAMPLE_EVERY` of the rest;
+- :func:`keep_chain` decides which sessions' stage chains are recorded: every chain with a
+  stage that did not end plainly, and a plain one while the server is at most
+  :data:`CHAIN_MAX_LAG` task runs behind (the lag a poller thread per process keeps
+  fresh, so no solver thread asks the server); the chains left out are counted and named
+  per flow run (:meth:`TaskRunCounts.chains`), for ``stage_chains.json`` and ``ape record``;
 - :func:`recorded_session` does this bookkeeping around one session's chain, so the
   chain itself only reports to its :class:`~ape.tasks.stage_runs.StageRecorder`; it also
   sends the session's own task run, recorded when solve -> adapt ran as a plain call;
@@ -36,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prefect.client.orchestration import get_client
@@ -67,10 +69,14 @@ def _env_int(name: str, default: int) -> int:
 # three events (a live session: Pending, Running, Completed), so 2,500 keep the broker's
 # queue (10,000 per consumer) well below its limit
 MAX_LAG = _env_int("APE_RECORD_MAX_LAG", 2500)
-# every stage chain is recorded for the first FULL_CHAINS sessions of a flow run; after
-# that, chains with a failed/unusual stage and one in SAMPLE_EVERY of the others
-FULL_CHAINS = _env_int("APE_STAGE_RUNS_FULL", 2000)
-SAMPLE_EVERY = max(1, _env_int("APE_STAGE_RUNS_SAMPLE_EVERY", 10))
+# task runs the server may be behind for a plain stage chain to be recorded (five task
+# runs); further behind, plain chains are left out (named in stage_chains.json, recorded
+# later by `ape record`) and chains with an unusual stage still go. 500 is about two
+# seconds of what a local server takes in on two cores: more than the lag a run the server
+# keeps up with shows (its recorder writes once a second, the lag is polled once a
+# second), and far enough below MAX_LAG that stage chains alone never make a solver wait.
+# 0 records no plain chain.
+CHAIN_MAX_LAG = _env_int("APE_CHAIN_MAX_LAG", 500)
 # how long the end of a run waits for the server, at most (seconds)
 WAIT_S = float(_env_int("APE_RECORD_WAIT_S", 300))
 POLL_S = 1.0
@@ -108,16 +114,46 @@ def count_task_runs(flow_run_ids: Iterable[str], state_types: Iterable[str]) -> 
         return int(response.json())
 
 
-class TaskRunCounts:
-    """Task runs this process created, per flow run, and what the server last held of them."""
+@dataclass
+class ChainTally:
+    """The stage chains of one flow run: how many were recorded, and the sessions
+    (item id, run index) whose chain was left out while the server was behind."""
 
-    def __init__(self, counter: Callable[[Iterable[str], Iterable[str]], int] = count_task_runs) -> None:
+    recorded: int = 0
+    left_out: list[tuple[str, int]] = field(default_factory=list)
+
+    def add(self, item_id: str, run_index: int, recorded: bool) -> None:
+        if recorded:
+            self.recorded += 1
+        else:
+            self.left_out.append((item_id, run_index))
+
+
+class TaskRunCounts:
+    """Task runs this process created, per flow run, what the server last held of them, and
+    which stage chains were recorded or left out.
+
+    The server is asked from two places, one at a time and at most once a :data:`POLL_S`:
+    a daemon thread, running while task runs are expected and the last count puts the
+    server more than :data:`CHAIN_MAX_LAG` behind, so :func:`keep_chain` reads a fresh lag
+    without a solver thread making a request; and :meth:`throttle`, the one place a solver
+    waits.
+    """
+
+    def __init__(
+        self,
+        counter: Callable[[Iterable[str], Iterable[str]], int] = count_task_runs,
+        *,
+        background: bool = True,
+    ) -> None:
         self._lock = threading.Lock()
         self._poll_lock = threading.Lock()
         self._expected: dict[str, int] = {}
-        self._sessions: dict[str, int] = {}
+        self._chains: dict[str, ChainTally] = {}
         self._recorded = 0
         self._polled_at = 0.0
+        self._background = background
+        self._poller: threading.Thread | None = None
         self.counter = counter
 
     def add(self, flow_run_id: str | None, task_runs: int) -> None:
@@ -126,14 +162,27 @@ class TaskRunCounts:
             return
         with self._lock:
             self._expected[flow_run_id] = self._expected.get(flow_run_id, 0) + task_runs
+            if self._background and self._poller is None:
+                self._poller = threading.Thread(target=self._poll_loop, name="ape-task-run-counts", daemon=True)
+                self._poller.start()
 
-    def next_session(self, flow_run_id: str | None) -> int:
-        """The 0-based index of a new session of ``flow_run_id`` (for :func:`keep_chain`)."""
-        key = flow_run_id or ""
+    def chain(self, flow_run_id: str | None, item_id: str, run_index: int, recorded: bool) -> None:
+        """Note one session's stage chain of ``flow_run_id``: recorded, or left out."""
+        if flow_run_id is None:
+            return
         with self._lock:
-            index = self._sessions.get(key, 0)
-            self._sessions[key] = index + 1
-            return index
+            self._chains.setdefault(flow_run_id, ChainTally()).add(item_id, run_index, recorded)
+
+    def chains(self, flow_run_id: str | None) -> ChainTally:
+        """What :meth:`chain` noted of ``flow_run_id`` so far (a copy)."""
+        with self._lock:
+            tally = self._chains.get(flow_run_id or "")
+            return ChainTally(tally.recorded, list(tally.left_out)) if tally else ChainTally()
+
+    def take_chains(self, flow_run_id: str | None) -> ChainTally:
+        """What :meth:`chain` noted of ``flow_run_id``, forgotten here (its run has ended)."""
+        with self._lock:
+            return self._chains.pop(flow_run_id or "", None) or ChainTally()
 
     def expected(self, flow_run_ids: Iterable[str] | None = None) -> dict[str, int]:
         with self._lock:
@@ -145,7 +194,11 @@ class TaskRunCounts:
         with self._lock:
             for key in flow_run_ids:
                 self._expected.pop(key, None)
-                self._sessions.pop(key, None)
+                self._chains.pop(key, None)
+            # the last count covered the dropped runs too: until the next poll, take the
+            # server to hold none of the others (a lag too high, never too low)
+            self._recorded = 0
+            self._polled_at = 0.0
 
     def _poll(self) -> None:
         """Refresh the recorded count (one thread at a time; the others keep the last one)."""
@@ -163,6 +216,19 @@ class TaskRunCounts:
             self._polled_at = time.monotonic()
         finally:
             self._poll_lock.release()
+
+    def _poll_loop(self) -> None:
+        """The background poller: ends when no task runs are expected (started again by
+        :meth:`add`); asks only while the last count leaves the server over the chain
+        budget, so a run the server keeps up with costs it no requests."""
+        while True:
+            time.sleep(POLL_S)
+            with self._lock:
+                if not self._expected:
+                    self._poller = None
+                    return
+            if self.lag() > CHAIN_MAX_LAG:
+                self._poll()
 
     def lag(self) -> int:
         """Task runs created here that the server had not recorded at the last poll."""
@@ -190,14 +256,48 @@ class TaskRunCounts:
 
 TASK_RUN_COUNTS = TaskRunCounts()
 
+# the states of a stage that ended plainly; a chain with any other is always recorded
+PLAIN_STATES = ("Completed", "Passed", "Cached")
 
-def keep_chain(session_index: int, marks: Iterable[Any]) -> bool:
-    """Whether a session's stage chain is recorded (see the module docstring)."""
-    if session_index < FULL_CHAINS:
-        return True
-    if any(m.state_type != "COMPLETED" or m.state_name not in ("Completed", "Passed", "Cached") for m in marks):
-        return True
-    return (session_index - FULL_CHAINS) % SAMPLE_EVERY == 0
+
+def plain_chain(marks: Iterable[Any]) -> bool:
+    """Every stage of the chain ended plainly (no failure, wrong answer, skip or give-up)."""
+    return all(m.state_type == "COMPLETED" and m.state_name in PLAIN_STATES for m in marks)
+
+
+def keep_chain(marks: Iterable[Any], lag: int, max_lag: int | None = None) -> bool:
+    """Whether a session's stage chain is recorded now: always when a stage did not end
+    plainly, else while the server is at most ``max_lag`` (:data:`CHAIN_MAX_LAG`) task runs
+    behind (``lag``); a budget of 0 records no plain chain."""
+    budget = CHAIN_MAX_LAG if max_lag is None else max_lag
+    return not plain_chain(marks) or (budget > 0 and lag <= budget)
+
+
+_collecting = threading.local()
+
+
+@contextmanager
+def collect_chains() -> Iterator[list[tuple[str, int, bool]]]:
+    """While the block runs on this thread, the chains its sessions record or leave out are
+    collected here, as (item id, run index, recorded), instead of counted in this process:
+    a Dask worker hands them to the flow's process, which counts them
+    (:meth:`TaskRunCounts.chain`)."""
+    notes: list[tuple[str, int, bool]] = []
+    _collecting.notes = notes
+    try:
+        yield notes
+    finally:
+        _collecting.notes = None
+
+
+def _note_chain(flow_run_id: str | None, item_id: str, run_index: int, recorded: bool) -> None:
+    if flow_run_id is None:
+        return
+    notes = getattr(_collecting, "notes", None)
+    if notes is not None:
+        notes.append((item_id, run_index, recorded))
+    else:
+        TASK_RUN_COUNTS.chain(flow_run_id, item_id, run_index, recorded)
 
 
 class SlowSessions:
@@ -259,14 +359,18 @@ SLOW_SESSIONS = SlowSessions(RUNNING_AFTER_S)
 
 
 @contextmanager
-def recorded_session(item_id: str, run_index: int, record_stages: bool) -> Iterator[StageRecorder]:
+def recorded_session(
+    item_id: str, run_index: int, record_stages: bool, *, live_stages: bool = False
+) -> Iterator[StageRecorder]:
     """The bookkeeping around one session's chain, which runs inside the ``with`` block.
 
     Before: wait while the server is behind (:meth:`TaskRunCounts.throttle`) and bind a
     fresh recorder to this thread, with a stage clock when ``record_stages``. After: send
     the session's recorded task run (also when the chain raised) and the recorded stage
-    runs (those :func:`keep_chain` keeps), and count every task run the session created in
-    :data:`TASK_RUN_COUNTS`. A session that raised counts only its recorded task run.
+    runs when :func:`keep_chain` keeps them, note the chain as recorded or left out, and
+    count every task run the session created in :data:`TASK_RUN_COUNTS`. A session that
+    raised counts only its recorded task run. ``live_stages``: the stages ran as live
+    task runs (stage granularity), so the chain counts as recorded.
     """
     flow_run_id = current_flow_run_id()
     TASK_RUN_COUNTS.throttle()
@@ -279,8 +383,13 @@ def recorded_session(item_id: str, run_index: int, record_stages: bool) -> Itera
             recorder.ran(sent)
             TASK_RUN_COUNTS.add(flow_run_id, sent)
             recorder.task_runs -= sent  # counted now; the rest of the chain is counted below
-    if recorder.clock is not None and keep_chain(TASK_RUN_COUNTS.next_session(flow_run_id), recorder.marks):
-        recorder.ran(record_stage_runs(flow_run_id, item_id, run_index, recorder.marks))
+    if recorder.clock is not None and recorder.marks:
+        kept = keep_chain(recorder.marks, TASK_RUN_COUNTS.lag())
+        if kept:
+            recorder.ran(record_stage_runs(flow_run_id, item_id, run_index, recorder.marks))
+        _note_chain(flow_run_id, item_id, run_index, kept)
+    elif live_stages:
+        _note_chain(flow_run_id, item_id, run_index, True)
     TASK_RUN_COUNTS.add(flow_run_id, recorder.task_runs)
 
 

@@ -28,6 +28,7 @@ from ape.cli import (
     history,
     items,
     plan,
+    record,
     report,
     retry,
     run,
@@ -56,6 +57,7 @@ REGISTRY: tuple[ModuleType, ...] = (
     baseline,
     items,
     diff,
+    record,
 )
 COMMANDS = tuple(command.NAME for command in REGISTRY)
 

@@ -69,6 +69,7 @@ markdown of :func:`ape.tasks.report.markdown.markdown_table`) and ``summary.png`
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from ape.schemas.errors import ApeError
-from ape.schemas.report import CalibrationEntry, Envelope
+from ape.schemas.report import CalibrationEntry, Envelope, StageChainsEntry
 from ape.tasks.report.chart import write_summary_chart
 from ape.tasks.report.envelope import error_envelope, leaderboard_rows, pairwise_rows, summary_of, write_envelope
 from ape.tasks.report.health import DEFAULT_MIN_SESSIONS, DEFAULT_SHARE, injection_counts, run_health
@@ -95,7 +96,10 @@ from ape.tasks.stats.aggregate import (
 )
 from ape.tasks.stats.calibration import bins_frame, calibration_by_model
 from ape.tasks.stats.choice_metrics import choice_metrics
-from ape.tasks.storage.run_files import find_runs
+from ape.tasks.storage.run_files import RunFiles, find_runs
+from ape.tasks.storage.stage_chains import read_chains, record_command, record_folder
+
+log = logging.getLogger("ape")
 
 
 def with_injection_flags(leaderboard: pd.DataFrame, counts: dict[str, int]) -> pd.DataFrame:
@@ -103,6 +107,26 @@ def with_injection_flags(leaderboard: pd.DataFrame, counts: dict[str, int]) -> p
     frame = leaderboard.copy()
     frame["injection_flags"] = frame["model_id"].astype(str).map(counts).fillna(0).astype("int64")
     return frame
+
+
+def stage_chains_of(runs: list[RunFiles], report_dir: Path) -> dict[str, StageChainsEntry]:
+    """Model id -> its stage chains, from each run folder's ``stage_chains.json`` (results
+    without one, from before it existed or outside a flow run, have no entry)."""
+    entries: dict[str, StageChainsEntry] = {}
+    for run in runs:
+        try:
+            chains = read_chains(run.folder)
+        except ApeError as exc:  # the report does not depend on it: say so and go on
+            log.warning("%s", exc)
+            continue
+        if chains is None:
+            continue
+        left_out = chains.chains_left_out
+        command = record_command(record_folder(run.folder, report_dir)) if left_out else None
+        entries[run.model_id] = StageChainsEntry(
+            recorded=chains.chains_recorded, left_out=left_out, record_command=command
+        )
+    return entries
 
 
 def build_report(
@@ -135,6 +159,7 @@ def build_report(
         partial["summary"] = summary
 
         summary.provenance = {"report": environment(), "runs": recorded_provenance(runs)}
+        partial["stage_chains"] = stage_chains_of(runs, report_dir)
 
         stage = "run health"
         partial["health"] = run_health(sessions, share=health_share, min_sessions=health_min_sessions)

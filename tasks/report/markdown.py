@@ -8,6 +8,7 @@ from typing import Any
 from ape.schemas.report import Envelope, LeaderboardRow, RegressionRow
 from ape.tasks.report.health import injection_lines, suspect_lines
 from ape.tasks.report.judge_agreement import judge_markdown
+from ape.tasks.storage.stage_chains import record_line
 
 
 def _cell(value: Any, digits: int = 3) -> str:
@@ -225,8 +226,18 @@ def markdown_table(envelope: Envelope) -> str:
     summary = envelope.summary
     wall = f", {summary.wall_seconds:.1f} s" if summary.wall_seconds is not None else ""
     lines.append(f"{summary.tasks} tasks, {summary.models} models, {summary.sessions} sessions{wall}")
+    if envelope.stage_chains:
+        lines += ["", chains_line(envelope)]
     lines += _provenance_lines(summary.provenance)
     return "\n".join(lines) + "\n"
+
+
+def chains_line(envelope: Envelope) -> str:
+    """How many stage chains the Prefect UI holds, over the models, and the command that
+    records the ones left out."""
+    entries = envelope.stage_chains.values()
+    commands = [entry.record_command for entry in entries if entry.record_command]
+    return record_line(sum(e.recorded for e in entries), sum(e.left_out for e in entries), commands)
 
 
 def _against(row: RegressionRow) -> str:

@@ -36,6 +36,10 @@ def test_dask_local_cluster_matches_thread_runner(tmp_path):
         transcripts = (config.run.output / "sessions.jsonl").read_text().splitlines()
         assert len(transcripts) == 16
         assert all(json.loads(line)["entries"][-1]["kind"] == "SESSION_END" for line in transcripts)
+        # every session's chain counted where the run's summary is, also from the Dask workers
+        chains = json.loads((config.run.output / "stage_chains.json").read_text())
+        (run,) = chains["flow_runs"]
+        assert run["chains_recorded"] + len(run["left_out"]) == 16, (name, run)
     assert results["dask"] == results["threads"]
     assert {v[2] for v in results["dask"].values()} == {0.0, 1.0}
 

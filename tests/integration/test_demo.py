@@ -20,6 +20,7 @@ from ape.tasks.checking.taskspec import load_tasks
 from ape.tasks.models.build import build_model
 from ape.tasks.models.demo_adapters import RandomAdapter, RuleBasedAdapter, demo_adapters, model_entry
 from ape.tasks.report.demo_verdicts import EXIT_CODES, Criterion
+from tests.helpers.report_keys import REPORT_KEYS
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -103,17 +104,7 @@ def test_clean_run_envelope_matches_the_schema(clean_run):
     data = _report(out)
     envelope = Envelope.model_validate(data)  # extra="forbid": no stray keys
     assert envelope.error is None
-    assert set(data) == {
-        "leaderboard",
-        "pairwise",
-        "calibration",
-        "summary",
-        "health",
-        "error",
-        "regressions",
-        "judge",
-        "choices",
-    }
+    assert set(data) == REPORT_KEYS
     assert data["judge"] is None and data["choices"] == {}  # only a judge, only [choices] runs add them
     summary = data["summary"]
     assert (summary["tasks"], summary["models"], summary["sessions"]) == (10, 4, 40)

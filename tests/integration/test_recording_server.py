@@ -1,5 +1,6 @@
 """After ``ape run`` reports done, the Prefect server APE started holds every session's task
-run in a final state and the stage chains docs/server.md promises (ape.tasks.recording).
+run in a final state and the stage chains APE says it recorded (ape.tasks.recording); the
+chains it left out, ``ape record`` records.
 
 Runs of 200 and 4,000 instant-model items with 16 solver workers: fast enough that,
 before the fix, the server's in-memory broker dropped most of the 4,000-item run.
@@ -8,6 +9,7 @@ The counts are taken the moment the command returns, without waiting.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from ape.tasks import recording
+from ape.tasks.storage.stage_chains import StageChains, read_chains
 from tests.helpers.processes import free_port
 from tests.helpers.runner import make_benchmark
 
@@ -51,23 +54,39 @@ def _count(ape_server: dict[str, str], name: str, types: tuple[str, ...] = recor
     return int(response.json())
 
 
-def _run(folder: Path, n: int, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``ape run`` of n instant-model items (ids r<n>x0, r<n>x1, ...) with 16 solver workers."""
-    make_benchmark(
-        folder,
-        n,
-        model_args='behaviour = "arithmetic", latency_s = 0.0',
-        run="solver_workers = 16",
-        id_prefix=f"r{n}x",
-    )
+def _ape(folder: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m ape ARGS`` in ``folder`` with the server's environment."""
     return subprocess.run(
-        [sys.executable, "-m", "ape", "run", "config.toml"],
+        [sys.executable, "-m", "ape", *args],
         cwd=folder,
         env={k: v for k, v in env.items() if k not in ("API", "AUTH")},
         capture_output=True,
         text=True,
         timeout=1200,
     )
+
+
+def _run(
+    folder: Path, n: int, env: dict[str, str], prefix: str | None = None, run: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """``ape run`` of n instant-model items (ids <prefix>0, <prefix>1, ...) with 16 solver workers."""
+    make_benchmark(
+        folder,
+        n,
+        model_args='behaviour = "arithmetic", latency_s = 0.0',
+        run="solver_workers = 16\n" + run,
+        id_prefix=prefix or f"r{n}x",
+    )
+    return _ape(folder, env, "run", "config.toml")
+
+
+def _chains(out: Path) -> StageChains:
+    """What the run says it recorded and left out: stage_chains.json, and the same in report.json."""
+    chains = read_chains(out)
+    assert chains is not None
+    (entry,) = json.loads((out / "report.json").read_text())["stage_chains"].values()
+    assert (entry["recorded"], entry["left_out"]) == (chains.chains_recorded, chains.chains_left_out)
+    return chains
 
 
 @pytest.mark.slow
@@ -81,9 +100,58 @@ def test_the_server_holds_the_whole_run_when_ape_run_returns(
     # every session's live task run, finished
     assert _count(ape_server, f"session{prefix}") == n
     assert _count(ape_server, f"session{prefix}", recording.OPEN_TYPES) == 0
-    # every stage of the first FULL_CHAINS sessions, then (all passing) one in SAMPLE_EVERY
-    full = min(n, recording.FULL_CHAINS)
-    chains = full + -(-(n - full) // recording.SAMPLE_EVERY)
+    # every stage of each chain APE says it recorded; each session's chain recorded or named
+    chains = _chains(tmp_path / "bench" / "out")
+    assert chains.chains_recorded + chains.chains_left_out == n
+    assert chains.chains_recorded > 0
     for stage in ("render", "solve", "adapt", "check", "score"):
-        assert _count(ape_server, f"{stage}{prefix}") == chains, stage
+        assert _count(ape_server, f"{stage}{prefix}") == chains.chains_recorded, stage
     assert _count(ape_server, prefix, recording.OPEN_TYPES) == 0
+
+
+@pytest.mark.slow
+def test_a_small_run_records_every_chain_on_the_default_settings(ape_server: dict[str, str], tmp_path: Path) -> None:
+    env = {k: v for k, v in ape_server.items() if k != "APE_CHAIN_MAX_LAG"}
+    done = _run(tmp_path / "bench", 40, env, prefix="every40x")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    chains = _chains(tmp_path / "bench" / "out")
+    assert (chains.chains_recorded, chains.chains_left_out) == (40, 0)
+    assert _count(ape_server, "[every40x") == 40 * 6  # the session and its five stages, each
+    assert "all 40 recorded" in (tmp_path / "bench" / "out" / "leaderboard.md").read_text()
+
+
+@pytest.mark.slow
+def test_ape_record_records_the_chains_a_run_left_out(ape_server: dict[str, str], tmp_path: Path) -> None:
+    """With no room for plain chains (a budget of 0) the run leaves them all out and says so;
+    ``ape record`` then records them, and a second one finds nothing to do."""
+    sessions = 20 * 2
+    env = dict(ape_server, APE_CHAIN_MAX_LAG="0")
+    bench, out = tmp_path / "bench", tmp_path / "bench" / "out"
+    done = _run(bench, 20, env, prefix="later20x", run="runs_per_data = 2")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    chains = _chains(out)
+    assert (chains.chains_recorded, chains.chains_left_out) == (0, sessions)
+    assert f"{sessions} left out" in done.stderr and "ape record" in done.stderr  # the model's log line
+    assert f"{sessions} left out" in (out / "leaderboard.md").read_text()
+    assert _count(ape_server, "[later20x") == sessions  # the sessions' own task runs only
+
+    first = _ape(bench, env, "record", "out")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert _count(ape_server, "[later20x") == sessions * (1 + 5)
+    assert _count(ape_server, "render[later20x0]#1") == 1
+    after = _chains(out)  # the file and the report both say nothing is left out
+    assert (after.chains_recorded, after.chains_left_out) == (sessions, 0)
+    assert f"all {sessions} recorded" in (out / "leaderboard.md").read_text()
+
+    again = _ape(bench, env, "record", "out")
+    assert again.returncode == 0 and "nothing left to record" in again.stdout, again.stdout + again.stderr
+    assert _count(ape_server, "[later20x") == sessions * (1 + 5)
+
+    # a flow run this server never saw: one line, exit 2, nothing sent
+    data = json.loads((out / "stage_chains.json").read_text())
+    data["flow_runs"] = [
+        {"flow_run_id": "00000000-0000-4000-8000-000000000000", "left_out": [{"item_id": "later20x0", "run_index": 0}]}
+    ]
+    (out / "stage_chains.json").write_text(json.dumps(data))
+    unknown = _ape(bench, env, "record", "out")
+    assert unknown.returncode == 2 and "does not know flow run" in unknown.stderr, unknown.stderr

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 import pytest
 
 from ape.tasks import recording
-from ape.tasks.recording import TaskRunCounts, keep_chain, wait_until_recorded
+from ape.tasks.recording import TaskRunCounts, collect_chains, keep_chain, recorded_session, wait_until_recorded
 from ape.tasks.stage_runs import StageMark
 
 
@@ -68,7 +68,7 @@ def test_nothing_expected_means_no_wait() -> None:
 def test_throttle_waits_while_the_server_is_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recording, "POLL_S", 0.01)
     server = FakeServer(total=1000, rate=100)
-    counts = TaskRunCounts(counter=server)
+    counts = TaskRunCounts(counter=server, background=False)
     counts.add("f1", 1000)
     assert counts.throttle(max_lag=2000) == 0.0 and server.polls == 0  # not behind: no request
     counts.throttle(max_lag=500)
@@ -78,7 +78,7 @@ def test_throttle_waits_while_the_server_is_behind(monkeypatch: pytest.MonkeyPat
 def test_throttle_polls_from_one_thread_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recording, "POLL_S", 0.05)
     server = FakeServer(total=100, rate=10)
-    counts = TaskRunCounts(counter=server)
+    counts = TaskRunCounts(counter=server, background=False)
     counts.add("f1", 100)
     threads = [threading.Thread(target=counts.throttle, kwargs={"max_lag": 5, "limit_s": 5}) for _ in range(8)]
     for thread in threads:
@@ -89,26 +89,127 @@ def test_throttle_polls_from_one_thread_at_a_time(monkeypatch: pytest.MonkeyPatc
     assert 10 <= server.polls <= 12  # ten polls reach 100; eight threads did not each poll
 
 
-def test_session_index_counts_per_flow_run() -> None:
-    counts = TaskRunCounts(counter=FakeServer(total=0, rate=0))
-    assert [counts.next_session("a") for _ in range(3)] == [0, 1, 2]
-    assert counts.next_session("b") == 0
-
-
 def _marks(state_type: str = "COMPLETED", state_name: str = "Completed") -> list[StageMark]:
     return [StageMark("solve", 0.0, 1.0), StageMark("check", 1.0, 2.0, state_type, state_name)]
 
 
-def test_keep_chain_full_then_failures_and_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(recording, "FULL_CHAINS", 4)
-    monkeypatch.setattr(recording, "SAMPLE_EVERY", 3)
-    assert all(keep_chain(i, _marks()) for i in range(4))
-    kept = [i for i in range(4, 13) if keep_chain(i, _marks())]
-    assert kept == [4, 7, 10]
-    assert keep_chain(5, _marks("FAILED", "Failed"))
-    assert keep_chain(5, _marks("COMPLETED", "Incorrect"))
-    assert keep_chain(5, _marks("COMPLETED", "Skipped"))
-    assert not keep_chain(5, _marks("COMPLETED", "Passed"))
+def test_plain_chains_are_kept_while_the_server_keeps_up() -> None:
+    assert keep_chain(_marks(), lag=0, max_lag=500)
+    assert keep_chain(_marks("COMPLETED", "Passed"), lag=500, max_lag=500)
+    assert keep_chain(_marks("COMPLETED", "Cached"), lag=-3, max_lag=500)  # a count newer than ours
+    assert not keep_chain(_marks("COMPLETED", "Passed"), lag=501, max_lag=500)
+    assert not keep_chain(_marks(), lag=0, max_lag=0)  # a budget of 0: no plain chain
+
+
+@pytest.mark.parametrize(
+    ("state_type", "state_name"),
+    [("FAILED", "Failed"), ("COMPLETED", "Incorrect"), ("COMPLETED", "Skipped"), ("COMPLETED", "Gave up")],
+)
+def test_unusual_chains_are_always_kept(state_type: str, state_name: str) -> None:
+    assert keep_chain(_marks(state_type, state_name), lag=10**6, max_lag=500)
+    assert keep_chain(_marks(state_type, state_name), lag=10**6, max_lag=0)
+
+
+def test_the_budget_defaults_to_the_module_constant(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recording, "CHAIN_MAX_LAG", 10)
+    assert keep_chain(_marks(), lag=10) and not keep_chain(_marks(), lag=11)
+
+
+def test_the_poller_refreshes_the_lag_off_the_solver_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lag a session reads is refreshed by the poller thread, not by the session; the
+    poller asks only while the server is over the chain budget, and ends when nothing is expected."""
+    monkeypatch.setattr(recording, "POLL_S", 0.02)
+    monkeypatch.setattr(recording, "CHAIN_MAX_LAG", 100)
+    askers: list[str] = []
+
+    def counter(ids: Iterable[str], types: Iterable[str]) -> int:
+        askers.append(threading.current_thread().name)
+        return 950
+
+    counts = TaskRunCounts(counter=counter)
+    counts.add("f1", 50)
+    time.sleep(0.2)
+    assert askers == [] and counts.lag() == 50  # under the budget: no request
+    counts.add("f1", 950)
+    deadline = time.monotonic() + 5
+    while counts.lag() > 100 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert counts.lag() == 50 and set(askers) == {"ape-task-run-counts"}
+    counts.forget(["f1"])
+    deadline = time.monotonic() + 5
+    while counts._poller is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert counts._poller is None  # nothing expected: the poller ended
+
+
+def test_forget_never_leaves_the_lag_too_low() -> None:
+    counts = TaskRunCounts(counter=lambda ids, types: 1000, background=False)
+    counts.add("f1", 1000)
+    counts.add("f2", 800)
+    counts._poll()
+    assert counts.lag() == 800
+    counts.forget(["f1"])  # the count of 1000 held f1's task runs: no longer ours to subtract
+    assert counts.lag() == 800
+
+
+def test_chains_are_counted_and_the_left_out_named_per_flow_run() -> None:
+    counts = TaskRunCounts(counter=lambda ids, types: 0, background=False)
+    counts.chain("f1", "q1", 0, True)
+    counts.chain("f1", "q1", 1, False)
+    counts.chain("f2", "q9", 0, True)
+    counts.chain(None, "q0", 0, False)  # outside a flow run: nothing to record later
+    assert counts.chains("f1").recorded == 1 and counts.chains("f1").left_out == [("q1", 1)]
+    taken = counts.take_chains("f1")
+    assert (taken.recorded, taken.left_out) == (1, [("q1", 1)])
+    assert counts.chains("f1").recorded == 0 and counts.chains("f2").recorded == 1
+    counts.forget(["f2"])
+    assert counts.chains("f2").recorded == 0
+
+
+def _counts(monkeypatch: pytest.MonkeyPatch, lag: int = 0) -> TaskRunCounts:
+    """A fresh process-wide count for the test (no poller), its lag fixed at ``lag``."""
+    counts = TaskRunCounts(counter=lambda ids, types: 0, background=False)
+    monkeypatch.setattr(counts, "lag", lambda: lag)
+    monkeypatch.setattr(recording, "TASK_RUN_COUNTS", counts)
+    return counts
+
+
+def _session(monkeypatch: pytest.MonkeyPatch, lag: int, state_name: str = "Passed") -> list[list[str]]:
+    """One recorded session with a chain, at ``lag``; the stages it sent."""
+    sent: list[list[str]] = []
+    monkeypatch.setattr(recording, "current_flow_run_id", lambda: "flow-x")
+    monkeypatch.setattr(
+        recording, "record_stage_runs", lambda f, i, r, marks: sent.append([m.stage for m in marks]) or len(marks)
+    )
+    _counts(monkeypatch, lag)
+    with recorded_session("q1", 0, True) as recorder:
+        recorder.rendered()
+        assert recorder.clock is not None
+        recorder.clock.mark("check", state_name=state_name)
+    return sent
+
+
+def test_a_session_leaves_a_plain_chain_out_when_the_server_is_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recording, "CHAIN_MAX_LAG", 500)
+    with collect_chains() as notes:
+        assert _session(monkeypatch, lag=10) == [["render", "check"]]
+        assert _session(monkeypatch, lag=501) == []
+        assert _session(monkeypatch, lag=501, state_name="Incorrect") == [["render", "check"]]
+    assert notes == [("q1", 0, True), ("q1", 0, False), ("q1", 0, True)]
+    assert recording.TASK_RUN_COUNTS.chains("flow-x").recorded == 0  # collected, not counted here
+    _session(monkeypatch, lag=501)  # outside a collection: counted in this process
+    assert recording.TASK_RUN_COUNTS.chains("flow-x").left_out == [("q1", 0)]
+
+
+def test_live_stages_count_as_a_recorded_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recording, "current_flow_run_id", lambda: "flow-live")
+    _counts(monkeypatch)
+    with collect_chains() as notes:
+        with recorded_session("q2", 1, False, live_stages=True):
+            pass
+        with recorded_session("q3", 0, False):  # [run] stage_runs = false: no chain at all
+            pass
+    assert notes == [("q2", 1, True)]
 
 
 def test_slow_sessions_are_announced_once_and_fast_ones_never(monkeypatch: pytest.MonkeyPatch) -> None:

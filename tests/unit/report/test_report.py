@@ -23,6 +23,7 @@ from ape.tasks.report.build import build_report
 from ape.tasks.report.envelope import error_envelope, write_envelope
 from ape.tasks.report.markdown import markdown_table
 from ape.tasks.report.sessions_table import SESSIONS_SCHEMA, load_sessions
+from tests.helpers.report_keys import REPORT_KEYS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -211,17 +212,7 @@ def test_build_report_writes_every_output(run_dir: Path, tmp_path: Path):
     on_disk = Envelope.model_validate_json((report_dir / "report.json").read_text())
     assert on_disk == envelope
     raw = json.loads((report_dir / "report.json").read_text())
-    assert set(raw) == {
-        "leaderboard",
-        "pairwise",
-        "calibration",
-        "summary",
-        "health",
-        "error",
-        "regressions",
-        "judge",
-        "choices",
-    }
+    assert set(raw) == REPORT_KEYS
     assert raw["judge"] is None  # only the judge checker adds it
     assert raw["choices"] == {}  # only [choices] runs fill it
     assert set(raw["health"]) == {row["model_id"] for row in raw["leaderboard"]}

@@ -1,0 +1,178 @@
+"""``ape record RUN_DIR``: record in the Prefect UI the stage chains a run left out.
+
+A run records every session's own task run, and the stage chain of every session while
+the Prefect server keeps up; the plain chains it left out while the server was behind
+are named in each model folder's ``stage_chains.json``. This command rebuilds them from
+the saved results (``ape.tasks.record_chains``: the states as the run would have sent
+them, the times reconstructed from what was saved), sends them to the flow runs they
+belong to, waits until the server holds them, and rewrites the file (and the report's
+count) with nothing left out. Sending twice is harmless: a stage's task run has a fixed
+id, so a second ``ape record`` finds nothing left to record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ape.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from ape.schemas.errors import ApeError
+
+if TYPE_CHECKING:
+    from ape.tasks.storage.stage_chains import StageChains
+
+NAME = "record"
+HELP = "record in the Prefect UI the stage chains a run left out while the server was behind"
+
+log = logging.getLogger("ape")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "folder",
+        metavar="RUN_DIR",
+        type=Path,
+        help="a run folder (OUTPUT/runs/<run id>), OUTPUT/latest, or the output folder of a run in place",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    return record(args.folder)
+
+
+def record(folder: Path) -> int:
+    """Record the chains left out under ``folder``; 0 when the server holds them all (or
+    nothing was left out), 1 when it had not recorded them when the wait ended."""
+    from ape.tasks.storage.run_files import metadata_near  # deferred: the CLI starts without pandas
+    from ape.tasks.storage.stage_chains import CHAINS_FILE, read_chains
+
+    if not folder.is_dir():
+        raise ApeError("no such folder", where=str(folder), hint="give OUTPUT/runs/<run id>, OUTPUT/latest or OUTPUT")
+    top = folder.resolve()  # OUTPUT/latest is a link to the run folder
+    models = [meta.parent for meta, _ in metadata_near(top)]
+    if not models:
+        raise ApeError(
+            "not a run or output folder: no run's metadata in it or in its model folders",
+            where=str(folder),
+            hint="give OUTPUT/runs/<run id>, OUTPUT/latest or the output folder of a run in place",
+        )
+    found = [(model, chains) for model in models if (chains := read_chains(model)) is not None]
+    if not found:
+        raise ApeError(
+            f"no {CHAINS_FILE} here",
+            where=str(folder),
+            hint="the run predates it, or ran outside a Prefect flow run; such runs left no list of chains to record",
+        )
+    pending = [(model, chains) for model, chains in found if chains.chains_left_out]
+    if not pending:
+        recorded = sum(chains.chains_recorded for _, chains in found)
+        print(f"nothing left to record: every stage chain of {folder} is in the Prefect UI ({recorded} recorded)")
+        return EXIT_OK
+    api = _connect()
+    for model, chains in pending:  # every flow run known before anything is sent
+        for entry in chains.flow_runs:
+            if entry.left_out and not _known(entry.flow_run_id, api):
+                raise ApeError(
+                    f"the Prefect server at {api} does not know flow run {entry.flow_run_id}",
+                    where=str(model / CHAINS_FILE),
+                    hint="the run reported to another server or APE home: set APE_HOME or PREFECT_API_URL as it ran",
+                )
+    complete = True
+    for model, chains in pending:
+        complete &= _record_model(model, chains)
+    _update_report(top, models)
+    return EXIT_OK if complete else EXIT_FAILED
+
+
+def _connect() -> str:
+    """Point this process at the Prefect API the run reported to: the configured one, else the
+    running local server of this APE home (with its credentials); never a new server, which
+    would not know the run."""
+    from ape import server  # deferred: Prefect reads its settings at import, after these are set
+
+    api = server.configured_api_url()
+    if not api:
+        if server.running_api_url() is None:
+            raise ApeError(
+                "no Prefect server reachable: none configured (PREFECT_API_URL) and this APE home's is not running",
+                hint="start it with `ape server start`, or set PREFECT_API_URL to the server the run reported to",
+            )
+        api = server.ensure_api_url()  # reuses it: its URL and credentials to Prefect's settings
+    from prefect.client.orchestration import get_client  # deferred: after the settings above
+
+    try:
+        with get_client(sync_client=True) as client:
+            client.request("GET", "/health").raise_for_status()
+    except Exception as exc:
+        message = f"no Prefect server reachable at {api}: {exc}"
+        raise ApeError(message, hint="start it, or check PREFECT_API_URL") from None
+    return api
+
+
+def _known(flow_run_id: str, api: str) -> bool:
+    from ape.tasks.record_chains import flow_run_known  # deferred: imports Prefect
+
+    try:
+        return flow_run_known(flow_run_id)
+    except Exception as exc:  # refused credentials, a server error: one line, not a traceback
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if status in (401, 403):
+            raise ApeError(
+                f"the Prefect server at {api} refused the credentials",
+                hint='set PREFECT_API_AUTH_STRING (`eval "$(ape server env)"`)',
+            ) from None
+        raise ApeError(f"asking the Prefect server at {api} failed: {exc}") from None
+
+
+def _record_model(model: Path, chains: StageChains) -> bool:
+    """Record every flow run's chains left out in ``model``'s folder; rewrite its file."""
+    from ape.tasks.record_chains import record_flow_run  # deferred: imports Prefect
+    from ape.tasks.storage.run_files import run_files_in
+    from ape.tasks.storage.stage_chains import write_chains
+
+    results = run_files_in(model).results
+    name = chains.model or model.name
+    complete = True
+    for entry in chains.flow_runs:
+        if not entry.left_out:
+            continue
+        count, flow_run_id = len(entry.left_out), entry.flow_run_id
+        log.info("%s: recording %d stage chain(s) left out of flow run %s", name, count, flow_run_id)
+        done = record_flow_run(entry, results, on_progress=lambda line: log.info("%s: %s", name, line))
+        if not done.complete:
+            complete = False
+            continue
+        entry.chains_recorded += done.sessions
+        entry.left_out = []
+        if done.missing:
+            log.warning(
+                "%s: %d session(s) have no saved result any more (redone or discarded since): not recorded",
+                name,
+                len(done.missing),
+            )
+        print(f"{name}: recorded {done.sessions} stage chain(s) ({done.task_runs} task runs) in flow run {flow_run_id}")
+    write_chains(model, chains)
+    return complete
+
+
+def _update_report(top: Path, models: list[Path]) -> None:
+    """The report in ``top`` (when there is one) counts the chains as its files now say."""
+    from ape.schemas.report import Envelope  # deferred: pydantic models of the report
+    from ape.tasks.report.build import stage_chains_of
+    from ape.tasks.report.envelope import write_envelope
+    from ape.tasks.report.markdown import markdown_table
+    from ape.tasks.storage.run_files import run_files_in
+
+    path = top / "report.json"
+    try:
+        envelope = Envelope.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no report here, or one of another version: the files say it
+        return
+    entries = stage_chains_of([run_files_in(model) for model in models], top)
+    envelope = envelope.model_copy(update={"stage_chains": {**envelope.stage_chains, **entries}})
+    write_envelope(path, envelope)
+    leaderboard = top / "leaderboard.md"
+    if leaderboard.is_file():
+        leaderboard.write_text(markdown_table(envelope), encoding="utf-8")

@@ -1,0 +1,186 @@
+"""Record, after the run, the stage chains a run left out of the Prefect UI (``ape record``).
+
+A run leaves a plain chain out while the server is behind (``ape.tasks.recording``) and
+names the session in its model folder's ``stage_chains.json``. Here each such chain is
+rebuilt from the session's saved result and sent as the same task runs the live run
+would have sent: the same ids (:func:`~ape.tasks.stage_runs.stage_run_id`, so sending
+twice updates the same runs), names, states and flow run. The states come from the same
+rules as the live chain (:func:`~ape.tasks.stage_runs.mark_adapt`,
+:func:`~ape.tasks.stage_runs.close_chain`); the times are reconstructed from the saved
+results, not measured: an item's sessions ran one after another and ended when it was
+saved (``saved_at``), each took its solve + adapt time (``latency_s``, shown on the
+solve stage; adapt is the instant after it) and its check's ``runtime_s``; render and
+score show as instants.
+
+The chains go out in slices, each after the server has caught up to within
+:data:`~ape.tasks.recording.MAX_LAG` task runs, so a long list never overflows a local
+server's queue; a slice whose task runs the server already holds is not sent again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prefect.client.orchestration import get_client
+
+from ape.schemas.results import Outcome, OutputBatch, SessionResult
+from ape.schemas.transcript import SolveRecord
+from ape.tasks.recording import FINAL_TYPES, MAX_LAG, POLL_S, WAIT_S, TaskRunCounts, count_task_runs
+from ape.tasks.stage_runs import STAGES, StageClock, StageMark, close_chain, mark_adapt, record_stage_runs, stage_run_id
+from ape.tasks.storage.save import read_batches
+from ape.tasks.storage.stage_chains import FlowRunChains
+
+SLICE = 200  # sessions sent between two looks at the server (1,000 task runs)
+
+
+@dataclass
+class _ReplayClock(StageClock):
+    """A stage clock whose "now" is set by the caller: the marks of a chain rebuilt later."""
+
+    now: float = 0.0
+
+    def mark(
+        self, stage: str, state_type: str = "COMPLETED", state_name: str = "Completed", message: str | None = None
+    ) -> StageMark:
+        mark = StageMark(stage, self.last, self.now, state_type, state_name, message)
+        self.marks.append(mark)
+        self.last = self.now
+        return mark
+
+    def skipped(self, stage: str, message: str) -> StageMark:
+        mark = StageMark(stage, self.now, self.now, "COMPLETED", "Skipped", message)
+        self.marks.append(mark)
+        return mark
+
+
+def session_marks(session: SessionResult, end: float) -> list[StageMark]:
+    """The five stage marks of a saved session that ended at ``end`` (epoch seconds)."""
+    check_s = session.check.runtime_s if session.check is not None else 0.0
+    start = end - max(0.0, session.latency_s) - max(0.0, check_s)
+    clock = _ReplayClock(last=start, now=start)
+    clock.mark("render")
+    clock.now = start + max(0.0, session.latency_s)
+    # a session that ended ERROR failed in its solve stage (a model error), the usual cause
+    solve_failed = session.outcome is Outcome.ERROR
+    if session.cached:
+        clock.mark("solve", state_name="Cached", message="generation from the run's cache")
+    elif solve_failed:
+        error = session.error
+        clock.failed("solve", f"{error.type}: {error.message}" if error else "model error")
+    else:
+        clock.mark("solve")
+    record = SolveRecord(outcome=session.outcome, error=session.error)
+    if session.cached and record.outcome is not Outcome.PARSING_FAILED:
+        clock.mark("adapt", state_name="Cached")
+    else:
+        mark_adapt(clock, record, solve_failed=solve_failed)
+    clock.last, clock.now = clock.now, end
+    close_chain(clock, session.outcome, session.check, session.score)
+    return clock.marks
+
+
+def rebuild(results: Path, wanted: Iterable[tuple[str, int]]) -> dict[tuple[str, int], list[StageMark]]:
+    """(item id, run index) -> the rebuilt marks of each wanted session found in ``results``
+    (the item's last saved batch; sessions not in the file are left out of the answer)."""
+    wanted = set(wanted)
+    items = {key for key, _ in wanted}
+    latest: dict[str, OutputBatch] = {}
+    for batch in read_batches(results):
+        if batch.item_id in items:
+            latest[batch.item_id] = batch
+    marks: dict[tuple[str, int], list[StageMark]] = {}
+    for batch in latest.values():
+        end = batch.saved_at.timestamp()
+        for session in sorted(batch.sessions, key=lambda s: s.run_index, reverse=True):
+            chain = session_marks(session, end)
+            end = chain[0].start  # the session before this one ended when it started
+            if (batch.item_id, session.run_index) in wanted:
+                marks[(batch.item_id, session.run_index)] = chain
+    return marks
+
+
+def count_ids(ids: list[str]) -> int:
+    """Of the task runs ``ids``, those the server holds in a final state."""
+    body = {"task_runs": {"id": {"any_": ids}, "state": {"type": {"any_": list(FINAL_TYPES)}}}}
+    with get_client(sync_client=True) as client:
+        response = client.request("POST", "/task_runs/count", json=body)
+        response.raise_for_status()
+        return int(response.json())
+
+
+def flow_run_known(flow_run_id: str) -> bool:
+    """Whether the server holds the flow run ``flow_run_id``."""
+    with get_client(sync_client=True) as client:
+        try:
+            response = client.request("GET", "/flow_runs/{id}", path_params={"id": flow_run_id})
+        except Exception as exc:  # Prefect's client raises on 4xx answers
+            if getattr(getattr(exc, "response", None), "status_code", None) == 404:
+                return False
+            raise
+        return response.status_code == 200
+
+
+@dataclass
+class Recorded:
+    """What one flow run's recording did."""
+
+    flow_run_id: str
+    sessions: int = 0  # chains rebuilt and on the server
+    task_runs: int = 0  # stage task runs sent
+    missing: list[tuple[str, int]] = field(default_factory=list)  # no saved result to rebuild from
+    complete: bool = True  # the server held every chain when the wait ended
+
+
+def record_flow_run(
+    entry: FlowRunChains,
+    results: Path,
+    on_progress: Callable[[str], None],
+    wait_s: float = WAIT_S,
+) -> Recorded:
+    """Send the chains ``entry`` left out, rebuilt from ``results``, and wait until the
+    server holds them in a final state (at most ``wait_s``), with a progress line."""
+    flow_run_id = entry.flow_run_id
+    wanted = [(s.item_id, s.run_index) for s in entry.left_out]
+    marks = rebuild(results, wanted)
+    done = Recorded(flow_run_id, missing=[key for key in wanted if key not in marks])
+    counts = TaskRunCounts(count_task_runs, background=False)
+    counts.add(flow_run_id, count_task_runs([flow_run_id], FINAL_TYPES))  # what it holds already
+    sessions = [key for key in wanted if key in marks]
+    said = time.monotonic()
+    for first in range(0, len(sessions), SLICE):
+        batch = sessions[first : first + SLICE]
+        ids = [str(stage_run_id(flow_run_id, key, index, stage)) for key, index in batch for stage in STAGES]
+        held = count_ids(ids)
+        if held < len(ids):  # not sent before (or only in part): send the slice
+            counts.throttle(max_lag=MAX_LAG)
+            for key, index in batch:
+                done.task_runs += record_stage_runs(flow_run_id, key, index, marks[(key, index)])
+            counts.add(flow_run_id, len(ids) - held)
+        if time.monotonic() - said >= 5.0:
+            on_progress(f"sent {min(first + SLICE, len(sessions))}/{len(sessions)} chains of flow run {flow_run_id}")
+            said = time.monotonic()
+    done.complete = _wait(counts, flow_run_id, wait_s, on_progress)
+    done.sessions = len(sessions) if done.complete else 0
+    return done
+
+
+def _wait(counts: TaskRunCounts, flow_run_id: str, wait_s: float, on_progress: Callable[[str], None]) -> bool:
+    """Poll until the server holds every task run ``counts`` expects of the flow run in a
+    final state, or ``wait_s`` passes; a progress line every 5 s."""
+    expected = counts.expected([flow_run_id])[flow_run_id]
+    started = time.monotonic()
+    say_at = started + 2.0
+    while True:
+        final = count_task_runs([flow_run_id], FINAL_TYPES)
+        if final >= expected:
+            return True
+        if time.monotonic() - started >= wait_s:
+            on_progress(f"the Prefect server has not recorded {expected - final} task runs after {wait_s:.0f} s")
+            return False
+        if time.monotonic() >= say_at:
+            on_progress(f"Prefect server recording the chains: {final}/{expected} task runs of the flow run")
+            say_at = time.monotonic() + 5.0
+        time.sleep(POLL_S / 4)

@@ -1,0 +1,152 @@
+"""``stage_chains.json``: which sessions' stage chains a model's run recorded as task runs
+on the Prefect server, and which it left out while the server was behind.
+
+A plain stage chain (render -> solve -> adapt -> check -> score, every stage ending
+plainly) is left out of the UI when the server is too far behind to take it without
+holding the run to its pace (``ape.tasks.recording``). The results on disk are complete
+either way; this file names the sessions left out, per evaluate flow run, so
+``ape record RUN_DIR`` can record them later, from the saved results, into the flow runs
+they belong to. A run that resumes the folder's results keeps the entries of the earlier
+flow runs whose sessions it kept, so nothing waiting to be recorded is forgotten.
+
+Written atomically (a temporary file renamed over it), like the other files of a run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ape.schemas.errors import ApeError
+from ape.tasks.storage.save import atomic_write_text
+
+CHAINS_FILE = "stage_chains.json"
+# the command that records what a run left out, as the summary and the report name it
+RECORD_COMMAND = "ape record"
+
+
+class LeftOut(BaseModel):
+    """One session whose stage chain was not recorded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    item_id: str
+    run_index: int
+
+
+class FlowRunChains(BaseModel):
+    """The stage chains of one evaluate flow run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    flow_run_id: str
+    chains_recorded: int = 0
+    left_out: list[LeftOut] = Field(default_factory=list)
+
+
+class StageChains(BaseModel):
+    """The whole file: the model, and its evaluate flow runs (the newest last)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    flow_runs: list[FlowRunChains] = Field(default_factory=list)
+
+    @property
+    def chains_recorded(self) -> int:
+        return sum(run.chains_recorded for run in self.flow_runs)
+
+    @property
+    def chains_left_out(self) -> int:
+        return sum(len(run.left_out) for run in self.flow_runs)
+
+
+def chains_path(folder: Path) -> Path:
+    return Path(folder) / CHAINS_FILE
+
+
+def read_chains(folder: Path) -> StageChains | None:
+    """The model folder's ``stage_chains.json``; None when it has none."""
+    path = chains_path(folder)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ApeError(f"cannot read {CHAINS_FILE}: {exc.strerror or exc}", where=str(path)) from None
+    try:
+        return StageChains.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        raise ApeError(
+            f"{CHAINS_FILE} is damaged ({key + ': ' if key else ''}{first['msg']})",
+            where=str(path),
+            hint="it is rewritten by the next run of this folder",
+        ) from None
+
+
+def write_chains(folder: Path, chains: StageChains) -> Path:
+    path = chains_path(folder)
+    atomic_write_text(path, chains.model_dump_json(indent=2) + "\n")
+    return path
+
+
+def note_flow_run(
+    folder: Path,
+    model: str,
+    flow_run_id: str,
+    recorded: int,
+    left_out: list[tuple[str, int]],
+    *,
+    keep_earlier: bool = True,
+) -> StageChains:
+    """Write what ``flow_run_id`` recorded and left out into ``folder``'s file; the file as
+    written. ``keep_earlier``: the run resumed the folder's results, so the earlier flow
+    runs' entries stay (their sessions are still there); a run that started the results
+    afresh replaces them."""
+    try:
+        earlier = read_chains(folder) if keep_earlier else None
+    except ApeError:  # a damaged file: what this run knows replaces it
+        earlier = None
+    runs = [run for run in (earlier.flow_runs if earlier else []) if run.flow_run_id != flow_run_id]
+    if recorded or left_out or not runs:  # a resumed run that ran nothing adds no entry
+        runs.append(
+            FlowRunChains(
+                flow_run_id=flow_run_id,
+                chains_recorded=recorded,
+                left_out=[LeftOut(item_id=key, run_index=index) for key, index in left_out],
+            )
+        )
+    chains = StageChains(model=model, flow_runs=runs)
+    write_chains(folder, chains)
+    return chains
+
+
+def record_folder(model_folder: Path, top: Path) -> Path:
+    """The folder to name in ``ape record``: the benchmark's output (or run) folder ``top``
+    when the model's folder is it or one of its model folders, else the model's folder."""
+    model_folder, top = Path(model_folder), Path(top)
+    try:
+        here, there = model_folder.resolve(), top.resolve()
+    except OSError:
+        return model_folder
+    return top if there in (here, here.parent) else model_folder
+
+
+def record_command(folder: Path) -> str:
+    """The command that records the chains left out under ``folder``."""
+    return f"{RECORD_COMMAND} {folder}"
+
+
+def record_line(recorded: int, left_out: int, commands: list[str]) -> str:
+    """One line for the summary and the report: how many chains are in the UI and, when
+    some were left out, the command(s) that record them."""
+    if not left_out:
+        return f"Stage chains in the Prefect UI: all {recorded} recorded"
+    named = " and ".join(f"`{command}`" for command in dict.fromkeys(commands))
+    return (
+        f"Stage chains in the Prefect UI: {recorded} recorded, {left_out} left out while the server "
+        f"was behind (the results are complete); {named} records them"
+    )

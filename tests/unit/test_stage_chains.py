@@ -1,0 +1,139 @@
+"""What a run says of the stage chains it left out (stage_chains.json, the report's line) and
+how ``ape record`` rebuilds them from the saved results, without a Prefect server."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from ape import cli
+from ape.schemas.report import Envelope, StageChainsEntry
+from ape.schemas.results import CheckResult, CheckStatus, Outcome, OutputBatch, SessionResult
+from ape.tasks.record_chains import rebuild, session_marks
+from ape.tasks.report.markdown import markdown_table
+from ape.tasks.stage_runs import STAGES
+from ape.tasks.storage.stage_chains import CHAINS_FILE, note_flow_run, read_chains, record_folder
+
+
+def _session(run_index: int, **extra: object) -> SessionResult:
+    fields: dict = {
+        "item_id": "q1",
+        "run_index": run_index,
+        "model_id": "m",
+        "outcome": Outcome.SOLVED,
+        "check": CheckResult(status=CheckStatus.PASSED, score=1.0, runtime_s=0.25),
+        "score": 1.0,
+        "correct": True,
+        "latency_s": 2.0,
+    }
+    fields.update(extra)
+    return SessionResult(**fields)
+
+
+def test_the_file_keeps_earlier_flow_runs_of_the_results_it_resumed(tmp_path: Path) -> None:
+    note_flow_run(tmp_path, "m", "flow-1", 3, [("q1", 0), ("q2", 1)])
+    note_flow_run(tmp_path, "m", "flow-2", 5, [])  # a rerun in place that resumed: flow-1 stays
+    chains = read_chains(tmp_path)
+    assert chains is not None
+    assert [run.flow_run_id for run in chains.flow_runs] == ["flow-1", "flow-2"]
+    assert (chains.chains_recorded, chains.chains_left_out) == (8, 2)
+    note_flow_run(tmp_path, "m", "flow-2", 6, [])  # the same flow run again (a retry): replaced
+    chains = read_chains(tmp_path)
+    assert chains is not None and [run.chains_recorded for run in chains.flow_runs] == [3, 6]
+    data = json.loads((tmp_path / CHAINS_FILE).read_text())
+    assert data["flow_runs"][0]["left_out"] == [{"item_id": "q1", "run_index": 0}, {"item_id": "q2", "run_index": 1}]
+    assert not list(tmp_path.glob(f".{CHAINS_FILE}.*"))  # the temporary file was renamed, none left
+    note_flow_run(tmp_path, "m", "flow-3", 0, [])  # resumed with nothing to run: no entry of its own
+    chains = read_chains(tmp_path)
+    assert chains is not None and [run.flow_run_id for run in chains.flow_runs] == ["flow-1", "flow-2"]
+    note_flow_run(tmp_path, "m", "flow-4", 2, [], keep_earlier=False)  # results started afresh
+    chains = read_chains(tmp_path)
+    assert chains is not None and [run.flow_run_id for run in chains.flow_runs] == ["flow-4"]
+
+
+def test_a_damaged_file_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / CHAINS_FILE).write_text('{"flow_runs": [{"chains_recorded": 1}]}')
+    with pytest.raises(Exception, match="stage_chains.json is damaged"):
+        read_chains(tmp_path)
+    assert read_chains(tmp_path / "elsewhere") is None
+
+
+def test_a_plain_session_is_rebuilt_with_the_live_states_and_its_saved_times() -> None:
+    marks = session_marks(_session(0), end=1000.0)
+    assert [m.stage for m in marks] == list(STAGES)
+    assert [(m.state_type, m.state_name) for m in marks] == [
+        ("COMPLETED", "Completed"),
+        ("COMPLETED", "Completed"),
+        ("COMPLETED", "Completed"),
+        ("COMPLETED", "Passed"),
+        ("COMPLETED", "Completed"),
+    ]
+    render, solve, adapt, check, score = marks
+    assert render.start == pytest.approx(1000.0 - 2.25) and solve.end - solve.start == pytest.approx(2.0)
+    assert adapt.start == adapt.end == solve.end
+    assert check.end - check.start == pytest.approx(0.25) and score.end == pytest.approx(1000.0)
+    assert score.message == "score 1"
+
+
+def test_cached_and_unusual_sessions_keep_their_states() -> None:
+    cached = session_marks(_session(0, cached=True), end=10.0)
+    assert [m.state_name for m in cached] == ["Completed", "Cached", "Cached", "Passed", "Completed"]
+    wrong = session_marks(_session(0, check=CheckResult(status=CheckStatus.FAILED), score=0.0), end=10.0)
+    assert wrong[3].state_name == "Incorrect"
+    parse = session_marks(_session(0, outcome=Outcome.PARSING_FAILED, check=None, score=0.0), end=10.0)
+    assert [(m.state_type, m.state_name) for m in parse[2:4]] == [("FAILED", "Failed"), ("COMPLETED", "Skipped")]
+
+
+def test_an_items_sessions_are_laid_end_to_end_before_it_was_saved(tmp_path: Path) -> None:
+    saved = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    batch = OutputBatch(item_id="q1", model_id="m", sessions=[_session(0), _session(1)], saved_at=saved)
+    results = tmp_path / "results.jsonl"
+    results.write_text(batch.model_dump_json() + "\n")
+    marks = rebuild(results, [("q1", 0), ("q1", 1), ("q9", 0)])
+    assert set(marks) == {("q1", 0), ("q1", 1)}  # q9 has no saved result
+    assert marks[("q1", 1)][-1].end == pytest.approx(saved.timestamp())
+    assert marks[("q1", 0)][-1].end == pytest.approx(marks[("q1", 1)][0].start)
+
+
+def test_the_report_says_how_many_and_the_command_that_records_the_rest(tmp_path: Path) -> None:
+    left = Envelope(stage_chains={"m": StageChainsEntry(recorded=7, left_out=3, record_command="ape record out")})
+    text = markdown_table(left)
+    assert "7 recorded, 3 left out" in text and "`ape record out`" in text
+    every = Envelope(stage_chains={"m": StageChainsEntry(recorded=10)})
+    assert "all 10 recorded" in markdown_table(every) and "ape record" not in markdown_table(every)
+    assert "Stage chains" not in markdown_table(Envelope())  # results from before the file: no line
+    (tmp_path / "model-a").mkdir()
+    assert record_folder(tmp_path / "model-a", tmp_path) == tmp_path
+    assert record_folder(tmp_path, tmp_path) == tmp_path
+    assert record_folder(tmp_path / "model-a", tmp_path / "other") == tmp_path / "model-a"
+
+
+def _output(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "metadata.json").write_text(json.dumps({"completed_ids": [], "errored_ids": [], "model": "m"}))
+    return folder
+
+
+def test_record_refuses_what_it_cannot_record_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert cli.main(["record", str(tmp_path / "missing")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    (tmp_path / "plain").mkdir()
+    assert cli.main(["record", str(tmp_path / "plain")]) == 2
+    assert "not a run or output folder" in capsys.readouterr().err
+    old = _output(tmp_path / "old")
+    assert cli.main(["record", str(old)]) == 2
+    assert "no stage_chains.json here" in capsys.readouterr().err
+    note_flow_run(old, "m", "flow-1", 4, [])
+    assert cli.main(["record", str(old)]) == 0
+    assert "nothing left to record" in capsys.readouterr().out
+    note_flow_run(old, "m", "flow-1", 4, [("q1", 0)])
+    monkeypatch.setenv("APE_HOME", str(tmp_path / "ape-home"))  # no server of its own running
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setattr("ape.server.configured_api_url", lambda: None)
+    assert cli.main(["record", str(old)]) == 2
+    assert "no Prefect server reachable" in capsys.readouterr().err
