@@ -21,7 +21,8 @@ On top, and free to import all of them:
   session's chain calls them, per task granularity; ``run_tasks``: the benchmark flow's
   own tasks (report, join-history, judge-agreement)
 - ``stage_runs`` (the stage chain recorded as task runs, and the recorder the stages
-  report to) and ``recording`` (what the Prefect server has recorded of a run, and how
-  long to wait for it)
+  report to), ``recording`` (what the Prefect server has recorded of a run, how long to
+  wait for it, which stage chains it takes) and ``record_chains`` (the chains a run left
+  out, recorded afterwards from its saved results: ``ape record``)
 - ``after_run``: what follows a new run: the history, comparisons, re-scoring, alerts
 """
