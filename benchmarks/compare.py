@@ -2,26 +2,37 @@
 
 The same workloads run through:
 
-- ``ape``: APE with its defaults (one live task run per session, every stage recorded
-  as a task run, so the chain is visible in the UI);
-- ``ape-no-chain``: APE with ``stage_runs = false`` (only the live session task runs: the
+- ``ape``: APE with its defaults (each session's task run recorded from one event, its
+  stage chain recorded while the Prefect server keeps up, so the chain is in the UI);
+- ``ape-no-chain``: APE with ``stage_runs = false`` (only the session task runs: the
   cost of showing the chain is the difference to ``ape``);
 - ``ape-stage``: APE with ``task_granularity = "stage"`` (five live task runs per session);
 - ``inspect_ai``: inspect_ai's ``eval`` with a solver that sleeps the same latency
   (``max_samples`` = workers, mockllm model, no display, logs to a temp folder);
 - ``pool``: a ``ThreadPoolExecutor`` of the same size calling ``time.sleep`` (the limit).
 
-Printed as ratios measured in this run: wall / ideal at N=200, 0.5 s, 16 workers and
-N=640, 0.5 s, 64 workers (ideal = N x latency / workers, the item loop only; for APE the
-loop runs until the Prefect server has recorded every task run of the run, as ``ape run``
-waits for it: the cost of monitoring is counted),
-items/s with an instant model at N=2000, and start-up to the first model call (process
-start to first call, with a Prefect server already running for APE). Each system runs in
-a fresh child process. Needs the ``bench`` extra (inspect-ai) and ``psutil``.
+Printed as ratios measured in this run: wall / ideal at N=200, 0.5 s, 16 workers, at
+N=640, 0.5 s, 64 workers and at N=2,560, 0.5 s, 256 workers (ideal = N x latency / workers,
+the item loop only; for APE the loop runs until the Prefect server has recorded every task
+run of the run, as ``ape run`` waits for it: the cost of monitoring is counted), items/s
+with an instant model at N=2000, and start-up to the first model call (process start to
+first call, with a Prefect server already running for APE). ``--memory`` adds APE's peak
+memory at N=20,000 over N=2,000 (instant model). Each system runs in a fresh child process.
+
+``--repeat K`` runs the whole set K times in this invocation and ends with each goal and
+how often it held:
+
+- APE's wall/ideal no worse than inspect_ai's at 16, 64 and 256 workers, and within 1.05x
+  (16 workers) and 1.10x (64 workers) of the pool's;
+- APE's items/s with an instant model at least inspect_ai's;
+- APE's start-up to the first model call ahead of inspect_ai's;
+- with ``--memory``, APE's peak memory at N=20,000 at most 1.5x that at N=2,000.
+
+Needs the ``bench`` extra (inspect-ai) and ``psutil``.
 
     python benchmarks/compare.py            # 10-25 minutes on 2 busy cores
     python benchmarks/compare.py --quick    # smaller sizes, a smoke test
-    python benchmarks/compare.py --systems ape,inspect_ai,pool   # a subset
+    python benchmarks/compare.py --systems ape,inspect_ai,pool --repeat 3   # a subset, three rounds
 """
 
 from __future__ import annotations
@@ -200,6 +211,8 @@ def main() -> None:
     parser.add_argument("--t0", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma list of " + ", ".join(SYSTEMS))
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of the whole set in this invocation")
+    parser.add_argument("--memory", action="store_true", help="add APE's peak memory at N=20,000 over N=2,000")
     args = parser.parse_args()
     if args.child:
         t0 = args.t0 or time.time()
@@ -230,56 +243,112 @@ def main() -> None:
     workloads = [
         ("wall/ideal", *((64, 0.5, 16) if q else (200, 0.5, 16))),
         ("wall/ideal", *((192, 0.5, 64) if q else (640, 0.5, 64))),
+        ("wall/ideal", *((768, 0.5, 256) if q else (2560, 0.5, 256))),
         ("items/s", 500 if q else 2000, 0.0, 16),
     ]
-    table: dict[str, dict[str, str]] = {}
-    startup: dict[str, str] = {}
-    recorded: dict[str, str] = {}
+    if args.memory:
+        workloads.append(("peak memory", 5000 if q else 20000, 0.0, 16))
+    rounds: list[dict[str, dict[str, str]]] = []
     try:
-        for index, (measure, n, latency, workers) in enumerate(workloads):
-            label = (
-                f"{measure} N={n}, {latency:g} s, {workers} workers"
-                if latency
-                else f"{measure} N={n}, instant, {workers} workers"
-            )
-            row = table.setdefault(label, {})
-            for system in systems:
-                r = run_one(system, work / f"{system}-{index}", n, latency, workers, env)
-                if r.get("recorded"):
-                    final, expected, still_open = r["recorded"]
-                    recorded[f"{system} {label}"] = (
-                        f"server held {final}/{expected} task runs ({still_open} open), "
-                        f"waited {r['record_wait_s']:.1f} s for it"
-                    )
-                if latency:
-                    row[system] = f"{r['loop_s'] / (n * latency / workers):.2f}"
-                else:
-                    row[system] = f"{n / r['loop_s']:.0f}"
-                    if r.get("startup_s") is not None:
-                        startup[system] = f"{r['startup_s']:.1f} s"
-                print(f"  {system:<11} {label}: {row[system]}", flush=True)
+        for round_index in range(args.repeat):
+            if args.repeat > 1:
+                print(f"round {round_index + 1} of {args.repeat}", flush=True)
+            rounds.append(one_round(systems, workloads, work / f"round-{round_index}", env))
     finally:
         server.stop()
-    table["start-up to first model call"] = startup
+    for index, table in enumerate(rounds):
+        print()
+        if len(rounds) > 1:
+            print(f"round {index + 1}:")
+        print_table(table, systems)
     print()
+    print_goals(rounds, q)
+
+
+def _label(measure: str, n: int, latency: float, workers: int) -> str:
+    pace = f"{latency:g} s" if latency else "instant"
+    return f"{measure} N={n}, {pace}, {workers} workers"
+
+
+def one_round(systems: list[str], workloads: list, folder: Path, env: dict) -> dict[str, dict[str, str]]:
+    """Every workload through every system once: label -> system -> the printed figure."""
+    table: dict[str, dict[str, str]] = {}
+    startup: dict[str, str] = {}
+    peak: dict[str, float] = {}  # APE's peak RSS (MB) of the instant runs, by N
+    for index, (measure, n, latency, workers) in enumerate(workloads):
+        label = _label(measure, n, latency, workers)
+        row = table.setdefault(label, {})
+        for system in systems:
+            if measure == "peak memory" and system != "ape":
+                continue
+            r = run_one(system, folder / f"{system}-{index}", n, latency, workers, env)
+            if latency:
+                row[system] = f"{r['loop_s'] / (n * latency / workers):.2f}"
+            elif measure == "items/s":
+                row[system] = f"{n / r['loop_s']:.0f}"
+                if r.get("startup_s") is not None:
+                    startup[system] = f"{r['startup_s']:.1f}"
+            if system == "ape" and not latency and r.get("peak_rss_mb"):
+                peak[str(n)] = r["peak_rss_mb"]
+            if measure == "peak memory":
+                small = peak.get(str(2000 if n == 20000 else 500))
+                row[system] = f"{r['peak_rss_mb'] / small:.2f}" if small else "?"
+            if r.get("recorded"):
+                final, expected, still_open = r["recorded"]
+                print(
+                    f"  {system:<11} {label}: server held {final}/{expected} task runs ({still_open} open), "
+                    f"waited {r['record_wait_s']:.1f} s for it",
+                    flush=True,
+                )
+            print(f"  {system:<11} {label}: {row.get(system, '')}", flush=True)
+    table["start-up to first model call (s)"] = startup
+    return table
+
+
+def print_table(table: dict[str, dict[str, str]], systems: list[str]) -> None:
     print("| measure | " + " | ".join(systems) + " |")
     print("|---" * (len(systems) + 1) + "|")
     for label, row in table.items():
         print(f"| {label} | " + " | ".join(row.get(s, "") for s in systems) + " |")
-    ratios = [
-        (label, row) for label, row in table.items() if "ape" in row and "inspect_ai" in row and "wall/ideal" in label
-    ]
-    for label, row in ratios:
-        pool = float(row["pool"]) if "pool" in row else None
-        ape = float(row["ape"])
-        vs_pool = f", {ape / pool:.2f}x the pool" if pool else ""
-        print(f"APE default vs inspect_ai, {label}: {ape / float(row['inspect_ai']):.2f}x{vs_pool}")
-    for label, row in table.items():
-        if label.startswith("items/s") and "ape" in row and "inspect_ai" in row:
-            share = float(row["ape"]) / float(row["inspect_ai"])
-            print(f"APE default vs inspect_ai, {label}: {share:.2f}x the items/s")
-    for system, line in recorded.items():
-        print(f"{system}: {line}")
+
+
+def goals(table: dict[str, dict[str, str]], quick: bool) -> list[tuple[str, bool | None]]:
+    """Each goal of the module doc and whether it held in ``table`` (None: not measured)."""
+
+    def value(label_start: str, system: str) -> float | None:
+        for label, row in table.items():
+            if label.startswith(label_start) and row.get(system) not in (None, "", "?"):
+                return float(row[system])
+        return None
+
+    sizes = {16: 64 if quick else 200, 64: 192 if quick else 640, 256: 768 if quick else 2560}
+    out: list[tuple[str, bool | None]] = []
+    for workers, pool_bound in ((16, 1.05), (64, 1.10), (256, None)):
+        start = f"wall/ideal N={sizes[workers]},"
+        ape, peer, pool = value(start, "ape"), value(start, "inspect_ai"), value(start, "pool")
+        out.append((f"wall/ideal {workers} workers: APE <= inspect_ai", None if None in (ape, peer) else ape <= peer))
+        if pool_bound is not None:
+            held = None if None in (ape, pool) else ape <= pool_bound * pool
+            out.append((f"wall/ideal {workers} workers: APE <= {pool_bound:.2f}x the pool", held))
+    ape, peer = value("items/s", "ape"), value("items/s", "inspect_ai")
+    out.append(("items/s, instant: APE >= inspect_ai", None if None in (ape, peer) else ape >= peer))
+    ape, peer = value("start-up", "ape"), value("start-up", "inspect_ai")
+    out.append(("start-up to first call: APE < inspect_ai", None if None in (ape, peer) else ape < peer))
+    ratio = value("peak memory", "ape")
+    out.append(("peak memory N=20,000 / N=2,000 <= 1.5", None if ratio is None else ratio <= 1.5))
+    return out
+
+
+def print_goals(rounds: list[dict[str, dict[str, str]]], quick: bool) -> None:
+    """How often each goal held over the rounds of this invocation."""
+    print("| goal | held |")
+    print("|---|---|")
+    per_round = [goals(table, quick) for table in rounds]
+    for index, (name, _) in enumerate(per_round[0]):
+        results = [r[index][1] for r in per_round]
+        measured = [r for r in results if r is not None]
+        if measured:
+            print(f"| {name} | {sum(measured)} of {len(measured)} |")
 
 
 if __name__ == "__main__":
