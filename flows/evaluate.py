@@ -73,6 +73,7 @@ class Runner:
         self.session_log: SessionLog | None = None  # opened by run(), after a reset
         self.redo_outcomes = {Outcome(o) for o in (redo_outcomes or [])}
         self.refresh: set[str] = set()  # items whose cached generations must be regenerated
+        self.chains: dict[str, int] = {}  # stage chains recorded / left out (set when the loop ends)
 
     # -- the loop (flow thread) ----------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -156,6 +157,8 @@ class Runner:
             ) from exc
         finally:
             feeder.close()
+            # also when the run stopped early (budget, a failed save): its chains are listed
+            self.chains = self._stage_chains()
         if budget.stopped and tally.done < tally.total:
             raise BudgetReached(budget.message(setup.model_id, tally.total - tally.done))
         return self._finish(saver, tally, started)
@@ -211,7 +214,7 @@ class Runner:
             "check_errors": tally.check_errors,
             "passed": tally.passed,
             "wall_seconds": round(time.perf_counter() - started, 3),
-            **self._stage_chains(),
+            **self.chains,
         }
         log.info("%s: %s", setup.model_id, tally.line())
         tolerance = cfg.run.fail_on_error

@@ -100,3 +100,22 @@ def test_clusters_provenance_file_modes_and_expected_values(tmp_path):
     os.umask(umask)
     for name in ("report.json", "metadata.json", "leaderboard.md", "results.jsonl"):
         assert (out / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+
+
+def test_a_run_the_budget_stopped_still_lists_the_chains_it_left_out(tmp_path, monkeypatch):
+    # the list `ape record` works from is written however the loop ended, a stop on
+    # [run] max_cost included
+    from ape.tasks import recording
+    from ape.tasks.storage.stage_chains import read_chains
+
+    monkeypatch.setattr(recording, "CHAIN_MAX_LAG", 0)  # no room for plain chains
+    models = PRICED.format().replace("accuracy = 0.5", "accuracy = 1.0")  # plain chains only
+    path = make_benchmark(
+        tmp_path, n=6, models=models, run="solver_workers = 1\nwindow = 1\nmax_cost = 1.0", id_prefix="stopped-"
+    )
+    config, state = run(path)
+    assert state.is_failed() and "budget reached" in str(state.message)
+    chains = read_chains(config.run.output)
+    assert chains is not None
+    left_out = [entry.item_id for flow_run in chains.flow_runs for entry in flow_run.left_out]
+    assert left_out == ["stopped-0"]  # the one item saved before the stop
