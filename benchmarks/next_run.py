@@ -30,7 +30,6 @@ columns, not the seconds with other tools.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -42,20 +41,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from speed import make_workload  # benchmarks/speed.py, beside this script
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-
-
-def _speed_module() -> Any:
-    """benchmarks/speed.py (the workload files), by path."""
-    spec = importlib.util.spec_from_file_location("ape_bench_speed", HERE / "speed.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-speed = _speed_module()
 
 
 def call_times(call_log: Path) -> list[float]:
@@ -111,8 +100,8 @@ def main() -> None:
     info = server.start(port=4253)
     env = dict(os.environ, **server.client_env(info), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     env.pop("PREFECT_RUNNER_POLL_FREQUENCY", None)  # the runner's default, as users run it
-    served = speed.make_workload(work / "served", 20, 0.0, 4)
-    big = speed.make_workload(work / "big", args.items, 0.0, 16, call_log=False)
+    served = make_workload(work / "served", 20, 0.0, 4)
+    big = make_workload(work / "big", args.items, 0.0, 16, call_log=False)
     serve_log = work / "serve.log"
     command = [sys.executable, "-m", "ape", "serve", str(served), "--name", "next-run"]
     with open(serve_log, "wb") as log:

@@ -36,33 +36,14 @@ from ape.tasks.storage.stage_chains import FlowRunChains
 SLICE = 200  # sessions sent between two looks at the server (1,000 task runs)
 
 
-@dataclass
-class _ReplayClock(StageClock):
-    """A stage clock whose "now" is set by the caller: the marks of a chain rebuilt later."""
-
-    now: float = 0.0
-
-    def mark(
-        self, stage: str, state_type: str = "COMPLETED", state_name: str = "Completed", message: str | None = None
-    ) -> StageMark:
-        mark = StageMark(stage, self.last, self.now, state_type, state_name, message)
-        self.marks.append(mark)
-        self.last = self.now
-        return mark
-
-    def skipped(self, stage: str, message: str) -> StageMark:
-        mark = StageMark(stage, self.now, self.now, "COMPLETED", "Skipped", message)
-        self.marks.append(mark)
-        return mark
-
-
 def session_marks(session: SessionResult, end: float) -> list[StageMark]:
     """The five stage marks of a saved session that ended at ``end`` (epoch seconds)."""
     check_s = session.check.runtime_s if session.check is not None else 0.0
     start = end - max(0.0, session.latency_s) - max(0.0, check_s)
-    clock = _ReplayClock(last=start, now=start)
+    now = [start]  # the moment each stage ends, set as the chain is rebuilt
+    clock = StageClock(last=start, now=lambda: now[0])
     clock.mark("render")
-    clock.now = start + max(0.0, session.latency_s)
+    now[0] = start + max(0.0, session.latency_s)
     # a session that ended ERROR failed in its solve stage (a model error), the usual cause
     solve_failed = session.outcome is Outcome.ERROR
     if session.cached:
@@ -77,7 +58,7 @@ def session_marks(session: SessionResult, end: float) -> list[StageMark]:
         clock.mark("adapt", state_name="Cached")
     else:
         mark_adapt(clock, record, solve_failed=solve_failed)
-    clock.last, clock.now = clock.now, end
+    clock.last, now[0] = now[0], end
     close_chain(clock, session.outcome, session.check, session.score)
     return clock.marks
 
@@ -100,15 +81,6 @@ def rebuild(results: Path, wanted: Iterable[tuple[str, int]]) -> dict[tuple[str,
             if (batch.item_id, session.run_index) in wanted:
                 marks[(batch.item_id, session.run_index)] = chain
     return marks
-
-
-def count_ids(ids: list[str]) -> int:
-    """Of the task runs ``ids``, those the server holds in a final state."""
-    body = {"task_runs": {"id": {"any_": ids}, "state": {"type": {"any_": list(FINAL_TYPES)}}}}
-    with get_client(sync_client=True) as client:
-        response = client.request("POST", "/task_runs/count", json=body)
-        response.raise_for_status()
-        return int(response.json())
 
 
 def flow_run_known(flow_run_id: str) -> bool:
@@ -153,7 +125,7 @@ def record_flow_run(
     for first in range(0, len(sessions), SLICE):
         batch = sessions[first : first + SLICE]
         ids = [str(stage_run_id(flow_run_id, key, index, stage)) for key, index in batch for stage in STAGES]
-        held = count_ids(ids)
+        held = count_task_runs([flow_run_id], FINAL_TYPES, task_run_ids=ids)
         if held < len(ids):  # not sent before (or only in part): send the slice
             counts.throttle(max_lag=MAX_LAG)
             for key, index in batch:

@@ -101,13 +101,16 @@ class Recorded:
         return self.missing == 0 and self.open == 0
 
 
-def count_task_runs(flow_run_ids: Iterable[str], state_types: Iterable[str]) -> int:
-    """Task runs of ``flow_run_ids`` in one of ``state_types``, as the API server counts them."""
+def count_task_runs(
+    flow_run_ids: Iterable[str], state_types: Iterable[str], task_run_ids: Iterable[str] | None = None
+) -> int:
+    """Task runs of ``flow_run_ids`` in one of ``state_types`` (of those, only the ones
+    ``task_run_ids`` names, when given), as the API server counts them."""
 
-    body = {
-        "flow_runs": {"id": {"any_": list(flow_run_ids)}},
-        "task_runs": {"state": {"type": {"any_": list(state_types)}}},
-    }
+    task_runs: dict[str, Any] = {"state": {"type": {"any_": list(state_types)}}}
+    if task_run_ids is not None:
+        task_runs["id"] = {"any_": list(task_run_ids)}
+    body = {"flow_runs": {"id": {"any_": list(flow_run_ids)}}, "task_runs": task_runs}
     with get_client(sync_client=True) as client:
         response = client.request("POST", "/task_runs/count", json=body)
         response.raise_for_status()

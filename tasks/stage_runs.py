@@ -36,6 +36,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -70,12 +71,15 @@ class StageClock:
 
     marks: list[StageMark] = field(default_factory=list)
     last: float = field(default_factory=time.time)
+    # what "now" is: the wall clock while a session runs; a chain rebuilt later from saved
+    # results (ape.tasks.record_chains) sets its own
+    now: Callable[[], float] = time.time
 
     def mark(
         self, stage: str, state_type: str = "COMPLETED", state_name: str = "Completed", message: str | None = None
     ) -> StageMark:
         """Close ``stage``: it ran from the previous mark until now."""
-        now = time.time()
+        now = self.now()
         mark = StageMark(stage, self.last, now, state_type, state_name, message)
         self.marks.append(mark)
         self.last = now
@@ -85,7 +89,7 @@ class StageClock:
         return self.mark(stage, "FAILED", "Failed", message)
 
     def skipped(self, stage: str, message: str) -> StageMark:
-        now = time.time()
+        now = self.now()
         mark = StageMark(stage, now, now, "COMPLETED", "Skipped", message)
         self.marks.append(mark)
         return mark
@@ -178,7 +182,7 @@ class StageRecorder:
     def checking(self) -> None:
         """The check stage starts now (what ran since adapt ended is not the check's)."""
         if self.clock is not None:
-            self.clock.last = time.time()
+            self.clock.last = self.clock.now()
 
     def scored(self, outcome: Outcome, check: CheckResult | None, score: float | None) -> None:
         """Check and score ended (see :func:`close_chain`)."""
