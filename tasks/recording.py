@@ -71,12 +71,13 @@ def _env_int(name: str, default: int) -> int:
 MAX_LAG = _env_int("APE_RECORD_MAX_LAG", 2500)
 # task runs the server may be behind for a plain stage chain to be recorded (five task
 # runs); further behind, plain chains are left out (named in stage_chains.json, recorded
-# later by `ape record`) and chains with an unusual stage still go. 500 is about two
-# seconds of what a local server takes in on two cores: more than the lag a run the server
-# keeps up with shows (its recorder writes once a second, the lag is polled once a
-# second), and far enough below MAX_LAG that stage chains alone never make a solver wait.
+# later by `ape record`) and chains with an unusual stage still go. 2,000: a small run
+# records every chain whatever its pace (the shipped arithmetic example sends 1,080 task
+# runs in about 3 s, and at 500 left a fifth of its chains out), the end of a run waits at
+# most about 8 s for the server (a local one takes in about 245 a second on two cores),
+# and it stays below MAX_LAG, so stage chains alone never make a solver wait.
 # 0 records no plain chain.
-CHAIN_MAX_LAG = _env_int("APE_CHAIN_MAX_LAG", 500)
+CHAIN_MAX_LAG = _env_int("APE_CHAIN_MAX_LAG", 2000)
 # how long the end of a run waits for the server, at most (seconds)
 WAIT_S = float(_env_int("APE_RECORD_WAIT_S", 300))
 POLL_S = 1.0
