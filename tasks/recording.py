@@ -71,13 +71,15 @@ def _env_int(name: str, default: int) -> int:
 MAX_LAG = _env_int("APE_RECORD_MAX_LAG", 2500)
 # task runs the server may be behind for a plain stage chain to be recorded (five task
 # runs); further behind, plain chains are left out (named in stage_chains.json, recorded
-# later by `ape record`) and chains with an unusual stage still go. 2,000: a small run
-# records every chain whatever its pace (the shipped arithmetic example sends 1,080 task
-# runs in about 3 s, and at 500 left a fifth of its chains out), the end of a run waits at
-# most about 8 s for the server (a local one takes in about 245 a second on two cores),
-# and it stays below MAX_LAG, so stage chains alone never make a solver wait.
+# later by `ape record`) and chains with an unusual stage still go. 100: a run that sends
+# up to about 50 task runs a second (8 sessions a second with their chains; the server's
+# recorder writes once a second, so it is always that far behind) records every chain,
+# and a faster one goes at its sessions' pace instead of its chains': on two cores the
+# server shares the CPU with the run and takes in about 245 task-run events a second, so
+# at 2,000 a run of 640 sessions at 64 workers waited 9.5 s at its end for its chains and
+# took 4.3x its ideal time, at 100 about 1 s and 1.8-2.0x (docs/performance.md).
 # 0 records no plain chain.
-CHAIN_MAX_LAG = _env_int("APE_CHAIN_MAX_LAG", 2000)
+CHAIN_MAX_LAG = _env_int("APE_CHAIN_MAX_LAG", 100)
 # how long the end of a run waits for the server, at most (seconds)
 WAIT_S = float(_env_int("APE_RECORD_WAIT_S", 300))
 POLL_S = 1.0

@@ -19,6 +19,7 @@ from prefect.results import ResultStore
 
 from ape.schemas.transcript import SolveRecord
 from ape.tasks.stages import SessionSpec
+from ape.tasks.storage.local_results import resolved_once
 
 log = logging.getLogger("ape")
 
@@ -32,7 +33,10 @@ class SessionCache:
         self._context = SimpleNamespace(task=stage)
         store = cast(ResultStore, ResultStore().update_for_task(stage, _sync=True))  # type: ignore[call-arg]
         # results not kept in memory too (the task's setting): this store lives as long as the run
-        self.store = store.model_copy(update={"cache_result_in_memory": False})
+        # and the default local storage resolving its folder once (ape.tasks.storage.local_results)
+        self.store = store.model_copy(
+            update={"cache_result_in_memory": False, "result_storage": resolved_once(store.result_storage)}
+        )
 
     def key(self, spec: SessionSpec) -> str:
         """The cache key the task engine computes for ``stage(spec)``."""

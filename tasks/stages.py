@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
-from prefect.filesystems import LocalFileSystem
 from prefect.results import ResultRecord
 from prefect.settings import get_current_settings
 from prefect.states import State
@@ -45,6 +44,7 @@ from ape.tasks.solving.render import render
 from ape.tasks.solving.solve import run_adaption, run_solver
 from ape.tasks.solving.tools import load_tools
 from ape.tasks.stage_runs import current_recorder
+from ape.tasks.storage.local_results import ResolvedLocalFileSystem
 
 if TYPE_CHECKING:
     from ape.schemas.config import ApeConfig, ModelConfig
@@ -227,7 +227,7 @@ def _spec_key(context: Any, parameters: dict[str, Any]) -> str:
     return hashlib.sha256(f"{context.task.name}\0{spec.model_dump_json()}".encode()).hexdigest()
 
 
-class CacheRecords(LocalFileSystem):
+class CacheRecords(ResolvedLocalFileSystem):
     """The folder of a run's cache records (``.cache/<key>``), read so that an output folder
     can be copied or moved and still resume from its cached generations.
 

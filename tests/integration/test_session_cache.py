@@ -13,6 +13,7 @@ from ape.schemas.results import Outcome
 from ape.schemas.transcript import SolveRecord
 from ape.tasks.session_cache import SessionCache
 from ape.tasks.stages import SessionSpec, cached_variant
+from ape.tasks.storage.local_results import ResolvedLocalFileSystem
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -52,3 +53,6 @@ def test_the_engine_and_session_cache_read_each_others_results(tmp_path: Path, m
     assert state.name == "Cached" and state.result().solution == "from the cache"
     assert CALLS == ["engine first"]
     assert not cache.store.cache_result_in_memory  # a long run keeps no result in memory
+    # the default local storage, with its folder resolved once (ape.tasks.storage.local_results)
+    assert isinstance(cache.store.result_storage, ResolvedLocalFileSystem)
+    assert isinstance(cache.store.metadata_storage, ResolvedLocalFileSystem)
