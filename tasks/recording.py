@@ -72,7 +72,7 @@ MAX_LAG = _env_int("APE_RECORD_MAX_LAG", 2500)
 # task runs the server may be behind for a plain stage chain to be recorded (five task
 # runs); further behind, plain chains are left out (named in stage_chains.json, recorded
 # later by `ape record`) and chains with an unusual stage still go. 100: a run that sends
-# up to about 50 task runs a second (8 sessions a second with their chains; the server's
+# up to about 40 task runs a second (6-7 sessions a second with their chains; the server's
 # recorder writes once a second, so it is always that far behind) records every chain,
 # and a faster one goes at its sessions' pace instead of its chains': on two cores the
 # server shares the CPU with the run and takes in about 245 task-run events a second, so
@@ -141,7 +141,7 @@ class TaskRunCounts:
 
     The server is asked from two places, one at a time and at most once a :data:`POLL_S`:
     a daemon thread, running while task runs are expected and the last count puts the
-    server more than :data:`CHAIN_MAX_LAG` behind, so :func:`keep_chain` reads a fresh lag
+    server more than half :data:`CHAIN_MAX_LAG` behind, so :func:`keep_chain` reads a fresh lag
     without a solver thread making a request; and :meth:`throttle`, the one place a solver
     waits.
     """
@@ -225,15 +225,16 @@ class TaskRunCounts:
 
     def _poll_loop(self) -> None:
         """The background poller: ends when no task runs are expected (started again by
-        :meth:`add`); asks only while the last count leaves the server over the chain
-        budget, so a run the server keeps up with costs it no requests."""
+        :meth:`add`); asks only while the last count leaves the server over half the chain
+        budget, so a run well within it costs the server no requests, and a run the server
+        keeps up with has its lag refreshed before it reaches the budget."""
         while True:
             time.sleep(POLL_S)
             with self._lock:
                 if not self._expected:
                     self._poller = None
                     return
-            if self.lag() > CHAIN_MAX_LAG:
+            if self.lag() > CHAIN_MAX_LAG // 2:
                 self._poll()
 
     def lag(self) -> int:
