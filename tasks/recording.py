@@ -77,7 +77,7 @@ MAX_LAG = _env_int("APE_RECORD_MAX_LAG", 2500)
 # and a faster one goes at its sessions' pace instead of its chains': on two cores the
 # server shares the CPU with the run and takes in about 245 task-run events a second, so
 # at 2,000 a run of 640 sessions at 64 workers waited 9.5 s at its end for its chains and
-# took 4.3x its ideal time, at 100 about 1 s and 1.8-2.0x (docs/performance.md).
+# took 4.3x its ideal time, at 100 1.0-2.7 s and 1.84-2.26x (docs/performance.md).
 # 0 records no plain chain.
 CHAIN_MAX_LAG = _env_int("APE_CHAIN_MAX_LAG", 100)
 # how long the end of a run waits for the server, at most (seconds)
