@@ -162,8 +162,9 @@ dask_item_task = task(name="item", cache_policy=NO_CACHE, persist_result=False)(
 
 
 def dask_task_runner(config: ApeConfig) -> Any:
-    """A DaskTaskRunner for ``[run] task_runner = "dask"``: the given scheduler, or a local
-    cluster of worker processes sharing ``solver_workers`` threads."""
+    """A DaskTaskRunner for ``[run] task_runner = "dask"``: the given (TLS) scheduler, or a local
+    cluster of worker processes sharing ``solver_workers`` threads that admits only this run's
+    client (see :mod:`ape.flows.dask_cluster`)."""
     try:
         from prefect_dask import DaskTaskRunner
     except ImportError:
@@ -171,6 +172,11 @@ def dask_task_runner(config: ApeConfig) -> Any:
             "task_runner = 'dask' needs prefect-dask", where="[run] task_runner", hint="pip install 'ape-bench[dask]'"
         ) from None
 
+    from ape.flows.dask_cluster import external_cluster, local_cluster
+
+    run = config.run
+    # checked first: the address is the config's alone, the server may come later
+    external = external_cluster(run) if run.dask_address else None
     if not PREFECT_API_URL.value():
         # without one, every Dask worker process would start a temporary Prefect server of
         # its own, which outlives the flow and loses the task runs
@@ -179,15 +185,7 @@ def dask_task_runner(config: ApeConfig) -> Any:
             where="[run] task_runner",
             hint="run without --no-server, or set PREFECT_API_URL",
         )
-    run = config.run
-    if run.dask_address:
-        return DaskTaskRunner(address=run.dask_address)
+    if external is not None:
+        return DaskTaskRunner(**external)
     threads = max(1, -(-run.solver_workers // run.dask_workers))
-    return DaskTaskRunner(
-        cluster_kwargs={
-            "n_workers": run.dask_workers,
-            "processes": True,
-            "threads_per_worker": threads,
-            "dashboard_address": None,
-        }
-    )
+    return DaskTaskRunner(**local_cluster(run.dask_workers, threads))

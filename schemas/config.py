@@ -387,7 +387,15 @@ class RunConfig(Section):
         default="thread", description="'thread': items run in the flow's process; 'dask': on Dask workers."
     )
     dask_address: str | None = Field(
-        default=None, description="task_runner 'dask': an existing cluster's scheduler (unset: a local cluster)."
+        default=None,
+        description="task_runner 'dask': an existing cluster's scheduler (unset: a local cluster). "
+        "Must be a tls:// address, with the client's certificates in Dask's own configuration "
+        "(see docs/dask.md): a cluster that takes plain tcp:// runs anyone's code.",
+    )
+    dask_allow_insecure: bool = Field(
+        default=False,
+        description="task_runner 'dask': accept a dask_address without TLS (prints a warning): anyone "
+        "who reaches that scheduler can run code on its workers and read what the run sends them.",
     )
     dask_workers: int = Field(
         default=2, ge=1, le=1024, description="task_runner 'dask' without dask_address: the local cluster's processes."
