@@ -55,12 +55,25 @@ class SealedLocalCluster(LocalCluster):  # type: ignore[misc]
             scheduler.setdefault("dashboard_address", "127.0.0.1:0")
             super().__init__(scheduler_kwargs=scheduler, **kwargs)
 
+    @property
+    def dashboard_link(self) -> str:
+        """None to show: without it prefect-dask would log a dashboard link to a page that
+        is not served."""
+        return ""
+
 
 def local_cluster(workers: int, threads: int) -> dict[str, Any]:
     """The DaskTaskRunner arguments of a local cluster of ``workers`` processes that admits
-    only clients holding this cluster's own credentials (made here, in memory)."""
+    only clients holding this cluster's own credentials.
+
+    ``security=True`` makes LocalCluster create them (``Security.temporary()``: a fresh key
+    and self-signed certificate in memory, TLS required on every connection, both ends
+    showing a certificate) when it starts, so a run makes one key, and only when its cluster
+    starts. The workers get them from the cluster, and so does prefect-dask's client, which
+    it builds from the cluster object (``Client(cluster)`` takes ``cluster.security``).
+    """
     try:
-        security = Security.temporary()  # require_encryption: tls:// everywhere, mutual certificates
+        import cryptography  # noqa: F401  (what Security.temporary needs)
     except ImportError:
         raise ApeError(
             "task_runner = 'dask' needs the cryptography package for the cluster's credentials",
@@ -74,11 +87,8 @@ def local_cluster(workers: int, threads: int) -> dict[str, Any]:
             "processes": True,
             "threads_per_worker": threads,
             "dashboard_address": None,  # no Bokeh dashboard
-            "security": security,
+            "security": True,
         },
-        # prefect-dask's client also gets the cluster's security from the cluster; said
-        # here too, so a client made from the address alone would still have it
-        "client_kwargs": {"security": security},
     }
 
 
