@@ -18,6 +18,7 @@ Imported only when a run uses the Dask task runner (``distributed`` is the dask 
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from typing import Any
 
@@ -72,14 +73,12 @@ def local_cluster(workers: int, threads: int) -> dict[str, Any]:
     starts. The workers get them from the cluster, and so does prefect-dask's client, which
     it builds from the cluster object (``Client(cluster)`` takes ``cluster.security``).
     """
-    try:
-        import cryptography  # noqa: F401  (what Security.temporary needs)
-    except ImportError:
+    if importlib.util.find_spec("cryptography") is None:  # what Security.temporary needs
         raise ApeError(
             "task_runner = 'dask' needs the cryptography package for the cluster's credentials",
             where="[run] task_runner",
             hint="pip install 'ape-bench[dask]'",
-        ) from None
+        )
     return {
         "cluster_class": SealedLocalCluster,
         "cluster_kwargs": {

@@ -37,7 +37,24 @@ DOCS = REPO_ROOT / "docs"
 LANGUAGES = {"toml", "bash", "sh", "shell", "console", "python", "json", "text"}
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
 # programs a documented shell line may call besides ape and python
-PROGRAMS = {"pip", "prefect", "apt-get", "sudo", "eval", ".", "source", "cd", "export", "umask", "git", "mkdir", "cp", "chmod", "openssl", "dask"}
+PROGRAMS = {
+    "pip",
+    "prefect",
+    "apt-get",
+    "sudo",
+    "eval",
+    ".",
+    "source",
+    "cd",
+    "export",
+    "umask",
+    "git",
+    "mkdir",
+    "cp",
+    "chmod",
+    "openssl",
+    "dask",
+}
 
 
 @dataclass(frozen=True)
