@@ -31,13 +31,13 @@ from ape.schemas.errors import ApeError
 
 log = logging.getLogger("ape")
 
-# the HTTP handlers distributed mounts on the scheduler's and the workers' HTTP servers
-# (info pages, logs, JSON state, Prometheus metrics, a proxy to the workers): none
-_NO_HTTP_ROUTES = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+# where distributed reads the handlers it mounts on the scheduler's and the workers' HTTP
+# servers (info pages, logs, JSON state, Prometheus metrics, a proxy to the workers)
+_HTTP_ROUTES = ("distributed.scheduler.http.routes", "distributed.worker.http.routes")
 _warned_insecure: set[str] = set()
 
 
-class SealedLocalCluster(LocalCluster):  # type: ignore[misc]
+class SealedLocalCluster(LocalCluster):
     """A LocalCluster whose scheduler and workers serve no HTTP routes, with the scheduler's
     HTTP listener on a free loopback port instead of 8787.
 
@@ -49,7 +49,7 @@ class SealedLocalCluster(LocalCluster):  # type: ignore[misc]
     """
 
     def __init__(self, **kwargs: Any) -> None:
-        with dask.config.set({key: [] for key in _NO_HTTP_ROUTES}):
+        with dask.config.set({key: [] for key in _HTTP_ROUTES}):
             # dask.config.merge copies every level, so the snapshot outlives this block
             kwargs.setdefault("config", dask.config.merge(dask.config.config))
             scheduler = dict(kwargs.pop("scheduler_kwargs", None) or {})
@@ -114,7 +114,8 @@ def external_cluster(run: RunConfig) -> dict[str, Any]:
             )
         return {"address": address}
     security = Security()  # from Dask's configuration
-    if not (security.tls_ca_file and security.tls_client_cert):
+    client_tls = security.get_tls_config_for_role("client")
+    if not (client_tls["ca_file"] and client_tls["cert"]):
         raise ApeError(
             f"{address!r} is a tls:// scheduler but Dask's configuration has no client certificate for it",
             where="[run] dask_address",
