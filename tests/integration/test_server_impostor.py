@@ -23,7 +23,7 @@ from ape import server
 from ape.schemas.errors import ApeError
 from ape.tasks.common import ownership
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.processes import free_port
+from tests.helpers.processes import free_port, wait_server
 from tests.helpers.runner import make_benchmark
 
 pytestmark = pytest.mark.skipif(not ownership.supported(), reason="needs Linux's /proc")
@@ -135,8 +135,10 @@ def test_a_reused_server_must_hold_its_port(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_a_lost_race_fails_fast_and_names_the_holder(tmp_path: Path) -> None:
-    """The server APE spawned cannot bind ("address already in use") because another process
-    holds the port: the wait ends at once with one line, not after the health timeout."""
+    """The server a test fixture spawned (``prefect_server`` waits with :func:`wait_server`)
+    cannot bind, "address already in use", because another process took the free port: the
+    wait ends at once with one line naming it, instead of the tests running against that
+    process and hanging in Prefect's client retries."""
     record = tmp_path / "received.jsonl"
     spy = impostor(record, "--port", str(free_port()))
     try:
@@ -148,15 +150,7 @@ def test_a_lost_race_fails_fast_and_names_the_holder(tmp_path: Path) -> None:
         )
         started = time.monotonic()
         with pytest.raises(ApeError, match=f"port {port} is held by pid {spy.pid}") as err:
-            ownership.wait_owned(
-                child.pid,
-                "127.0.0.1",
-                port,
-                exited=lambda: None if child.poll() is None else f"exited with code {child.returncode}",
-                timeout_s=60,
-                what="the test server",
-                where="server.log",
-            )
+            wait_server(child, port, f"http://127.0.0.1:{port}/api/health", timeout=60)
         assert time.monotonic() - started < 5
         assert "uid" in str(err.value) and "nothing was sent to it" in str(err.value)
         child.kill()
