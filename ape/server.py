@@ -656,7 +656,7 @@ def _wait_owned(
     def exited() -> str | None:
         if _alive(pid):
             return None
-        return f"exited with code {proc.returncode}" if proc is not None else "exited"
+        return f"failed to start (exit code {proc.returncode})" if proc is not None else "failed to start"
 
     try:
         ownership.wait_owned(
@@ -665,7 +665,7 @@ def _wait_owned(
             port,
             exited=exited,
             timeout_s=wait_s,
-            what=f"the Prefect server APE started (pid {pid})",
+            what=f"APE's Prefect server (pid {pid})",
             where=str(home / LOG_FILE),
             log_line=lambda: _log_tail(home / LOG_FILE, 1).strip(),
             hint="another program took the port first: stop it, or choose another port with --port / APE_SERVER_PORT",
