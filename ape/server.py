@@ -18,6 +18,12 @@ file; ``ape server env`` prints both lines for a new shell, and the UI asks for 
 same string once per browser. Its API answers CORS requests only from its own UI's
 origin, and Prefect's CSRF protection is on. A server the user configured
 (``PREFECT_API_URL``, Prefect Cloud) keeps its own auth: APE adds nothing to it.
+Before anything is sent to the server APE starts or reuses (even its health check), the
+socket listening on its port is proven to be held by the process recorded in
+``server.json`` or one of its children (:mod:`ape.tasks.common.ownership`): another user
+who binds the port first, while Prefect imports, gets nothing, and the start fails with
+one line naming what holds the port.
+
 Library functions never print; they report through an optional ``on_status``
 callback and their return values, so the command line decides what to show.
 """
@@ -42,6 +48,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ape.schemas.errors import ApeError
+from ape.tasks.common import ownership
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4200
@@ -333,6 +340,29 @@ def _live_state(home: Path) -> _State | None:
     return state
 
 
+def _holds_port(state: _State, host: str | None = None) -> bool:
+    """True when the recorded server (or a child of it) holds the socket listening on its
+    port, False while nothing listens there yet (still booting). Raises ApeError when
+    another process holds it: a server reused from this APE home must be the one it
+    started, and nothing (credentials, flow runs, not even a health check) goes to another.
+
+    Without /proc (not Linux) the socket's holder cannot be seen: True, and the process
+    recorded in ``server.json`` being alive (checked before) is all that is verified.
+    """
+    if not ownership.supported():
+        return True
+    host = host or state.host
+    check = ownership.check_port(state.pid, _connect_host(host), state.port)
+    if check.stranger is not None:
+        raise ApeError(
+            f"port {state.port} is held by {check.stranger}, not by the Prefect server this APE home "
+            f"started (pid {state.pid}); nothing was sent to it",
+            where="ape server",
+            hint="stop that program, then 'ape server stop' and start again",
+        )
+    return check.owned
+
+
 def _read_state(home: Path) -> _State | None:
     path = home / STATE_FILE
     try:
@@ -390,7 +420,7 @@ def status(port: int | None = None) -> ServerInfo | None:
     home = server_home()
     ours = _live_state(home)
     port = port or preferred_port()
-    mine = ours if ours is not None and ours.port == port else None
+    mine = ours if ours is not None and ours.port == port and _holds_port(ours) else None
     host = mine.host if mine is not None else DEFAULT_HOST
     if not _healthy(api_url_for(host, port)):
         return None
@@ -427,13 +457,13 @@ def start(
     with _start_lock(home):
         ours = _live_state(home)
         mine = ours if ours is not None and ours.port == port else None
-        if _healthy(api_url):
-            if mine is not None:
-                notify(f"Reusing the Prefect server at {_base_url(host, port)}")
-                return _info(home, host, port, mine.pid)
+        if mine is not None and _holds_port(mine, host) and _healthy(api_url):
+            notify(f"Reusing the Prefect server at {_base_url(host, port)}")
+            return _info(home, host, port, mine.pid)
+        if mine is None and _healthy(api_url):
             # Someone else's server (another user's, on a shared machine): a run must not
             # send its prompts, answers and artifacts there. PREFECT_API_URL names one on purpose.
-            if ours is not None and _healthy(api_url_for(ours.host, ours.port)):
+            if ours is not None and _holds_port(ours) and _healthy(api_url_for(ours.host, ours.port)):
                 notify(
                     f"Port {port} has a Prefect server that {home} did not start; using APE's own on port {ours.port}"
                 )
@@ -481,7 +511,7 @@ def running_api_url() -> str | None:
     """The API URL of the server this APE home started, when it runs and answers; None else.
     Used by ``ape.run``, which reuses that server but never starts one."""
     ours = _live_state(server_home())
-    if ours is None or not _healthy(api_url_for(ours.host, ours.port)):
+    if ours is None or not _holds_port(ours) or not _healthy(api_url_for(ours.host, ours.port)):
         return None
     return api_url_for(ours.host, ours.port)
 
@@ -591,6 +621,7 @@ def _wait_healthy(
     api_url = api_url_for(host, port)
     log_file = home / LOG_FILE
     deadline = time.monotonic() + wait_s
+    _wait_owned(home, host, port, pid, proc, wait_s)
     while time.monotonic() < deadline:
         if _healthy(api_url):
             return _info(home, host, port, pid if _alive(pid) else None)
@@ -611,6 +642,38 @@ def _wait_healthy(
         hint="a busy machine may need longer; retry, or start one yourself with "
         "'prefect server start' and set PREFECT_API_URL",
     )
+
+
+def _wait_owned(
+    home: Path, host: str, port: int, pid: int, proc: subprocess.Popen[bytes] | None, wait_s: float
+) -> None:
+    """Wait until server ``pid`` (or its child) listens on the port, before any request goes
+    there; on a stranger holding the port, or the server ending first, stop it, forget it and
+    raise the one line :func:`ownership.wait_owned` makes."""
+    if not ownership.supported():
+        return  # no socket table to read: the health check below is all (see _holds_port)
+
+    def exited() -> str | None:
+        if _alive(pid):
+            return None
+        return f"failed to start (exit code {proc.returncode})" if proc is not None else "failed to start"
+
+    try:
+        ownership.wait_owned(
+            pid,
+            _connect_host(host),
+            port,
+            exited=exited,
+            timeout_s=wait_s,
+            what=f"APE's Prefect server (pid {pid})",
+            where=str(home / LOG_FILE),
+            log_line=lambda: _log_tail(home / LOG_FILE, 1).strip(),
+            hint="another program took the port first: stop it, or choose another port with --port / APE_SERVER_PORT",
+        )
+    except ApeError:
+        _terminate(pid, 10.0)
+        _clear_state(home)
+        raise
 
 
 def _terminate(pid: int, timeout_s: float) -> None:

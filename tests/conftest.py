@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.processes import free_port, stop_group, wait_http
+from tests.helpers.processes import free_port, stop_group, wait_server
 
 pytest_plugins = ["tests.helpers.llm_server"]  # the fixture of the tests of the real LLM
 
@@ -31,7 +31,8 @@ def prefect_server() -> Iterator[str]:
 
     Also sets PREFECT_API_URL for the test process, so flows run against it. The
     variable and Prefect's settings are restored and the server is stopped even when
-    a test (or this teardown) fails.
+    a test (or this teardown) fails. The server must hold its port (:func:`wait_server`):
+    one that lost the port to another process fails the fixture at once, naming it.
     """
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -51,7 +52,7 @@ def prefect_server() -> Iterator[str]:
             start_new_session=True,
         )
         stack.callback(stop_group, proc, 20)
-        wait_http(f"{api}/health")
+        wait_server(proc, port, f"{api}/health", log=home / "server.log")
         patch = stack.enter_context(pytest.MonkeyPatch.context())
         patch.setenv("PREFECT_API_URL", api)
         stack.enter_context(temporary_settings({PREFECT_API_URL: api}))

@@ -48,7 +48,14 @@ from ape.schemas.errors import ApeError, did_you_mean
 from ape.schemas.models import ModelAdapter
 from ape.tasks.models.adapter_chat import AdapterChatModel
 from ape.tasks.models.limits import RetryPolicy, limiter_for
-from ape.tasks.models.llama_server import ALIAS, SERVER_ARGS, is_llama_cpp, model_file, server_missing
+from ape.tasks.models.llama_server import (
+    ALIAS,
+    SERVER_ARGS,
+    guarded_clients,
+    is_llama_cpp,
+    model_file,
+    server_missing,
+)
 from ape.tasks.models.managed import ManagedChatModel
 from ape.tasks.models.mocks import Behaviour, MockChatModel
 from ape.tasks.plugins.loader import describe_exception, load_object
@@ -258,6 +265,8 @@ def _llama_cpp(cfg: ModelConfig) -> BaseChatModel:
         "base_url": cfg.base_url or NOT_STARTED_URL,
         "timeout": cfg.timeout_s,
         "max_retries": 0,
+        # every request first checks that APE's server still runs and holds its port
+        **guarded_clients(cfg.timeout_s),
     }
     if cfg.logprobs:
         kwargs.update(logprobs=True, top_logprobs=1)

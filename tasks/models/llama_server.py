@@ -26,6 +26,15 @@ generation several times slower (see docs/models.md, "A real model on a laptop")
 that sets ``logprobs = true`` gets them (and a confidence); its server then keeps the
 logits of every position (``logits_all``: context length x vocabulary floats, 400 MB
 for SmolLM2 at n_ctx 2048).
+
+The port is chosen free, but another local user can bind it between that choice and the
+server's own bind (the server imports and loads the model first), then read every prompt
+and write every answer. So no request goes to the port until the socket listening there
+is proven to be the server's (:mod:`ape.tasks.common.ownership`); a port someone else
+holds fails the start with one line naming them. During the run every request first
+checks (:func:`guard_request`, an httpx hook of the model's client) that the server still
+runs: after it dies its port is free for anyone, so its sessions fail as errors, with one
+line naming the server's log, and nothing more is sent there.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import atexit
 import contextlib
 import ctypes
 import importlib.util
+import logging
 import os
 import signal
 import socket
@@ -48,14 +58,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import httpx
+
 from ape.schemas.config import ApeConfig, ModelConfig
 from ape.schemas.errors import ApeError, did_you_mean
+from ape.tasks.common import ownership
 
 __all__ = [
     "KNOWN_MODELS",
     "PROVIDER",
     "LlamaServer",
+    "ServerGone",
     "ServerSpec",
+    "guarded_clients",
     "is_llama_cpp",
     "local_model_servers",
     "model_file",
@@ -74,6 +89,18 @@ DEFAULT_CONTEXT = 2048
 START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10.0
 ALIAS = "local"  # the name the server answers to; one model per server
+HOST = "127.0.0.1"
+
+log = logging.getLogger("ape.models.llama_server")
+
+# The servers this process runs, by port: what guard_request checks a request against.
+_RUNNING: dict[int, LlamaServer] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
+class ServerGone(RuntimeError):
+    """A request to a llama.cpp server APE started that has exited, or to a port another
+    user holds: the session fails with this error and nothing is sent."""
 
 
 def is_llama_cpp(cfg: ModelConfig) -> bool:
@@ -165,7 +192,7 @@ class ServerSpec:
         argv = [
             *(sys.executable, "-m", "llama_cpp.server"),
             *("--model", str(self.file), "--model_alias", ALIAS),
-            *("--host", "127.0.0.1", "--port", str(port)),
+            *("--host", HOST, "--port", str(port)),
             *("--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads)),
             *("--logits_all", "true" if self.logits_all else "false"),
         ]
@@ -175,8 +202,9 @@ class ServerSpec:
 
 
 def _free_port() -> int:
+    """A port nothing listens on now (the server proves it holds it before it is used)."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
 
 
@@ -195,12 +223,33 @@ class LlamaServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
         self._log: IO[bytes] | None = None
+        self._gone_reported = False
 
     @property
     def base_url(self) -> str:
         if self.port is None:
             raise RuntimeError("the server has not been started")
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://{HOST}:{self.port}/v1"
+
+    @property
+    def what(self) -> str:
+        pid = f" (pid {self.process.pid})" if self.process is not None else ""
+        return f"the llama.cpp server for {self.spec.file.name}{pid}"
+
+    def ensure_running(self) -> None:
+        """Raise :class:`ServerGone` once the server has exited (logged once, as an error)."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            return
+        ended = f"exited with code {process.returncode}" if process is not None else "was stopped"
+        message = (
+            f"{self.what} {ended} during the run; its port {self.port} is no longer APE's and gets no "
+            f"request (log: {self.log_path})"
+        )
+        if not self._gone_reported:
+            self._gone_reported = True
+            log.error("%s: every later call of its models fails", message)
+        raise ServerGone(message)
 
     def start(self, timeout: float = START_TIMEOUT_S) -> str:
         """Start the server and return its OpenAI base URL once ``/v1/models`` answers."""
@@ -219,11 +268,36 @@ class LlamaServer:
         )
         atexit.register(self.stop)
         try:
+            self._wait_owned(timeout)
             self._wait_ready(timeout)
         except BaseException:
             self.stop()
             raise
+        with _RUNNING_LOCK:
+            _RUNNING[self.port] = self
         return self.base_url
+
+    def _wait_owned(self, timeout: float) -> None:
+        """Until the server holds its port, nothing (not even the health check) is sent there."""
+        assert self.process is not None and self.port is not None
+        process = self.process
+        if not ownership.supported():
+            log.warning(
+                "cannot prove that port %d belongs to %s on this system (no /proc): its health check is trusted",
+                self.port,
+                self.what,
+            )
+            return
+        ownership.wait_owned(
+            process.pid,
+            HOST,
+            self.port,
+            exited=lambda: None if process.poll() is None else f"exited with code {process.returncode}",
+            timeout_s=timeout,
+            what=self.what,
+            where=str(self.log_path),
+            log_line=self._last_line,
+        )
 
     def _wait_ready(self, timeout: float) -> None:
         assert self.process is not None
@@ -266,6 +340,9 @@ class LlamaServer:
         """Terminate the server's process group; kill it if it has not ended within the grace time."""
         process, self.process = self.process, None
         atexit.unregister(self.stop)
+        with _RUNNING_LOCK:
+            if self.port is not None and _RUNNING.get(self.port) is self:
+                del _RUNNING[self.port]
         if process is not None and process.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGTERM)
@@ -278,6 +355,45 @@ class LlamaServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def guard_request(request: httpx.Request) -> None:
+    """Before each request of a llama-cpp model: its server must still run and hold its port.
+
+    In the process that started the server, the server's process is asked (a dead
+    server's port may be anyone's by now). In another process (a Dask worker) every socket
+    listening on the port must belong to this user; without /proc, nothing is checked there.
+    """
+    port = request.url.port
+    if port is None:
+        return
+    with _RUNNING_LOCK:
+        server = _RUNNING.get(port)
+    if server is not None:
+        server.ensure_running()
+        return
+    if not ownership.supported():
+        return
+    uid = os.geteuid()
+    for listener in ownership.listeners(port):
+        if listener.uid != uid:
+            raise ServerGone(
+                f"port {port} of the llama.cpp server is held by {ownership.describe(listener)}, "
+                "not by APE's server; nothing was sent to it"
+            )
+
+
+async def _guard_async(request: httpx.Request) -> None:
+    guard_request(request)
+
+
+def guarded_clients(timeout: float | None) -> dict[str, Any]:
+    """``http_client`` and ``http_async_client`` for a llama-cpp model's ChatOpenAI: httpx
+    clients whose every request passes :func:`guard_request` first."""
+    return {
+        "http_client": httpx.Client(timeout=timeout, event_hooks={"request": [guard_request]}),
+        "http_async_client": httpx.AsyncClient(timeout=timeout, event_hooks={"request": [_guard_async]}),
+    }
 
 
 @contextlib.contextmanager

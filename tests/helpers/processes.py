@@ -11,8 +11,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+from ape.tasks.common import ownership
+
 
 def free_port() -> int:
+    """A port nothing listens on now. Another process may take it before the server the test
+    starts binds it: start that server with :func:`wait_server`, which notices."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -28,6 +32,37 @@ def wait_http(url: str, timeout: float = 90.0) -> None:
         except OSError:
             time.sleep(0.3)
     raise RuntimeError(f"{url} did not answer within {timeout} s")
+
+
+def wait_server(proc: subprocess.Popen, port: int, url: str, *, log: Path | None = None, timeout: float = 90.0) -> None:
+    """Wait until the server ``proc`` started (or a child of it) listens on 127.0.0.1:``port``,
+    then until ``url`` answers 200.
+
+    A server that lost its port to another process ("address already in use" under load)
+    fails here at once, naming what holds the port, instead of the test talking to that
+    process's server and hanging in its client's retries. Without /proc, the HTTP wait alone.
+    """
+    if ownership.supported():
+        ownership.wait_owned(
+            proc.pid,
+            "127.0.0.1",
+            port,
+            exited=lambda: None if proc.poll() is None else f"exited with code {proc.returncode}",
+            timeout_s=timeout,
+            what=f"the test's server (pid {proc.pid})",
+            where=str(log) if log is not None else "test server",
+            log_line=lambda: _last_line(log),
+            hint="another process took the free port first; run the tests again",
+        )
+    wait_http(url, timeout)
+
+
+def _last_line(log: Path | None) -> str:
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines() if log is not None else []
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
 
 
 def stop_group(proc: subprocess.Popen, timeout: float) -> None:

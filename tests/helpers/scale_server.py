@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ape import server
-from tests.helpers.processes import free_port, start_logged, stop_group, wait_http
+from tests.helpers.processes import free_port, start_logged, stop_group, wait_server
 
 
 def _postgres_bin() -> Path | None:
@@ -132,7 +132,7 @@ def scale_server(folder: Path) -> Iterator[str]:
         )
         stack.callback(stop_group, api, 20)
         url = f"http://127.0.0.1:{api_port}/api"
-        wait_http(f"{url}/health", timeout=120)
+        wait_server(api, api_port, f"{url}/health", log=folder / "api.log", timeout=120)
         services = start_logged(
             [sys.executable, "-m", "prefect", "server", "services", "start"],
             folder / "services.log",

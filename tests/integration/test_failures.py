@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.processes import free_port, wait_http
+from tests.helpers.processes import free_port, wait_server
 from tests.helpers.runner import make_benchmark, read_results
 
 PLUGINS = '''
@@ -253,7 +253,7 @@ def test_killed_prefect_server_ends_the_run_with_one_line_and_a_rerun_resumes(tm
         )
     )
     doomed = f"http://127.0.0.1:{port}/api"
-    wait_http(f"{doomed}/health")
+    wait_server(server, port, f"{doomed}/health")
     config = bench(tmp_path, n=40, model_args='behaviour = "arithmetic", latency_s = 0.15', run="solver_workers = 2")
     results = tmp_path / "out" / "results.jsonl"
     run = kill_at_end(ape_bg("run", str(config), "--no-server", api=doomed))
