@@ -25,8 +25,8 @@ from ape.tasks.checking.check import CheckerCarousel
 from ape.tasks.model_setup import ModelSetup
 from ape.tasks.recording import recorded_session
 from ape.tasks.report.health import prompt_hash
-from ape.tasks.stages import SessionSpec
 from ape.tasks.solving.solve import revalued
+from ape.tasks.stages import SessionSpec
 from ape.tasks.stats.cost import session_cost
 from ape.tasks.storage.transcripts import SessionLog
 

@@ -31,7 +31,7 @@ from prefect.serializers import Serializer
 from prefect.settings import get_current_settings
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from ape.schemas.transcript import SolverState, SolveRecord
+from ape.schemas.transcript import SolveRecord, SolverState
 
 log = logging.getLogger("ape")
 
