@@ -45,7 +45,7 @@ class SessionCache:
         self.store = store.model_copy(
             update={"cache_result_in_memory": False, "result_storage": resolved_once(store.result_storage)}
         )
-        self.folder = Path(cast(CacheRecords, self.policy.key_storage).basepath)  # its records (cached_variant)
+        self.folder = Path(str(cast(CacheRecords, self.policy.key_storage).basepath))  # its records (cached_variant)
 
     def key(self, spec: SessionSpec) -> str:
         """The cache key the task engine computes for ``stage(spec)``."""

@@ -264,7 +264,7 @@ class CacheRecords(ResolvedLocalFileSystem):
         try:
             return checked_record(content, f"{CACHE_DIR}/{Path(path).name}")[0]
         except ForeignRecord as exc:
-            REFUSED.note(self.basepath, str(exc))
+            REFUSED.note(str(self.basepath), str(exc))
             raise
 
 

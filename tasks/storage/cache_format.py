@@ -56,7 +56,7 @@ _ENTRY: TypeAdapter[_SolveEntry | _StateEntry] = TypeAdapter(
 )
 
 
-class RecordSerializer(Serializer):  # type: ignore[type-arg]
+class RecordSerializer(Serializer):
     """A model stage's result (:class:`SolveRecord` or :class:`SolverState`) as JSON.
 
     Prefect looks serializers up by ``type``, so defining this class registers it; it

@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -109,7 +109,7 @@ class DataProvider:
     def _open(self) -> IO[bytes]:
         """The file as bytes, decompressed on the fly when it ends in ``.gz``."""
         if self.file.name.lower().endswith(".gz"):
-            return gzip.open(self.file, "rb")
+            return cast(IO[bytes], gzip.open(self.file, "rb"))
         return self.file.open("rb")
 
     def _lines(self, handle: IO[bytes], encoding: str) -> Iterator[str]:
