@@ -43,6 +43,7 @@ from ape.tasks.recording import TASK_RUN_COUNTS
 from ape.tasks.report.provenance import run_provenance
 from ape.tasks.stage_runs import current_flow_run_id
 from ape.tasks.stats.cost import Budget
+from ape.tasks.storage.cache_format import REFUSED
 from ape.tasks.storage.outdir import OutputLock
 from ape.tasks.storage.run_files import config_reference
 from ape.tasks.storage.save import SaveFailed, SaveHandler
@@ -84,6 +85,7 @@ class Runner:
 
     def _run_locked(self, started: float) -> dict[str, Any]:
         setup, cfg = self.setup, self.setup.config
+        REFUSED.start(setup.cache_dir)  # this run's first refused cache record warns (cache_format)
         fingerprints = resume_fingerprints(setup)
         saver = SaveHandler(
             setup.out_dir,
@@ -214,9 +216,17 @@ class Runner:
             "check_errors": tally.check_errors,
             "passed": tally.passed,
             "wall_seconds": round(time.perf_counter() - started, 3),
+            "refused_cache_records": REFUSED.take(setup.cache_dir),
             **self.chains,
         }
         log.info("%s: %s", setup.model_id, tally.line())
+        if summary["refused_cache_records"]:  # the count; the run's first refusal was the warning
+            log.info(
+                "%s: %d cache record(s) in %s refused (not APE's JSON records): never loaded, their sessions redone",
+                setup.model_id,
+                summary["refused_cache_records"],
+                setup.cache_dir,
+            )
         tolerance = cfg.run.fail_on_error
         share = errored / tally.total if tally.total else 0.0
         if errored and (tolerance is True or (not isinstance(tolerance, bool) and share > tolerance)):

@@ -25,6 +25,7 @@ from ape.tasks.checking.check import CheckerCarousel
 from ape.tasks.model_setup import ModelSetup
 from ape.tasks.recording import recorded_session
 from ape.tasks.report.health import prompt_hash
+from ape.tasks.solving.solve import revalued
 from ape.tasks.stages import SessionSpec
 from ape.tasks.stats.cost import session_cost
 from ape.tasks.storage.transcripts import SessionLog
@@ -70,6 +71,8 @@ class ItemProcessor:
                 fingerprint=self.setup.fingerprint_key,
             )
             record, cached = self.stages.solve_adapt(spec, refresh)
+            if cached:  # read back as JSON: the adapter's own object again, for the checker
+                record = revalued(record, self.setup.adapter)
             check = self.stages.check(item, record, key, run_index)
             # a checker may grade each item with its own metric (task specs do)
             metric = (check.metadata.get("metric") if check is not None else None) or self.setup.metric

@@ -149,6 +149,21 @@ class DataConfig(Section):
         description="Field grouping related items (several questions on one passage); "
         "intervals and tests then use clustered standard errors.",
     )
+    max_line_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1,
+        description="Longest line (or CSV cell) the data file may hold, in bytes; a longer one stops "
+        "'ape validate' and 'ape run' before any model call, naming the file and line. Raise it for a "
+        "benchmark with very long items.",
+    )
+    max_depth: int = Field(
+        default=100,
+        ge=1,
+        le=200,
+        description="Deepest nesting of lists and objects a JSON line may hold; a deeper one stops "
+        "'ape validate' and 'ape run' before any model call, naming the file and line. At most 200 "
+        "(pydantic stops writing an item nested past about 250 levels as JSON).",
+    )
 
 
 class PromptConfig(Section):

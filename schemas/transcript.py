@@ -71,7 +71,8 @@ SESSION_END        ``content``: the outcome; ``data``: ``score``, ``correct``, `
 =================  ============================================================================
 
 :class:`SolverState` and :class:`SolveRecord` are plain data (JSON-serialisable and
-picklable) so the solve and adapt stages can run as separate, cached Prefect tasks.
+picklable) so the solve and adapt stages can run as separate, cached Prefect tasks; the
+cache keeps them as JSON (:mod:`ape.tasks.storage.cache_format`).
 """
 
 from __future__ import annotations
@@ -178,6 +179,11 @@ class SolveRecord(BaseModel):
         self._value = value
         self._has_value = True
         return self
+
+    @property
+    def has_value(self) -> bool:
+        """Whether the adapter's own object is kept (not after a JSON round trip, e.g. the cache)."""
+        return self._has_value
 
     @property
     def value(self) -> Any:

@@ -74,8 +74,7 @@ class ModelSetup:
         return cache_dir(self.config)
 
     def provider(self) -> DataProvider:
-        d = self.config.data
-        return DataProvider(d.file, self.data_model, d.start_id, d.end_id)
+        return DataProvider.for_config(self.config.data, self.data_model)
 
     def for_run(self, config: ApeConfig) -> ModelSetup:
         """This setup for ``config``: the config it was built from, writing into another

@@ -6,20 +6,28 @@ looks its result up. This does what the engine would: the cache key from the sta
 cache policy (its SessionSpec and its task's source, :func:`ape.tasks.stages.cached_variant`),
 the record in the run's cache folder, the result in Prefect's result storage. The keys and
 files are the engine's, so a cache written by a live task run (``task_granularity =
-"stage"`` writes its own stages; a cache from before) is read here, and the other way round.
+"stage"`` writes its own stages) is read here, and the other way round.
+
+A record is read as raw bytes and checked here
+(:func:`ape.tasks.storage.cache_format.checked_record`), never handed to Prefect to
+deserialize: only APE's JSON records are read; anything else (an older APE's pickle cache,
+a planted file) is a miss, counted and warned once per run.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
 from prefect.results import ResultStore
 
 from ape.schemas.transcript import SolveRecord
-from ape.tasks.stages import SessionSpec
+from ape.tasks.stages import CacheRecords, SessionSpec
+from ape.tasks.storage.cache_format import REFUSED, Expired, ForeignRecord, checked_record
 from ape.tasks.storage.local_results import resolved_once
+from ape.tasks.storage.runs import CACHE_DIR
 
 log = logging.getLogger("ape")
 
@@ -37,6 +45,7 @@ class SessionCache:
         self.store = store.model_copy(
             update={"cache_result_in_memory": False, "result_storage": resolved_once(store.result_storage)}
         )
+        self.folder = Path(str(cast(CacheRecords, self.policy.key_storage).basepath))  # its records (cached_variant)
 
     def key(self, spec: SessionSpec) -> str:
         """The cache key the task engine computes for ``stage(spec)``."""
@@ -45,11 +54,25 @@ class SessionCache:
         return str(key)
 
     def read(self, key: str) -> SolveRecord | None:
-        """The cached record, or None when there is none (or it expired)."""
-        if not self.store.exists(key):
+        """The cached record, or None when there is none, it expired, or it is not APE's
+        JSON record (counted and warned: :data:`~ape.tasks.storage.cache_format.REFUSED`)."""
+        try:
+            content = (self.folder / key).read_bytes()
+        except OSError:
             return None
-        value = self.store.read(key).result
-        return value if isinstance(value, SolveRecord) else None
+        try:
+            _, value = checked_record(content, f"{CACHE_DIR}/{key}")
+        except ForeignRecord as exc:
+            REFUSED.note(self.folder, str(exc))
+            return None
+        except (Expired, FileNotFoundError):
+            return None
+        if value is None:  # kept in a storage block: Prefect reads it, with APE's serializer (checked)
+            value = self.store.read(key).result
+        if not isinstance(value, SolveRecord):
+            REFUSED.note(self.folder, f"{CACHE_DIR}/{key} holds a {type(value).__name__}, not a session record")
+            return None
+        return value
 
     def write(self, key: str, record: SolveRecord) -> None:
         """Keep ``record`` under ``key`` (over an older one: a refreshed session)."""

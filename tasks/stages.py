@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -29,7 +28,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prefect import task
 from prefect.cache_policies import NO_CACHE, TASK_SOURCE, CacheKeyFnPolicy
 from prefect.results import ResultRecord
-from prefect.settings import get_current_settings
 from prefect.states import State
 from pydantic import BaseModel, ConfigDict
 
@@ -44,7 +42,9 @@ from ape.tasks.solving.render import render
 from ape.tasks.solving.solve import run_adaption, run_solver
 from ape.tasks.solving.tools import load_tools
 from ape.tasks.stage_runs import current_recorder
+from ape.tasks.storage.cache_format import REFUSED, ForeignRecord, RecordSerializer, checked_record
 from ape.tasks.storage.local_results import ResolvedLocalFileSystem
+from ape.tasks.storage.runs import CACHE_DIR
 
 if TYPE_CHECKING:
     from ape.schemas.config import ApeConfig, ModelConfig
@@ -228,66 +228,55 @@ def _spec_key(context: Any, parameters: dict[str, Any]) -> str:
 
 
 class CacheRecords(ResolvedLocalFileSystem):
-    """The folder of a run's cache records (``.cache/<key>``), read so that an output folder
-    can be copied or moved and still resume from its cached generations.
+    """The folder of a run's cache records (``.cache/<key>``), as Prefect's task engine reads
+    it: only APE's JSON records, pointed at this folder's results.
 
-    Prefect's record of a cached result names the result file by its absolute path
-    (``storage_key``, e.g. ``/home/a/out/.cache/results/96c0...``), and its local result
-    storage refuses any path outside its own folder. After ``cp -r out copy`` or ``mv``,
-    every cached session then failed with "Provided path ... is outside of the base path".
-    Read through this class, a record whose result path lies outside the current local
-    result storage (``PREFECT_LOCAL_STORAGE_PATH``, which ``ape run`` points at the output
-    folder's ``.cache/results``) names the file of the same name in that storage instead,
-    when it is there; records of results kept in a storage block are left as they are.
-    Writing is Prefect's own, so caches written before or after this change read alike.
+    Every record the engine reads passes :func:`ape.tasks.storage.cache_format.checked_record`
+    first: one that is not APE's JSON record (a pickle, a record naming another serializer,
+    a result file that does not validate) raises before Prefect parses it, so the engine
+    counts it as no cache entry and runs the stage; nothing a record names is imported or
+    unpickled. The refusal is counted and warned once per run
+    (:data:`~ape.tasks.storage.cache_format.REFUSED`).
+
+    Prefect's record names its result file by its absolute path, and its local result
+    storage refuses any path outside its own folder: after ``cp -r out copy`` or ``mv``,
+    every cached session failed with "Provided path ... is outside of the base path". A
+    record read through this class names the file of the same name in the current result
+    storage instead (:func:`~ape.tasks.storage.cache_format.relocated`).
     """
 
     _block_type_name = "APE cache records"  # its own block type: never mistaken for LocalFileSystem
 
     async def aread_path(self, path: str) -> bytes:
-        return relocated_record(await super().aread_path(path))
+        return self._checked(await super().aread_path(path), path)
 
     def read_path(self, path: str, **options: Any) -> Any:
-        """Prefect's ``read_path`` (sync, or a coroutine in async code), with the record relocated."""
+        """Prefect's ``read_path`` (sync, or a coroutine in async code), checked and relocated."""
         content = super().read_path(path, **options)
         if inspect.isawaitable(content):
-            return _relocated_later(content)
-        return relocated_record(content)
+            return self._checked_later(content, path)
+        return self._checked(content, path)
 
+    async def _checked_later(self, pending: Awaitable[bytes], path: str) -> bytes:
+        return self._checked(await pending, path)
 
-async def _relocated_later(pending: Awaitable[bytes]) -> bytes:
-    return relocated_record(await pending)
-
-
-def relocated_record(content: bytes) -> bytes:
-    """A cache record whose result path points into the folder results are read from now
-    (see :class:`CacheRecords`); unchanged when it already does or nothing is there."""
-
-    try:
-        record = json.loads(content)
-    except ValueError:
-        return content
-    key = record.get("storage_key") if isinstance(record, dict) else None
-    if not isinstance(key, str) or record.get("storage_block_id") is not None or not Path(key).is_absolute():
-        return content
-    base = Path(get_current_settings().results.local_storage_path).expanduser().resolve()
-    recorded = Path(key)
-    if base in recorded.parents:
-        return content
-    here = base / recorded.name
-    if not here.is_file():
-        return content  # nothing to point at: Prefect reports the record as it is
-    return json.dumps({**record, "storage_key": str(here)}).encode()
+    def _checked(self, content: bytes, path: str) -> bytes:
+        try:
+            return checked_record(content, f"{CACHE_DIR}/{Path(path).name}")[0]
+        except ForeignRecord as exc:
+            REFUSED.note(str(self.basepath), str(exc))
+            raise
 
 
 def cached_variant(stage: Any, cache_dir: Path | None) -> Any:
     """The stage with its cache policy bound to this run's cache folder (or no cache): the
-    key is the stage's SessionSpec (:func:`_spec_key`) and its task's source."""
+    key is the stage's SessionSpec (:func:`_spec_key`) and its task's source; its result is
+    written as JSON (:class:`~ape.tasks.storage.cache_format.RecordSerializer`), never a pickle."""
     if cache_dir is None:
         return stage.with_options(cache_policy=NO_CACHE, persist_result=False)
     policy = CacheKeyFnPolicy(cache_key_fn=_spec_key) + TASK_SOURCE
     policy = policy.configure(key_storage=CacheRecords(basepath=str(cache_dir)))
-    return stage.with_options(cache_policy=policy)
+    return stage.with_options(cache_policy=policy, result_serializer=RecordSerializer())
 
 
 def unwrap(state: State) -> tuple[Any, bool]:

@@ -44,7 +44,7 @@ log = logging.getLogger("ape")
 def item_hashes(config: ApeConfig) -> dict[str, str]:
     """item id -> hash of the item's content, so a later run pairs only unchanged items."""
     model = load_data_model(config)
-    provider = DataProvider(config.data.file, model, config.data.start_id, config.data.end_id)
+    provider = DataProvider.for_config(config.data, model)
     return {
         item_id(item): hashlib.sha256(item.model_dump_json(by_alias=True).encode()).hexdigest()[:16]
         for item in provider

@@ -105,7 +105,7 @@ def known_wrong(config: ApeConfig, data_model: type[BaseModel], pass_mark: float
             return example.item, example.solution
 
     data = config.data
-    first = next(iter(DataProvider(data.file, data_model, data.start_id, data.end_id)), None)
+    first = next(iter(DataProvider.for_config(data, data_model)), None)
     return None if first is None else (first, WRONG_ANSWER)
 
 

@@ -479,6 +479,26 @@ def run_adaption(
     return record(Outcome.PARSING_FAILED, answer, last_error)
 
 
+def revalued(record: SolveRecord, adapter: Callable[[str], Any]) -> SolveRecord:
+    """A cached record with the adapter's own object again, for the checker.
+
+    The cache keeps records as JSON (never a pickle: :mod:`ape.tasks.storage.cache_format`),
+    which keeps the solution's JSON form but not the object the adapter returned (a pydantic
+    model, say), so a checker written for that object would grade a cached session
+    differently. The adapter parses the answer it parsed before; its object is kept only when
+    its JSON form is the recorded solution (else the record keeps its JSON form, as before).
+    """
+    if record.has_value or record.outcome is not Outcome.SOLVED or record.raw_output is None:
+        return record
+    try:
+        value = adapter(record.raw_output)
+    except Exception:
+        return record
+    if _jsonable(value) == record.solution:
+        record.keep_value(value)
+    return record
+
+
 def solve_session(
     model: Any,
     prompt: str,

