@@ -177,26 +177,30 @@ def bwrap_argv(tmpfs_bytes: int = TMPFS_BYTES, *, disable_userns: bool = True) -
 # as bwrap's on a fresh tmpfs (mounted over /tmp, which this namespace alone sees; the
 # interpreter's folders under /tmp are reached through descriptors opened before that),
 # makes it the root with pivot_root and detaches the old one, makes every mount but /proc,
-# /tmp and /dev/shm read-only, checks that, and drops every capability for good. The
-# interpreter runs as this shell's child, not in its place: the shell (the namespace's
-# init) then exits with 128 + N when the interpreter is killed by signal N, as bwrap does,
-# so a sandbox killed from outside reads as one (unshare's own re-raising of the signal fails
-# in a user namespace and would report exit code 1).
+# /tmp and /dev/shm read-only, checks that, and drops every capability for good. Each
+# program it runs costs a process start, so it uses as few as it can (empty files are made
+# by redirection, folders by one mkdir, binds made read-only as they are made, and the
+# last loop remounts only what is still writable). The interpreter runs as this shell's
+# child, not in its place: the shell (the namespace's init) then exits with 128 + N when
+# the interpreter is killed by signal N, as bwrap does, so a sandbox killed from outside
+# reads as one (unshare's own re-raising of the signal fails in a user namespace and would
+# report exit code 1).
 _UNSHARE_PRELUDE = r"""
 set -e
 %(opened)s
 R=/tmp
 mount -t tmpfs -o size=1m,mode=0755,nosuid,nodev ape-root "$R"
-%(system)s
-mkdir -p "$R/proc" "$R/dev" "$R/tmp"
+mkdir -p "$R/proc" "$R/dev" "$R/tmp" "$R/etc" %(folders)s
+%(links)s
+%(files)s
 mount --rbind /proc "$R/proc"
 mount -t tmpfs -o size=1m,mode=0755,nosuid ape-dev "$R/dev"
+mkdir "$R/dev/shm"
 for name in %(devices)s; do
-  touch "$R/dev/$name" && mount --bind "/dev/$name" "$R/dev/$name"
+  true > "$R/dev/$name"
+  mount --bind -o ro "/dev/$name" "$R/dev/$name"
 done
 ln -s /proc/self/fd "$R/dev/fd"
-ln -s /proc/self/fd/0 "$R/dev/stdin"; ln -s /proc/self/fd/1 "$R/dev/stdout"; ln -s /proc/self/fd/2 "$R/dev/stderr"
-mkdir "$R/dev/shm"
 mount -t tmpfs -o size=$APE_SHM,mode=1777,nosuid,nodev ape-shm "$R/dev/shm"
 mount -t tmpfs -o size=$APE_TMPFS,mode=1777,nosuid,nodev ape-tmp "$R/tmp"
 %(bound)s
@@ -204,11 +208,13 @@ cd "$R"
 pivot_root . .
 umount -l .
 cd /
-while read -r _ _ _ _ point _; do
-  case "$point" in /proc|/proc/*|/tmp|/dev/shm) ;; *) mount -o remount,bind,ro "$point" 2>/dev/null || true ;; esac
+while read -r _ _ _ _ point options _; do
+  case "$point" in /proc|/proc/*|/tmp|/dev/shm) continue ;; esac
+  case "$options" in ro|ro,*) continue ;; esac
+  mount -o remount,bind,ro "$point" 2>/dev/null || true
 done < /proc/self/mountinfo
-for probe in /.ape-rw-probe /usr/.ape-rw-probe /dev/.ape-rw-probe; do
-  touch "$probe" 2>/dev/null && { echo "the sandbox's $probe stayed writable" >&2; exit 97; }
+for probe in /.ape-rw-probe /usr/.ape-rw-probe /dev/.ape-rw-probe /etc/.ape-rw-probe; do
+  if true 2>/dev/null > "$probe"; then echo "the sandbox's $probe stayed writable" >&2; exit 97; fi
 done
 cd /tmp
 setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- env -i %(env)s "$@"
@@ -218,30 +224,35 @@ setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- env -i %(env)s "$@
 def _unshare_script() -> str:
     """The prelude with this machine's folders filled in (every path quoted for the shell)."""
     q = shlex.quote
-    system: list[str] = []
+    folders: list[str] = []
+    links: list[str] = []
+    files: list[str] = []
     for path, link in _system_folders():
         if link is not None:
-            system.append(f'ln -s {q(link)} "$R"{q(path)}')
+            links.append(f'ln -s {q(link)} "$R"{q(path)}')
         else:
-            system.append(f'mkdir -p "$R"{q(path)} && mount --rbind {q(path)} "$R"{q(path)}')
+            folders.append(f'"$R"{q(path)}')
+            files.append(f'mount --rbind -o ro {q(path)} "$R"{q(path)}')
     for path in ETC_FILES:
         if os.path.exists(path):
-            system.append(f'mkdir -p "$R/etc" && touch "$R"{q(path)} && mount --bind {q(path)} "$R"{q(path)}')
+            files.append(f'true > "$R"{q(path)}; mount --bind -o ro {q(path)} "$R"{q(path)}')
     opened: list[str] = []
     bound: list[str] = []
-    fd = 3
+    for fd, folder in enumerate(hidden_interpreter_folders(), start=3):
+        # under /tmp, which the staging tmpfs covers: reached through a descriptor opened first
+        opened.append(f"exec {fd}< {q(folder)}")
+        bound.append(f'mkdir -p "$R"{q(folder)}')
+        bound.append(f'mount --no-canonicalize --bind -o ro /proc/self/fd/{fd} "$R"{q(folder)}; exec {fd}<&-')
     for folder in interpreter_folders():
-        if _inside(folder, SANDBOX_HOME):  # covered by the staging tmpfs: reached by descriptor
-            opened.append(f"exec {fd}< {q(folder)}")
-            bound += [f'mkdir -p "$R"{q(folder)}', f'mount --no-canonicalize --bind /proc/self/fd/{fd} "$R"{q(folder)}']
-            bound.append(f"exec {fd}<&-")
-            fd += 1
-        else:
-            bound.append(f'mkdir -p "$R"{q(folder)} && mount --rbind {q(folder)} "$R"{q(folder)}')
+        if not _inside(folder, SANDBOX_HOME):
+            folders.append(f'"$R"{q(folder)}')
+            files.append(f'mount --rbind -o ro {q(folder)} "$R"{q(folder)}')
     env = " ".join(f"{name}={value}" for name, value in base_env(SANDBOX_HOME).items())
     return _UNSHARE_PRELUDE % {
         "opened": "\n".join(opened),
-        "system": "\n".join(system),
+        "folders": " ".join(folders),
+        "links": "\n".join(links),
+        "files": "\n".join(files),
         "devices": " ".join(DEVICES),
         "bound": "\n".join(bound),
         "env": env,
