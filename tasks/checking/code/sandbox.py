@@ -4,15 +4,18 @@
 
 ``bwrap``
     bubblewrap: new user (unprivileged uid 65534), PID, network, IPC, UTS and mount
-    namespaces; ``/`` read-only, a fresh ``/proc`` that shows only the sandbox, a
-    minimal ``/dev``, a private size-limited tmpfs at ``/tmp`` (the working folder;
-    a virtual environment of this Python under ``/tmp`` is bound back in, read-only),
-    no further user namespaces (bwrap 0.8 and later), a new terminal session, killed with
-    its parent.
+    namespaces; a root that shows only what the interpreter needs (``/usr``, the
+    ``/bin``/``/lib`` links, ``/etc/ld.so.cache`` and ``/etc/localtime``, the
+    interpreter's own folders: :func:`interpreter_folders`), read-only; a fresh ``/proc``
+    that shows only the sandbox, a minimal read-only ``/dev``, private size-limited tmpfs
+    at ``/dev/shm`` and ``/tmp`` (the working folder), no further user namespaces (bwrap 0.8
+    and later), a new terminal session, killed with its parent. The home folder, APE_HOME,
+    the output and config folders and the rest of ``/etc`` are not there at all.
 ``unshare``
-    util-linux ``unshare`` with the same namespaces; a small shell prelude mounts the
-    tmpfs, remounts every other mount read-only and drops every capability
-    (``setpriv``) before the interpreter starts.
+    util-linux ``unshare`` with the same namespaces; a small shell prelude builds the same
+    view on a tmpfs, makes it the root (``pivot_root``), makes every mount but the
+    private ones read-only and drops every capability (``setpriv``) before the
+    interpreter starts.
 ``none``
     no namespaces (macOS, or a container that forbids them): the limits alone.
 ``auto``
@@ -138,7 +141,17 @@ def interpreter_folders() -> tuple[str, ...]:
         for path in paths
         if os.path.isdir(path) and path != "/" and not any(_inside(path, folder) for folder in system)
     }
-    return tuple(sorted(path for path in wanted if not any(path != o and _inside(path, o) for o in wanted)))
+    folders = tuple(sorted(path for path in wanted if not any(path != o and _inside(path, o) for o in wanted)))
+    home = os.path.realpath(os.path.expanduser("~"))
+    for folder in folders:
+        if _inside(home, os.path.realpath(folder)):
+            log.warning(
+                "code_exec: this Python's folder %s holds the home folder %s, so sandboxed code can read "
+                "the home folder; install Python (or its virtual environment) in a folder of its own",
+                folder,
+                home,
+            )
+    return folders
 
 
 def hidden_interpreter_folders() -> tuple[str, ...]:

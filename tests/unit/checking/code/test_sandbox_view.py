@@ -200,3 +200,12 @@ def test_dev_takes_no_files_and_dev_shm_and_tmp_stop_at_their_caps(kind):
     assert written["/dev"] == "OSError"  # a read-only file system
     assert written["/dev/shm"] <= sandboxes.SHM_BYTES // mib and written["/dev/shm error"] == "OSError", written
     assert written["/tmp"] <= sandboxes.TMPFS_BYTES // mib and written["/tmp error"] == "OSError", written
+
+
+def test_an_interpreter_installed_over_the_home_folder_is_named_in_a_warning(monkeypatch, caplog):
+    """A Python whose prefix holds the home folder would show that folder: APE says so."""
+    monkeypatch.setattr(sys, "prefix", os.path.realpath(Path.home()))
+    with caplog.at_level("WARNING", logger="ape.sandbox"):
+        folders = sandboxes.interpreter_folders.__wrapped__()
+    assert os.path.realpath(Path.home()) in folders
+    assert "sandboxed code can read the home folder" in caplog.text
