@@ -4,15 +4,18 @@
 
 ``bwrap``
     bubblewrap: new user (unprivileged uid 65534), PID, network, IPC, UTS and mount
-    namespaces; ``/`` read-only, a fresh ``/proc`` that shows only the sandbox, a
-    minimal ``/dev``, a private size-limited tmpfs at ``/tmp`` (the working folder;
-    a virtual environment of this Python under ``/tmp`` is bound back in, read-only),
-    no further user namespaces (bwrap 0.8 and later), a new terminal session, killed with
-    its parent.
+    namespaces; a root that shows only what the interpreter needs (``/usr``, the
+    ``/bin``/``/lib`` links, ``/etc/ld.so.cache`` and ``/etc/localtime``, the
+    interpreter's own folders: :func:`interpreter_folders`), read-only; a fresh ``/proc``
+    that shows only the sandbox, a minimal read-only ``/dev``, private size-limited tmpfs
+    at ``/dev/shm`` and ``/tmp`` (the working folder), no further user namespaces (bwrap 0.8
+    and later), a new terminal session, killed with its parent. The home folder, APE_HOME,
+    the output and config folders and the rest of ``/etc`` are not there at all.
 ``unshare``
-    util-linux ``unshare`` with the same namespaces; a small shell prelude mounts the
-    tmpfs, remounts every other mount read-only and drops every capability
-    (``setpriv``) before the interpreter starts.
+    util-linux ``unshare`` with the same namespaces; a small shell prelude builds the same
+    view on a tmpfs, makes it the root (``pivot_root``), makes every mount but the
+    private ones read-only and drops every capability (``setpriv``) before the
+    interpreter starts.
 ``none``
     no namespaces (macOS, or a container that forbids them): the limits alone.
 ``auto``
@@ -54,7 +57,14 @@ KINDS: tuple[SandboxKind, ...] = ("bwrap", "unshare", "none")
 SANDBOX_HOME = "/tmp"  # the private tmpfs inside a namespace sandbox
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 TMPFS_BYTES = 64 * 1024 * 1024
+SHM_BYTES = 16 * 1024 * 1024  # /dev/shm: POSIX semaphores and shared memory, a private tmpfs of its own
 FIRST_FREE_FD = 10  # descriptors passed to a sandbox are numbered from here; 3-9 are the prelude's
+# What a sandbox sees of the machine besides the interpreter's own folders: the system's
+# programs and libraries (a link, such as /bin -> usr/bin on a merged /usr, stays a link)
+# and the only files of /etc that the dynamic loader and the interpreter read.
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime")
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -66,79 +76,210 @@ def base_env(home: str) -> dict[str, str]:
     return {"HOME": home, "TMPDIR": home, "PATH": SANDBOX_PATH, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def hidden_interpreter_folders() -> tuple[str, ...]:
-    """The folders of this Python that the sandbox's private ``/tmp`` would hide.
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
-    A virtual environment made under ``/tmp`` (common in CI) keeps its interpreter link,
-    ``pyvenv.cfg`` and packages there; without them the sandbox cannot start Python at
-    all. These folders are bound back in, read-only, at the same paths.
+
+def _system_folders() -> list[tuple[str, str | None]]:
+    """The system folders here: (path, link target) for a link, (path, None) for a folder."""
+    found: list[tuple[str, str | None]] = []
+    for path in SYSTEM_FOLDERS:
+        if os.path.islink(path):
+            found.append((path, os.readlink(path)))
+        elif os.path.isdir(path):
+            found.append((path, None))
+    return found
+
+
+def _loader_folders(executable: str) -> set[str]:
+    """The folders of the shared libraries ``executable`` loads, as ``ldd`` names them.
+
+    Most are system folders; an interpreter built with its own ``libpython`` (pyenv, conda,
+    a Nix store) has them elsewhere. Empty where ``ldd`` is missing or fails.
     """
-    home = SANDBOX_HOME.rstrip("/") + "/"
-    found = {
-        os.path.normpath(path)
-        for path in (
-            sys.prefix,
-            sys.base_prefix,
-            os.path.dirname(sys.executable),
-            os.path.dirname(os.path.realpath(sys.executable)),
-        )
-        if os.path.normpath(path).startswith(home)
+    ldd = shutil.which("ldd")
+    if ldd is None:
+        return set()
+    try:
+        done = subprocess.run([ldd, executable], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    folders = set()
+    for line in done.stdout.splitlines():
+        words = line.replace("=>", " ").split()
+        for word in words:
+            if word.startswith("/"):
+                folders.add(os.path.dirname(os.path.realpath(word)))
+                break
+    return folders
+
+
+@functools.cache
+def interpreter_folders() -> tuple[str, ...]:
+    """The folders of this Python that a sandbox binds in, read-only, at the same paths.
+
+    Its prefixes (a virtual environment's and its base's: the standard library and the
+    site-packages), the folders of its executable (as named and with links resolved) and
+    of the shared libraries it loads, less what the system folders already show. An
+    interpreter under ``/root`` or a virtual environment under ``/tmp`` (as CI makes them)
+    is bound in as that one folder: nothing else of its parents is visible.
+    """
+    named = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(sys.executable),
+        os.path.dirname(os.path.realpath(sys.executable)),
+        *_loader_folders(os.path.realpath(sys.executable)),
     }
-    return tuple(sorted(path for path in found if not any(path.startswith(other + "/") for other in found)))
+    paths = {os.path.normpath(path) for path in named if path and os.path.isabs(path)}
+    paths |= {os.path.realpath(path) for path in paths}
+    system = [os.path.realpath(path) for path, _ in _system_folders()] + [path for path, _ in _system_folders()]
+    wanted = {
+        path
+        for path in paths
+        if os.path.isdir(path) and path != "/" and not any(_inside(path, folder) for folder in system)
+    }
+    folders = tuple(sorted(path for path in wanted if not any(path != o and _inside(path, o) for o in wanted)))
+    home = os.path.realpath(os.path.expanduser("~"))
+    for folder in folders:
+        if _inside(home, os.path.realpath(folder)):
+            log.warning(
+                "code_exec: this Python's folder %s holds the home folder %s, so sandboxed code can read "
+                "the home folder; install Python (or its virtual environment) in a folder of its own",
+                folder,
+                home,
+            )
+    return folders
+
+
+def hidden_interpreter_folders() -> tuple[str, ...]:
+    """The interpreter's folders under the sandbox's private ``/tmp`` (a venv made there)."""
+    return tuple(path for path in interpreter_folders() if _inside(path, SANDBOX_HOME))
 
 
 def bwrap_argv(tmpfs_bytes: int = TMPFS_BYTES, *, disable_userns: bool = True) -> list[str]:
-    """The bubblewrap command line that precedes the interpreter."""
+    """The bubblewrap command line that precedes the interpreter.
+
+    The root is an empty tmpfs with only the system folders, two files of ``/etc``, the
+    interpreter's folders, a fresh ``/proc``, a minimal read-only ``/dev`` with a capped
+    ``/dev/shm``, and the capped private ``/tmp``; it is made read-only last.
+    """
     argv = [
         *("bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534"),
-        *("--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"),
-        *("--size", str(tmpfs_bytes), "--tmpfs", SANDBOX_HOME, "--chdir", SANDBOX_HOME, "--clearenv"),
+        *("--die-with-parent", "--new-session"),
     ]
-    for folder in hidden_interpreter_folders():
-        argv += ["--ro-bind", folder, folder]
     if disable_userns:
-        argv.insert(8, "--disable-userns")
+        argv.append("--disable-userns")
+    for path, link in _system_folders():
+        argv += ["--symlink", link, path] if link is not None else ["--ro-bind", path, path]
+    for path in ETC_FILES:
+        argv += ["--ro-bind-try", path, path]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
+    argv += ["--remount-ro", "/dev", "--size", str(tmpfs_bytes), "--tmpfs", SANDBOX_HOME]
+    for folder in interpreter_folders():
+        argv += ["--ro-bind", folder, folder]
+    argv += ["--remount-ro", "/", "--chdir", SANDBOX_HOME, "--clearenv"]
     for name, value in base_env(SANDBOX_HOME).items():
         argv += ["--setenv", name, value]
     return argv + ["--"]
 
 
-# Runs as root of the new user namespace, before the interpreter: the private tmpfs (with
-# the interpreter's folders it hides bound back in, through descriptors opened before it
-# covers them), every other mount read-only, then every capability dropped for good. The
-# interpreter runs as this shell's child, not in its place: the shell (the namespace's
-# init) then exits with 128 + N when the interpreter is killed by signal N, as bwrap does,
-# so a sandbox killed from outside reads as one (unshare's own re-raising of the signal fails
-# in a user namespace and would report exit code 1).
+# Runs as root of the new user namespace, before the interpreter. It builds the same view
+# as bwrap's on a fresh tmpfs (mounted over /tmp, which this namespace alone sees; the
+# interpreter's folders under /tmp are reached through descriptors opened before that),
+# makes it the root with pivot_root and detaches the old one, makes every mount but /proc,
+# /tmp and /dev/shm read-only, checks that, and drops every capability for good. Each
+# program it runs costs a process start, so it uses as few as it can (empty files are made
+# by redirection, folders by one mkdir, binds made read-only as they are made, and the
+# last loop remounts only what is still writable). The interpreter runs as this shell's
+# child, not in its place: the shell (the namespace's init) then exits with 128 + N when
+# the interpreter is killed by signal N, as bwrap does, so a sandbox killed from outside
+# reads as one (unshare's own re-raising of the signal fails in a user namespace and would
+# report exit code 1).
 _UNSHARE_PRELUDE = r"""
 set -e
-%s
-mount -t tmpfs -o size=$APE_TMPFS,mode=1777,nosuid,nodev tmpfs /tmp
-%s
-awk '{print $5}' /proc/self/mountinfo | while read -r point; do
-  case "$point" in /proc|/proc/*|/tmp) ;; *) mount -o remount,bind,ro "$point" 2>/dev/null || true ;; esac
+%(opened)s
+R=/tmp
+mount -t tmpfs -o size=1m,mode=0755,nosuid,nodev ape-root "$R"
+mkdir -p "$R/proc" "$R/dev" "$R/tmp" "$R/etc" %(folders)s
+%(links)s
+%(files)s
+mount --rbind /proc "$R/proc"
+mount -t tmpfs -o size=1m,mode=0755,nosuid ape-dev "$R/dev"
+mkdir "$R/dev/shm"
+for name in %(devices)s; do
+  true > "$R/dev/$name"
+  mount --bind -o ro "/dev/$name" "$R/dev/$name"
 done
-touch /.ape-rw-probe 2>/dev/null && { echo "the root file system stayed writable" >&2; exit 97; }
+ln -s /proc/self/fd "$R/dev/fd"
+mount -t tmpfs -o size=$APE_SHM,mode=1777,nosuid,nodev ape-shm "$R/dev/shm"
+mount -t tmpfs -o size=$APE_TMPFS,mode=1777,nosuid,nodev ape-tmp "$R/tmp"
+%(bound)s
+cd "$R"
+pivot_root . .
+umount -l .
+cd /
+while read -r _ _ _ _ point options _; do
+  case "$point" in /proc|/proc/*|/tmp|/dev/shm) continue ;; esac
+  case "$options" in ro|ro,*) continue ;; esac
+  mount -o remount,bind,ro "$point" 2>/dev/null || true
+done < /proc/self/mountinfo
+for probe in /.ape-rw-probe /usr/.ape-rw-probe /dev/.ape-rw-probe /etc/.ape-rw-probe; do
+  if true 2>/dev/null > "$probe"; then echo "the sandbox's $probe stayed writable" >&2; exit 97; fi
+done
 cd /tmp
-setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- env -i %s "$@"
+setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- env -i %(env)s "$@"
 """
+
+
+def _unshare_script() -> str:
+    """The prelude with this machine's folders filled in (every path quoted for the shell)."""
+    q = shlex.quote
+    folders: list[str] = []
+    links: list[str] = []
+    files: list[str] = []
+    for path, link in _system_folders():
+        if link is not None:
+            links.append(f'ln -s {q(link)} "$R"{q(path)}')
+        else:
+            folders.append(f'"$R"{q(path)}')
+            files.append(f'mount --rbind -o ro {q(path)} "$R"{q(path)}')
+    for path in ETC_FILES:
+        if os.path.exists(path):
+            files.append(f'true > "$R"{q(path)}; mount --bind -o ro {q(path)} "$R"{q(path)}')
+    opened: list[str] = []
+    bound: list[str] = []
+    for fd, folder in enumerate(hidden_interpreter_folders(), start=3):
+        # under /tmp, which the staging tmpfs covers: reached through a descriptor opened first
+        opened.append(f"exec {fd}< {q(folder)}")
+        bound.append(f'mkdir -p "$R"{q(folder)}')
+        bound.append(f'mount --no-canonicalize --bind -o ro /proc/self/fd/{fd} "$R"{q(folder)}; exec {fd}<&-')
+    for folder in interpreter_folders():
+        if not _inside(folder, SANDBOX_HOME):
+            folders.append(f'"$R"{q(folder)}')
+            files.append(f'mount --rbind -o ro {q(folder)} "$R"{q(folder)}')
+    env = " ".join(f"{name}={value}" for name, value in base_env(SANDBOX_HOME).items())
+    return _UNSHARE_PRELUDE % {
+        "opened": "\n".join(opened),
+        "folders": " ".join(folders),
+        "links": "\n".join(links),
+        "files": "\n".join(files),
+        "devices": " ".join(DEVICES),
+        "bound": "\n".join(bound),
+        "env": env,
+    }
 
 
 def unshare_argv(tmpfs_bytes: int = TMPFS_BYTES) -> list[str]:
     """The util-linux command line that precedes the interpreter."""
-    env = " ".join(f"{name}={value}" for name, value in base_env(SANDBOX_HOME).items())
-    opened: list[str] = []
-    bound: list[str] = []
-    for fd, folder in enumerate(map(shlex.quote, hidden_interpreter_folders()), start=3):
-        opened.append(f"exec {fd}< {folder}")
-        bound += [f"mkdir -p {folder}", f"mount --no-canonicalize --bind /proc/self/fd/{fd} {folder}", f"exec {fd}<&-"]
-    script = _UNSHARE_PRELUDE % ("\n".join(opened), "\n".join(bound), env)
     return [
         *("setpriv", "--pdeathsig", "KILL", "--"),
         *("unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--net"),
         *("--mount", "--mount-proc", "--ipc", "--uts", "--"),
-        *("env", "-i", f"APE_TMPFS={tmpfs_bytes}", "PATH=" + SANDBOX_PATH),
-        *("sh", "-c", script, "ape-sandbox"),
+        *("env", "-i", f"APE_TMPFS={tmpfs_bytes}", f"APE_SHM={SHM_BYTES}", "PATH=" + SANDBOX_PATH + ":/usr/sbin:/sbin"),
+        *("sh", "-c", _unshare_script(), "ape-sandbox"),
     ]
 
 
