@@ -5,7 +5,8 @@ The order matters and lives only here:
 1. preflight (:func:`ape.flows.preflight.preflight`): a bad config, plugin or data file
    is one line before anything starts;
 2. result storage beside the output folder (before Prefect reads its settings);
-3. the output folder's lock, so a second run on the same folder is refused at once,
+3. owner-only modes for everything the run writes (:mod:`ape.tasks.storage.file_modes`),
+   and the output folder's lock, so a second run on the same folder is refused at once,
    before a server starts;
 4. the canary, graded once (:func:`ape.flows.preflight.canary`); the flow is told so;
 5. the Prefect API (APE's local server, one already running, or Prefect's temporary one);
@@ -29,6 +30,7 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.model_setup import prepared
 from ape.tasks.storage.config_file import locate
+from ape.tasks.storage.file_modes import modes_for, private_outputs
 from ape.tasks.storage.outdir import OutputLock
 from ape.watchdog import api_watchdog
 
@@ -73,7 +75,10 @@ def launch(config: ApeConfig, request: RunRequest | None = None, *, api: Api = "
         set_log_level(config)
     checked = preflight(config, run_folder=bool(request.new_run or request.run_id))
     point_result_storage(config)
-    with OutputLock(config.run.output):  # before a server start, so a second run is refused at once
+    # owner-only outputs (ape.tasks.storage.file_modes): the umask is set before the lock
+    # file, the server and the flow write anything, and put back when the run ends
+    with private_outputs(config.run.output, modes_for(config)), OutputLock(config.run.output):
+        # the lock before a server start, so a second run is refused at once
         graded = canary(config, checked)
         if graded:
             log.info("canary: the checker graded %d known answers as expected", len(graded))

@@ -36,6 +36,7 @@ from ape.tasks.models.llama_server import local_model_servers
 from ape.tasks.recording import TASK_RUN_COUNTS, wait_until_recorded
 from ape.tasks.report.health import suspect_lines
 from ape.tasks.run_tasks import join_history_task, judge_agreement_task, report_task
+from ape.tasks.storage.file_modes import modes_for, private_outputs
 from ape.tasks.storage.runs import IN_PLACE, config_for_run, start_run
 
 log = logging.getLogger("ape")
@@ -90,16 +91,20 @@ def run_benchmark(
     """The body of the benchmark flow, shared by :func:`benchmark` (the config is its
     parameter) and :func:`ape.flows.served.served_benchmark` (the config is read from the
     served file): the canary (unless graded already), the local model servers, every model,
-    the report. ``checked``: the caller's preflight of ``config``, whose checker the canary grades."""
-    if not canary_graded:
-        refused = canary_refusal(config, checked)  # before any model is served or called
-        if refused is not None:
-            return refused
-    # local GGUF models (provider "llama-cpp") are served for the length of the run; the model
-    # flows take the caller's preflight setups (ape.launch hands them on around the flow)
-    handed = prepared(checked.setups) if checked is not None else nullcontext()
-    with run_logs(None), local_model_servers(config) as served, handed:
-        return _evaluate_all(served, redo_outcomes, only_models, new_run, run_id)
+    the report. ``checked``: the caller's preflight of ``config``, whose checker the canary grades.
+
+    Everything the run writes, from the canary's cache on, is owner-only (or shared with the
+    group, ``[run] share_with_group``): :mod:`ape.tasks.storage.file_modes`."""
+    with private_outputs(config.run.output, modes_for(config)):
+        if not canary_graded:
+            refused = canary_refusal(config, checked)  # before any model is served or called
+            if refused is not None:
+                return refused
+        # local GGUF models (provider "llama-cpp") are served for the length of the run; the model
+        # flows take the caller's preflight setups (ape.launch hands them on around the flow)
+        handed = prepared(checked.setups) if checked is not None else nullcontext()
+        with run_logs(None), local_model_servers(config) as served, handed:
+            return _evaluate_all(served, redo_outcomes, only_models, new_run, run_id)
 
 
 def _suspect(config: ApeConfig, envelope: dict[str, Any]) -> str | None:

@@ -371,6 +371,13 @@ class RunConfig(Section):
     output: Path = Field(default=Path("output"), description="Output folder, relative to the config file.")
     save_file: str = Field(default="results.jsonl", description="Results file name inside the output folder.")
     metadata_file: str = Field(default="metadata.json", description="Run metadata file name inside the output folder.")
+    share_with_group: bool = Field(
+        default=False,
+        description="false: the run's folders are 0700 and its files 0600, readable by you only (items, prompts, "
+        "answers, caches, history); true: 0750 and 0640, readable by your group too, never by other users. An "
+        "output folder others (or, when false, the group) can enter is narrowed at the start of a run, with a "
+        "warning.",
+    )
     load_save: bool = Field(default=True, description="Resume: skip the items already saved in the output folder.")
     fail_on_error: bool | float = Field(
         default=True,

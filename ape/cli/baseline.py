@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ape.tasks.storage.file_modes import following
 from ape.tasks.storage.history import set_baseline
 
 NAME = "baseline"
@@ -17,7 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return baseline(args.output, args.run_id)
+    with following(args.output):  # history/baseline.json: as private as the folder
+        return baseline(args.output, args.run_id)
 
 
 def baseline(output: Path, run_id: str) -> int:

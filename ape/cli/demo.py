@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ape import server
 from ape.schemas.models import ModelAdapter
+from ape.tasks.storage.file_modes import following
 
 NAME = "demo"
 HELP = "run the mock adapters over the ten-task fixture (the eval demo)"
@@ -24,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return demo(args.out, parallel=not args.sequential)
+    with following(args.out):  # owner-only, unless the folder is shared with the group already
+        return demo(args.out, parallel=not args.sequential)
 
 
 def demo(out: Path, *, parallel: bool = True) -> int:

@@ -21,5 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from ape.diffs import diff  # deferred: pandas and the re-scoring flows (CLI start-up)
+    from ape.tasks.storage.file_modes import following
 
-    return diff(args.paths, args.out, rescore=not args.no_rescore)
+    # the diff is written beside the runs: as private (or as shared) as their folder
+    with following(args.out or args.paths[0]):
+        return diff(args.paths, args.out, rescore=not args.no_rescore)

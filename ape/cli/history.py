@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ape.schemas.errors import ApeError
+from ape.tasks.storage.file_modes import following
 
 NAME = "history"
 HELP = "each model's score per run with CIs and regression verdicts; writes OUTPUT/trend.png"
@@ -27,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return history(args.output, args.model, chart=not args.no_chart, rebuild=args.rebuild)
+    with following(args.output):  # trend.png and a rebuilt history: as private as the folder
+        return history(args.output, args.model, chart=not args.no_chart, rebuild=args.rebuild)
 
 
 def history(output: Path, model: str | None, chart: bool, *, rebuild: bool = False) -> int:

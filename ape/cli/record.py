@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from ape.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from ape.schemas.errors import ApeError
+from ape.tasks.storage.file_modes import following
 
 if TYPE_CHECKING:
     from ape.tasks.storage.stage_chains import StageChains
@@ -39,7 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return record(args.folder)
+    with following(args.folder):  # the rewritten stage_chains.json: as private as the folder
+        return record(args.folder)
 
 
 def record(folder: Path) -> int:

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from ape.schemas.errors import ApeError
+from ape.tasks.storage.file_modes import following
 from ape.tasks.storage.run_files import metadata_near
 
 NAME = "report"
@@ -46,7 +47,8 @@ def report(outputs: list[Path], out: Path | None) -> int:
             hint="report each benchmark on its own",
         )
     target = out or outputs[0]
-    envelope = build_report(list(outputs), target)
+    with following(target):  # as private (or as shared) as the folder it writes into
+        envelope = build_report(list(outputs), target)
     print(markdown_table(envelope))
     log.info("report written to %s", target)
     return 0 if envelope.error is None else 1

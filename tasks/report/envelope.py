@@ -149,7 +149,7 @@ def error_envelope(error_type: str, message: str, details: Any = None, **partial
 
 def write_envelope(path: Path, envelope: Envelope) -> Path:
     """Write the envelope as indented JSON, atomically (a reader never sees half a file),
-    with the same permissions as any other file the user creates (not mkstemp's 0600)."""
+    with the mode of any file the run creates (0600, or 0640 shared with the group)."""
     path = Path(path)
     atomic_write_text(path, envelope.model_dump_json(indent=2) + "\n")
     return path

@@ -69,6 +69,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ape.schemas.errors import ApeError
+from ape.tasks.storage.file_modes import created_file_mode
 from ape.tasks.storage.runs import RUN_ID_PATTERN, read_info, runs_root
 
 HISTORY_DIR = "history"
@@ -393,6 +394,7 @@ def rebuild(top: Path) -> Rebuilt:
         found.rows = summary.num_rows
         if pinned in items:
             shutil.copy2(Path(str(found.kept)) / BASELINE_FILE, root / BASELINE_FILE)
+            os.chmod(root / BASELINE_FILE, created_file_mode())  # not the old file's mode
             found.baseline = pinned
     return found
 

@@ -39,6 +39,7 @@ from typing import Any, TextIO
 from pydantic import ValidationError
 
 from ape.schemas.results import Outcome, OutputBatch
+from ape.tasks.storage.file_modes import created_file_mode
 from ape.tasks.storage.run_files import SAVE_FILE_KEY
 
 log = logging.getLogger("ape")
@@ -49,29 +50,17 @@ QUARANTINE_SUFFIX = ".damaged"
 WRITE_GUARD = threading.RLock()
 
 
-def _umask() -> int:
-    """The process umask, read without changing it where Linux reports it (else set back)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def atomic_write_text(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` so readers see the old or the new file, never half.
 
-    The file gets the permissions of any file the user creates (0666 less the umask;
-    mkstemp alone would leave it readable by its owner only).
+    The file gets the mode of any file created now (0666 less the umask: 0600 during a run,
+    0640 shared with the group, :mod:`ape.tasks.storage.file_modes`); mkstemp alone would
+    make it 0600 whatever the run's setting.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, created_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -83,11 +72,14 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_copy(source: Path, target: Path) -> None:
-    """Copy ``source`` over ``target`` so ``target`` is the old or the new file, never half."""
+    """Copy ``source`` over ``target`` so ``target`` is the old or the new file, never half.
+    The copy keeps the source's times but takes the mode of a file created now: a file an
+    older run left open to others is not copied open (:mod:`ape.tasks.storage.file_modes`)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     os.close(fd)
     try:
         shutil.copy2(source, tmp)
+        os.chmod(tmp, created_file_mode())
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, target)
