@@ -102,9 +102,9 @@ def markdown_table(envelope: Envelope) -> str:
     lines: list[str] = []
     if envelope.error is not None:
         lines += [f"**Report failed** ({envelope.error.type}): {_cell(envelope.error.message)}", ""]
-    suspect = suspect_lines(envelope.health) + injection_lines(envelope.health)
+    suspect = suspect_lines(envelope.health, md_text) + injection_lines(envelope.health, md_text)
     if suspect:  # first: these numbers are not a measurement, or a model tried to talk its judge round
-        lines += [*(f"**Run health:** {_cell(line)}" for line in suspect), ""]
+        lines += [*(f"**Run health:** {line}" for line in suspect), ""]
     if envelope.leaderboard:
         with_k = any(row.pass_at_k for row in envelope.leaderboard)
         with_cost = any(row.total_cost is not None for row in envelope.leaderboard)
