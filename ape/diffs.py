@@ -17,6 +17,7 @@ from ape.config import load_config
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.after_run.rescore import rescore as rescore_sessions
+from ape.tasks.common.inert import terminal_safe
 from ape.tasks.report.diff import FAIL_TO_PASS, PASS_TO_FAIL, changed_settings, compare_items, diff_markdown, write_diff
 from ape.tasks.report.sessions_table import load_sessions
 from ape.tasks.storage.run_files import metadata_by_model
@@ -136,7 +137,7 @@ def diff(paths: list[Path], out: Path | None = None, *, rescore: bool = True) ->
     markdown = diff_markdown(items, changed_settings(meta_a, meta_b), label_a, label_b, only_models=only)
     if notes:
         markdown += "\n" + "\n".join(f"- {note}" for note in notes) + "\n"
-    print(markdown)
+    print(terminal_safe(markdown))
     md, parquet = write_diff(out or folder_b, items, markdown)
     down, up = int((items["flip"] == PASS_TO_FAIL).sum()), int((items["flip"] == FAIL_TO_PASS).sum())
     log.info("%d items went from pass to fail, %d from fail to pass; written to %s and %s", down, up, md, parquet)

@@ -17,6 +17,8 @@ from pathlib import Path
 from prefect.logging.configuration import PROCESS_LOGGING_CONFIG, setup_logging
 from prefect.logging.handlers import APILogHandler, PrefectConsoleHandler
 
+from ape.tasks.common.inert import TerminalSafeRecords
+
 LOGGER = "ape"
 # A record with this attribute set goes to run.log and the UI but not to the terminal
 # (for messages the command line prints itself).
@@ -43,6 +45,7 @@ def run_logs(folder: Path | None) -> Iterator[logging.Logger]:
     except Exception:  # logging to the UI is a convenience, never a reason to fail
         pass
     for handler in handlers:
+        handler.addFilter(TerminalSafeRecords())  # model and endpoint text: no escape sequences
         logger.addHandler(handler)
     try:
         yield logger
@@ -75,7 +78,9 @@ class _OneLine(logging.Formatter):
 def quiet_prefect_console() -> None:
     """Prefect's terminal output as one line per record, without tracebacks: a failed
     task or a failed cache write must not print pages of Prefect internals (the run
-    reports what the user should act on itself). Call after Prefect is imported."""
+    reports what the user should act on itself). Its console and API handlers also drop
+    escape sequences: a failed task's exception quotes the endpoint's error text. Call
+    after Prefect is imported."""
 
     if not PROCESS_LOGGING_CONFIG:
         setup_logging()  # later set-ups are incremental: they keep the formatters set here
@@ -84,3 +89,7 @@ def quiet_prefect_console() -> None:
         for handler in getattr(logger, "handlers", []):
             if isinstance(handler, PrefectConsoleHandler) and not isinstance(handler.formatter, _OneLine):
                 handler.setFormatter(_OneLine(handler.formatter))
+            if isinstance(handler, PrefectConsoleHandler | APILogHandler) and not any(
+                isinstance(f, TerminalSafeRecords) for f in handler.filters
+            ):
+                handler.addFilter(TerminalSafeRecords())

@@ -16,6 +16,7 @@ from uuid import UUID
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -28,6 +29,7 @@ from rich.progress import (
 
 from ape.flows.logs import CONSOLE_SKIP
 from ape.schemas.results import CheckStatus, Outcome, OutputBatch
+from ape.tasks.common.inert import terminal_safe
 
 log = logging.getLogger("ape")
 
@@ -158,8 +160,9 @@ class ProgressView:
     def __enter__(self) -> ProgressView:
         if self._bar is not None:
             self._bar.start()
+            # the label is read as rich markup: its text is the config's, never markup or escapes
             self._task = self._bar.add_task(
-                self.label, total=self.tally.total, completed=self.tally.done, rate="-", errors=0
+                escape(terminal_safe(self.label)), total=self.tally.total, completed=self.tally.done, rate="-", errors=0
             )
         if self._use_artifact:
             try:

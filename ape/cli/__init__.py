@@ -39,6 +39,7 @@ from ape.cli import (
 )
 from ape.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSED
 from ape.schemas.errors import ApeError
+from ape.tasks.common.inert import TerminalSafeRecords, terminal_safe
 
 __all__ = ["COMMANDS", "EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "EXIT_REGRESSED", "build_parser", "main"]
 
@@ -96,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ApeError as exc:
         if args.debug:
             logging.getLogger("ape").exception("error")
-        print(f"error: {exc}", file=sys.stderr)
+        print(terminal_safe(f"error: {exc}"), file=sys.stderr)  # it may quote a data file
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(_interrupted_line(args.command), file=sys.stderr)
@@ -104,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        print(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
+        line = f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)"
+        print(terminal_safe(line), file=sys.stderr)
         return EXIT_FAILED
 
 
@@ -141,6 +143,7 @@ def _setup_logging(debug: bool) -> None:
         handler = _Terminal()
         handler.setFormatter(logging.Formatter("%(message)s"))
         handler.addFilter(lambda record: not getattr(record, "ape_console_skip", False))
+        handler.addFilter(TerminalSafeRecords())  # error text of models and endpoints: no escapes
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     logger.propagate = False

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ape import server
 from ape.schemas.models import ModelAdapter
+from ape.tasks.common.inert import terminal_safe
 from ape.tasks.storage.file_modes import following
 
 NAME = "demo"
@@ -56,7 +57,7 @@ def demo_exit(
     from ape.tasks.report.markdown import markdown_table
 
     result = run_demo(out, parallel, tasks_file=tasks_file, adapters=adapters, outrank=outrank)
-    print(markdown_table(result.envelope))
+    print(terminal_safe(markdown_table(result.envelope)))
     wall = result.envelope.summary.wall_seconds
     if wall is not None and wall > WALL_BUDGET_S:
         log.warning("the evaluation took %.1f s, over the %.0f s budget", wall, WALL_BUDGET_S)

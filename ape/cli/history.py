@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ape.schemas.errors import ApeError
+from ape.tasks.common.inert import terminal_safe
 from ape.tasks.storage.file_modes import following
 
 NAME = "history"
@@ -57,12 +58,12 @@ def history(output: Path, model: str | None, chart: bool, *, rebuild: bool = Fal
                 hint=f"models: {', '.join(sorted(set(runs['model_id'])))}",
             )
         runs = runs[runs["model_id"] == model]
-    print(history_markdown(runs))
+    print(terminal_safe(history_markdown(runs)))
     print(
         "Can the benchmark tell the models apart? (signal: spread of the models' mean scores; "
         "noise: one model's spread across runs with unchanged fingerprints)\n"
     )
-    print(snr_markdown(signal_to_noise(runs)))
+    print(terminal_safe(snr_markdown(signal_to_noise(runs))))
     if chart:
         path = write_trend_chart(runs, output / "trend.png")
         log.info("trend chart written to %s", path)

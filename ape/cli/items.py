@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ape.schemas.errors import ApeError
+from ape.tasks.common.inert import terminal_safe
 
 NAME = "items"
 HELP = "the items that mislead: never passed, flaky (flip without a change), changed content"
@@ -31,5 +32,5 @@ def items(output: Path, top: int) -> int:
             where=str(output),
             hint="runs started with `ape run --new-run` or by a schedule record one",
         )
-    print(ledger_markdown(item_ledger(read_all_items(output), read_runs(output)), top=top))
+    print(terminal_safe(ledger_markdown(item_ledger(read_all_items(output), read_runs(output)), top=top)))
     return 0

@@ -10,6 +10,7 @@ from typing import Any
 
 from ape.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REGRESSED
 from ape.schemas.config import ApeConfig
+from ape.tasks.common.inert import terminal_safe
 
 log = logging.getLogger("ape")
 
@@ -55,16 +56,16 @@ def finish(config: ApeConfig, state: Any, *, new_run: bool, fail_on_regression: 
     output = _run_output(config, state, new_run)
     report = output / "leaderboard.md"
     if report.exists():
-        print(report.read_text(encoding="utf-8"))
+        print(terminal_safe(report.read_text(encoding="utf-8")))
     try:
         failed = items_failed(state)
     except SaveFailed as exc:  # the disk filled up: what was saved stays, one line
-        print(f"error: {exc}", file=sys.stderr)
+        print(terminal_safe(f"error: {exc}"), file=sys.stderr)
         return EXIT_FAILED
     if failed is None:
         log.info("outputs in %s (report.json, leaderboard.parquet, summary.png, sessions.jsonl, ...)", output)
         return regression_exit(state.result(), fail_on_regression)
-    print(f"error: {failed}", file=sys.stderr)
+    print(terminal_safe(f"error: {failed}"), file=sys.stderr)  # it may quote a model's answer
     if not isinstance(failed, ResultsSuspect):
         print("       `ape retry " + str(output) + "` redoes only the failed items", file=sys.stderr)
     return EXIT_FAILED

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from ape.schemas.errors import ApeError
+from ape.tasks.common.inert import terminal_safe
 from ape.tasks.storage.file_modes import following
 from ape.tasks.storage.run_files import metadata_near
 
@@ -49,7 +50,7 @@ def report(outputs: list[Path], out: Path | None) -> int:
     target = out or outputs[0]
     with following(target):  # as private (or as shared) as the folder it writes into
         envelope = build_report(list(outputs), target)
-    print(markdown_table(envelope))
+    print(terminal_safe(markdown_table(envelope)))
     log.info("report written to %s", target)
     return 0 if envelope.error is None else 1
 

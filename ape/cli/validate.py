@@ -8,6 +8,7 @@ from typing import Any
 
 from ape.cli.options import overrides as flag_overrides
 from ape.schemas.config import ApeConfig
+from ape.tasks.common.inert import terminal_safe
 from ape.tasks.storage.config_file import load_config
 
 NAME = "validate"
@@ -40,7 +41,8 @@ def validate(config_path: Path, *, estimate: bool = False, overrides: dict | Non
     graded = canary(config, checked)  # before "ok": a checker that cannot grade is not a valid config
     variables = ", ".join(sorted(template_variables(setup.template))) or "none"
     print(f"ok: {config_path}")
-    print(f"  data: {len(ids)} items from {config.data.file.name}" + (f" ({ids[0]} .. {ids[-1]})" if ids else ""))
+    first_last = terminal_safe(f" ({ids[0]} .. {ids[-1]})") if ids else ""  # ids come from the data file
+    print(f"  data: {len(ids)} items from {config.data.file.name}{first_last}")
     print(f"  template variables: {variables}")
     print(f"  models: {', '.join(m.model_id for m in config.model)}")
     print(

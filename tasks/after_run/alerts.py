@@ -23,6 +23,7 @@ from prefect.events import emit_event
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import RegressionRow
 from ape.tasks.after_run.join_history import describe
+from ape.tasks.common.inert import md_text
 from ape.tasks.plugins.hooks import load_hook
 from ape.tasks.report.trend import history_markdown
 from ape.tasks.storage.history import read_runs
@@ -70,20 +71,21 @@ def regressions_markdown(config: ApeConfig, run_id: str, rows: list[RegressionRo
     lines += ["| Model | Against | Reference run | Verdict | Details |", "|---|---|---|---|---|"]
     for row in rows:
         lines.append(
-            f"| {row.model_id} | {row.against} | {row.reference_run_id} | **{row.verdict}** | {describe(row)} |"
+            f"| {md_text(row.model_id)} | {row.against} | {md_text(row.reference_run_id)} | **{row.verdict}** "
+            f"| {md_text(describe(row))} |"
         )
     explained = {row.model_id: row for row in rows if row.flipped_items or row.changed_settings}
     for model_id, row in explained.items():
         lines += [
             "",
-            f"**Why {model_id} moved** (against its previous run; the run's diff/{model_id}/diff.md has it all):",
+            f"**Why {md_text(model_id)} moved** (against its previous run; the run's "
+            f"{md_text(f'diff/{model_id}/diff.md')} has it all):",
         ]
         for direction, ids in row.flipped_items.items():
             if ids:
-                lines.append(f"- {direction}: {', '.join(ids)}")
-        lines.append(
-            "- changed: " + ("; ".join(row.changed_settings) if row.changed_settings else "nothing the runs record")
-        )
+                lines.append(f"- {direction}: {', '.join(md_text(i) for i in ids)}")
+        changed = "; ".join(md_text(c) for c in row.changed_settings)
+        lines.append("- changed: " + (changed or "nothing the runs record"))
     return "\n".join(lines) + "\n"
 
 

@@ -28,6 +28,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ape.tasks.common.inert import md_text, terminal_safe
+
 PASS_TO_FAIL, FAIL_TO_PASS = "pass->fail", "fail->pass"
 ANSWER_CHARS = 120  # answers and reasons are cut to this length in the markdown
 DIFF_SCHEMA = pa.schema(
@@ -157,10 +159,11 @@ def changed_settings(a: Mapping[str, Mapping[str, Any]], b: Mapping[str, Mapping
 
 
 def _cut(value: Any) -> str:
+    """Answers, reasons, ids and settings as inert markdown (:func:`md_text`), cut short."""
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return ""
-    text = " ".join(str(value).split()).replace("|", "\\|")
-    return text if len(text) <= ANSWER_CHARS else text[: ANSWER_CHARS - 1] + "…"
+    text = " ".join(terminal_safe(value).split())
+    return md_text(text if len(text) <= ANSWER_CHARS else text[: ANSWER_CHARS - 1] + "…")
 
 
 def _number(value: Any) -> str:
@@ -188,9 +191,10 @@ def _what_changed(
         return [*lines, "Nothing to compare: the runs hold no model in common.", ""]
     for label, models in ((a, only_models[0]), (b, only_models[1])):
         if models:
-            lines.append(f"- only in {label}: model{'s' if len(models) > 1 else ''} {', '.join(models)}")
+            names = ", ".join(_cut(m) for m in models)
+            lines.append(f"- only in {label}: model{'s' if len(models) > 1 else ''} {names}")
     for model_id, (only_a, only_b) in unmatched(items).items():
-        lines.append(f"- {model_id}: {only_a} items only in {a}, {only_b} only in {b} (left out of the flips)")
+        lines.append(f"- {_cut(model_id)}: {only_a} items only in {a}, {only_b} only in {b} (left out of the flips)")
     differs = len(lines) > 2
     if differs:
         lines.append("")
@@ -202,7 +206,7 @@ def _what_changed(
         )
         return [*lines, ""]
     lines += ["| Model | Setting | " + a + " | " + b + " |", "|---|---|---|---|"]
-    lines += [f"| {c.model_id} | {c.part} | {_cut(c.a)} | {_cut(c.b)} |" for c in changes]
+    lines += [f"| {_cut(c.model_id)} | {_cut(c.part)} | {_cut(c.a)} | {_cut(c.b)} |" for c in changes]
     return [*lines, ""]
 
 
@@ -226,7 +230,7 @@ def diff_markdown(
         down, up = int((rows["flip"] == PASS_TO_FAIL).sum()), int((rows["flip"] == FAIL_TO_PASS).sum())
         mean_a, mean_b = rows["score_a"].mean(), rows["score_b"].mean()
         lines += [
-            f"## {model_id}",
+            f"## {_cut(model_id)}",
             "",
             f"Mean item score {_number(mean_a)} -> {_number(mean_b)} over {len(rows)} items; "
             f"{down} went from pass to fail, {up} from fail to pass.",

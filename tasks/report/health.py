@@ -241,26 +241,34 @@ def run_health(
     }
 
 
-def health_line(model_id: str, entry: HealthEntry) -> str:
-    """One line for the terminal and leaderboard.md about a suspect model."""
+def _quoted(text: str) -> str:
+    return f"'{text}'"
+
+
+def health_line(model_id: str, entry: HealthEntry, show: Callable[[str], str] = str) -> str:
+    """One line for the terminal and leaderboard.md about a suspect model. ``show`` sets the
+    model id and the signature (a model's answer or error text): leaderboard.md passes
+    :func:`~ape.tasks.common.inert.md_text`, the terminal line is cleaned by the log handlers."""
+    name = _quoted(model_id) if show is str else show(model_id)
     return (
-        f"suspect results for model '{model_id}': {entry.count} of {entry.sessions} sessions "
-        f"({entry.share:.0%}) ended with the same {entry.kind}: {entry.signature}"
+        f"suspect results for model {name}: {entry.count} of {entry.sessions} sessions "
+        f"({entry.share:.0%}) ended with the same {entry.kind}: {show(str(entry.signature))}"
     )
 
 
-def suspect_lines(health: dict[str, HealthEntry]) -> list[str]:
-    return [health_line(model_id, entry) for model_id, entry in sorted(health.items()) if entry.suspect]
+def suspect_lines(health: dict[str, HealthEntry], show: Callable[[str], str] = str) -> list[str]:
+    return [health_line(model_id, entry, show) for model_id, entry in sorted(health.items()) if entry.suspect]
 
 
-def injection_line(model_id: str, entry: HealthEntry) -> str:
+def injection_line(model_id: str, entry: HealthEntry, show: Callable[[str], str] = str) -> str:
     """One line for the terminal and leaderboard.md about a model whose answers address the grader."""
+    name = _quoted(model_id) if show is str else show(model_id)
     return (
-        f"answers of model '{model_id}' addressed the grader in {entry.injections} of {entry.sessions} sessions "
+        f"answers of model {name} addressed the grader in {entry.injections} of {entry.sessions} sessions "
         f"({entry.injection_share:.0%}, at least {entry.injection_threshold:.0%} marks a model): prompt injection, "
         "flagged per session under 'injection' in the check metadata"
     )
 
 
-def injection_lines(health: dict[str, HealthEntry]) -> list[str]:
-    return [injection_line(model_id, entry) for model_id, entry in sorted(health.items()) if entry.injecting]
+def injection_lines(health: dict[str, HealthEntry], show: Callable[[str], str] = str) -> list[str]:
+    return [injection_line(model_id, entry, show) for model_id, entry in sorted(health.items()) if entry.injecting]

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ape.schemas.report import JudgeAgreement, JudgeModelScore, JudgeReport
+from ape.tasks.common.inert import md_text
 from ape.tasks.stats.judge_agreement import MIN_OWN_LABELS, agreement, ppi_mean, raw_mean
 
 CALIBRATION_FILE = "judge_calibration.json"
@@ -138,7 +139,7 @@ def judge_markdown(report: JudgeReport) -> list[str]:
             return "-"
         return f"{mean:.3f}" if low is None or high is None else f"{mean:.3f} [{low:.3f}, {high:.3f}]"
 
-    lines = [f"## Judge ({report.judge})", ""]
+    lines = [f"## Judge ({md_text(report.judge)})", ""]
     agree = report.agreement
     if agree is not None:
         lines.append(
@@ -146,8 +147,9 @@ def judge_markdown(report: JudgeReport) -> list[str]:
             f"Cohen's kappa {cell(agree.kappa)}; mean score people {cell(agree.mean_human)}, "
             f"judge {cell(agree.mean_judge)}" + (f"; {agree.not_graded} not graded" if agree.not_graded else "") + "."
         )
-        lines += ["", "| people \\ judge | " + " | ".join(agree.labels) + " |", "|---|" + "---|" * len(agree.labels)]
-        for label, counts in zip(agree.labels, agree.confusion, strict=False):
+        labels = [md_text(label) for label in agree.labels]  # from the calibration file
+        lines += ["", "| people \\ judge | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+        for label, counts in zip(labels, agree.confusion, strict=False):
             lines.append(f"| {label} | " + " | ".join(str(c) for c in counts) + " |")
         lines.append("")
     else:
@@ -162,11 +164,11 @@ def judge_markdown(report: JudgeReport) -> list[str]:
             f"{m.judge_output_tokens if m.judge_output_tokens is not None else '-'}"
         )
         cells = [
-            m.model_id,
+            md_text(m.model_id),
             str(m.n_items),
             interval(m.judge_score, m.judge_low, m.judge_high),
             interval(m.corrected_score, m.corrected_low, m.corrected_high),
-            f"{m.n_labels} ({m.labels_from})",
+            f"{m.n_labels} ({md_text(m.labels_from)})",
             tokens,
         ]
         if with_cost:

@@ -6,17 +6,27 @@ from collections.abc import Mapping
 from typing import Any
 
 from ape.schemas.report import Envelope, LeaderboardRow, RegressionRow
+from ape.tasks.common.inert import md_text
 from ape.tasks.report.health import injection_lines, suspect_lines
 from ape.tasks.report.judge_agreement import judge_markdown
 from ape.tasks.storage.stage_chains import record_line
 
 
 def _cell(value: Any, digits: int = 3) -> str:
+    """A number as itself; any text (model ids, categories, errors, answers: written by
+    configs, data files and models) as inert markdown, see :func:`md_text`."""
     if value is None:
         return "-"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    if isinstance(value, int):
+        return str(value)
+    return md_text(value) or "-"
+
+
+def _own(value: str | None) -> str:
+    """A word of APE's own vocabulary (a CI method, a test's name): shown as it is."""
+    return "-" if value is None else value
 
 
 def _interval(mean: float | None, low: float | None, high: float | None) -> str:
@@ -92,9 +102,9 @@ def markdown_table(envelope: Envelope) -> str:
     lines: list[str] = []
     if envelope.error is not None:
         lines += [f"**Report failed** ({envelope.error.type}): {_cell(envelope.error.message)}", ""]
-    suspect = suspect_lines(envelope.health) + injection_lines(envelope.health)
+    suspect = suspect_lines(envelope.health, md_text) + injection_lines(envelope.health, md_text)
     if suspect:  # first: these numbers are not a measurement, or a model tried to talk its judge round
-        lines += [*(f"**Run health:** {_cell(line)}" for line in suspect), ""]
+        lines += [*(f"**Run health:** {line}" for line in suspect), ""]
     if envelope.leaderboard:
         with_k = any(row.pass_at_k for row in envelope.leaderboard)
         with_cost = any(row.total_cost is not None for row in envelope.leaderboard)
@@ -114,7 +124,7 @@ def markdown_table(envelope: Envelope) -> str:
                 _cell(row.model_id),
                 str(row.n_items),
                 _interval(row.mean_score, row.ci_low, row.ci_high),
-                _cell(row.ci_method),
+                _own(row.ci_method),
                 _interval(row.pass_rate, row.pass_rate_low, row.pass_rate_high),
             ]
             if with_k:
@@ -186,7 +196,7 @@ def markdown_table(envelope: Envelope) -> str:
                 _cell(p.model_b),
                 str(p.n_items),
                 _interval(p.mean_diff, p.ci_low, p.ci_high),
-                _cell(p.ci_method),
+                _own(p.ci_method),
                 f"{p.wins}/{p.ties}/{p.losses}",
                 f"{p.a_only}/{p.b_only}",
                 f"{_cell(p.p_value)} ({p.test})" if p.p_value is not None else "-",
@@ -221,7 +231,7 @@ def markdown_table(envelope: Envelope) -> str:
             ]
             for r in envelope.regressions
         ]
-        notes = [f"- {r.model_id} vs {r.against}: {_cell(r.note)}" for r in envelope.regressions if r.note]
+        notes = [f"- {_cell(r.model_id)} vs {r.against}: {_cell(r.note)}" for r in envelope.regressions if r.note]
         lines += ["## Changes since earlier runs", "", *_table(header, rows), *notes, ""]
     summary = envelope.summary
     wall = f", {summary.wall_seconds:.1f} s" if summary.wall_seconds is not None else ""
@@ -242,8 +252,8 @@ def chains_line(envelope: Envelope) -> str:
 
 def _against(row: RegressionRow) -> str:
     if row.against == "history":
-        return f"own history: {row.reference_runs} runs {row.reference_from} .. {row.reference_run_id}"
-    return f"{row.against} run {row.reference_run_id}"
+        return f"own history: {row.reference_runs} runs {_cell(row.reference_from)} .. {_cell(row.reference_run_id)}"
+    return f"{row.against} run {_cell(row.reference_run_id)}"
 
 
 def _evidence(row: RegressionRow) -> str:
@@ -259,11 +269,12 @@ def _provenance_lines(provenance: Mapping[str, Any]) -> list[str]:
     if not runs and not report:
         return []
     first: Mapping[str, Any] = next(iter(runs.values()), {})
-    parts = [f"APE {report.get('ape_version') or first.get('ape_version') or '?'}"]
+    # read from the output folder's files, which may have been copied from anywhere
+    parts = [f"APE {_cell(str(report.get('ape_version') or first.get('ape_version') or '?'))}"]
     if first.get("config_sha256"):
-        parts.append(f"config sha256 {first['config_sha256'][:12]}")
+        parts.append(f"config sha256 {_cell(str(first['config_sha256'])[:12])}")
     if first.get("data_sha256"):
-        parts.append(f"data sha256 {first['data_sha256'][:12]}")
+        parts.append(f"data sha256 {_cell(str(first['data_sha256'])[:12])}")
     if first.get("git_commit"):
-        parts.append(f"git {first['git_commit'][:10]}" + (" (dirty)" if first.get("git_dirty") else ""))
+        parts.append(f"git {_cell(str(first['git_commit'])[:10])}" + (" (dirty)" if first.get("git_dirty") else ""))
     return ["", "Provenance: " + ", ".join(parts) + " (full record in report.json)"]

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ape.tasks.common.inert import md_text
+
 MARKS = {"regressed": "▼ regressed", "improved": "▲ improved", "no detectable change": "=", "not comparable": "n/c"}
 
 
@@ -105,8 +107,9 @@ def history_markdown(runs: pd.DataFrame, title: str | None = None) -> str:
     for when, band_low, band_high, row in zip(finished, low, high, runs.to_dict("records")):
         band = _band(row, band_low, band_high)
         lines.append(
-            f"| {row['model_id']} | {row['run_id']} | {when} | {row['n_items']} | {_num(row['mean_score'])} "
-            f"[{_num(row['ci_low'])}, {_num(row['ci_high'])}] | {_history_verdict(row)} | {band} | {_change(row)} | "
+            f"| {md_text(row['model_id'])} | {md_text(row['run_id'])} | {when} | {row['n_items']} "
+            f"| {_num(row['mean_score'])} [{_num(row['ci_low'])}, {_num(row['ci_high'])}] "
+            f"| {_history_verdict(row)} | {band} | {_change(row)} | "
             f"{_verdict(row.get('baseline_verdict'), row.get('baseline_diff'), row.get('baseline_p'))} |"
         )
     return "\n".join(lines) + "\n"

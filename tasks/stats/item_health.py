@@ -33,6 +33,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from ape.tasks.common.inert import md_text
+
 MIN_RUNS = 3  # "never passed" needs at least this many (model, run) rows
 FLAKY_RATE = 0.3  # flips per consecutive pair of an unchanged model
 MIN_FLIP_PAIRS = 4
@@ -157,8 +159,8 @@ def ledger_markdown(ledger: pd.DataFrame, top: int = 20) -> str:
     for row in ledger.head(top).itertuples():
         flips = "-" if pd.isna(row.flip_rate) else f"{row.flip_rate:.2f} ({row.flip_pairs})"
         lines.append(
-            f"| {row.item_id} | {row.flag or '-'} | {row.pass_share:.2f} | {flips} | {row.models} | {row.runs} "
-            f"| {row.versions} |"
+            f"| {md_text(row.item_id)} | {row.flag or '-'} | {row.pass_share:.2f} | {flips} | {row.models} "
+            f"| {row.runs} | {row.versions} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -171,5 +173,5 @@ def snr_markdown(table: pd.DataFrame) -> str:
     for row in table.itertuples():
         cells = [f"{v:.3f}" if not pd.isna(v) else "-" for v in (row.mean_score, row.noise_sd, row.signal_sd)]
         snr = "-" if pd.isna(row.snr) else f"{row.snr:.1f}"
-        lines.append(f"| {row.model_id} | {row.runs} | {cells[0]} | {cells[1]} | {cells[2]} | {snr} |")
+        lines.append(f"| {md_text(row.model_id)} | {row.runs} | {cells[0]} | {cells[1]} | {cells[2]} | {snr} |")
     return "\n".join(lines) + "\n"

@@ -79,7 +79,7 @@ def test_a_choices_run_scores_resumes_rescores_and_calibrates_on_choice_probabil
     assert both["acc"] != both["acc_norm"]  # the mock's choices differ in length: the rules disagree somewhere
     leaderboard = (out / "leaderboard.md").read_text()
     assert "## Log-likelihood accuracy" in leaderboard
-    assert f"| mc-mock | 40 | {both['acc']:.3f} [" in leaderboard and f"| {both['acc_norm']:.3f} [" in leaderboard
+    assert f"| `mc-mock` | 40 | {both['acc']:.3f} [" in leaderboard and f"| {both['acc_norm']:.3f} [" in leaderboard
 
     # a resumed run makes no model call for finished items
     _, state = run(path)

@@ -85,7 +85,7 @@ def test_clean_run_exits_zero_and_prints_the_table(clean_run):
     out, code, stdout = clean_run
     assert code == 0
     assert "## Leaderboard" in stdout and "## Calibration" in stdout
-    assert "| 1 | rule-based |" in stdout
+    assert "| 1 | `rule-based` |" in stdout
     for name in (
         "report.json",
         "leaderboard.parquet",

@@ -22,7 +22,7 @@ def test_a_changed_checker_is_rescored_and_the_diff_says_so(tmp_path, capsys):
     assert main(["diff", str(tmp_path / "a" / "out"), str(tmp_path / "b" / "out"), "--no-rescore"]) == 0
     plain = capsys.readouterr().out
     assert "5 went from pass to fail" in plain
-    assert "| m | fingerprint checker |" in plain
+    assert "| `m` | `fingerprint checker` |" in plain
 
     # re-scored: run a's saved answers graded by run b's checker fail too, so nothing flipped
     assert main(["diff", str(tmp_path / "a" / "out"), str(tmp_path / "b" / "out")]) == 0

@@ -32,7 +32,8 @@ def test_one_answer_to_every_item_exits_1_with_the_health_line(tmp_path: Path, p
     assert "ape retry" not in first.stderr  # retrying would ask the same model the same way
     # graded once by the command, not again by the flow it started
     assert first.stderr.count("canary: the checker graded 2 known answers as expected") == 1, first.stderr
-    assert first.stdout.splitlines()[0] == f"**Run health:** {line}"
+    markdown_line = line.replace("'m'", "`m`").replace("'42'", "`'42'`")  # leaderboard.md sets them in code
+    assert first.stdout.splitlines()[0] == f"**Run health:** {markdown_line}"
     health = json.loads((tmp_path / "out" / "report.json").read_text())["health"]["m"]
     assert health["suspect"] and health["kind"] == "identical answer"
     assert (health["count"], health["sessions"], health["share"]) == (6, 6, 1.0)
@@ -41,7 +42,7 @@ def test_one_answer_to_every_item_exits_1_with_the_health_line(tmp_path: Path, p
     config.write_text(config.read_text().replace("[run]\n", "[run]\naccept_unhealthy = true\n"))
     second = ape("run", str(config), "--no-server", "--no-progress", api=prefect_server)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert "suspect results for model 'm'" in second.stdout
+    assert "suspect results for model `m`" in second.stdout
 
 
 def test_the_flow_run_of_a_healthy_weak_model_completes(tmp_path: Path, prefect_server: str) -> None:

@@ -136,7 +136,7 @@ def test_the_judge_example_reports_agreement_and_corrected_scores(tmp_path, pref
         assert model["corrected_score"] == pytest.approx(model["judge_score"] + rectifier)
         assert model["judge_cost"] > 0 and model["judge_calls"] == 12
     text = (out / "leaderboard.md").read_text()
-    assert "## Judge (mock-grader)" in text and "Corrected score [95% CI]" in text
+    assert "## Judge (`mock-grader`)" in text and "Corrected score [95% CI]" in text
 
 
 @pytest.mark.slow

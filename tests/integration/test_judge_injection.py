@@ -55,7 +55,7 @@ def test_injected_answers_fail_are_counted_and_mark_the_model(tmp_path, prefect_
     assert report["health"]["injector"]["injecting"] is True
     assert report["health"]["good-student"]["injecting"] is False
     board = (out / "leaderboard.md").read_text()
-    assert "**Run health:** answers of model 'injector' addressed the grader in 12 of 12 sessions (100%" in board
+    assert "**Run health:** answers of model `injector` addressed the grader in 12 of 12 sessions (100%" in board
     assert "Injection flags" in board
 
     checks = [s["check"] for row in read_results(out / "injector" / "results.jsonl") for s in row["sessions"]]

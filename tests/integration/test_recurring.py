@@ -73,7 +73,7 @@ def test_new_runs_measure_afresh_and_report_a_regression(tmp_path: Path) -> None
     flipped = verdict["flipped_items"]["pass->fail"]
     assert flipped and set(flipped) <= {f"i{i}" for i in range(N)} and verdict["flipped_items"]["fail->pass"] == []
     assert verdict["changed_settings"] == []  # the accuracy comes from a file: no recorded setting changed
-    assert f"| {flipped[0]} | pass->fail |" in (Path(second["output"]) / "diff" / "m" / "diff.md").read_text()
+    assert f"| `{flipped[0]}` | pass->fail |" in (Path(second["output"]) / "diff" / "m" / "diff.md").read_text()
     assert isinstance(report["summary"]["flagged_items"], int)
     assert "regressed" in (Path(second["output"]) / "leaderboard.md").read_text()
     assert (top / "latest").resolve() == Path(second["output"]).resolve()
@@ -124,7 +124,7 @@ def test_cli_gate_history_baseline_and_retry_of_a_run(tmp_path: Path, capsys) ->
     capsys.readouterr()
     assert main(["history", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("| m |") >= 3 and "▼ regressed" in printed
+    assert printed.count("| `m` |") >= 3 and "▼ regressed" in printed
     assert "Signal/noise" in printed
     assert main(["items", str(out), "--top", "3"]) == 0
     ledger = capsys.readouterr().out

@@ -1,6 +1,8 @@
 """The Prefect UI in a real browser: the link ``ape run`` prints, on a server APE started on
 a non-default port, asks for the server's credentials, then shows the flow run, an item's
-stage chain, the leaderboard artifact and a failed check.
+stage chain, the leaderboard artifact and a failed check. The data's categories hold a
+markdown image and an ``<img>`` tag pointing at a local listener and a ``javascript:``
+link: opened in both Prefect UIs, the leaderboard artifact makes no request to it.
 
 Drives Debian's chromium through the playwright package (no browser download); skips
 with the reason when either is missing
@@ -15,8 +17,12 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.helpers.processes import free_port
@@ -40,6 +46,7 @@ class Problem(BaseModel):
     id: str
     question: str
     answer: int
+    category: str
 
 
 def check(item, solution):
@@ -53,6 +60,7 @@ CONFIG = """name = "uicheck"
 [data]
 file = "data.jsonl"
 schema = "uischema:Problem"
+category_field = "category"
 [prompt]
 template = "What is {{ question }}?"
 [[model]]
@@ -69,6 +77,38 @@ output = "out"
 """
 
 
+def _hostile_categories(port: int) -> list[str]:
+    """Categories that would load an image from, or link to, the listener on ``port``."""
+    return [
+        f"![x](http://127.0.0.1:{port}/md.png)",
+        f'<img src="http://127.0.0.1:{port}/tag.png">',
+        "[x](javascript:alert(1))",
+    ]
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[str]]]:
+    """A loopback HTTP server that records the path of every request it receives."""
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1], seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def _browser_ready() -> str | None:
     """Why the test cannot run here, or None."""
     if not Path(CHROMIUM).exists():
@@ -82,7 +122,7 @@ def _browser_ready() -> str | None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_printed_link_shows_chain_leaderboard_and_failed_check(tmp_path: Path) -> None:
+def test_printed_link_shows_chain_leaderboard_and_failed_check(tmp_path: Path, listener: tuple[int, list[str]]) -> None:
     reason = _browser_ready()
     if reason and os.environ.get("APE_REQUIRE_BROWSER"):
         pytest.fail(f"APE_REQUIRE_BROWSER is set but {reason}")
@@ -90,10 +130,13 @@ def test_printed_link_shows_chain_leaderboard_and_failed_check(tmp_path: Path) -
         pytest.skip(reason)
     from playwright.sync_api import expect, sync_playwright
 
+    listener_port, listener_requests = listener
     (tmp_path / "uischema.py").write_text(SCHEMA)
     with (tmp_path / "data.jsonl").open("w") as handle:
-        for i, (a, b) in enumerate([(2, 3), (4, 5), (6, 7)], start=1):
-            handle.write(json.dumps({"id": f"p{i}", "question": f"{a} + {b}", "answer": a + b}) + "\n")
+        pairs = [(2, 3), (4, 5), (6, 7)]
+        for i, ((a, b), category) in enumerate(zip(pairs, _hostile_categories(listener_port), strict=True), start=1):
+            row = {"id": f"p{i}", "question": f"{a} + {b}", "answer": a + b, "category": category}
+            handle.write(json.dumps(row) + "\n")
     (tmp_path / "config.toml").write_text(CONFIG)
 
     port = free_port()
@@ -167,8 +210,34 @@ def test_printed_link_shows_chain_leaderboard_and_failed_check(tmp_path: Path) -
             page.get_by_text("check[p3]#0").first.click()
             expect(page.get_by_text("Failed", exact=True).first).to_be_visible()
             page.screenshot(path=str(tmp_path / "failed-check.png"), full_page=True)
+
+            # the leaderboard artifact, built from the hostile categories, in the new UI and the
+            # classic one: the categories show as text, nothing is fetched from the listener
+            user, _, secret = password.partition(":")
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}/api", auth=(user, secret), trust_env=False) as api:
+                token = api.get("/csrf-token", params={"client": "browser-test"}).json()["token"]
+                found = api.post(
+                    "/artifacts/filter",
+                    json={"artifacts": {"key": {"any_": ["uicheck-leaderboard"]}}, "limit": 1},
+                    headers={"Prefect-Csrf-Token": token, "Prefect-Csrf-Client": "browser-test"},
+                ).json()
+            assert isinstance(found, list) and "javascript:alert(1)" in found[0]["data"], found
+            for ui, path in (("v2", "/v2"), ("classic", "")):
+                page.goto(f"http://127.0.0.1:{port}{path}/artifacts/artifact/{found[0]['id']}")
+                table, login = page.get_by_text("By category").first, page.get_by_placeholder("admin:pass")
+                expect(table.or_(login).first).to_be_visible()
+                if login.count():  # each UI keeps its own login
+                    login.fill(password)
+                    page.get_by_role("button", name="Login").click()
+                expect(table).to_be_visible()
+                page.wait_for_timeout(1500)  # time for any image the markdown made to load
+                page.screenshot(path=str(tmp_path / f"artifact-{ui}.png"), full_page=True)
+                assert listener_requests == [], (ui, listener_requests)
+                assert page.locator("a[href^='javascript:']").count() == 0, ui
+                expect(page.get_by_text("javascript:alert(1)").first).to_be_visible()  # as text
             browser.close()
-        for name in ("login.png", "flow-run.png", "artifacts.png", "task-runs.png", "failed-check.png"):
+        shots = ["login.png", "flow-run.png", "artifacts.png", "task-runs.png", "failed-check.png"]
+        for name in [*shots, "artifact-v2.png", "artifact-classic.png"]:
             assert (tmp_path / name).stat().st_size > 10_000
     finally:
         subprocess.run([*ape, "server", "stop"], env=env, capture_output=True, timeout=60)

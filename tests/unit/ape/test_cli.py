@@ -108,7 +108,7 @@ def test_report_rebuilds_from_saved_results(tmp_path, capsys):
             handle.write(OutputBatch(item_id=f"i{i}", model_id="m", sessions=[s]).model_dump_json() + "\n")
     code = main(["report", str(folder), "--out", str(tmp_path / "rep")])
     assert code == 0
-    assert "| 1 | m |" in capsys.readouterr().out
+    assert "| 1 | `m` |" in capsys.readouterr().out
     envelope = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert envelope["leaderboard"][0]["model_id"] == "m"
     assert (tmp_path / "rep" / "leaderboard.parquet").exists()

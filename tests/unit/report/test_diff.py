@@ -99,8 +99,8 @@ def test_changed_settings_name_each_fingerprint_and_package():
 def test_markdown_and_files(tmp_path):
     items = compare_items(A, B)
     text = diff_markdown(items, [], "run1", "run2")
-    assert "## m" in text and "0 went from pass to fail, 1 from fail to pass" in text
-    assert "| i2 | fail->pass |" in text
+    assert "## `m`" in text and "0 went from pass to fail, 1 from fail to pass" in text
+    assert "| `i2` | fail->pass |" in text
     assert "Nothing that the runs record" in text
     md, parquet = write_diff(tmp_path, items, text)
     assert md.read_text().startswith("# Diff: run1 -> run2")
@@ -122,8 +122,8 @@ def test_what_changed_never_says_nothing_when_models_or_items_differ():
     text = diff_markdown(items, [], "a", "b", only_models=(["only_a"], []))
     changed = text.split("## What changed between the runs")[1]
     assert "Nothing that the runs record" not in text
-    assert "- only in a: model only_a" in changed
-    assert "- m: 1 items only in a, 0 only in b" in changed
+    assert "- only in a: model `only_a`" in changed
+    assert "- `m`: 1 items only in a, 0 only in b" in changed
     assert "Same fingerprints, sandbox, Python and package versions for the models both runs hold." in changed
 
     # the same models and items and no recorded change: then, and only then, "nothing"

@@ -153,5 +153,8 @@ def test_every_model_gets_an_entry_and_suspect_ones_a_line():
         "suspect results for model 'broken': 10 of 10 sessions (100%) ended with the same identical answer: '42'"
     ]
     markdown = markdown_table(Envelope(health=health))
-    assert markdown.splitlines()[0] == f"**Run health:** {lines[0]}"
+    assert markdown.splitlines()[0] == (
+        "**Run health:** suspect results for model `broken`: 10 of 10 sessions (100%) "
+        "ended with the same identical answer: `'42'`"
+    )
     assert "Run health" not in markdown_table(Envelope(health={"m": health["m"]}))

@@ -82,9 +82,9 @@ def test_flags_are_counted_per_model_in_report_json_and_leaderboard_md(tmp_path)
     header = table[0].split(" | ")
     column = header.index("Injection flags")
     cells = {line.split(" | ")[2]: line.split(" | ")[column] for line in table[2:] if line.startswith("| ")}
-    assert cells["injector"] == "4" and cells["honest"] == "0"
-    assert "**Run health:** answers of model 'injector' addressed the grader in 4 of 10 sessions (40%" in text
-    assert "model 'honest'" not in text and "model 'once'" not in text.split("## Leaderboard")[0]
+    assert cells["`injector`"] == "4" and cells["`honest`"] == "0"
+    assert "**Run health:** answers of model `injector` addressed the grader in 4 of 10 sessions (40%" in text
+    assert "model `honest`" not in text and "model `once`" not in text.split("## Leaderboard")[0]
 
 
 def test_a_run_without_a_judge_and_without_flags_shows_no_injection_column(tmp_path):

@@ -77,7 +77,7 @@ def test_corrected_score_uses_the_share_the_judge_graded_and_skips_check_errors(
     agree = report.agreement
     assert agree is not None and agree.accuracy == pytest.approx(2 / 3) and agree.confusion == [[1, 1], [0, 1]]
     text = "\n".join(judge_markdown(report))
-    assert "accuracy 0.667" in text and "| FAIL | 1 | 1 |" in text and "0.250" in text
+    assert "accuracy 0.667" in text and "| `FAIL` | 1 | 1 |" in text and "0.250" in text
 
 
 def test_a_model_with_enough_own_labels_uses_them():

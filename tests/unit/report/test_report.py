@@ -274,19 +274,19 @@ def test_markdown_table(run_dir: Path, tmp_path: Path):
     assert lines[header].startswith("| Rank (range) | Group | Model | Items | Mean score [95% CI] | CI method |")
     # 5 items only A passed, none only B: exact McNemar p = 2/32 = 0.0625, not significant,
     # so the two models share a group and either could rank first
-    assert lines[header + 2].startswith("| 1 (1-2) | 1 | rules | 6 | 1.000 [")
-    assert lines[header + 3].startswith("| 2 (1-2) | 1 | noisy | 6 | 0.167 [")
+    assert lines[header + 2].startswith("| 1 (1-2) | 1 | `rules` | 6 | 1.000 [")
+    assert lines[header + 3].startswith("| 2 (1-2) | 1 | `noisy` | 6 | 0.167 [")
     assert "| wilson |" in lines[header + 2]
     assert "## Pairwise" in lines and "## Calibration" in lines
-    assert "| rules | noisy | 6 |" in text
+    assert "| `rules` | `noisy` | 6 |" in text
     assert "6 tasks, 2 models, 12 sessions, 2.0 s" in lines
     assert lines[-1].startswith("Provenance: APE ")
 
 
-def test_markdown_escapes_pipes_and_shows_errors():
+def test_markdown_keeps_pipes_inside_their_cell_and_shows_errors():
     envelope = error_envelope("ApeError", "broken | badly", details={"stage": "x"})
     text = markdown_table(envelope)
-    assert "**Report failed** (ApeError): broken \\| badly" in text
+    assert "**Report failed** (ApeError): `broken \u00a6 badly`" in text
     assert "## Leaderboard" not in text
 
 

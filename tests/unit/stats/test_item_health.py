@@ -58,7 +58,7 @@ def test_flags_and_flip_rates():
     assert ledger.loc["edited", "flip_pairs"] == 2 * 6
     assert list(item_ledger(items, runs)["item_id"][:2]) == ["hard", "coin"]  # worst first
     assert flagged_count(ledger.reset_index()) == 3
-    assert "| coin | flaky | 0.50 | 1.00 (14)" in ledger_markdown(ledger.reset_index())
+    assert "| `coin` | flaky | 0.50 | 1.00 (14)" in ledger_markdown(ledger.reset_index())
 
 
 def test_a_changed_fingerprint_breaks_the_pairs():
