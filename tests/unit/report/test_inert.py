@@ -201,7 +201,9 @@ def test_leaderboard_markdown_holds_no_image_link_or_html(renderer: str) -> None
     text = markdown_table(hostile_envelope())
     # the builder's own bold: the health line's label and the regression verdict
     assert_inert(text, renderer, strong=2)
-    assert "\x1b" not in markdown_table(Envelope(leaderboard=[LeaderboardRow(rank=1, model_id=ESC_TEXT, n_items=1, n_sessions=1, runs_per_data=1)]))
+    assert "\x1b" not in markdown_table(
+        Envelope(leaderboard=[LeaderboardRow(rank=1, model_id=ESC_TEXT, n_items=1, n_sessions=1, runs_per_data=1)])
+    )
 
 
 @pytest.mark.parametrize("renderer", sorted(RENDERERS))

@@ -213,6 +213,9 @@ def test_history_table_and_trend_chart(tmp_path: Path) -> None:
         items([False]),
     )
     table = history_markdown(history.read_runs(tmp_path), "b: history")
-    assert "| `m` | `20260102T000000Z-00000002` | 2026-01-02 00:00 | 3 | 0.200 [0.100, 0.300] | ▼ regressed -0.300" in table
+    assert (
+        "| `m` | `20260102T000000Z-00000002` | 2026-01-02 00:00 | 3 | 0.200 [0.100, 0.300] | ▼ regressed -0.300"
+        in table
+    )
     path = write_trend_chart(history.read_runs(tmp_path), tmp_path / "trend.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
