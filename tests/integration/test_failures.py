@@ -328,7 +328,7 @@ def test_damaged_lines_are_quarantined_their_items_redone_and_good_lines_kept(tm
     assert report.returncode == 0, report.stdout + report.stderr
     assert "results.jsonl:3: skipping a damaged line" in report.stderr
     assert "Traceback" not in report.stdout + report.stderr
-    assert re.search(r"\| m \| 6 \|", report.stdout), report.stdout  # the report counts 6 saved items
+    assert re.search(r"\| `m` \| 6 \|", report.stdout), report.stdout  # the report counts 6 saved items
 
     again = ape("run", str(config), "--no-server", api=prefect_server)
     assert again.returncode == 0, again.stdout + again.stderr

@@ -127,7 +127,7 @@ def test_report_reads_custom_file_names(tmp_path: Path, capsys: pytest.CaptureFi
     for model in ("alpha", "beta"):
         saved_run(top / model, model, ["a", "b"], save_file="answers.jsonl", metadata_file="state.json")
     assert main(["report", str(top)]) == 0
-    assert "| alpha |" in capsys.readouterr().out
+    assert "| `alpha` |" in capsys.readouterr().out
     envelope = json.loads((top / "report.json").read_text())
     assert {row["model_id"] for row in envelope["leaderboard"]} == {"alpha", "beta"}
     assert envelope["summary"]["provenance"]["runs"]["beta"] == {"data_sha256": "sha-beta"}
