@@ -128,7 +128,7 @@ def test_cli_gate_history_baseline_and_retry_of_a_run(tmp_path: Path, capsys) ->
     assert "Signal/noise" in printed
     assert main(["items", str(out), "--top", "3"]) == 0
     ledger = capsys.readouterr().out
-    assert "items;" in ledger and "flagged" in ledger and ledger.count("\n| i") == 3
+    assert "items;" in ledger and "flagged" in ledger and ledger.count("\n| `i") == 3
     assert (out / "trend.png").stat().st_size > 1000
     # `ape retry` of a run folder continues that run instead of starting a new one
     latest = (out / "latest").resolve()
