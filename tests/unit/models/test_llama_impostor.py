@@ -28,6 +28,7 @@ from ape.tasks.common import ownership
 from ape.tasks.models import llama_server
 from ape.tasks.models.build import build_model
 from ape.tasks.models.llama_server import ServerGone, local_model_servers, server_missing
+from tests.helpers import other_user
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.processes import free_port
 
@@ -134,24 +135,26 @@ def test_the_default_port_is_proven_and_a_dead_server_gets_no_more_requests(tmp_
 def test_another_process_refuses_a_port_held_by_another_user(tmp_path: Path) -> None:
     """In a process that did not start the server (a Dask worker), a request goes only to a port
     whose listening sockets belong to this user. Run as root, the impostor runs as ``nobody``."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to run the impostor as another user")
+    reason = other_user.can_run_as_other_user()
+    if reason is not None:
+        pytest.skip(reason)
     shared = Path(tempfile.mkdtemp(prefix="ape-impostor-"))  # a folder the other user can write
     shared.chmod(0o777)
     record = shared / "received.jsonl"
     port = free_port()
+    # the impostor's source is handed over as code: the checkout may sit where that user cannot read
+    source = (REPO_ROOT / "tests" / "helpers" / "impostor.py").read_text(encoding="utf-8")
     spy = subprocess.Popen(
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-        + [sys.executable, "-m", "tests.helpers.impostor", str(record), "--port", str(port)],
-        cwd=REPO_ROOT,
-        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+        other_user.python_as_other_user(source, str(record), "--port", str(port)),
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert spy.stdout is not None and spy.stdout.readline().strip() == f"listening {port}"
         request = httpx.Request("POST", f"http://127.0.0.1:{port}/v1/chat/completions")
-        with pytest.raises(ServerGone, match=f"port {port} of the llama.cpp server is held by .*uid 65534"):
+        with pytest.raises(
+            ServerGone, match=f"port {port} of the llama.cpp server is held by .*uid {other_user.ensure_user()[0]}"
+        ):
             llama_server.guard_request(request)
         assert received(record) == []
     finally:
