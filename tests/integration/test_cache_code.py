@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import pickle
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.paths import REPO_ROOT
+from tests.helpers.cli import run_ape
 from tests.helpers.runner import make_benchmark, read_results
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -41,15 +39,7 @@ class Planted:
 
 
 def ape(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_LOCAL_STORAGE_PATH"}
-    return subprocess.run(
-        [sys.executable, "-m", "ape", *args],
-        cwd=cwd,
-        env={**env, "PYTHONPATH": str(REPO_ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_ape(*args, cwd=cwd, unset=("PREFECT_LOCAL_STORAGE_PATH",))
 
 
 def plant(out: Path, marker: Path, how: str) -> int:

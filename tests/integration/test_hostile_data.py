@@ -8,27 +8,17 @@ commands with a bare ``RecursionError`` (exit 1, no file or line), and a 200 MB 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.paths import REPO_ROOT
+from tests.helpers.cli import run_ape
 from tests.helpers.runner import make_benchmark
 
 
 def ape(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    return subprocess.run(
-        [sys.executable, "-m", "ape", *args],
-        cwd=cwd,
-        env={**env, "PYTHONPATH": str(REPO_ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_ape(*args, cwd=cwd, unset=("PREFECT_API_URL",))
 
 
 def _append(data: Path, line: str) -> int:

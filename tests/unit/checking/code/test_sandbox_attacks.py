@@ -21,22 +21,11 @@ import pytest
 from ape.tasks.checking.code import sandbox as sandboxes
 from ape.tasks.checking.code.code_exec import close_pools, run_code
 from tests.helpers.attacks import ATTACKS, TESTS, processes_with, target_fields
+from tests.helpers.sandbox_kinds import KINDS
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="namespaces need Linux")
 
 
-def available(kind: str) -> bool:
-    try:
-        sandboxes.prefix(kind)
-        return True
-    except sandboxes.SandboxUnavailable:
-        return False
-
-
-KINDS = [
-    pytest.param(kind, marks=pytest.mark.skipif(not available(kind), reason=f"no {kind} here"))
-    for kind in ("bwrap", "unshare")
-]
 # Attacks on the harness itself do not depend on namespaces: they must fail without them too.
 ALL_KINDS = [*KINDS, "none"]
 SECRET = "ape-secret-" + uuid.uuid4().hex

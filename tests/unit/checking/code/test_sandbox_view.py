@@ -21,22 +21,11 @@ import pytest
 
 from ape.tasks.checking.code import sandbox as sandboxes
 from ape.tasks.checking.code.code_exec import run_code
+from tests.helpers.sandbox_kinds import KINDS
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="namespaces need Linux")
 
 
-def available(kind: str) -> bool:
-    try:
-        sandboxes.prefix(kind)  # type: ignore[arg-type]
-        return True
-    except sandboxes.SandboxUnavailable:
-        return False
-
-
-KINDS = [
-    pytest.param(kind, marks=pytest.mark.skipif(not available(kind), reason=f"no {kind} here"))
-    for kind in ("bwrap", "unshare")
-]
 SECRET = "ape-sandbox-secret-" + uuid.uuid4().hex
 PROBE_TESTS = "assert True\n"
 
