@@ -4,7 +4,8 @@ A run-to-run diff answers the question a regression verdict raises. For every mo
 both runs hold, each item's mean score over its sessions and whether it passed (at least
 half its sessions correct, the rule of :func:`ape.tasks.stats.aggregate.item_table`) are
 set side by side; items that went from pass to fail (or back) and the largest score
-changes are listed with both answers and the check's reason. Beside them stands what
+changes are listed with each session's verdict on both sides (a mean of several sessions
+hides which one moved), the first session's answer and the check's reason. Beside them stands what
 changed between the runs: every fingerprint a run records in its metadata file
 (``fingerprints``: prompt, model, data, solver (with adapter and tools), checker;
 ``runs_per_data``) and its provenance (model fingerprint, sandbox kind, Python and every
@@ -13,7 +14,9 @@ package version).
 Written as ``diff.md`` (the printed markdown) and ``diff.parquet`` (one row per model and
 item: ``model_id``, ``item_id``, ``score_a``, ``score_b``, ``change``, ``passed_a``,
 ``passed_b``, ``flip`` (``pass->fail``, ``fail->pass``, or empty), ``answer_a``,
-``answer_b``, ``reason_a``, ``reason_b``, ``sessions_a``, ``sessions_b``).
+``answer_b``, ``reason_a``, ``reason_b``, ``sessions_a``, ``sessions_b``, ``verdicts_a``,
+``verdicts_b``: one mark per session in run order, ``✓`` correct, ``✗`` wrong, ``!`` an
+error with no verdict).
 """
 
 from __future__ import annotations
@@ -48,8 +51,11 @@ DIFF_SCHEMA = pa.schema(
         ("reason_b", pa.string()),
         ("sessions_a", pa.int64()),
         ("sessions_b", pa.int64()),
+        ("verdicts_a", pa.string()),
+        ("verdicts_b", pa.string()),
     ]
 )
+CORRECT, WRONG, ERRORED = "✓", "✗", "!"  # one session's verdict in the verdicts columns
 
 
 @dataclass
@@ -73,20 +79,36 @@ def _reason(metadata: Any) -> str | None:
     return None if reason is None else str(reason)
 
 
+def _verdict(correct: Any, error: Any, check_error: Any) -> str:
+    """One session's mark: an error (the model's or the check's) has no verdict."""
+    if isinstance(error, str) and error or isinstance(check_error, str) and check_error:
+        return ERRORED
+    return CORRECT if bool(correct) and not pd.isna(correct) else WRONG
+
+
 def item_view(sessions: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, item): sessions, mean score, passed (at least half correct), the first
-    session's answer and the check's reason (or the error message when there is no check)."""
+    """Per (model, item): sessions, mean score, passed (at least half correct), each
+    session's verdict in run order, the first session's answer and the check's reason (or
+    the error message when there is no check)."""
     if sessions.empty:
-        columns = ["model_id", "item_id", "sessions", "score", "passed", "answer", "reason"]
+        columns = ["model_id", "item_id", "sessions", "score", "passed", "verdicts", "answer", "reason"]
         return pd.DataFrame(columns=columns)
     ordered = sessions.sort_values(["model_id", "item_id", "run_index"])
     first = ordered.groupby(["model_id", "item_id"], sort=False).first()
     grouped = ordered.groupby(["model_id", "item_id"], sort=False)
+    marks = [
+        _verdict(correct, error, check_error)
+        for correct, error, check_error in zip(
+            ordered["correct"], ordered["error_message"], ordered["check_error_message"]
+        )
+    ]
+    verdicts = pd.Series(marks, index=ordered.index).groupby([ordered["model_id"], ordered["item_id"]], sort=False)
     view = pd.DataFrame(
         {
             "sessions": grouped.size(),
             "score": grouped["score"].mean(),
             "passed": grouped["correct"].mean() >= 0.5,
+            "verdicts": verdicts.agg("".join),
             "answer": first["solution"].where(first["solution"].notna(), first["raw_output"]),
             "reason": [
                 _reason(meta) or err or check_err
@@ -166,6 +188,10 @@ def _cut(value: Any) -> str:
     return md_text(text if len(text) <= ANSWER_CHARS else text[: ANSWER_CHARS - 1] + "…")
 
 
+def _marks(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def _number(value: Any) -> str:
     return "" if value is None or pd.isna(value) else f"{value:.3f}"
 
@@ -220,7 +246,8 @@ def diff_markdown(
     only_models: tuple[list[str], list[str]] = ([], []),
 ) -> str:
     """The diff as markdown: per model, a summary line, the flipped items and the largest
-    score changes with both answers and reasons; then what changed between the runs
+    score changes with each session's verdict, the first session's answer and its reason
+    on both sides; then what changed between the runs
     (``only_models``: the models only ``a``, and only ``b``, holds)."""
     lines = [f"# Diff: {a} -> {b}", ""]
     if items.empty:
@@ -240,14 +267,23 @@ def diff_markdown(
         moved = moved.loc[moved["change"].abs().sort_values(ascending=False).index]
         shown = pd.concat([flips, moved]).drop_duplicates(subset=["item_id"]).head(top)
         if not shown.empty:
+            several = bool((rows[["sessions_a", "sessions_b"]].max(axis=1) > 1).any())
+            if several:
+                lines += [
+                    f"Sessions: {CORRECT} correct, {WRONG} wrong, {ERRORED} error, in run order; "
+                    "the answer and reason are the first session's.",
+                    "",
+                ]
             lines += [
-                f"| Item | Change | Score {a} | Score {b} | Answer {a} | Answer {b} | Reason {a} | Reason {b} |",
-                "|---|---|---|---|---|---|---|---|",
+                f"| Item | Change | Score {a} | Score {b} | Sessions {a} | Sessions {b} "
+                f"| Answer {a} | Answer {b} | Reason {a} | Reason {b} |",
+                "|---|---|---|---|---|---|---|---|---|---|",
             ]
             for row in shown.itertuples():
                 label = row.flip or f"{row.change:+.3f}"
                 lines.append(
                     f"| {_cut(row.item_id)} | {label} | {_number(row.score_a)} | {_number(row.score_b)} | "
+                    f"{_marks(row.verdicts_a)} | {_marks(row.verdicts_b)} | "
                     f"{_cut(row.answer_a)} | {_cut(row.answer_b)} | {_cut(row.reason_a)} | {_cut(row.reason_b)} |"
                 )
             lines.append("")
@@ -261,7 +297,7 @@ def write_diff(out_dir: Path, items: pd.DataFrame, markdown: str) -> tuple[Path,
     md = out_dir / "diff.md"
     md.write_text(markdown + "\n", encoding="utf-8")
     table = items.astype(object).where(items.notna(), None)
-    for column in ("answer_a", "answer_b", "reason_a", "reason_b", "item_id", "model_id"):
+    for column in ("answer_a", "answer_b", "reason_a", "reason_b", "verdicts_a", "verdicts_b", "item_id", "model_id"):
         table[column] = [None if v is None else str(v) for v in table[column]]
     parquet = out_dir / "diff.parquet"
     pq.write_table(pa.Table.from_pandas(table, schema=DIFF_SCHEMA, preserve_index=False), parquet)

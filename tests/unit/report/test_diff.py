@@ -129,3 +129,25 @@ def test_what_changed_never_says_nothing_when_models_or_items_differ():
     # the same models and items and no recorded change: then, and only then, "nothing"
     same = diff_markdown(compare_items(A, B), [], "a", "b")
     assert "Nothing that the runs record" in same and "only in" not in same
+
+
+def test_each_sessions_verdict_is_shown_when_an_item_has_several():
+    """The score is the mean of the sessions; the diff shows which session moved, not one
+    answer standing for all of them."""
+    errored = B.copy()
+    errored.loc[(errored["item_id"] == "i3") & (errored["run_index"] == 1), "error_message"] = "timeout"
+    items = compare_items(A, errored).set_index("item_id")
+    assert items.loc["i1", "verdicts_a"] == "✓✓" and items.loc["i1", "verdicts_b"] == "✗✓"
+    assert items.loc["i2", "verdicts_a"] == "✗✗" and items.loc["i2", "verdicts_b"] == "✓✓"
+    assert items.loc["i3", "verdicts_b"] == "✓!"  # an error has no verdict
+    markdown = diff_markdown(compare_items(A, errored), [], "a", "b")
+    assert "| Sessions a | Sessions b |" in markdown
+    assert "the answer and reason are the first session's" in markdown
+    row = next(line for line in markdown.splitlines() if line.startswith("| `i1`") or line.startswith("| i1"))
+    assert "| ✓✓ | ✗✓ |" in row
+
+
+def test_one_session_per_item_needs_no_legend():
+    one = A[A["run_index"] == 0]
+    markdown = diff_markdown(compare_items(one, B[B["run_index"] == 0]), [], "a", "b")
+    assert "in run order" not in markdown and "| ✗ | ✓ |" in markdown
