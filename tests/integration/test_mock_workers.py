@@ -72,11 +72,12 @@ def test_scripted_responses_by_item_id_score_the_same_with_1_and_4_workers(tmp_p
     right = {i for i in range(n) if i % 10 not in (3, 7, 8)}  # 14 of 20, wrong ones spread out
 
     def make(folder: Path, workers: int) -> Path:
-        table = ", ".join(
-            f'i{i} = "The sum is {(i + 2) + (3 * i + 1) + (0 if i in right else 1)}."' for i in range(n)
-        )
+        table = ", ".join(f'i{i} = "The sum is {(i + 2) + (3 * i + 1) + (0 if i in right else 1)}."' for i in range(n))
         return make_benchmark(
-            folder, n, model_args=f'behaviour = "scripted", responses = {{ {table} }}', run=f"solver_workers = {workers}"
+            folder,
+            n,
+            model_args=f'behaviour = "scripted", responses = {{ {table} }}',
+            run=f"solver_workers = {workers}",
         )
 
     verdicts = by_workers(tmp_path, make)
@@ -93,7 +94,13 @@ def choices_benchmark(folder: Path, workers: int, n: int, model_args: str, metri
         for i in range(n):
             count = 2 + i % 4
             choices = [f"choice {k}" + " long" * ((i * 7 + k * 3) % 5) for k in range(count)]
-            row = {"id": f"m{i}", "category": "c", "question": f"Question {i}?", "choices": choices, "answer": i % count}
+            row = {
+                "id": f"m{i}",
+                "category": "c",
+                "question": f"Question {i}?",
+                "choices": choices,
+                "answer": i % count,
+            }
             handle.write(json.dumps(row) + "\n")
     path = folder / "config.toml"
     path.write_text(

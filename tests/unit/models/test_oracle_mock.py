@@ -104,7 +104,9 @@ def test_a_wrong_value_is_never_the_right_one_and_keeps_its_form(value, choices,
 
 
 def test_oracle_multiple_choice_answers_another_choice_when_wrong() -> None:
-    model = MockChatModel(behaviour="oracle", field="gold", choices="options", accuracy=0.0, template="Answer: {{answer}}")
+    model = MockChatModel(
+        behaviour="oracle", field="gold", choices="options", accuracy=0.0, template="Answer: {{answer}}"
+    )
     item = {"gold": "C", "options": ["1", "2", "3", "4"]}
     answers = {ask(model, item, f"x{i}") for i in range(40)}
     assert answers == {"Answer: A", "Answer: B", "Answer: D"}
