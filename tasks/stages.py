@@ -37,6 +37,7 @@ from ape.tasks.checking.builtin import score_session
 from ape.tasks.checking.check import checker_tool
 from ape.tasks.models.build import build_model
 from ape.tasks.models.scoring import build_scorer
+from ape.tasks.models.session_item import session_item
 from ape.tasks.solving.choices import score_choices
 from ape.tasks.solving.render import render
 from ape.tasks.solving.solve import run_adaption, run_solver
@@ -144,18 +145,22 @@ def _checked(record: SolveRecord) -> SolveRecord:
 def _solve(worker: Worker, spec: SessionSpec, item: BaseModel, tools: list[Any]) -> SolverState:
     """The solve stage on ``worker``; its end is reported to the session's recorder."""
 
-    state = run_solver(
-        worker.model, spec.prompt, spec.system, tools=tools, settings=worker.setup.config.solver, item=item
-    )
+    with session_item(item, spec.item_id, spec.run_index):  # for the mocks that answer from the item
+        state = run_solver(
+            worker.model, spec.prompt, spec.system, tools=tools, settings=worker.setup.config.solver, item=item
+        )
     current_recorder().solved(state.error)
     return state
 
 
-def _adapt(worker: Worker, state: SolverState, item: BaseModel, tools: list[Any]) -> SolveRecord:
+def _adapt(worker: Worker, spec: SessionSpec, state: SolverState, item: BaseModel, tools: list[Any]) -> SolveRecord:
     """The adapt stage on ``worker``; its end is reported to the session's recorder."""
 
     settings = worker.setup.config.solver
-    record = run_adaption(worker.model, state, adapter=worker.setup.adapter, settings=settings, tools=tools, item=item)
+    with session_item(item, spec.item_id, spec.run_index):
+        record = run_adaption(
+            worker.model, state, adapter=worker.setup.adapter, settings=settings, tools=tools, item=item
+        )
     current_recorder().adapted(record, solve_failed=state.error is not None)
     return record
 
@@ -167,7 +172,7 @@ def session_task(spec: SessionSpec) -> SolveRecord:
     item = worker.item(spec)
     tools = worker.tools_for(item)
     state = _solve(worker, spec, item, tools)
-    return _checked(_adapt(worker, state, item, tools))
+    return _checked(_adapt(worker, spec, state, item, tools))
 
 
 @task(name="solve", task_run_name="solve[{spec.item_id}]#{spec.run_index}", persist_result=True)
@@ -181,7 +186,7 @@ def solve_task(spec: SessionSpec) -> SolverState:
 def adapt_task(spec: SessionSpec, state: SolverState) -> SolveRecord:
     worker = current_worker()
     item = worker.item(spec)
-    return _checked(_adapt(worker, state, item, worker.tools_for(item)))
+    return _checked(_adapt(worker, spec, state, item, worker.tools_for(item)))
 
 
 @task(name="choices", task_run_name="choices[{spec.item_id}]#{spec.run_index}", persist_result=True)
@@ -192,7 +197,9 @@ def choices_task(spec: SessionSpec) -> SolveRecord:
     choices = worker.setup.config.choices
     assert choices is not None  # only [choices] runs use this stage
     recorder = current_recorder()
-    record = score_choices(worker.scorer, spec.prompt, worker.item(spec), choices)
+    item = worker.item(spec)
+    with session_item(item, spec.item_id, spec.run_index):
+        record = score_choices(worker.scorer, spec.prompt, item, choices)
     recorder.solved(record.error, message="log-likelihood of every choice")
     recorder.adapted(record, solve_failed=record.error is not None, message="the most likely choice")
     return _checked(record)

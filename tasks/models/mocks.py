@@ -18,7 +18,18 @@ Behaviours:
   model can change between scheduled runs. With tools bound and ``use_tools``, the first step calls a tool
   named ``calculator`` and the next step answers from its result.
 - ``echo``: answers with the last human message.
-- ``scripted``: answers with ``responses`` in turn (cycled, per instance).
+- ``scripted``: answers with ``responses``. Keyed by item id (a TOML table
+  ``responses = { q01 = "...", q02 = "..." }``), every call of a session answers that item's
+  response, whatever the worker and the order; an id without one is an error of that session.
+  As a list, each model instance (one per solver worker) answers its calls in turn, call n
+  with ``responses[(n - 1) % len]``, reformat and force-finish prompts included: which item
+  gets which response then depends on the workers and their timing (one worker and one call
+  per session: the file order).
+- ``oracle``: answers from the item's ``field`` (:mod:`ape.tasks.models.oracle`): right on a
+  share ``accuracy`` of the items, drawn from ``seed`` and the item id (and the run index with
+  ``sampling``), a wrong value otherwise (``wrong``, else one made from the right one, another
+  of the ``choices`` field's choices for multiple choice), written through the mustache
+  ``template`` (default ``{{answer}}``) so the benchmark's adapter reads it.
 - ``give_up``: answers ``I_GIVE_UP``.
 - ``grader``: a stand-in judge for demos of the ``judge`` checker. It reads the solution
   between the judge checker's markers (``<<<SOLUTION-T>>>`` ... ``<<<END-SOLUTION-T>>>``, the
@@ -64,8 +75,11 @@ from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from ape.schemas.config import GIVE_UP_TOKEN
 from ape.tasks.common.arithmetic import calculate
+from ape.tasks.models.oracle import format_value as format_answer
+from ape.tasks.models.oracle import is_right, item_field, render_answer, wrong_value
+from ape.tasks.models.session_item import SessionItem, current_session_item
 
-Behaviour = Literal["arithmetic", "echo", "scripted", "give_up", "grader", "obedient"]
+Behaviour = Literal["arithmetic", "echo", "scripted", "give_up", "grader", "obedient", "oracle"]
 CALCULATOR_TOOL = "calculator"
 
 # Runs of characters that can form an arithmetic expression; parsed with ast afterwards.
@@ -214,7 +228,21 @@ class MockChatModel(BaseChatModel):
         description="With sampling: the share of prompts answered alike on every call and for "
         "every seed (a model's easy and hard items stay so across runs); the rest are drawn per call.",
     )
-    responses: list[str] = Field(default_factory=list, description="For behaviour 'scripted'.")
+    responses: list[str] | dict[str, str] = Field(
+        default_factory=list,
+        description="For behaviour 'scripted': a table of answers by item id, or a list answered in turn per instance.",
+    )
+    field: str | None = Field(default=None, description="For behaviour 'oracle': the item field holding the answer.")
+    template: str = Field(
+        default="{{answer}}",
+        description="For behaviour 'oracle': the reply, a mustache template of the item's fields and 'answer'.",
+    )
+    wrong: str | None = Field(
+        default=None, description="For behaviour 'oracle': the answer it gives when wrong (else one made up)."
+    )
+    choices: str | None = Field(
+        default=None, description="For behaviour 'oracle': the item field listing the choices (multiple choice)."
+    )
     logprobs: bool = Field(default=False, description="Also report OpenAI-shaped logprobs.")
     scale: int | None = Field(
         default=None, ge=1, le=100, description="For behaviour 'grader': grade 0..scale instead of PASS/FAIL."
@@ -243,9 +271,16 @@ class MockChatModel(BaseChatModel):
     _counts_lock: ClassVar[threading.Lock] = threading.Lock()
 
     @model_validator(mode="after")
-    def _scripted_needs_responses(self) -> MockChatModel:
+    def _behaviour_args(self) -> MockChatModel:
         if self.behaviour == "scripted" and not self.responses:
-            raise ValueError("behaviour 'scripted' needs a non-empty 'responses' list")
+            raise ValueError("behaviour 'scripted' needs 'responses': a table by item id, or a non-empty list")
+        if self.behaviour == "oracle" and not self.field:
+            raise ValueError("behaviour 'oracle' needs 'field', the item field that holds the right answer")
+        oracle_args = [k for k in ("field", "wrong", "choices") if getattr(self, k) is not None]
+        if self.template != "{{answer}}":
+            oracle_args.append("template")
+        if self.behaviour != "oracle" and oracle_args:
+            raise ValueError(f"'{oracle_args[0]}' is an argument of behaviour 'oracle', not '{self.behaviour}'")
         return self
 
     @property
@@ -336,8 +371,9 @@ class MockChatModel(BaseChatModel):
         if self.behaviour == "echo":
             return self._reply(prompt, _unit(self.seed, prompt, "echo") * 0.5 + 0.5)
         if self.behaviour == "scripted":
-            text = self.responses[(number - 1) % len(self.responses)]
-            return self._reply(text, _unit(self.seed, prompt, number) * 0.5 + 0.5)
+            return self._scripted(prompt, number)
+        if self.behaviour == "oracle":
+            return self._oracle()
         if self.behaviour == "give_up":
             return self._reply(GIVE_UP_TOKEN, 0.05)
         if self.behaviour in ("grader", "obedient"):
@@ -378,6 +414,56 @@ class MockChatModel(BaseChatModel):
         offset = 1 + int(_unit(*key, "offset") * 3)  # 1, 2 or 3
         wrong = value - offset if _unit(*key, "sign") < 0.5 else value + offset
         return self._reply(f"The answer is {format_number(wrong)}", 0.2 + 0.6 * _unit(*key, "c"))
+
+    def _session(self) -> SessionItem:
+        """The current session's item; an error outside a session (a judge, a direct call)."""
+        current = current_session_item()
+        if current is None:
+            raise ValueError(
+                f"mock behaviour '{self.behaviour}' answers from the session's item, and this call belongs to "
+                "no session (it works as a run's [model], not as a judge or outside a run)"
+            )
+        return current
+
+    def _scripted(self, prompt: str, number: int) -> AIMessage:
+        """Behaviour ``scripted``: the item's response (a table), or the next one of the list."""
+        if isinstance(self.responses, list):
+            text = self.responses[(number - 1) % len(self.responses)]
+            return self._reply(text, _unit(self.seed, prompt, number) * 0.5 + 0.5)
+        current = self._session()
+        if current.item_id not in self.responses:
+            raise ValueError(
+                f"mock behaviour 'scripted' has no response for item '{current.item_id}' "
+                f"(its responses table holds {len(self.responses)} ids)"
+            )
+        text = self.responses[current.item_id]
+        return self._reply(text, _unit(self.seed, current.item_id, "scripted") * 0.5 + 0.5)
+
+    def _oracle(self) -> AIMessage:
+        """Behaviour ``oracle``: the item's field, right on a seeded share of the items."""
+        current = self._session()
+        assert self.field is not None  # the validator requires it
+        try:
+            value = item_field(current.item, self.field)
+        except KeyError:
+            raise ValueError(f"mock behaviour 'oracle': the item has no field '{self.field}'") from None
+        seed = self._seed()
+        right = is_right(seed, current.item_id, current.run_index, self._accuracy(), sampling=self.sampling)
+        key = (seed, "oracle", current.item_id, current.run_index if self.sampling else "")
+        if not right:
+            if self.wrong is not None:
+                value = self.wrong
+            else:
+                try:
+                    choices = item_field(current.item, self.choices) if self.choices else None
+                except KeyError:
+                    raise ValueError(f"mock behaviour 'oracle': the item has no field '{self.choices}'") from None
+                if choices is not None and not isinstance(choices, (list, tuple)):
+                    raise ValueError(f"mock behaviour 'oracle': the field '{self.choices}' holds no list of choices")
+                value = wrong_value(value, key, choices)
+        text = render_answer(self.template, current.item, format_answer(value))
+        confidence = 0.85 + 0.14 * _unit(*key, "c") if right else 0.2 + 0.6 * _unit(*key, "c")
+        return self._reply(text, confidence)
 
     def _grade(self, prompt: str) -> str:
         """Behaviours ``grader`` and ``obedient``: the reference's words found in the solution, as a grade."""

@@ -148,3 +148,62 @@ def test_humaneval_with_the_managed_smollm2(tmp_path: Path, prefect_server: str)
     assert row["ci_low"] is not None and row["ci_high"] is not None
     assert 0.0 <= row["ci_low"] <= row["mean_score"] <= row["ci_high"] <= 1.0
     assert "chat/completions" in (out / "llama-server.log").read_text(errors="replace")
+
+
+def sandbox_missing() -> str | None:
+    """Why code_exec cannot sandbox here (None when it can)."""
+    from ape.tasks.checking.code import sandbox as sandboxes
+
+    if not sys.platform.startswith("linux"):
+        return "code_exec's sandbox needs Linux namespaces"
+    try:
+        if sandboxes.resolve("auto") == "none":
+            return "neither bubblewrap nor unshare can make a sandbox here"
+    except sandboxes.SandboxUnavailable as exc:
+        return f"no sandbox: {exc}"
+    return None
+
+
+@pytest.mark.slow
+@needs_data
+@pytest.mark.skipif(sandbox_missing() is not None, reason=sandbox_missing() or "")
+def test_the_documented_mock_run_passes_every_problem_through_the_sandbox(tmp_path: Path, prefect_server: str) -> None:
+    """config-mock.toml, as the docs say to run it (no model, no key), on the first 8 problems:
+    the oracle's canonical solutions pass them all through the sandboxed code_exec, and "half"
+    passes exactly the problems its seeded draw answers right (the rest run a stub that fails)."""
+    from ape.tasks.checking.code import sandbox as sandboxes
+    from ape.tasks.models.oracle import is_right
+
+    bench = tmp_path / "humaneval"
+    shutil.copytree(EXAMPLE, bench, ignore=shutil.ignore_patterns("__pycache__", "output*"))
+    config = bench / "config-mock.toml"
+    text, count = re.subn(r'(?m)^end_id = ".*"', 'end_id = "HumanEval/7"', config.read_text())
+    assert count == 1
+    config.write_text(text)
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    env.pop("OPENAI_API_KEY", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ape", "run", str(config), "--no-server", "--no-progress", "--output", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    from ape.tasks.storage.run_files import run_files_in
+
+    verdicts: dict[str, dict[str, bool]] = {}
+    kinds: set[str] = set()
+    for model in ("canonical", "half"):
+        verdicts[model] = {}
+        for line in run_files_in(out / model).results.read_text().splitlines():
+            for session in json.loads(line)["sessions"]:
+                assert session["outcome"] == "SOLVED", session
+                verdicts[model][session["item_id"]] = bool(session["correct"])
+                kinds.add(session["check"]["metadata"]["sandbox"])
+    ids = [f"HumanEval/{i}" for i in range(8)]
+    assert verdicts["canonical"] == dict.fromkeys(ids, True)
+    assert verdicts["half"] == {i: is_right(1, i, 0, 0.5, sampling=False) for i in ids}
+    assert kinds == {sandboxes.resolve("auto")}

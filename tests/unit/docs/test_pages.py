@@ -126,6 +126,30 @@ def test_every_mock_model_argument_is_in_the_models_table():
     assert own and not missing, f"docs/models.md's mock table lacks {missing}"
 
 
+def test_every_mock_behaviour_is_documented_in_the_models_page():
+    from typing import get_args
+
+    from ape.tasks.models.mocks import Behaviour
+
+    text = (DOCS / "models.md").read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| `behaviour` |"))
+    assert not [b for b in get_args(Behaviour) if f"`{b}`" not in row]
+
+
+def test_the_choices_page_lists_every_argument_of_the_log_likelihood_mock():
+    from ape.tasks.models.mock_scorer import MockScorer
+
+    text = (DOCS / "config" / "choices.md").read_text(encoding="utf-8")
+    missing = [name for name in MockScorer.model_fields if name != "name" and f"| `{name}` |" not in text]
+    assert not missing, f"docs/config/choices.md's mock table lacks {missing}"
+
+
+def test_the_front_page_and_the_quick_start_say_multiple_choice():
+    for page in ("index.md", "quickstart.md"):
+        text = (DOCS / page).read_text(encoding="utf-8").lower()
+        assert "multiple choice" in text and "config/choices.md" in text, page
+
+
 def test_every_page_is_in_the_navigation():
     nav = (DOCS.parent / "mkdocs.yml").read_text(encoding="utf-8")
     pages = [str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")]
