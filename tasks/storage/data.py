@@ -151,14 +151,33 @@ class DataProvider:
         """One JSON line, nested at most ``max_depth`` deep."""
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ApeError(f"invalid JSON: {exc.msg} (column {exc.colno})", where=f"{self.file}:{number}") from None
+        except json.JSONDecodeError:
+            raise self._invalid_json(line, number) from None
         except RecursionError:
             raise self._too_deep(number) from None
         # only a line with more brackets than the bound can be that deep: the usual line costs two counts
         if line.count("[") + line.count("{") > self.max_depth and json_depth(row) > self.max_depth:
             raise self._too_deep(number)
         return row
+
+    def _invalid_json(self, line: str, number: int) -> ApeError:
+        """The error for a line that is not JSON, parsed again without its line end (only
+        now, so the usual line pays nothing): a cut-off line then reads "Unterminated string"
+        instead of "Invalid control character" (the newline inside the open string)."""
+        text = line.rstrip("\r\n")
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            at = "" if exc.msg.endswith(" at") else " at"
+            cut = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+            return ApeError(
+                f"invalid JSON: {exc.msg}{at} column {exc.colno}",
+                where=f"{self.file}:{number}",
+                hint="the line ends before its JSON object does: was it cut off?" if cut else None,
+            )
+        except RecursionError:
+            return self._too_deep(number)
+        return ApeError("invalid JSON", where=f"{self.file}:{number}")  # only the line end was wrong
 
     def _too_deep(self, number: int) -> ApeError:
         return ApeError(
