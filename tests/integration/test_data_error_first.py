@@ -65,11 +65,20 @@ def duplicate_id(data: Path) -> str:
     return "data.jsonl:5: duplicate id 'q004'"
 
 
+def wrong_field(data: Path) -> str:
+    lines = data.read_text().splitlines()
+    lines[2] = lines[2].replace('"answer": 84', '"answer": "eighty-four"')
+    data.write_text("\n".join(lines) + "\n")
+    return "data.jsonl:3: item 'q003': field 'answer'"
+
+
 def saved(folder: Path) -> dict[str, bytes]:
     return {f"{m}/{name}": (folder / "output" / m / name).read_bytes() for m in MODELS for name in SAVED}
 
 
-@pytest.mark.parametrize("damage", [cut_line_7, duplicate_id], ids=["cut-line", "duplicate-id"])
+@pytest.mark.parametrize(
+    "damage", [cut_line_7, duplicate_id, wrong_field], ids=["cut-line", "duplicate-id", "schema-error"]
+)
 @pytest.mark.parametrize("command", ["validate", "run"])
 def test_the_data_error_comes_before_the_different_data_file_refusal(bench: Path, command: str, damage) -> None:
     expected = damage(bench / "data.jsonl")
