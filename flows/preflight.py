@@ -5,7 +5,8 @@ a served benchmark's flow run all call these two functions, so a bad input gives
 one line (naming the file and key) whichever way the run was started:
 
 - :func:`preflight` resolves every plugin, the template, the data, the output folder and
-  its history, and refuses to mix results with a different earlier run;
+  its history, and refuses to mix results with a different earlier run (after the data
+  file's own errors, so a broken line is named as such, not as a changed file);
 - :func:`canary` grades the checker's known answers (and a judge's injected wrong answers,
   and a ``[choices]`` endpoint's prompt log-probabilities) with the checker the run uses.
 
@@ -59,11 +60,15 @@ def preflight(config: ApeConfig, *, run_folder: bool = False) -> Checked:
         for model in config.model:
             build_model(model, config.base_dir)
         tools = load_tools(config.tools, config.base_dir)
+        # the data file's own errors before the saved results are compared with it: a broken
+        # line changes the file's digest too, and "holds results made with a different data
+        # file ... start afresh" is the wrong advice for a file that merely needs mending
+        ids = setups[0].provider().scan(item_check(config))
         if config.run.load_save and not run_folder:  # refuse to mix results now, not in a failed flow run
             for setup in setups:
                 previous = recorded(setup.out_dir / config.run.metadata_file)
                 refuse_mixing(previous, resume_fingerprints(setup), setup.out_dir)
-        return Checked(setups, tools, setups[0].provider().scan(item_check(config)))
+        return Checked(setups, tools, ids)
     except ApeError as exc:
         raise locate(exc, config) from None
 

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from ape.schemas.choices import ChoicesConfig
+from ape.schemas.errors import shown_path
 
 GIVE_UP_TOKEN = "I_GIVE_UP"
 MAX_TIMEOUT_S = 86_400.0  # a day: any time limit above it is a typo
@@ -553,6 +554,10 @@ class ApeConfig(Section):
         if dupes:
             raise ValueError(f"model names must be unique; give each a 'name' (repeated: {dupes})")
         return self
+
+    def shown_file(self) -> str:
+        """The config file as error lines name it (:func:`ape.schemas.errors.shown_path`)."""
+        return shown_path(self.config_file) if self.config_file is not None else "config"
 
     def output_dir_for(self, model: ModelConfig) -> Path:
         """One model writes straight into the output folder; several get a folder each."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable
+from pathlib import Path
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
@@ -27,6 +29,22 @@ class ApeError(Exception):
         if self.hint:
             text += f" ({self.hint})"
         return text
+
+
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """How an error line names a file (the config, the data file): relative to the current
+    folder when the file is under it, else absolute. One rule whichever way the path reached
+    the error (as typed, or resolved by the config loader), so two errors about one file
+    read alike; computed when the error is made, in the folder the command runs in."""
+    try:
+        here = Path.cwd()
+    except OSError:  # the current folder was removed
+        return str(path)
+    absolute = Path(os.path.abspath(path))
+    try:
+        return str(absolute.relative_to(here))
+    except ValueError:
+        return str(absolute)
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str | None:

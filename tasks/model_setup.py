@@ -145,7 +145,7 @@ def _read(path: Path | None, inline: str | None, key: str) -> str | None:
 
 
 def load_data_model(config: ApeConfig) -> type[BaseModel]:
-    where = f"{config.config_file or 'config'} [data] schema"
+    where = f"{config.shown_file()} [data] schema"
     model = load_object(config.data.schema_, kind="schema", where=where, base_dir=config.base_dir)
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise ApeError(f"'{config.data.schema_}' is not a pydantic model class", where=where)
@@ -156,7 +156,7 @@ def make_setup(config: ApeConfig, model_cfg: ModelConfig) -> ModelSetup:
 
     data_model = load_data_model(config)
     template = _read(config.prompt.template_file, config.prompt.template, "template") or ""
-    src = config.config_file or "config"
+    src = config.shown_file()
     check_template(template, data_model, where=f"{src} [prompt] template")
     system = _read(config.prompt.system_file, config.prompt.system, "system")
     if system:
@@ -242,7 +242,7 @@ def choice_checker_factory(config: ApeConfig) -> Callable[[], Any]:
     """The ``choice`` checker of a ``[choices]`` run; an error for ``choice`` without ``[choices]``."""
 
     choices = config.choices
-    src = config.config_file or "config"
+    src = config.shown_file()
     if choices is None:
         raise ApeError(
             "checker 'choice' grades log-likelihood runs, and this config has no [choices] section",
@@ -265,7 +265,7 @@ def check_choices(config: ApeConfig, model_cfg: ModelConfig, data_model: type[Ba
 
     choices = config.choices
     assert choices is not None
-    src = config.config_file or "config"
+    src = config.shown_file()
     known = set(data_model.model_fields) | {f.alias for f in data_model.model_fields.values() if f.alias}
     known |= set(data_model.model_computed_fields) | {
         n for n in dir(data_model) if isinstance(getattr(data_model, n, None), property)

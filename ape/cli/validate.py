@@ -50,15 +50,34 @@ def validate(config_path: Path, *, estimate: bool = False, overrides: dict | Non
         + (f" + checker tool '{config.checker.checker_tool}'" if config.checker.expose_as_tool else "")
     )
     print(f"  checker: {config.checker.implementation}; adapter: {config.adapter.implementation}")
-    print(
-        f"  canary: {len(graded)} known answers graded as expected"
-        if graded
-        else "  canary: none (a user checker declares its known answers in [[checker.canary]])"
-    )
+    print(f"  canary: {canary_summary(config, graded)}")
     print(f"  output: {config.run.output}")
     if estimate:
         _print_estimate(config, setup)
     return 0
+
+
+def canary_summary(config: ApeConfig, graded: list[Any]) -> str:
+    """What the canary graded before "ok", in words true for the run's checker: its known
+    answers, and for a ``[choices]`` run whether endpoints' log-probabilities were probed."""
+    from ape.tasks.models.scoring import scores_in_process
+    from ape.tasks.plugins.registry import is_short_name
+
+    name = config.checker.implementation
+    if graded:
+        text = f"{len(graded)} known answers graded as expected"
+    elif is_short_name(name):
+        text = f"none (the built-in checker '{name}' has no known answers of its own; add some in [[checker.canary]])"
+    else:
+        text = "none (a user checker declares its known answers in [[checker.canary]])"
+    if config.choices is not None:
+        probed = [m.model_id for m in config.model if not scores_in_process(m)]
+        text += (
+            f"; prompt log-probabilities of {', '.join(probed)} echoed right"
+            if probed
+            else "; no endpoint to probe for prompt log-probabilities (the models score in process)"
+        )
+    return text
 
 
 def _print_estimate(config: ApeConfig, setup: Any) -> None:

@@ -41,7 +41,7 @@ def regrader(config: ApeConfig, model_id: str) -> Callable[[pd.DataFrame], pd.Da
     several earlier runs with one config."""
     model_cfg = next((m for m in config.model if m.model_id == model_id), None)
     if model_cfg is None:
-        raise ApeError(f"the later run's config has no model '{model_id}'", where=str(config.config_file))
+        raise ApeError(f"the later run's config has no model '{model_id}'", where=config.shown_file())
     setup = make_setup(config, model_cfg)
     items = {str(item_id(item)): item for item in setup.provider()}
     checker = setup.checker_factory()

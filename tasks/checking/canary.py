@@ -10,6 +10,10 @@ and the benchmark flow (also when a deployment starts it) first grade:
 - for the text metrics (``exact_match``, ``accuracy``, ``f1``, ``bleu4``, ``rouge_l``): a
   known match and a known miss, read through the configured ``args.field``; 1 and 0;
 - for ``taskspec``: both of these, as task specs (a code task and an exact-match task);
+- for ``choice`` (a ``[choices]`` run): an item with two or more choices, its gold choice
+  written as ``[choices] gold_is`` reads it, and the log-likelihoods of a session that
+  chose the gold and of one that chose another; 1 and 0 (the endpoints' own prompt
+  log-probabilities are probed apart, :mod:`ape.tasks.checking.logprob_canary`);
 - for any checker, the examples of ``[[checker.canary]]`` in the config: an ``item`` (a
   table of the DataModel's fields), a ``solution`` (handed to the checker as the adapter
   would return it) and the expected ``passed`` and/or ``score``.
@@ -31,12 +35,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from ape.schemas.choices import CHOICE_LETTERS
 from ape.schemas.config import CheckerConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.results import CheckResult, CheckStatus
 from ape.schemas.taskspec import TaskSpec
 from ape.tasks.checking.builtin import BuiltinChecker, CodeExecArgs
 from ape.tasks.checking.check import Checker, run_check
+from ape.tasks.checking.choice import ChoiceChecker
 from ape.tasks.checking.taskspec import TaskSpecChecker
 from ape.tasks.plugins.registry import is_short_name
 
@@ -81,6 +87,8 @@ def builtin_examples(checker: Checker) -> list[Example]:
     """
     if isinstance(checker, TaskSpecChecker):
         return taskspec_examples()
+    if isinstance(checker, ChoiceChecker):
+        return choice_examples(checker)
     if not isinstance(checker, BuiltinChecker):
         return []
     if isinstance(checker.args, CodeExecArgs):
@@ -112,6 +120,27 @@ def taskspec_examples() -> list[Example]:
         Example("known-wrong code", code, CODE_WRONG, passed=False, score=0.0),
         Example(f"known match {match!r}", text, match, passed=True, score=1.0),
         Example(f"known miss {miss!r}", text, miss, passed=False, score=0.0),
+    ]
+
+
+def choice_examples(checker: ChoiceChecker) -> list[Example]:
+    """Known answers for ``choice``: a session whose likeliest choice is the gold one, and one
+    whose likeliest is another, on an item shaped as ``[choices]`` reads it (``field`` or
+    ``fields``, ``gold`` as ``gold_is`` says). Choices of equal length, so ``acc`` and
+    ``acc_norm`` pick the same one."""
+    cfg = checker.cfg
+    count = len(cfg.fields) if cfg.fields is not None else 2
+    texts = [f"choice {CHOICE_LETTERS[i]}" for i in range(count)]
+    item: dict[str, Any] = dict(zip(cfg.fields, texts)) if cfg.fields is not None else {str(cfg.field): texts}
+    item[cfg.gold] = {"letter": "A", "text": texts[0]}.get(cfg.gold_is, 0)
+    chars = [len(text) for text in texts]
+
+    def session(likeliest: int) -> dict[str, Any]:
+        return {"loglikelihoods": [-0.5 if i == likeliest else -3.0 for i in range(count)], "chars": chars}
+
+    return [
+        Example("known pick of the gold choice", item, session(0), passed=True, score=1.0),
+        Example("known pick of another choice", item, session(1), passed=False, score=0.0),
     ]
 
 

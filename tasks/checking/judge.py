@@ -207,7 +207,7 @@ def parse_args(args: dict[str, Any]) -> JudgeArgs:
 def judge_model_config(config: ApeConfig) -> ModelConfig:
     """The judge's model: the ``[[model]]`` that ``[checker] judge`` names, or its own block."""
     judge = config.checker.judge
-    src = f"{config.config_file or 'config'} "
+    src = f"{config.shown_file()} "
     if judge is None:
         raise ApeError(
             "the judge checker needs a judge model",

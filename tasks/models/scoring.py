@@ -52,6 +52,12 @@ def _provider(cfg: ModelConfig) -> str | None:
     return (cfg.provider or "").strip().lower()
 
 
+def scores_in_process(cfg: ModelConfig) -> bool:
+    """Whether ``cfg``'s log-likelihoods are computed in this process (mock, llama-cpp), so no
+    endpoint's prompt log-probabilities need probing (:mod:`ape.tasks.checking.logprob_canary`)."""
+    return _provider(cfg) in ("mock", "llama-cpp")
+
+
 def check_can_score(cfg: ModelConfig) -> None:
     """Raise one located :class:`ApeError` when ``cfg`` cannot score continuations."""
     provider = _provider(cfg)

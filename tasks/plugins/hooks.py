@@ -23,7 +23,7 @@ def load_hook(config: ApeConfig, name: Hook) -> Callable[[Any], Any] | None:
     path = getattr(config.hooks, name)
     if not path:
         return None
-    where = f"{config.config_file or 'config'} [hooks] {name}"
+    where = f"{config.shown_file()} [hooks] {name}"
     hook = load_object(path, where=where, base_dir=config.base_dir)
     if not callable(hook):
         raise ApeError(f"'{path}' is not callable", where=where)

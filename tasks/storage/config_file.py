@@ -18,7 +18,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ape.schemas.config import ApeConfig
-from ape.schemas.errors import ApeError, did_you_mean, more_problems, problem_message
+from ape.schemas.errors import ApeError, did_you_mean, more_problems, problem_message, shown_path
+from ape.tasks.storage.toml_errors import toml_error
 
 # Config keys that hold paths, resolved against the config file's folder.
 _PATH_KEYS = (("data", "file"), ("prompt", "template_file"), ("prompt", "system_file"), ("run", "output"))
@@ -28,14 +29,14 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ap
     """Parse and validate ``path``; ``overrides`` are dotted keys set after reading (CLI flags)."""
     path = Path(path)
     if not path.exists():
-        raise ApeError("config file not found", where=str(path), hint="check the path")
+        raise ApeError("config file not found", where=shown_path(path), hint="check the path")
     if path.is_dir():
-        raise ApeError("is a folder, expected a .toml config file", where=str(path))
+        raise ApeError("is a folder, expected a .toml config file", where=shown_path(path))
     text = _read_text(path)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ApeError(f"invalid TOML: {exc}", where=str(path)) from None
+        raise toml_error(exc, text, shown_path(path)) from None
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value)
     base = path.resolve().parent
@@ -89,7 +90,7 @@ def _read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ApeError(f"not UTF-8 text (byte {exc.start})", where=str(path)) from None
+        raise ApeError(f"not UTF-8 text (byte {exc.start})", where=shown_path(path)) from None
 
 
 def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
@@ -109,7 +110,7 @@ def _check_files(config: ApeConfig, path: Path, text: str) -> None:
     for key, file in checks:
         if file is not None and not file.is_file():
             raise ApeError(
-                f"file not found: {file}",
+                f"file not found: {shown_path(file)}",
                 where=_where(path, text, key.split(".")),
                 hint=f"paths are relative to the package '{config.data.package}'"
                 if key == "data.file" and config.data.package
@@ -159,7 +160,8 @@ def _line_of(text: str, loc: Sequence[int | str]) -> int | None:
 def _where(path: Path, text: str, loc: Sequence[int | str]) -> str:
     key = _toml_key(loc)
     line = _line_of(text, loc)
-    return f"{path}:{line} [{key}]" if line else f"{path} [{key}]"
+    name = shown_path(path)
+    return f"{name}:{line} [{key}]" if line else f"{name} [{key}]"
 
 
 def _toml_key(loc: Sequence[int | str]) -> str:
@@ -259,9 +261,10 @@ def locate(error: ApeError, config: ApeConfig) -> ApeError:
     """Prefix a plugin error's ``[section] key`` with the config file and the key's line;
     ``[model] 'name' key`` points into that model's table of ``[[model]]``."""
     where = error.where or ""
-    prefix = f"{config.config_file} "
-    if config.config_file is not None and where.startswith(prefix):  # named the file, not the line
-        where = where[len(prefix) :]
+    for prefix in (f"{config.config_file} ", f"{config.shown_file()} "):
+        if config.config_file is not None and where.startswith(prefix):  # named the file, not the line
+            where = where[len(prefix) :]
+            break
     match = re.match(r"^\[([^\]]+)\]\s*(?:'([^']*)'\s*)?([A-Za-z_][\w-]*)?", where)
     if config.config_file is None or not match:
         return error
@@ -279,5 +282,6 @@ def locate(error: ApeError, config: ApeConfig) -> ApeError:
     if key:
         loc += [*parts[1:], key]  # "[checker.judge] args": the key of that sub-table, not of [checker]
     line = _line_of(text, loc)
-    error.where = f"{config.config_file}:{line} {where}" if line else f"{config.config_file} {where}"
+    name = config.shown_file()
+    error.where = f"{name}:{line} {where}" if line else f"{name} {where}"
     return error

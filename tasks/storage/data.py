@@ -28,7 +28,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from pydantic import BaseModel, ValidationError
 
 from ape.schemas.data import id_field_name, item_id
-from ape.schemas.errors import ApeError
+from ape.schemas.errors import ApeError, shown_path
 
 if TYPE_CHECKING:
     from ape.schemas.config import DataConfig
@@ -74,16 +74,20 @@ class DataProvider:
         if data_format(self.file) is None:
             raise ApeError(
                 f"unsupported data file extension '{self.file.suffix}'",
-                where=str(self.file),
+                where=shown_path(self.file),
                 hint="use .jsonl (one JSON object per line) or .csv with a header row, "
                 "either optionally gzipped (.jsonl.gz, .csv.gz)",
             )
         if not self.file.is_file():
-            raise ApeError("data file not found", where=str(self.file))
+            raise ApeError("data file not found", where=shown_path(self.file))
         try:
             self.id_name = id_field_name(self.model)
         except ValueError as exc:
             raise ApeError(str(exc), hint="add a field 'id' or mark one with id_field()") from None
+
+    def _at(self, number: int) -> str:
+        """``FILE:LINE`` of an error, the file named as :func:`ape.schemas.errors.shown_path` says."""
+        return f"{shown_path(self.file)}:{number}"
 
     # -- reading -------------------------------------------------------------------------
     def _rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -96,13 +100,13 @@ class DataProvider:
         except (gzip.BadGzipFile, EOFError) as exc:
             raise ApeError(
                 f"not a complete gzip file: {exc}",
-                where=str(self.file),
+                where=shown_path(self.file),
                 hint="a .gz data file must be gzip-compressed; decompress it or rename it",
             ) from None
         except UnicodeDecodeError as exc:
             raise ApeError(
                 f"not valid UTF-8 (byte {exc.start} of a line): {exc.reason}",
-                where=str(self.file),
+                where=shown_path(self.file),
                 hint="save the file as UTF-8",
             ) from None
 
@@ -126,7 +130,7 @@ class DataProvider:
     def _too_long(self, number: int) -> ApeError:
         return ApeError(
             f"line longer than {self.max_line_bytes:,} bytes",
-            where=f"{self.file}:{number}",
+            where=self._at(number),
             hint="[data] max_line_bytes raises the limit, for a benchmark whose items are that long",
         )
 
@@ -144,15 +148,15 @@ class DataProvider:
                     continue
                 row = self._parsed(line, number)
                 if not isinstance(row, dict):
-                    raise ApeError(f"expected a JSON object, got {type(row).__name__}", where=f"{self.file}:{number}")
+                    raise ApeError(f"expected a JSON object, got {type(row).__name__}", where=self._at(number))
                 yield number, row
 
     def _parsed(self, line: str, number: int) -> Any:
         """One JSON line, nested at most ``max_depth`` deep."""
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ApeError(f"invalid JSON: {exc.msg} (column {exc.colno})", where=f"{self.file}:{number}") from None
+        except json.JSONDecodeError:
+            raise self._invalid_json(line, number) from None
         except RecursionError:
             raise self._too_deep(number) from None
         # only a line with more brackets than the bound can be that deep: the usual line costs two counts
@@ -160,10 +164,29 @@ class DataProvider:
             raise self._too_deep(number)
         return row
 
+    def _invalid_json(self, line: str, number: int) -> ApeError:
+        """The error for a line that is not JSON, parsed again without its line end (only
+        now, so the usual line pays nothing): a cut-off line then reads "Unterminated string"
+        instead of "Invalid control character" (the newline inside the open string)."""
+        text = line.rstrip("\r\n")
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            at = "" if exc.msg.endswith(" at") else " at"
+            cut = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+            return ApeError(
+                f"invalid JSON: {exc.msg}{at} column {exc.colno}",
+                where=self._at(number),
+                hint="the line ends before its JSON object does: was it cut off?" if cut else None,
+            )
+        except RecursionError:
+            return self._too_deep(number)
+        return ApeError("invalid JSON", where=self._at(number))  # only the line end was wrong
+
     def _too_deep(self, number: int) -> ApeError:
         return ApeError(
             f"JSON nested deeper than {self.max_depth} levels",
-            where=f"{self.file}:{number}",
+            where=self._at(number),
             hint="[data] max_depth raises the limit, for a benchmark whose items are that deep",
         )
 
@@ -179,12 +202,12 @@ class DataProvider:
                     return
                 for row in reader:
                     if None in row:
-                        raise ApeError("row has more cells than the header", where=f"{self.file}:{reader.line_num}")
+                        raise ApeError("row has more cells than the header", where=self._at(reader.line_num))
                     if not any(v not in (None, "") for v in row.values()):
                         continue
                     yield reader.line_num, {k: v for k, v in row.items() if v is not None}
             except csv.Error as exc:  # e.g. a quoted cell that never ends, longer than csv's own limit
-                raise ApeError(f"invalid CSV: {exc}", where=f"{self.file}:{reader.line_num}") from None
+                raise ApeError(f"invalid CSV: {exc}", where=self._at(reader.line_num)) from None
 
     def _headerless_columns(self) -> list[str] | None:
         """The column names of a CSV file without a header row, or None when it has one.
@@ -216,7 +239,7 @@ class DataProvider:
             suffix = f"; and {more} more" if more else ""
             key = row.get(self.id_name)
             named = f"item '{key}': " if isinstance(key, (str, int)) else ""
-            raise ApeError(f"{named}field '{fld}': {err['msg']}{suffix}", where=f"{self.file}:{number}") from None
+            raise ApeError(f"{named}field '{fld}': {err['msg']}{suffix}", where=self._at(number)) from None
 
     def __iter__(self) -> Iterator[BaseModel]:
         """Validated items in the configured slice, streamed."""
@@ -233,9 +256,7 @@ class DataProvider:
             item = self._validate(number, row)
             key = item_id(item)
             if key in seen:
-                raise ApeError(
-                    f"duplicate id '{key}'", where=f"{self.file}:{number}", hint="every item needs a unique id"
-                )
+                raise ApeError(f"duplicate id '{key}'", where=self._at(number), hint="every item needs a unique id")
             seen.add(key)
             if not started and key == str(self.start_id):
                 started = True
@@ -244,16 +265,16 @@ class DataProvider:
                 if self.end_id is not None and key == str(self.end_id):
                     return
         if not found_any:
-            raise ApeError("data file has no items", where=str(self.file))
+            raise ApeError("data file has no items", where=shown_path(self.file))
         if not started:
             raise ApeError(
                 f"start_id '{self.start_id}' is not in the file",
-                where=str(self.file),
+                where=shown_path(self.file),
                 hint="start_id and end_id name ids of items in the data file",
             )
         if self.end_id is not None:
             raise ApeError(
-                f"end_id '{self.end_id}' is not in the file (or comes before start_id)", where=str(self.file)
+                f"end_id '{self.end_id}' is not in the file (or comes before start_id)", where=shown_path(self.file)
             )
 
     def scan(self, check: ItemCheck | None = None) -> list[str]:
@@ -271,7 +292,7 @@ class DataProvider:
                 try:
                     check(item)
                 except ValueError as exc:
-                    raise ApeError(f"item '{key}': {exc}", where=f"{self.file}:{number}") from None
+                    raise ApeError(f"item '{key}': {exc}", where=self._at(number)) from None
             ids.append(key)
         return ids
 

@@ -99,6 +99,26 @@ def test_empty_file_extension_encoding_json(tmp_path):
         DataProvider(broken, Item).scan()
 
 
+@pytest.mark.parametrize(
+    ("line", "said", "cut"),
+    [
+        ('{"id": "a", "text": "a line cut off in its str', "Unterminated string starting at column 21", True),
+        ('{"id": "a", "text": ', "Expecting value at column 21", True),
+        ('{"id": "a" "text": "x"}', "Expecting ',' delimiter at column 12", False),
+        ('{"id": "a", "text": "x"} and more', "Extra data at column 26", False),
+    ],
+)
+def test_invalid_json_says_what_is_wrong(tmp_path, line, said, cut):
+    """The cause and column as the line reads without its line end: a line cut off inside a
+    string was "Invalid control character at (column 31)" (the newline in the open string)."""
+    broken = tmp_path / "j.jsonl"
+    broken.write_text('{"id": "z", "text": "x"}\n' + line + "\n")
+    with pytest.raises(ApeError) as caught:
+        DataProvider(broken, Item).scan()
+    assert str(caught.value).startswith(f"{broken}:2: invalid JSON: {said}")
+    assert ("was it cut off?" in str(caught.value)) is cut
+
+
 def test_no_id_field(tmp_path):
     class NoId(BaseModel):
         text: str
