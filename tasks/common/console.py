@@ -2,32 +2,30 @@
 
 A dead endpoint fails every session the same way; printing each failure (and each retry
 before it) buried the one line that mattered under hundreds of copies. Lines are grouped
-by their owner (a model id) and a signature (the error's type and message with its
-numbers as ``#``): the first of each group goes to the terminal, later ones only to
-run.log and the Prefect UI (a record with :data:`CONSOLE_SKIP` set), and the count is
-told once when the owner is done (:meth:`Repeats.take`).
+by their owner (a model id) and their text (a dead endpoint gives the same text on every
+session; errors that differ in anything, an HTTP status say, stay apart): the first of
+each group goes to the terminal, later ones only to run.log and the Prefect UI (a record
+with :data:`CONSOLE_SKIP` set), and the count is told once when the owner is done
+(:meth:`Repeats.take`).
 """
 
 from __future__ import annotations
 
-import re
 import threading
 
 # A log record with this attribute set goes to run.log and the UI but not to the terminal
 # (the command line's handler filters it out).
 CONSOLE_SKIP = "ape_console_skip"
-_DIGITS = re.compile(r"\d+")
 
 
-def signature(text: str, limit: int = 300) -> str:
-    """``text`` on one line with its numbers as ``#``: the same failure on different items,
-    ports or attempts has the same signature."""
-    return _DIGITS.sub("#", " ".join(str(text).split()))[:limit]
+def signature(text: str, limit: int = 500) -> str:
+    """``text`` on one line, its runs of white space as one space."""
+    return " ".join(str(text).split())[:limit]
 
 
 class Repeats:
     """Thread-safe counts of lines by (owner, signature), for one run; each kind keeps the
-    text of its first line (numbers and all) to tell the count with."""
+    text of its first line to tell the count with."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
