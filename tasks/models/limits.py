@@ -150,7 +150,8 @@ def connection_cause(exc: BaseException) -> str:
             return "no connection within the timeout"
         if isinstance(current, (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout)):
             return "no answer within the timeout"
-        if isinstance(current, httpx.RemoteProtocolError):
+        if isinstance(current, httpx.RemoteProtocolError) or type(current).__name__ == "RemoteProtocolError":
+            # httpx's, or httpcore's beneath it (as openai raises it)
             return f"the server closed the connection ({' '.join(str(current).split())})"
     for current in chain:
         if isinstance(current, ConnectionRefusedError) or getattr(current, "errno", None) == errno.ECONNREFUSED:

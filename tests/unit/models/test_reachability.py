@@ -193,3 +193,20 @@ def test_an_http_error_gets_no_endpoint_note() -> None:
     error = httpx.HTTPStatusError("500", request=request, response=httpx.Response(500, request=request))
     assert endpoint_note(error) is None  # its status says what happened
     assert endpoint_note(ValueError("bad")) is None
+
+
+def test_a_connection_the_server_drops_is_named_with_its_endpoint() -> None:
+    pytest.importorskip("langchain_openai")
+    from langchain_openai import ChatOpenAI
+
+    from tests.helpers.fake_openai import DROP, LoopbackEndpoint
+
+    endpoint = LoopbackEndpoint(lambda request: DROP)
+    try:
+        model = ChatOpenAI(model="m", base_url=endpoint.base_url, api_key="k", max_retries=0, timeout=5)
+        with pytest.raises(Exception) as raised:
+            RetryPolicy(max_retries=0, label="x").call(lambda: model.invoke("hi"))
+    finally:
+        endpoint.close()
+    message = ErrorInfo.from_exception(raised.value).message
+    assert f"endpoint POST {endpoint.base_url}/chat/completions: the server closed the connection" in message
