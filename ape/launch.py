@@ -3,7 +3,8 @@
 The order matters and lives only here:
 
 1. preflight (:func:`ape.flows.preflight.preflight`): a bad config, plugin or data file
-   is one line before anything starts;
+   is one line before anything starts; then one request to every served model's endpoint
+   (:func:`ape.flows.preflight.endpoints`), so a dead ``base_url`` is one line too;
 2. result storage beside the output folder (before Prefect reads its settings);
 3. owner-only modes for everything the run writes (:mod:`ape.tasks.storage.file_modes`),
    and the output folder's lock, so a second run on the same folder is refused at once,
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ape import server
-from ape.flows.preflight import canary, preflight
+from ape.flows.preflight import canary, endpoints, preflight
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.model_setup import prepared
@@ -74,6 +75,7 @@ def launch(config: ApeConfig, request: RunRequest | None = None, *, api: Api = "
     if command:
         set_log_level(config)
     checked = preflight(config, run_folder=bool(request.new_run or request.run_id))
+    endpoints(config, request.only_models)  # before the canary, which may call a judge's endpoint
     point_result_storage(config)
     # owner-only outputs (ape.tasks.storage.file_modes): the umask is set before the lock
     # file, the server and the flow write anything, and put back when the run ends

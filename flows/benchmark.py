@@ -32,6 +32,7 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.report import HealthEntry
 from ape.tasks.checking.canary import CanaryFailed
 from ape.tasks.model_setup import prepared, run_label
+from ape.tasks.models.limits import RETRY_LINES
 from ape.tasks.models.llama_server import local_model_servers
 from ape.tasks.recording import TASK_RUN_COUNTS, wait_until_recorded
 from ape.tasks.report.health import suspect_lines
@@ -155,6 +156,7 @@ def _evaluate_all(
 
     started = time.perf_counter()
     RUN_ERROR_LINES.reset()  # the terminal's cap on error lines counts this run's models together
+    RETRY_LINES.reset()  # and each model's repeated retry lines are counted afresh
     link = flow_run_link(flow_run.id)
     if link:
         log.info("Flow run: %s", link)

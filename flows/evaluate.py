@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from ape.flows.feeders import DaskFeeder, Feeder, ThreadFeeder, dask_task_runner
 from ape.flows.item import ItemProcessor
 from ape.flows.logs import CONSOLE_SKIP, run_logs
-from ape.flows.progress import ProgressView, Tally, report_errors
+from ape.flows.progress import ProgressView, Tally, repeated_errors, report_errors
 from ape.flows.resume import apply_changes, recorded, refuse_mixing
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
@@ -219,6 +219,8 @@ class Runner:
             "refused_cache_records": REFUSED.take(setup.cache_dir),
             **self.chains,
         }
+        for line in repeated_errors(setup.model_id):  # each shown once on the terminal, counted here
+            log.warning("%s", line)
         log.info("%s: %s", setup.model_id, tally.line())
         if summary["refused_cache_records"]:  # the count; the run's first refusal was the warning
             log.info(

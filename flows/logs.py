@@ -17,12 +17,14 @@ from pathlib import Path
 from prefect.logging.configuration import PROCESS_LOGGING_CONFIG, setup_logging
 from prefect.logging.handlers import APILogHandler, PrefectConsoleHandler
 
+from ape.tasks.common.console import CONSOLE_SKIP
 from ape.tasks.common.inert import TerminalSafeRecords
 
+__all__ = ["CONSOLE_SKIP", "LOGGER", "quiet_prefect_console", "run_logs"]
+
 LOGGER = "ape"
-# A record with this attribute set goes to run.log and the UI but not to the terminal
-# (for messages the command line prints itself).
-CONSOLE_SKIP = "ape_console_skip"
+# CONSOLE_SKIP: a record with this attribute set goes to run.log and the UI but not to the
+# terminal (for messages the command line prints itself, and repeats of a line)
 
 
 @contextmanager

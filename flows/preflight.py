@@ -8,7 +8,10 @@ one line (naming the file and key) whichever way the run was started:
   its history, and refuses to mix results with a different earlier run (after the data
   file's own errors, so a broken line is named as such, not as a changed file);
 - :func:`canary` grades the checker's known answers (and a judge's injected wrong answers,
-  and a ``[choices]`` endpoint's prompt log-probabilities) with the checker the run uses.
+  and a ``[choices]`` endpoint's prompt log-probabilities) with the checker the run uses;
+- :func:`endpoints` sends one request to every served model's endpoint (and a judge's),
+  all at once, and stops the run when one cannot be reached
+  (:mod:`ape.tasks.models.reachability`). ``ape validate`` and ``ape plan`` stay offline.
 
 The canary is graded once per run: by :func:`ape.launch.launch` before a server starts
 (the benchmark flow is then told so), or by the benchmark flow itself when a deployment
@@ -18,6 +21,7 @@ started it.
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,12 +31,15 @@ from ape.schemas.errors import ApeError
 from ape.tasks.checking.judge import judge_model_config
 from ape.tasks.model_setup import ModelSetup, grade_canary, make_setup, resume_fingerprints
 from ape.tasks.models.build import build_model
+from ape.tasks.models.reachability import auth_warnings, probe_all, probe_target, unreachable_lines
 from ape.tasks.solving.choices import check_item
 from ape.tasks.solving.tools import load_tools
 from ape.tasks.storage.config_file import locate
 from ape.tasks.storage.data import ItemCheck
 from ape.tasks.storage.history import check_history
 from ape.tasks.storage.outdir import check_output_folder
+
+log = logging.getLogger("ape")
 
 
 @dataclass(frozen=True)
@@ -111,3 +118,39 @@ def canary(config: ApeConfig, checked: Checked | None = None) -> list[Any]:
         return grade_canary(config, checked.setups[0] if checked is not None and checked.setups else None)
     except ApeError as exc:
         raise locate(exc, config) from None
+
+
+def endpoints(config: ApeConfig, only_models: list[str] | None = None) -> None:
+    """One cheap request to the endpoint of every model the run will call over the network
+    (``[[model]]`` sections, ``only_models`` of them when given, and a ``[checker.judge]``
+    block), all at once, before any session: a dead ``base_url`` is one line naming the
+    model, the URL and the cause, instead of every session failing after its retries.
+    An endpoint that answers 401/403 is a warning (:mod:`ape.tasks.models.reachability`).
+
+    Raises:
+        ApeError: an endpoint that could not be reached (exit code 2; nothing has run).
+    """
+    models = [m for m in config.model if not only_models or m.model_id in only_models]
+    judge = config.checker.judge if config.checker.implementation == "judge" else None
+    judged = [judge] if isinstance(judge, ModelConfig) else []
+    targets = {id(cfg): probe_target(cfg) for cfg in [*models, *judged]}
+    probes = probe_all(t for t in targets.values() if t is not None)
+    for line in auth_warnings(probes):
+        log.warning("%s", line)
+    for found in probes:
+        log.debug("endpoint of %s: %s in %.3f s", found.target.model_id, found.status or found.cause, found.seconds)
+    dead = [p for p in probes if not p.reachable]
+    if not dead:
+        return
+    first = dead[0].target
+    is_judge = bool(judged) and targets.get(id(judged[0])) is first
+    with_key = any(m.model_id == first.model_id and m.base_url for m in models) or (is_judge and judged[0].base_url)
+    where = "[checker.judge]" if is_judge else f"[model] '{first.model_id}'"
+    lines = unreachable_lines(dead)
+    message = lines[0].split(": ", 1)[1] + "".join(f"; also {line}" for line in lines[1:])
+    error = ApeError(
+        message,
+        where=where + (" base_url" if with_key else ""),
+        hint="start the server there, or correct base_url; nothing was run",
+    )
+    raise locate(error, config) from None

@@ -29,7 +29,9 @@ from rich.progress import (
 
 from ape.flows.logs import CONSOLE_SKIP
 from ape.schemas.results import CheckStatus, Outcome, OutputBatch
+from ape.tasks.common.console import Repeats
 from ape.tasks.common.inert import terminal_safe
+from ape.tasks.models.limits import RETRY_LINES
 
 log = logging.getLogger("ape")
 
@@ -77,11 +79,14 @@ MAX_ERROR_LINES = 20  # on the terminal; run.log and the Prefect UI get every li
 
 class ErrorLines:
     """Error lines printed on the terminal during one run, across all its models: the cap
-    is per run (a run of several models still prints at most MAX_ERROR_LINES)."""
+    is per run (a run of several models still prints at most MAX_ERROR_LINES). A model's
+    error that repeats (the same type and message but for numbers: a dead endpoint on every
+    session) is printed once; ``repeats`` counts them, told when the model is done."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.shown = 0
+        self.repeats = Repeats()
 
     def take(self) -> int:
         """Count one more error line; returns how many have been counted in this run."""
@@ -93,6 +98,7 @@ class ErrorLines:
         """A new run begins (the benchmark flow calls this before its first model)."""
         with self._lock:
             self.shown = 0
+        self.repeats.reset()
 
 
 RUN_ERROR_LINES = ErrorLines()
@@ -109,8 +115,9 @@ def report_errors(batch: OutputBatch, tally: Tally) -> None:
             continue
         detail = " ".join(error.line().split())[:500] if error else "unknown error"
         tally.shown_errors += 1
-        shown = RUN_ERROR_LINES.take()
-        quiet = shown > MAX_ERROR_LINES
+        repeat = RUN_ERROR_LINES.repeats.count(batch.model_id, f"{what}: {detail}") > 1
+        shown = RUN_ERROR_LINES.shown if repeat else RUN_ERROR_LINES.take()
+        quiet = repeat or shown > MAX_ERROR_LINES
         log.warning(
             "item %s run %d: %s: %s",
             batch.item_id,
@@ -121,8 +128,22 @@ def report_errors(batch: OutputBatch, tally: Tally) -> None:
         )
         if error is not None and error.traceback:  # --debug: on the terminal and in run.log
             log.debug("item %s run %d: %s traceback:\n%s", batch.item_id, session.run_index, what, error.traceback)
-        if shown == MAX_ERROR_LINES + 1:
+        if shown == MAX_ERROR_LINES + 1 and not repeat:
             log.warning("further error lines go to run.log only")
+
+
+def repeated_errors(model_id: str) -> list[str]:
+    """The lines that tell how often each error of a finished model repeated: its sessions'
+    errors, and the retries before them, one line per kind that came more than once."""
+    lines = []
+    for count, text in RUN_ERROR_LINES.repeats.take(model_id):
+        what, _, detail = text.partition(": ")
+        if count > 1:
+            lines.append(f"{model_id}: the same {what} on {count} sessions (the first shown; all in run.log): {detail}")
+    for count, text in RETRY_LINES.take(model_id):
+        if count > 1:
+            lines.append(f"{model_id}: {count} retries after the same error (the first shown; all in run.log): {text}")
+    return lines
 
 
 class ProgressView:

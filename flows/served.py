@@ -31,7 +31,7 @@ from prefect.states import Failed
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ape.flows.benchmark import run_benchmark
-from ape.flows.preflight import preflight
+from ape.flows.preflight import endpoints, preflight
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError, validation_error
 from ape.schemas.results import Outcome
@@ -156,6 +156,7 @@ def served_benchmark(
         config = load_served(overrides)
         # the checks of `ape run`, on the file as it is now; a deployment's run is a new run
         checked = preflight(config, run_folder=overrides.new_run is not False)
+        endpoints(config, overrides.only_models)  # a dead endpoint: one line, no session run
     except (ApeError, ValidationError) as exc:
         if isinstance(exc, ValidationError):
             exc = validation_error(exc, "bad flow-run parameter", default="parameters", quote=False)

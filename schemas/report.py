@@ -361,10 +361,30 @@ class StageChainsEntry(ReportModel):
     )
 
 
+class UnrankedRow(ReportModel):
+    """A model with no result: every one of its sessions ended in an error (a dead endpoint, a
+    rejected key). It is listed apart: not on the leaderboard, in no pairwise comparison,
+    rank interval or tie group, since a score of 0 from errors measures nothing."""
+
+    model_id: str
+    n_items: int
+    n_sessions: int = Field(description="Its sessions, every one of them ERROR.")
+    error: str = Field(description="The error most of its sessions ended with (type: message).")
+    error_sessions: int = Field(description="Sessions that ended with that error.")
+    distinct_errors: int = Field(default=1, description="How many different errors its sessions ended with.")
+
+
 class Envelope(ReportModel):
     """The whole report, as written to ``report.json``."""
 
-    leaderboard: list[LeaderboardRow] = Field(default_factory=list)
+    leaderboard: list[LeaderboardRow] = Field(
+        default_factory=list, description="The ranked models, best first (models with no result: 'unranked')."
+    )
+    unranked: list[UnrankedRow] = Field(
+        default_factory=list,
+        description="Models whose every session errored: no result, listed apart from the leaderboard "
+        "and left out of the pairwise comparisons, rank intervals and tie groups.",
+    )
     pairwise: list[PairwiseRow] = Field(default_factory=list)
     calibration: dict[str, CalibrationEntry] = Field(default_factory=dict)
     summary: Summary = Field(default_factory=Summary)

@@ -48,9 +48,13 @@ class ErrorInfo(Record):
     @classmethod
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
         frames = list(traceback.extract_tb(exc.__traceback__)) if exc.__traceback__ is not None else []
+        # notes (BaseException.add_note) say what the message leaves out: the endpoint of a
+        # connection failure (ape.tasks.models.limits.endpoint_note)
+        notes = [str(note) for note in getattr(exc, "__notes__", ()) if str(note).strip()]
+        message = str(exc) + "".join(f" ({note})" for note in notes)
         return cls(
             type=type(exc).__name__,
-            message=str(exc)[:2000],
+            message=message[:2000],
             where=_user_frame(frames),
             traceback="".join(traceback.format_exception(exc, limit=-12))[-4000:] if frames else None,
         )

@@ -10,12 +10,21 @@ Whether an error is worth retrying is decided by :func:`classify_error`:
 rate limits (429), server errors (5xx), timeouts and dropped connections are
 transient; everything else (400, 401, 403, 404, bad arguments, bugs) is
 permanent and raised at once.
+
+A connection failure names its endpoint: the provider's own message ("Connection
+error.") gets a note (:meth:`BaseException.add_note`) with the request's method, URL and
+the cause at the bottom of the chain (:func:`endpoint_note`), which the session's error
+shows. Retry lines repeat on the terminal once per model and kind of error
+(:data:`RETRY_LINES`); every one goes to run.log.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +42,7 @@ from tenacity import (
 )
 
 from ape.schemas.config import ModelConfig
+from ape.tasks.common.console import CONSOLE_SKIP, Repeats
 
 log = logging.getLogger("ape.models")
 
@@ -116,6 +126,75 @@ def classify_error(exc: BaseException) -> ErrorKind:
     return "permanent"
 
 
+RETRY_LINES = Repeats()  # retry lines per model and error, for one run (reset by the benchmark flow)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions behind it (``__cause__``, else ``__context__``)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not e for e in seen):
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def connection_cause(exc: BaseException) -> str:
+    """Why a connection failed, in words ("connection refused", "host name not found",
+    "no answer within the timeout"), from the most telling exception of the chain."""
+    chain = _chain(exc)
+    import httpx  # noqa: PLC0415 - comes with langchain-core; only once a call failed
+
+    for current in chain:
+        if isinstance(current, httpx.ConnectTimeout):
+            return "no connection within the timeout"
+        if isinstance(current, (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout)):
+            return "no answer within the timeout"
+        if isinstance(current, httpx.RemoteProtocolError) or type(current).__name__ == "RemoteProtocolError":
+            # httpx's, or httpcore's beneath it (as openai raises it)
+            return f"the server closed the connection ({' '.join(str(current).split())})"
+    for current in chain:
+        if isinstance(current, ConnectionRefusedError) or getattr(current, "errno", None) == errno.ECONNREFUSED:
+            return "connection refused (nothing listens on that port)"
+        if isinstance(current, socket.gaierror):
+            return f"host name not found ({current.strerror or current})"
+        if isinstance(current, ssl.SSLError):
+            return f"TLS handshake failed ({current.reason or current})"
+        if isinstance(current, ConnectionResetError):
+            return "the connection was reset"
+    text = " ".join(str(chain[-1]).split())
+    lowered = " ".join(str(e) for e in chain).lower()
+    if "connection refused" in lowered:
+        return "connection refused (nothing listens on that port)"
+    if "name or service not known" in lowered or "nodename nor servname" in lowered:
+        return f"host name not found ({text})"
+    if isinstance(chain[-1], TimeoutError) or "timed out" in lowered:
+        return "no answer within the timeout"
+    return text or type(chain[-1]).__name__
+
+
+def _request_of(exc: BaseException) -> Any:
+    """The HTTP request an exception carries (openai's and httpx's errors), or None."""
+    try:
+        request = getattr(exc, "request", None)  # httpx raises when an error has none
+    except RuntimeError:
+        return None
+    return request if hasattr(request, "url") and hasattr(request, "method") else None
+
+
+def endpoint_note(exc: BaseException) -> str | None:
+    """``endpoint POST http://host:port/v1/chat/completions: connection refused ...`` for a
+    connection failure or time-out that carries its request; None for an HTTP answer (its
+    status says what happened) and for errors of no request."""
+    chain = _chain(exc)
+    if any(_status_of(e) is not None for e in chain):
+        return None
+    request = next((r for r in map(_request_of, chain) if r is not None), None)
+    if request is None:
+        return None
+    return f"endpoint {request.method} {request.url}: {connection_cause(exc)}"
+
+
 def retry_after_s(exc: BaseException) -> float | None:
     """Seconds the server asked us to wait (``Retry-After`` header), if it said."""
     response = getattr(exc, "response", None)
@@ -180,16 +259,24 @@ class RetryPolicy:
         return delay
 
     def _log(self, state: RetryCallState) -> None:
+        """One line per retry, on the terminal only the first of each kind of error per
+        model (:data:`RETRY_LINES`; the model's final line counts the rest)."""
         exc = state.outcome.exception() if state.outcome is not None else None
         wait = state.next_action.sleep if state.next_action is not None else 0.0
+        error = f"{type(exc).__name__}: {str(exc)[:200]}"
+        note = endpoint_note(exc) if exc is not None else None
+        if note:
+            error += f"; {note}"
+        repeat = RETRY_LINES.count(self.label, error) > 1
         log.warning(
-            "%s: attempt %d of %d failed (%s: %s); retrying in %.2f s",
+            "%s: attempt %d of %d failed (%s); retrying in %.2f s%s",
             self.label,
             state.attempt_number,
             self.max_retries + 1,
-            type(exc).__name__,
-            str(exc)[:200],
+            error,
             wait,
+            "" if repeat else " (further retries after this error: run.log only)",
+            extra={CONSOLE_SKIP: True} if repeat else None,
         )
 
     def call(self, fn: Callable[[], T]) -> T:
@@ -206,7 +293,13 @@ class RetryPolicy:
             sleep=self.sleep,
             reraise=True,
         )
-        return retrying(fn)
+        try:
+            return retrying(fn)
+        except Exception as exc:
+            note = endpoint_note(exc)
+            if note and note not in getattr(exc, "__notes__", ()):
+                exc.add_note(note)  # the session's error names the endpoint (ErrorInfo)
+            raise
 
 
 class RateLimiter:

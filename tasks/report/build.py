@@ -28,7 +28,10 @@ calls no model, and writes into the report folder:
     prompt_hash (string, null): sha256 of the rendered prompt (system prompt first, when
     there is one), 16 hex digits; what run health compares (:mod:`ape.tasks.report.health`).
 
-``leaderboard.parquet`` - one row per model, best first
+``leaderboard.parquet`` - one row per ranked model, best first (a model whose every session
+errored has no result: it is listed apart in ``report.json``'s ``unranked`` and in
+``leaderboard.md``, and left out of this table, ``pairwise``, ``categories`` and
+``calibration_bins``; :mod:`ape.tasks.report.unranked`)
     rank (int64), model_id (string), n_items, n_sessions, runs_per_data (int64),
     mean_score, score_se, ci_low, ci_high (float64, null): mean item score, its standard
     error and 95% interval (method in ci_method); pass_rate (float64): share of sessions
@@ -86,6 +89,7 @@ from ape.tasks.report.markdown import markdown_table
 from ape.tasks.report.parquet_tables import INT_LEADERBOARD, INT_PAIRWISE, write_frame
 from ape.tasks.report.provenance import environment, recorded_provenance
 from ape.tasks.report.sessions_table import searched, session_table
+from ape.tasks.report.unranked import split_unranked
 from ape.tasks.stats.aggregate import (
     CATEGORY_COLUMNS,
     PAIRWISE_COLUMNS,
@@ -165,14 +169,17 @@ def build_report(
         partial["health"] = run_health(sessions, share=health_share, min_sessions=health_min_sessions)
 
         stage = "aggregating the leaderboard"
-        leaderboard = with_injection_flags(aggregate(sessions), injection_counts(sessions))
+        # a model whose every session errored has no result: listed apart, never ranked
+        # (ape.tasks.report.unranked); everything below that compares models uses `ranked`
+        ranked, partial["unranked"] = split_unranked(sessions)
+        leaderboard = with_injection_flags(aggregate(ranked), injection_counts(ranked))
         summary.injection_flags = int(leaderboard["injection_flags"].sum()) if len(leaderboard) else 0
-        categories = category_breakdown(sessions)
+        categories = category_breakdown(ranked)
         write_frame(categories[CATEGORY_COLUMNS], report_dir / "categories.parquet", {"n_items"})
         partial["leaderboard"] = leaderboard_rows(leaderboard, categories)
 
         stage = "comparing models pairwise"
-        pairwise = pairwise_diffs(sessions)
+        pairwise = pairwise_diffs(ranked)
         write_frame(pairwise[PAIRWISE_COLUMNS], report_dir / "pairwise.parquet", INT_PAIRWISE)
         partial["pairwise"] = pairwise_rows(pairwise)
         leaderboard = rank_intervals(leaderboard, pairwise)
@@ -180,18 +187,18 @@ def build_report(
         partial["leaderboard"] = leaderboard_rows(leaderboard, categories)
 
         stage = "calibration"
-        calibration = calibration_by_model(sessions)
+        calibration = calibration_by_model(ranked)
         write_frame(bins_frame(calibration), report_dir / "calibration_bins.parquet", {"index", "count"})
         partial["calibration"] = {
             model_id: CalibrationEntry(**report.model_dump()) for model_id, report in calibration.items()
         }
 
         stage = "acc and acc_norm"
-        partial["choices"] = choice_metrics(sessions)
+        partial["choices"] = choice_metrics(ranked)
 
         stage = "the judge's calibration"
 
-        partial["judge"] = judge_report(sessions, find_calibration([report_dir, *map(Path, output_dirs)]))
+        partial["judge"] = judge_report(ranked, find_calibration([report_dir, *map(Path, output_dirs)]))
 
         stage = "writing the report"
         envelope = Envelope(**partial)

@@ -102,7 +102,9 @@ def markdown_table(envelope: Envelope) -> str:
     lines: list[str] = []
     if envelope.error is not None:
         lines += [f"**Report failed** ({envelope.error.type}): {_cell(envelope.error.message)}", ""]
-    suspect = suspect_lines(envelope.health, md_text) + injection_lines(envelope.health, md_text)
+    unranked = {row.model_id for row in envelope.unranked}  # their own section says why
+    health = {model: entry for model, entry in envelope.health.items() if model not in unranked}
+    suspect = suspect_lines(health, md_text) + injection_lines(envelope.health, md_text)
     if suspect:  # first: these numbers are not a measurement, or a model tried to talk its judge round
         lines += [*(f"**Run health:** {line}" for line in suspect), ""]
     if envelope.leaderboard:
@@ -158,6 +160,8 @@ def markdown_table(envelope: Envelope) -> str:
                 'unless [checker] args.on_injection = "grade".',
                 "",
             ]
+    if envelope.unranked:
+        lines += unranked_lines(envelope)
     if envelope.choices:
         lines += choice_metrics_lines(envelope)
     if envelope.judge is not None:
@@ -240,6 +244,32 @@ def markdown_table(envelope: Envelope) -> str:
         lines += ["", chains_line(envelope)]
     lines += _provenance_lines(summary.provenance)
     return "\n".join(lines) + "\n"
+
+
+def unranked_lines(envelope: Envelope) -> list[str]:
+    """The models with no result (every session errored), apart from the leaderboard, each
+    with the error its sessions ended with."""
+    header = ["Model", "Items", "Sessions", "Error (sessions)"]
+    rows = [
+        [
+            _cell(row.model_id),
+            str(row.n_items),
+            str(row.n_sessions),
+            f"{_cell(row.error)} ({row.error_sessions})"
+            + (f", and {row.distinct_errors - 1} other error(s)" if row.distinct_errors > 1 else ""),
+        ]
+        for row in envelope.unranked
+    ]
+    return [
+        "## No result (not ranked)",
+        "",
+        *_table(header, rows),
+        "",
+        "Every session of these models ended in an error, so they have no score: they are left "
+        "out of the ranks, groups and pairwise comparisons above. Fix the cause and run again "
+        "(`ape retry OUTPUT` redoes only the errored items).",
+        "",
+    ]
 
 
 def chains_line(envelope: Envelope) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 REPORT_KEYS = frozenset(
     {
         "leaderboard",
+        "unranked",
         "pairwise",
         "calibration",
         "summary",
