@@ -250,7 +250,8 @@ def test_start_reuse_status_stop(ape_home: Path, quiet_settings: None, monkeypat
     from ape.ui_links import flow_run_link
 
     assert server.ui_password_file() == auth_file
-    assert flow_run_link("f00") == f"http://127.0.0.1:{port}/v2/runs/flow-run/f00"
+    with temporary_settings({PREFECT_API_URL: api_url}):  # as a flow run of this process sees it
+        assert flow_run_link("f00") == f"http://127.0.0.1:{port}/v2/runs/flow-run/f00"
 
     # Without APE_SERVER_PORT, later runs find the server ape runs, whatever its port.
     monkeypatch.delenv("APE_SERVER_PORT")
