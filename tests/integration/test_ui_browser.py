@@ -280,14 +280,8 @@ def test_printed_link_opens_the_login_then_the_flow_run_in_a_fresh_browser(tmp_p
             outputs.append(run.stdout + run.stderr)
             assert run.returncode == 0, outputs[-1]
         started, reused = outputs
-        assert f"Starting a Prefect server at http://127.0.0.1:{port} (log: " in started, started
-        assert f"Reusing the Prefect server at http://127.0.0.1:{port} {hint}" in reused, reused
-        for output in outputs:  # the link names the password's file, every time
-            assert re.search(rf"Flow run: \S+ {re.escape(hint)}", output), output
         link = re.search(r"Flow run: (\S+)", reused).group(1)
         flow_run_id = link.rsplit("/", 1)[1]
-        # the UI the front page opens (Prefect's V2), not the classic one
-        assert link == f"http://127.0.0.1:{port}/v2/runs/flow-run/{flow_run_id}", link
         password = auth_file.read_text().strip()
 
         with sync_playwright() as pw:
@@ -297,17 +291,24 @@ def test_printed_link_opens_the_login_then_the_flow_run_in_a_fresh_browser(tmp_p
             page.set_default_timeout(60_000)
             page.goto(link)
             login = page.get_by_placeholder("admin:pass")
-            expect(login).to_be_visible()
+            expect(login).to_be_visible(timeout=30_000)
             page.screenshot(path=str(tmp_path / "fresh-login.png"), full_page=True)
             login.fill(password)
             page.get_by_role("button", name="Login").click()
-            expect(login).to_have_count(0)
-            expect(page).to_have_url(re.compile(rf"/v2/runs/flow-run/{flow_run_id}"))
-            expect(page.get_by_text("t · m").first).to_be_visible()  # the flow run's name
+            expect(login).to_have_count(0, timeout=30_000)
+            expect(page).to_have_url(re.compile(rf"/v2/runs/flow-run/{flow_run_id}"), timeout=30_000)
+            expect(page.get_by_text("t · m").first).to_be_visible(timeout=30_000)  # the flow run's name
             expect(page.get_by_text("Authentication failed.")).to_have_count(0)
             page.screenshot(path=str(tmp_path / "fresh-flow-run.png"), full_page=True)
             page.goto(f"http://127.0.0.1:{port}/")  # the front page opens the same UI
-            expect(page).to_have_url(re.compile(rf"^http://127\.0\.0\.1:{port}/v2/"))
+            expect(page).to_have_url(re.compile(rf"^http://127\.0\.0\.1:{port}/v2/"), timeout=30_000)
             browser.close()
+        # the UI the front page opens (Prefect's V2), not the classic one
+        assert link == f"http://127.0.0.1:{port}/v2/runs/flow-run/{flow_run_id}", link
+        # every line that names the server or links into its UI says where the password is
+        assert f"Starting a Prefect server at http://127.0.0.1:{port} (log: " in started, started
+        assert f"Reusing the Prefect server at http://127.0.0.1:{port} {hint}" in reused, reused
+        for output in outputs:
+            assert re.search(rf"Flow run: \S+ {re.escape(hint)}", output), output
     finally:
         subprocess.run([*ape, "server", "stop"], env=env, capture_output=True, timeout=60)
