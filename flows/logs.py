@@ -86,8 +86,8 @@ class CtrlCCrashes(logging.Filter):
     flow and subflow): the command line says in one line what Ctrl-C left behind
     (``ape.cli``), and before it these read as a failure of the run. Told apart by the
     exception being handled while they are logged (the engine logs them in its ``except``
-    clause), not by their wording; a crash from any other exception still shows, and run.log
-    and the UI keep every line (the run's state there is Crashed)."""
+    clause), not by their wording; a crash from any other exception still shows, and the flow
+    run's logs in the UI keep these lines too (its state there is Crashed)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.ERROR or not record.name.startswith(RUN_LOGGERS):
