@@ -82,6 +82,9 @@ SERVER_SETTINGS: dict[str, str] = {
     "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "1",
     "PREFECT_SERVER_SERVICES_FOREMAN_ENABLED": "false",
     "PREFECT_SERVER_SERVICES_PAUSE_EXPIRATIONS_ENABLED": "false",
+    # The front page opens the new (V2) UI, as APE's flow-run links do (ape.ui_links): V2's
+    # flow-run page takes a browser that has not logged in to the login form and back.
+    "PREFECT_SERVER_UI_V2_ENABLED": "true",
 }
 
 # Popen handles of servers started by this process: kept so the objects are not
@@ -177,6 +180,28 @@ def auth_string(home: Path | None = None) -> str:
     finally:
         tmp.unlink(missing_ok=True)
     return path.read_text(encoding="utf-8").strip()
+
+
+def password_hint(home: Path | None = None) -> str:
+    """Where the UI's password is, for every line that names APE's server or links into its
+    UI: a browser that has not logged in yet meets a login form, and the password is nowhere
+    else (``home``: the server's folder, default :func:`server_home`)."""
+    return f"the UI's password is the line in {(home or server_home()) / AUTH_FILE}"
+
+
+def ui_password_file() -> Path | None:
+    """The file holding the password of the server this process reports to, when that is
+    APE's own (its credentials are this APE home's); None for a server the user configured,
+    Prefect Cloud or Prefect's temporary server. Reads only: never creates the file."""
+    value = os.environ.get(CLIENT_AUTH_KEY)
+    if not value:
+        return None
+    path = server_home() / AUTH_FILE
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return path if text and secrets.compare_digest(text.encode(), value.encode()) else None
 
 
 def use_credentials(home: Path | None = None) -> None:
@@ -458,14 +483,15 @@ def start(
         ours = _live_state(home)
         mine = ours if ours is not None and ours.port == port else None
         if mine is not None and _holds_port(mine, host) and _healthy(api_url):
-            notify(f"Reusing the Prefect server at {_base_url(host, port)}")
+            notify(f"Reusing the Prefect server at {_base_url(host, port)} ({password_hint(home)})")
             return _info(home, host, port, mine.pid)
         if mine is None and _healthy(api_url):
             # Someone else's server (another user's, on a shared machine): a run must not
             # send its prompts, answers and artifacts there. PREFECT_API_URL names one on purpose.
             if ours is not None and _holds_port(ours) and _healthy(api_url_for(ours.host, ours.port)):
                 notify(
-                    f"Port {port} has a Prefect server that {home} did not start; using APE's own on port {ours.port}"
+                    f"Port {port} has a Prefect server that {home} did not start; using APE's own at "
+                    f"{_base_url(ours.host, ours.port)} ({password_hint(home)})"
                 )
                 return _info(home, ours.host, ours.port, ours.pid)
             free = _free_port(host, port)
@@ -492,10 +518,7 @@ def start(
                 hint="stop that program, or choose another port with --port / APE_SERVER_PORT",
             )
         proc = _spawn(home, host, port)
-        notify(
-            f"Starting a Prefect server at {_base_url(host, port)} (log: {home / LOG_FILE}; "
-            f"the UI's password is the line in {home / AUTH_FILE})"
-        )
+        notify(f"Starting a Prefect server at {_base_url(host, port)} (log: {home / LOG_FILE}; {password_hint(home)})")
         return _wait_healthy(home, host, port, proc.pid, proc, wait_s)
 
 
@@ -736,6 +759,7 @@ __all__ = [
     "default_port",
     "ensure_api_url",
     "env_line",
+    "password_hint",
     "preferred_port",
     "running_api_url",
     "server_home",
@@ -743,5 +767,6 @@ __all__ = [
     "status",
     "stop",
     "ui_api_url_for",
+    "ui_password_file",
     "use_credentials",
 ]

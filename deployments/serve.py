@@ -16,10 +16,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from prefect import serve as prefect_serve
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    DeploymentFilter,
+    DeploymentFilterName,
+    FlowFilter,
+    FlowFilterName,
+    FlowRunFilter,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.schedules import CronSchedule
 from prefect.schedules import Cron, Interval
 from prefect.utilities.callables import ParameterSchema
@@ -149,6 +162,47 @@ def serve_config(
         )
         on_status(f"serving deployment '{flow.name}/{name}'{schedule} of {config.config_file}")
     prefect_serve(deployment, limit=1)
+
+
+# How far a state's time may lie before the moment of the stop and still count as the stop's:
+# the server stamps states with its own clock, and a second of skew is common.
+STOP_CLOCK_SLACK = timedelta(seconds=2)
+STOPPED_TYPES = [StateType.CANCELLED, StateType.CANCELLING]
+UNFINISHED_TYPES = [StateType.RUNNING, StateType.PENDING]
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    """What stopping ``ape serve`` did to the deployment's runs, as the server records them:
+    ``cancelled`` the names of the runs the stop cancelled (they were in progress);
+    ``unfinished`` runs still Running or Pending after it (not stopped cleanly)."""
+
+    cancelled: list[str]
+    unfinished: list[str]
+
+
+def stop_outcome(deployment_name: str, stopped_at: datetime) -> StopOutcome:
+    """Ask the server which runs of ``deployment_name`` ("flow/name") the stop at ``stopped_at``
+    (aware, UTC) cancelled, and which are still in progress. The runner cancels a run in
+    progress before it returns (state Cancelled, message "Runner is shutting down."), so this
+    is what happened rather than what a message assumes. Raises what the client raises when
+    the server does not answer; the caller says so."""
+
+    flow_name, _, name = deployment_name.partition("/")
+    runs = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=STOPPED_TYPES + UNFINISHED_TYPES)))
+    deployments = DeploymentFilter(name=DeploymentFilterName(any_=[name]))
+    flows = FlowFilter(name=FlowFilterName(any_=[flow_name]))
+    with get_client(sync_client=True) as client:
+        found = client.read_flow_runs(flow_filter=flows, flow_run_filter=runs, deployment_filter=deployments, limit=50)
+    cancelled, unfinished = [], []
+    for run in found:
+        if run.state is None:
+            continue
+        if run.state.type in UNFINISHED_TYPES:
+            unfinished.append(run.name)
+        elif run.state.timestamp is not None and run.state.timestamp >= stopped_at - STOP_CLOCK_SLACK:
+            cancelled.append(run.name)
+    return StopOutcome(cancelled=sorted(cancelled), unfinished=sorted(unfinished))
 
 
 def load_benchmark_flow() -> Flow[..., Any]:

@@ -21,7 +21,6 @@ from prefect import flow
 from prefect.runtime import deployment, flow_run
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.states import Failed
-from prefect.utilities.urls import url_for
 
 from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from ape.flows.logs import run_logs
@@ -30,6 +29,7 @@ from ape.flows.progress import RUN_ERROR_LINES
 from ape.flows.states import items_failed
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import HealthEntry
+from ape.server import password_hint, ui_password_file
 from ape.tasks.checking.canary import CanaryFailed
 from ape.tasks.model_setup import prepared, run_label
 from ape.tasks.models.limits import RETRY_LINES
@@ -39,6 +39,7 @@ from ape.tasks.report.health import suspect_lines
 from ape.tasks.run_tasks import join_history_task, judge_agreement_task, report_task
 from ape.tasks.storage.file_modes import modes_for, private_outputs
 from ape.tasks.storage.runs import IN_PLACE, config_for_run, start_run
+from ape.ui_links import flow_run_link
 
 log = logging.getLogger("ape")
 
@@ -136,16 +137,6 @@ def canary_refusal(config: ApeConfig, checked: Checked | None = None) -> Any:
     return None
 
 
-def flow_run_link(flow_run_id: str | None) -> str | None:
-    """The flow run's page in the Prefect UI, or None where there is no UI (Prefect's
-    temporary server), never a link that starts with "None"."""
-
-    if not flow_run_id:
-        return None
-    link = url_for("flow-run", obj_id=str(flow_run_id))  # the UI's own route, as Prefect links it
-    return link if link and link.startswith(("http://", "https://")) else None
-
-
 def _evaluate_all(
     config: ApeConfig,
     redo_outcomes: list[str] | None,
@@ -159,7 +150,8 @@ def _evaluate_all(
     RETRY_LINES.reset()  # and each model's repeated retry lines are counted afresh
     link = flow_run_link(flow_run.id)
     if link:
-        log.info("Flow run: %s", link)
+        password = ui_password_file()  # APE's own server: a fresh browser meets its login form
+        log.info("Flow run: %s%s", link, f" ({password_hint(password.parent)})" if password else "")
     elif flow_run.id:
         log.info("Flow run %s on Prefect's temporary server (no UI to link to)", flow_run.id)
     top, info = Path(config.run.output), None

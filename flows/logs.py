@@ -10,6 +10,7 @@ thousands of task runs they cost more than they tell.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,12 +78,32 @@ class _OneLine(logging.Formatter):
         return first if len(first) <= 400 else first[:400] + " ..."
 
 
+# Prefect's loggers for flow and task runs (its "Crash detected!" lines come from these)
+RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
+
+
+class CtrlCCrashes(logging.Filter):
+    """Drops, from the terminal only, the ERROR lines Prefect's engine logs for each run a
+    Ctrl-C ended ("Crash detected! Execution was aborted by an interrupt signal.", one per
+    flow and subflow): the command line says in one line what Ctrl-C left behind
+    (``ape.cli``), and before it these read as a failure of the run. Told apart by the
+    exception being handled while they are logged (the engine logs them in its ``except``
+    clause), not by their wording; a crash from any other exception still shows, and the flow
+    run's logs in the UI keep these lines too (its state there is Crashed)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or not record.name.startswith(RUN_LOGGERS):
+            return True
+        return not isinstance(sys.exc_info()[1], KeyboardInterrupt)
+
+
 def quiet_prefect_console() -> None:
     """Prefect's terminal output as one line per record, without tracebacks: a failed
     task or a failed cache write must not print pages of Prefect internals (the run
     reports what the user should act on itself). Its console and API handlers also drop
-    escape sequences: a failed task's exception quotes the endpoint's error text. Call
-    after Prefect is imported."""
+    escape sequences: a failed task's exception quotes the endpoint's error text. Its
+    console leaves out the crash lines of a Ctrl-C (:class:`CtrlCCrashes`). Call after
+    Prefect is imported."""
 
     if not PROCESS_LOGGING_CONFIG:
         setup_logging()  # later set-ups are incremental: they keep the formatters set here
@@ -91,6 +112,10 @@ def quiet_prefect_console() -> None:
         for handler in getattr(logger, "handlers", []):
             if isinstance(handler, PrefectConsoleHandler) and not isinstance(handler.formatter, _OneLine):
                 handler.setFormatter(_OneLine(handler.formatter))
+            if isinstance(handler, PrefectConsoleHandler) and not any(
+                isinstance(f, CtrlCCrashes) for f in handler.filters
+            ):
+                handler.addFilter(CtrlCCrashes())
             if isinstance(handler, PrefectConsoleHandler | APILogHandler) and not any(
                 isinstance(f, TerminalSafeRecords) for f in handler.filters
             ):

@@ -6,6 +6,7 @@ import argparse
 import logging
 import shlex
 import signal
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,9 @@ def serve(
         for line in run_hint(api_url, "benchmark", name or config.name, ape_server=not configured):
             log.info("%s", line)
     deployment = f"benchmark/{name or config.name}"
-    previous = _stop_gracefully_on_ctrl_c()
+    serving_since = datetime.now(UTC)  # a stop by SIGTERM (not Ctrl-C) counts from here
+    stopped_at: list[datetime] = []  # when Ctrl-C came (set by the handler)
+    previous = _stop_gracefully_on_ctrl_c(stopped_at)
     try:
         serve_config(
             load_benchmark_flow(),
@@ -68,12 +71,35 @@ def serve(
         pass
     finally:
         signal.signal(signal.SIGINT, previous)
-    log.info(
-        "stopped serving '%s': a run in progress was cancelled and does not enter the history; "
-        "its schedule is paused until 'ape serve' runs again",
-        deployment,
-    )
+    log.info("%s", stopped_line(deployment, stopped_at[0] if stopped_at else serving_since))
     return 0
+
+
+def stopped_line(deployment: str, stopped_at: datetime) -> str:
+    """The one line ``ape serve`` ends with: what the stop did to a run in progress, as the
+    server recorded it (a run is named only when one was in progress), and that the
+    schedule waits for the next ``ape serve``."""
+    from ape.deployments.serve import stop_outcome  # deferred: Prefect's client (CLI start-up)
+
+    paused = "its schedule is paused until 'ape serve' runs again"
+    try:
+        outcome = stop_outcome(deployment, stopped_at)
+    except Exception as exc:  # the server went away too: say that the runs are unknown, not fine
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return (
+            f"stopped serving '{deployment}'; could not ask the server whether a run was in progress ({reason}): "
+            f"if one was, it was cancelled and does not enter the history; {paused}"
+        )
+    parts = []
+    if outcome.cancelled:
+        names = ", ".join(f"'{run}'" for run in outcome.cancelled)
+        parts.append(f"the run in progress ({names}) was cancelled and does not enter the history")
+    if outcome.unfinished:
+        names = ", ".join(f"'{run}'" for run in outcome.unfinished)
+        parts.append(f"flow run(s) {names} did not stop and are still in progress (cancel them in the UI)")
+    if not parts:
+        parts.append("no run was in progress")
+    return f"stopped serving '{deployment}': {'; '.join(parts)}; {paused}"
 
 
 def run_hint(api_url: str, flow_name: str, name: str, *, ape_server: bool = False) -> list[str]:
@@ -86,12 +112,16 @@ def run_hint(api_url: str, flow_name: str, name: str, *, ape_server: bool = Fals
     return ["To start a run from another shell:", f"    {point}", f"    prefect deployment run {target}"]
 
 
-def _stop_gracefully_on_ctrl_c() -> Any:
+def _stop_gracefully_on_ctrl_c(stopped_at: list[datetime]) -> Any:
     """Ctrl-C stops ``ape serve`` the way SIGTERM does: Prefect's runner then cancels the run
     in progress (state Cancelled, never half-counted in the history) and returns, instead of
-    a KeyboardInterrupt traceback from deep inside its event loop. Returns the old handler."""
+    a KeyboardInterrupt traceback from deep inside its event loop. The moment of the first
+    Ctrl-C goes to ``stopped_at``: the runs cancelled since are the stop's. Returns the old
+    handler."""
 
     def as_sigterm(_signum: int, _frame: Any) -> None:
+        if not stopped_at:
+            stopped_at.append(datetime.now(UTC))
         signal.raise_signal(signal.SIGTERM)
 
     return signal.signal(signal.SIGINT, as_sigterm)

@@ -44,7 +44,11 @@ def server(action: str, port: int | None) -> int:
     if running is None:
         print("not running")
         return 1
-    mine = "" if running.pid is not None else f" (not started by APE for {srv.server_home()}: APE runs will not use it)"
+    mine = (
+        f" ({srv.password_hint()})"
+        if running.pid is not None
+        else f" (not started by APE for {srv.server_home()}: APE runs will not use it)"
+    )
     print(f"running: UI {running.ui_url}  API {running.api_url}{mine}")
     return 0
 

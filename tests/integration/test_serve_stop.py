@@ -51,9 +51,54 @@ def test_ctrl_c_stops_serving_with_one_line_and_cancels_the_run(prefect_server: 
     text = log_path.read_text(errors="replace")
     assert code == 0, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
-    assert "stopped serving 'benchmark/stoppable'" in text
     # the run in progress was cancelled, not left Running and not counted in the history
     with PrefectApi(prefect_server) as client:
         run = client.get(f"/flow_runs/{created.json()['id']}").json()
     assert run["state"]["type"] in ("CANCELLED", "CANCELLING"), run["state"]
+    # and the last line says so, naming it
+    assert (
+        f"stopped serving 'benchmark/stoppable': the run in progress ('{run['name']}') was cancelled "
+        "and does not enter the history; its schedule is paused until 'ape serve' runs again"
+    ) in text, text[-3000:]
     assert not (tmp_path / "out" / "history" / "runs.parquet").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ctrl_c_between_runs_says_no_run_was_in_progress(prefect_server: str, tmp_path: Path) -> None:
+    """Ctrl-C after a run finished and before the next: no run was cancelled, and the line
+    says that (it used to say "a run in progress was cancelled" whatever happened)."""
+    config = make_benchmark(tmp_path, n=3)
+    env = dict(os.environ, PREFECT_API_URL=prefect_server, PREFECT_RUNNER_POLL_FREQUENCY="1")
+    log_path = tmp_path / "serve.log"
+    # a schedule whose next run is far away (1 January), and one run started by hand
+    command = [sys.executable, "-m", "ape", "serve", str(config), "--name", "idle", "--cron", "0 0 1 1 *"]
+    proc = start_logged(command, log_path, cwd=REPO_ROOT, env=env)
+    api = PrefectApi(prefect_server)
+    try:
+        deadline = time.monotonic() + 120
+        while (found := api.get("/deployments/name/benchmark/idle")).status_code != 200:
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text(errors="replace")[-3000:]
+            time.sleep(1)
+        created = api.post(f"/deployments/{found.json()['id']}/create_flow_run", json={"parameters": {}})
+        assert created.status_code == 201, created.text
+        deadline = time.monotonic() + 150
+        while (state := api.get(f"/flow_runs/{created.json()['id']}").json()["state"]["type"]) != "COMPLETED":
+            assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, (state, log_path.read_text(errors="replace")[-3000:])
+            time.sleep(0.5)
+        time.sleep(2)  # between runs: the runner idles
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+        code = proc.wait(timeout=90)
+    finally:
+        stop_group(proc, 5)
+        api.close()
+    text = log_path.read_text(errors="replace")
+    assert code == 0, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert (
+        "stopped serving 'benchmark/idle': no run was in progress; its schedule is paused until 'ape serve' runs again"
+    ) in text, text[-3000:]
+    assert "cancelled" not in text.split("stopped serving", 1)[1], text[-3000:]
+    # the finished run is in the history
+    assert (tmp_path / "out" / "history" / "runs.parquet").exists()

@@ -241,7 +241,17 @@ def test_start_reuse_status_stop(ape_home: Path, quiet_settings: None, monkeypat
     again: list[str] = []
     reused = server.start(port=port, on_status=again.append)
     assert reused.pid == info.pid
-    assert again == [f"Reusing the Prefect server at http://127.0.0.1:{port}"]
+    auth_file = ape_home / "server" / "auth"
+    assert again == [
+        f"Reusing the Prefect server at http://127.0.0.1:{port} (the UI's password is the line in {auth_file})"
+    ]
+    # this process reports to APE's own server: its links name that file, and open the UI
+    # the server's front page opens (Prefect's V2), where a fresh browser gets the login form
+    from ape.ui_links import flow_run_link
+
+    assert server.ui_password_file() == auth_file
+    with temporary_settings({PREFECT_API_URL: api_url}):  # as a flow run of this process sees it
+        assert flow_run_link("f00") == f"http://127.0.0.1:{port}/v2/runs/flow-run/f00"
 
     # Without APE_SERVER_PORT, later runs find the server ape runs, whatever its port.
     monkeypatch.delenv("APE_SERVER_PORT")

@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from tests.helpers.processes import free_port
+from tests.helpers.runner import make_benchmark
 
 CHROMIUM = os.environ.get("APE_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -204,8 +205,11 @@ def test_printed_link_shows_chain_leaderboard_and_failed_check(tmp_path: Path, l
                 expect(page.get_by_text(f"{stage}[p1]#0").first).to_be_visible()
             # the check that raised is a Failed task run
             expect(page.get_by_text("check[p3]#0").first).to_be_visible()
-            # three items, each render, solve, adapt, check, score and the live session
-            expect(page.get_by_text("(17 Completed, 1 Failed)")).to_be_visible()
+            # three items, each render, solve, adapt, check, score and the live session: the
+            # UI counts them by state name (two checks Passed, p3's check Failed)
+            expect(page.get_by_text("18 Task runs").first).to_be_visible()
+            counts = r"^\((?=.*\b15 Completed\b)(?=.*\b2 Passed\b)(?=.*\b1 Failed\b).*\)$"
+            expect(page.get_by_text(re.compile(counts))).to_be_visible()
             page.screenshot(path=str(tmp_path / "task-runs.png"), full_page=True)
             page.get_by_text("check[p3]#0").first.click()
             expect(page.get_by_text("Failed", exact=True).first).to_be_visible()
@@ -242,3 +246,69 @@ def test_printed_link_shows_chain_leaderboard_and_failed_check(tmp_path: Path, l
     finally:
         subprocess.run([*ape, "server", "stop"], env=env, capture_output=True, timeout=60)
         shutil.rmtree(tmp_path / "out" / ".cache", ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_printed_link_opens_the_login_then_the_flow_run_in_a_fresh_browser(tmp_path: Path) -> None:
+    """A newcomer pastes the printed link into a browser that never logged in: the login form,
+    the password from the file every line names, then the flow run itself; and the UI behind
+    the link is the one the front page opens. Before: the classic UI's 404 page with
+    "Authentication failed." and no login form, and the auth file named only at the start."""
+    reason = _browser_ready()
+    if reason and os.environ.get("APE_REQUIRE_BROWSER"):
+        pytest.fail(f"APE_REQUIRE_BROWSER is set but {reason}")
+    if reason:
+        pytest.skip(reason)
+    from playwright.sync_api import expect, sync_playwright
+
+    config = make_benchmark(tmp_path / "bench", n=3)
+    port = free_port()
+    home = tmp_path / "ape-home"
+    auth_file = home / "server" / "auth"
+    env = dict(os.environ, APE_HOME=str(home), APE_SERVER_PORT=str(port))
+    for key in ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING", "PREFECT_UI_URL", "PREFECT_UI_API_URL"):
+        env.pop(key, None)
+    ape = [sys.executable, "-m", "ape"]
+    hint = f"(the UI's password is the line in {auth_file})"
+    try:
+        outputs = []
+        for _ in range(2):  # the first run starts the server, the second reuses it
+            run = subprocess.run(
+                [*ape, "run", str(config), "--no-progress"], env=env, capture_output=True, text=True, timeout=240
+            )
+            outputs.append(run.stdout + run.stderr)
+            assert run.returncode == 0, outputs[-1]
+        started, reused = outputs
+        link = re.search(r"Flow run: (\S+)", reused).group(1)
+        flow_run_id = link.rsplit("/", 1)[1]
+        password = auth_file.read_text().strip()
+
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            context = browser.new_context(viewport={"width": 1400, "height": 900})  # no login yet
+            page = context.new_page()
+            page.set_default_timeout(60_000)
+            page.goto(link)
+            login = page.get_by_placeholder("admin:pass")
+            expect(login).to_be_visible(timeout=30_000)
+            page.screenshot(path=str(tmp_path / "fresh-login.png"), full_page=True)
+            login.fill(password)
+            page.get_by_role("button", name="Login").click()
+            expect(login).to_have_count(0, timeout=30_000)
+            expect(page).to_have_url(re.compile(rf"/v2/runs/flow-run/{flow_run_id}"), timeout=30_000)
+            expect(page.get_by_text("t · m").first).to_be_visible(timeout=30_000)  # the flow run's name
+            expect(page.get_by_text("Authentication failed.")).to_have_count(0)
+            page.screenshot(path=str(tmp_path / "fresh-flow-run.png"), full_page=True)
+            page.goto(f"http://127.0.0.1:{port}/")  # the front page opens the same UI
+            expect(page).to_have_url(re.compile(rf"^http://127\.0\.0\.1:{port}/v2/"), timeout=30_000)
+            browser.close()
+        # the UI the front page opens (Prefect's V2), not the classic one
+        assert link == f"http://127.0.0.1:{port}/v2/runs/flow-run/{flow_run_id}", link
+        # every line that names the server or links into its UI says where the password is
+        assert f"Starting a Prefect server at http://127.0.0.1:{port} (log: " in started, started
+        assert f"Reusing the Prefect server at http://127.0.0.1:{port} {hint}" in reused, reused
+        for output in outputs:
+            assert re.search(rf"Flow run: \S+ {re.escape(hint)}", output), output
+    finally:
+        subprocess.run([*ape, "server", "stop"], env=env, capture_output=True, timeout=60)
