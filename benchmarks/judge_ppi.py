@@ -14,6 +14,10 @@ It counts how often the 95% intervals hold the true pass rate ``p``: the correct
 2023) and the raw judge mean's CLT interval, which is centred on the judge's bias.
 
     python benchmarks/judge_ppi.py [--replicates 1000] [--seed 0]
+
+:func:`simulate_coverage` is the same question asked of the statistics alone
+(``ppi_mean`` and ``raw_mean``, no sessions table): fast enough for the unit test
+``tests/unit/stats/test_judge_agreement_stats.py``, which loads it from here.
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from ape.tasks.report.judge_agreement import judge_report
+from ape.tasks.stats.intervals import CONFIDENCE_LEVEL
+from ape.tasks.stats.judge_agreement import ppi_mean, raw_mean
 
 # (p, false_pass, false_fail, N items, n labels)
 CELLS = (
@@ -68,6 +75,62 @@ def replicate(rng: np.random.Generator, p: float, fp: float, fn: float, n_items:
     assert report is not None
     row = report.models[0]
     return row.corrected_low, row.corrected_high, row.judge_low, row.judge_high
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Share of simulated intervals that held the true mean, and their mean width."""
+
+    ppi: float
+    raw: float
+    ppi_width: float
+    raw_width: float
+
+
+def simulate_coverage(
+    *,
+    replicates: int = 1000,
+    n_items: int = 500,
+    n_labels: int = 100,
+    true_rate: float = 0.6,
+    false_pass: float = 0.25,
+    false_fail: float = 0.05,
+    seed: int = 0,
+    level: float = CONFIDENCE_LEVEL,
+) -> Coverage:
+    """How often :func:`ppi_mean` and :func:`raw_mean` cover the true pass rate.
+
+    Each replicate draws N items with true pass/fail ``y ~ Bernoulli(true_rate)`` and a
+    judge that passes a wrong answer with probability ``false_pass`` and fails a right one
+    with ``false_fail`` (a lenient judge: its mean is biased upwards by
+    ``(1 - p) false_pass - p false_fail``), plus n labelled items drawn the same way.
+    """
+    rng = np.random.default_rng(seed)
+    hits_ppi = hits_raw = 0
+    widths_ppi: list[float] = []
+    widths_raw: list[float] = []
+
+    def draw(size: int) -> tuple[np.ndarray, np.ndarray]:
+        truth = (rng.random(size) < true_rate).astype(float)
+        flip = np.where(truth == 1.0, rng.random(size) < false_fail, rng.random(size) < false_pass)
+        return truth, np.where(flip, 1.0 - truth, truth)
+
+    for _ in range(replicates):
+        _, judged = draw(n_items)
+        human, judge = draw(n_labels)
+        ppi = ppi_mean(judged, human, judge, level=level)
+        raw = raw_mean(judged, level=level)
+        assert ppi.low is not None and ppi.high is not None and raw.low is not None and raw.high is not None
+        hits_ppi += ppi.low <= true_rate <= ppi.high
+        hits_raw += raw.low <= true_rate <= raw.high
+        widths_ppi.append(ppi.high - ppi.low)
+        widths_raw.append(raw.high - raw.low)
+    return Coverage(
+        ppi=hits_ppi / replicates,
+        raw=hits_raw / replicates,
+        ppi_width=float(np.mean(widths_ppi)),
+        raw_width=float(np.mean(widths_raw)),
+    )
 
 
 def main() -> None:

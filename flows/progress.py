@@ -44,7 +44,6 @@ class Tally:
     passed: int = 0
     errors: int = 0
     check_errors: int = 0
-    shown_errors: int = 0  # error lines of this model (the terminal's cap is per run: ErrorLines)
     started: float = field(default_factory=time.monotonic)
 
     def add(self, batch: OutputBatch) -> None:
@@ -114,7 +113,6 @@ def report_errors(batch: OutputBatch, tally: Tally) -> None:
         else:
             continue
         detail = " ".join(error.line().split())[:500] if error else "unknown error"
-        tally.shown_errors += 1
         repeat = RUN_ERROR_LINES.repeats.count(batch.model_id, f"{what}: {detail}") > 1
         shown = RUN_ERROR_LINES.shown if repeat else RUN_ERROR_LINES.take()
         quiet = repeat or shown > MAX_ERROR_LINES

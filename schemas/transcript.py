@@ -190,10 +190,6 @@ class SolveRecord(BaseModel):
         """The solution as the adapter returned it, or its JSON form when that was lost."""
         return self._value if self._has_value else self.solution
 
-    def result_fields(self) -> dict[str, Any]:
-        """The fields a :class:`ape.schemas.results.SessionResult` takes from this record."""
-        return {name: getattr(self, name) for name in type(self).model_fields if name != "transcript"}
-
 
 class SessionTranscript(BaseModel):
     """One line of ``sessions.jsonl``: a whole session (see the module docstring)."""

@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE
 
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import Envelope
-from ape.tasks.after_run.alerts import publish
+from ape.tasks.after_run.alerts import artifact_key, publish
 from ape.tasks.after_run.join_history import explain_moves, flagged_items, join_history
 from ape.tasks.checking.judge_labels import measure_agreement
 from ape.tasks.model_setup import load_data_model
@@ -46,7 +46,7 @@ def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | 
     )
     table = markdown_table(envelope)
     try:
-        key = "".join(c if c.isalnum() else "-" for c in config.name.lower()).strip("-") or "benchmark"
+        key = artifact_key(config.name)
         create_markdown_artifact(
             markdown=f"# {config.name}: leaderboard\n\n{table}", key=f"{key}-leaderboard", description="APE leaderboard"
         )

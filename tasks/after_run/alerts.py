@@ -34,6 +34,9 @@ EVENT_PREFIX = "ape.evaluation"
 
 
 def artifact_key(name: str) -> str:
+    """The benchmark's name as a Prefect artifact key (lowercase letters, digits and dashes);
+    the one rule for every artifact a run publishes, so a benchmark's leaderboard,
+    calibration and regressions sit under the same prefix."""
     return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-") or "benchmark"
 
 

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ValidationError
 
 from ape.schemas.choices import CHOICE_LETTERS
 from ape.schemas.config import CheckerConfig
-from ape.schemas.errors import ApeError
+from ape.schemas.errors import ApeError, validation_lines
 from ape.schemas.results import CheckResult, CheckStatus
 from ape.schemas.taskspec import TaskSpec
 from ape.tasks.checking.builtin import BuiltinChecker, CodeExecArgs
@@ -155,11 +155,9 @@ def configured_examples(cfg: CheckerConfig, data_model: type[BaseModel]) -> list
         try:
             item = data_model.model_validate(entry.item)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(part) for part in first["loc"]) or "(item)"
             raise ApeError(
                 f"the item of [[checker.canary]] entry {number} ({name!r}) is not a valid "
-                f"{data_model.__name__}: '{field}': {first['msg']}",
+                f"{data_model.__name__}: {validation_lines(exc, default='(item)')[0]}",
                 where="[checker] canary",
                 hint=f"give the DataModel's fields: {', '.join(data_model.model_fields)}",
             ) from None

@@ -14,8 +14,7 @@ import functools
 import inspect
 import queue
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +146,7 @@ def _jsonable(metadata: dict[str, Any]) -> dict[str, Any]:
 class CheckerCarousel:
     """A fixed pool of checker instances shared by all solver workers (thread-safe).
 
-    ``borrow()`` blocks until an instance is free and puts it back afterwards, so at
+    :meth:`check` blocks until an instance is free and puts it back afterwards, so at
     most ``size`` checks run at once and a stateful checker is never used by two
     threads at the same time.
     """
@@ -161,14 +160,6 @@ class CheckerCarousel:
         self._pool: queue.Queue[Checker] = queue.Queue(maxsize=size)
         for _ in range(size):
             self._pool.put(factory())
-
-    @contextmanager
-    def borrow(self) -> Iterator[Checker]:
-        checker = self._pool.get()
-        try:
-            yield checker
-        finally:
-            self._pool.put(checker)
 
     def check(self, item: Any, solution: Any) -> CheckResult:
         """:func:`run_check` with a borrowed checker and the carousel's time limit. An

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
-from ape.schemas.errors import ApeError
+from ape.schemas.errors import ApeError, validation_lines
 from ape.tasks.checking.judge import JudgeChecker, Scale, judge_factory, parse_args, parse_scale, resolve_path
 from ape.tasks.storage.runs import cache_dir
 from ape.tasks.storage.save import atomic_write_text
@@ -88,9 +88,7 @@ def load_calibration(path: Path, data_model: type[BaseModel], scale: Scale) -> l
         try:
             item = data_model.model_validate(fields)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            key = ".".join(str(p) for p in first["loc"])
-            raise ApeError(f"not a valid {data_model.__name__}: '{key}': {first['msg']}", where=where) from None
+            raise ApeError(f"not a valid {data_model.__name__}: {validation_lines(exc)[0]}", where=where) from None
         model = raw.get("model")
         rows.append(
             CalibrationRow(

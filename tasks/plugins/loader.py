@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ape.schemas.errors import ApeError, did_you_mean
+from ape.schemas.errors import ApeError, did_you_mean, validation_lines
 from ape.schemas.results import ErrorInfo
 from ape.tasks.plugins.registry import Kind, is_short_name, resolve
 
@@ -169,7 +169,7 @@ def describe_exception(exc: BaseException) -> str:
     Any other exception ends with the innermost frame of the user's own code
     (``KeyError: 'x' (at units.py:14 in __init__)``), so the line points at what to fix."""
     if isinstance(exc, ValidationError):
-        return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in exc.errors())
+        return "; ".join(validation_lines(exc, default="value", quote=False))
     return ErrorInfo.from_exception(exc).line()
 
 

@@ -53,38 +53,56 @@ def _judge_verdicts(sessions: pd.DataFrame) -> pd.Series:
 
 
 def judge_report(sessions: pd.DataFrame, calibration: dict[str, Any] | None) -> JudgeReport | None:
-    """Agreement and, per model, the raw judge score beside the PPI-corrected one."""
+    """Agreement and, per model, the raw judge score beside the PPI-corrected one.
+
+    The agreement (:func:`_agreement`) and each model's scores (:func:`_model_score`) are
+    built apart: both read the same people-graded rows, but the agreement exists only with a
+    calibration file, while the scores are reported (uncorrected) without one."""
     if sessions.empty or "metric" not in sessions or not (sessions["metric"] == "judge").any():
         return None
     verdicts = _judge_verdicts(sessions)
-    judge_ids = sorted({v["model"] for v in verdicts if v and v.get("model")})
-    rows = [r for r in (calibration or {}).get("rows", []) if r.get("judge") is not None]
-    agree = None
-    if calibration is not None:
-        labels = list(calibration.get("labels") or [])
-        a = agreement([r["human"] for r in rows], [r["judge"] for r in rows], labels)
-        agree = JudgeAgreement(
-            n=a.n,
-            not_graded=int(calibration.get("errors") or 0),
-            accuracy=a.accuracy,
-            kappa=a.kappa,
-            labels=a.labels,
-            confusion=a.confusion,
-            mean_human=float(np.mean([r["human_score"] for r in rows])) if rows else None,
-            mean_judge=float(np.mean([r["judge_score"] for r in rows])) if rows else None,
-        )
+    rows = _graded_rows(calibration)
     models = [
         _model_score(model_id, group, verdicts.loc[group.index], rows)
         for model_id, group in sessions.groupby("model_id", sort=True)
     ]
-    judge = (calibration or {}).get("judge") or (judge_ids[0] if judge_ids else "judge")
+    spent = calibration or {}
     return JudgeReport(
-        judge=str(judge),
-        agreement=agree,
+        judge=_judge_name(calibration, verdicts),
+        agreement=_agreement(calibration, rows) if calibration is not None else None,
         models=models,
-        calibration_input_tokens=(calibration or {}).get("input_tokens"),
-        calibration_output_tokens=(calibration or {}).get("output_tokens"),
-        calibration_cost=(calibration or {}).get("cost"),
+        calibration_input_tokens=spent.get("input_tokens"),
+        calibration_output_tokens=spent.get("output_tokens"),
+        calibration_cost=spent.get("cost"),
+    )
+
+
+def _graded_rows(calibration: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The calibration rows the judge graded: one it failed to grade has no pair to compare."""
+    return [r for r in (calibration or {}).get("rows", []) if r.get("judge") is not None]
+
+
+def _judge_name(calibration: dict[str, Any] | None, verdicts: pd.Series) -> str:
+    """The judge named by the calibration file, else the first judge model seen in the
+    sessions' verdicts (sorted, so the name is stable), else just "judge"."""
+    judge_ids = sorted({v["model"] for v in verdicts if v and v.get("model")})
+    return str((calibration or {}).get("judge") or (judge_ids[0] if judge_ids else "judge"))
+
+
+def _agreement(calibration: dict[str, Any], rows: list[dict[str, Any]]) -> JudgeAgreement:
+    """How often the judge gave the people's label, over the graded rows, with the solutions
+    it could not grade counted apart so a judge that errs often does not look accurate."""
+    labels = list(calibration.get("labels") or [])
+    a = agreement([r["human"] for r in rows], [r["judge"] for r in rows], labels)
+    return JudgeAgreement(
+        n=a.n,
+        not_graded=int(calibration.get("errors") or 0),
+        accuracy=a.accuracy,
+        kappa=a.kappa,
+        labels=a.labels,
+        confusion=a.confusion,
+        mean_human=float(np.mean([r["human_score"] for r in rows])) if rows else None,
+        mean_judge=float(np.mean([r["judge_score"] for r in rows])) if rows else None,
     )
 
 

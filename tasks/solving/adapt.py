@@ -37,7 +37,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, field_validator
 
 from ape.schemas.config import AdapterConfig
-from ape.schemas.errors import ApeError, did_you_mean
+from ape.schemas.errors import ApeError, did_you_mean, validation_lines
 from ape.tasks.plugins.loader import call_plugin, describe_exception, load_object
 from ape.tasks.plugins.registry import is_short_name, resolve
 
@@ -177,9 +177,7 @@ class JsonAdapter(BuiltinAdapter):
         try:
             return schema.model_validate(value)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}" for err in exc.errors()
-            )
+            problems = "; ".join(validation_lines(exc, default="(root)", quote=False))
             raise ValueError(f"the JSON does not fit {schema.__name__}: {problems}") from None
 
 

@@ -133,7 +133,12 @@ def history_verdict(
     When the checker changed and ``rescore`` can grade the newest reference runs' saved
     answers again (at most ``settings.rescore_runs``), the run is judged against those, as
     if the checker had not changed, and still starts a new reference: the history keeps the
-    scores each run had when it was recorded."""
+    scores each run had when it was recorded.
+
+    The steps are separate functions so each can be read alone: which runs are the
+    reference (:func:`choose_reference`), the detector's step (:func:`decide`), the change
+    point it leaves (:func:`change_point`), and what is written: the row
+    (:func:`regression_row`, with :func:`notes`) and the history columns (:func:`history_columns`)."""
     mine = runs[(runs["model_id"] == model_id) & (runs["run_id"] < run_id)].sort_values("run_id")
     pace, design = thresholds(mine["finished_at"], finished, settings, pinned=pinned is not None)
     record: dict[str, Any] = {
@@ -143,109 +148,214 @@ def history_verdict(
         "history_k": design.k,
     }
     if mine.empty:
-        record.update(
-            history_start=run_id,
-            history_change="first",
-            history_joins=True,
-            history_since=1,
-            history_cusum_up=0.0,
-            history_cusum_down=0.0,
-        )
+        record.update(first_run_columns(run_id))
         return None, record
     begin = current_start(mine, pinned)
     last = mine.iloc[-1]
     changed = [c.split("_")[0] for c in FINGERPRINTS if last[c] != prints.get(c, last[c])]
+    reference = choose_reference(mine, begin, changed, settings, rescore)
+    judged_changed = [c for c in changed if not (c == "checker" and reference.regraded)]
+    scores = current["score"].to_numpy(float)
+    matrix = reference_matrix(top, reference.runs, model_id, current, reference.regraded)
+    outcome = decide(scores, matrix, begin, design, judged_changed)
+    change = change_point(changed, outcome.verdict, begin)
+    row = regression_row(
+        model_id,
+        run_id,
+        str(last["run_id"]),
+        scores,
+        reference,
+        outcome,
+        pace,
+        design,
+        change,
+        notes(reference, judged_changed, changed, begin, pace, outcome.unpaired),
+    )
+    record.update(history_columns(run_id, row, outcome, begin, change))
+    return row, record
+
+
+def first_run_columns(run_id: str) -> dict[str, Any]:
+    """The history columns of a model's first run: it starts the reference, with no verdict."""
+    return {
+        "history_start": run_id,
+        "history_change": "first",
+        "history_joins": True,
+        "history_since": 1,
+        "history_cusum_up": 0.0,
+        "history_cusum_down": 0.0,
+    }
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The earlier runs a new run is compared with, kept together because the row, the notes
+    and the history columns all describe the same choice."""
+
+    since_change: int  # the joined runs since the change point (before the window cut)
+    runs: list[str]  # the reference runs, oldest first
+    regraded: dict[str, pd.DataFrame]  # run id -> its items graded again by the current checker
+
+
+def choose_reference(
+    mine: pd.DataFrame, begin: Start, changed: list[str], settings: MonitorConfig, rescore: Rescorer | None
+) -> Reference:
+    """The newest ``window`` joined runs since the reference start; when the checker changed,
+    only those whose saved answers could be graded again, so the run is compared as if the
+    checker had not changed (when none can be, the whole window, judged by the single-run limit)."""
     joined = mine["history_joins"].fillna(True).astype(bool)
     candidates = mine[(mine["run_id"] >= begin.start) & joined]
-    reference = candidates["run_id"].tail(settings.window).tolist()
+    runs = candidates["run_id"].tail(settings.window).tolist()
     regraded: dict[str, pd.DataFrame] = {}
-    if "checker" in changed and rescore is not None and settings.rescore_runs and reference:
-        found = {r: rescore(r) for r in reference[-settings.rescore_runs :]}
+    if "checker" in changed and rescore is not None and settings.rescore_runs and runs:
+        found = {r: rescore(r) for r in runs[-settings.rescore_runs :]}
         regraded = {r: items for r, items in found.items() if items is not None}
         if regraded:
-            reference = [r for r in reference if r in regraded]
-    judged_changed = [c for c in changed if not (c == "checker" and regraded)]
-    scores = current["score"].to_numpy(float)
-    matrix = reference_matrix(top, reference, model_id, current, regraded)
+            runs = [r for r in runs if r in regraded]
+    return Reference(since_change=len(candidates), runs=runs, regraded=regraded)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One step of the detector on this run, unpacked from the arrays of
+    :func:`~ape.tasks.stats.monitor.paired` and :func:`~ape.tasks.stats.monitor.step`
+    (which take many models at once) into the numbers of this one."""
+
+    z: float
+    up: float  # the sums before an alarm resets them: what the row shows
+    down: float
+    verdict: int  # -1 regressed, 1 improved, 0 no detectable change
+    by_limit: bool
+    n: int  # paired items
+    se: float
+    diff: float | None  # the mean paired difference; None with no paired item
+    reference_mean: float | None
+    unpaired: int  # current items left out as new or changed
+
+
+def decide(scores: np.ndarray, matrix: np.ndarray, begin: Start, design: Design, judged_changed: list[str]) -> Outcome:
+    """Pair the run with the reference matrix and take the detector's step from the carried sums;
+    a changed fingerprint not made good by re-scoring is judged by the single-run limit alone."""
     comparison = paired(scores[None, :], matrix[None, :, :])
     z = float(comparison.z[0])
     result = step(np.array([z]), np.array([begin.up]), np.array([begin.down]), design, bool(judged_changed))
-    verdict = int(result.verdict[0])
-    up, down = float(result.up_before_reset[0]), float(result.down_before_reset[0])
     n = int(comparison.n_items[0])
-    se = float(comparison.se[0])
-    diff = float(comparison.mean_diff[0]) if n else None
-    half_width = two_sided_z(1 - CONFIDENCE_LEVEL) * se  # the normal interval of the mean difference
+    return Outcome(
+        z=z,
+        up=float(result.up_before_reset[0]),
+        down=float(result.down_before_reset[0]),
+        verdict=int(result.verdict[0]),
+        by_limit=bool(result.by_limit[0]),
+        n=n,
+        se=float(comparison.se[0]),
+        diff=float(comparison.mean_diff[0]) if n else None,
+        reference_mean=float(comparison.reference_mean[0]) if n else None,
+        unpaired=len(scores) - n if matrix.shape[0] else 0,  # with no reference, nothing is new or changed
+    )
+
+
+def change_point(changed: list[str], verdict: int, begin: Start) -> str | None:
+    """Why the reference starts anew after (or, for ``baseline``, at) this run: a changed
+    fingerprint outranks an alarm, which outranks a pinned baseline."""
     if changed:
-        change: str | None = "fingerprint"
-    elif verdict != 0:
-        change = "alarm"
-    else:
-        change = begin.change
-    restart = change in ("fingerprint", "alarm")
-    notes = []
-    if regraded:
-        notes.append(
-            f"checker changed: the saved answers of the {len(regraded)} newest reference runs were "
+        return "fingerprint"
+    if verdict != 0:
+        return "alarm"
+    return begin.change
+
+
+def notes(
+    reference: Reference, judged_changed: list[str], changed: list[str], begin: Start, pace: Cadence, unpaired: int
+) -> list[str]:
+    """The row's notes: everything that makes this verdict differ from an ordinary comparison."""
+    said = []
+    if reference.regraded:
+        said.append(
+            f"checker changed: the saved answers of the {len(reference.regraded)} newest reference runs were "
             "re-scored with this run's checker (no model calls) and compared on those"
         )
     if judged_changed:
-        notes.append(f"{', '.join(judged_changed)} changed: judged against the old reference by the single-run limit")
+        said.append(f"{', '.join(judged_changed)} changed: judged against the old reference by the single-run limit")
     if changed:
-        notes.append("the next runs are compared with this one onwards")
+        said.append("the next runs are compared with this one onwards")
     if begin.change == "baseline":
-        notes.append(f"the reference starts at the pinned baseline {begin.start}")
-    if not reference:
-        notes.append("the first run of a new reference (the run before it alarmed): nothing to compare with yet")
+        said.append(f"the reference starts at the pinned baseline {begin.start}")
+    if not reference.runs:
+        said.append("the first run of a new reference (the run before it alarmed): nothing to compare with yet")
     if pace.source == "default":
-        notes.append(f"thresholds for {pace.reason}")
-    unpaired = len(scores) - n if reference else 0  # with no reference, nothing is new or changed
+        said.append(f"thresholds for {pace.reason}")
     if unpaired:
-        notes.append(f"{unpaired} items new or changed: left out")
-    text = evidence(z, down, up, design, verdict, bool(result.by_limit[0]))
-    row = RegressionRow(
+        said.append(f"{unpaired} items new or changed: left out")
+    return said
+
+
+def regression_row(
+    model_id: str,
+    run_id: str,
+    last_run: str,
+    scores: np.ndarray,
+    reference: Reference,
+    outcome: Outcome,
+    pace: Cadence,
+    design: Design,
+    change: str | None,
+    said: list[str],
+) -> RegressionRow:
+    """The report's row of the verdict, with the interval of the mean difference and the
+    smallest drop the next run could still detect (from zero sums after a restart)."""
+    diff, n = outcome.diff, outcome.n
+    half_width = two_sided_z(1 - CONFIDENCE_LEVEL) * outcome.se  # the normal interval of the mean difference
+    restart = change in ("fingerprint", "alarm")
+    return RegressionRow(
         model_id=model_id,
         run_id=run_id,
         against="history",
-        reference_run_id=reference[-1] if reference else str(last["run_id"]),
-        reference_from=reference[0] if reference else None,
-        reference_runs=len(reference),
-        runs_since_change=len(candidates) + 1,
-        verdict=VERDICTS[verdict] if n else "not comparable",
+        reference_run_id=reference.runs[-1] if reference.runs else last_run,
+        reference_from=reference.runs[0] if reference.runs else None,
+        reference_runs=len(reference.runs),
+        runs_since_change=reference.since_change + 1,
+        verdict=VERDICTS[outcome.verdict] if n else "not comparable",
         n_items=n,
         mean_current=float(np.nanmean(scores)) if len(scores) else None,
-        mean_reference=float(comparison.reference_mean[0]) if n else None,
+        mean_reference=outcome.reference_mean,
         mean_diff=diff,
         ci_low=diff - half_width if diff is not None else None,
         ci_high=diff + half_width if diff is not None else None,
-        statistic=z,
+        statistic=outcome.z,
         threshold=design.limit,
-        cusum_down=down,
-        cusum_up=up,
+        cusum_down=outcome.down,
+        cusum_up=outcome.up,
         cusum_limit=design.h,
-        evidence=text,
+        evidence=evidence(outcome.z, outcome.down, outcome.up, design, outcome.verdict, outcome.by_limit),
         change_point=change,
         alpha=1.0 / design.arl,
-        min_detectable_change=detectable_drop(0.0 if restart else down, se, design) if n else None,
-        new_items=unpaired,
-        rescored_runs=len(regraded),
+        min_detectable_change=detectable_drop(0.0 if restart else outcome.down, outcome.se, design) if n else None,
+        new_items=outcome.unpaired,
+        rescored_runs=len(reference.regraded),
         runs_per_year=pace.runs_per_year,
         cadence=pace.source,
         cadence_reason=pace.reason,
-        note="; ".join(notes) or None,
+        note="; ".join(said) or None,
     )
-    record.update(
-        history_z=z,
-        history_se=se,
-        history_cusum_up=up,
-        history_cusum_down=down,
-        history_reference_mean=row.mean_reference,
-        history_reference_from=row.reference_from,
-        history_reference_runs=len(reference),
-        history_since=row.runs_since_change,
-        history_start=run_id if restart else begin.start,
-        history_change=change,
-        history_joins=not (change == "alarm"),
-        history_evidence=text,
-    )
-    return row, record
+
+
+def history_columns(
+    run_id: str, row: RegressionRow, outcome: Outcome, begin: Start, change: str | None
+) -> dict[str, Any]:
+    """The state carried to the next run (the sums, where the reference starts, whether this
+    run joins it) and what the trend report shows of this one."""
+    restart = change in ("fingerprint", "alarm")
+    return {
+        "history_z": outcome.z,
+        "history_se": outcome.se,
+        "history_cusum_up": outcome.up,
+        "history_cusum_down": outcome.down,
+        "history_reference_mean": row.mean_reference,
+        "history_reference_from": row.reference_from,
+        "history_reference_runs": row.reference_runs,
+        "history_since": row.runs_since_change,
+        "history_start": run_id if restart else begin.start,
+        "history_change": change,
+        "history_joins": not (change == "alarm"),
+        "history_evidence": row.evidence,
+    }

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ape.tasks.stats.significance import detection_z
+from ape.tasks.stats.significance import detection_z, minimum_detectable_difference
 
 RUNS = (1, 2, 3, 5, 10)
 
@@ -68,11 +68,6 @@ def items_needed(difference: float, variance: float, *, level: float = 0.95, pow
     if difference <= 0:
         raise ValueError(f"the difference must be positive, got {difference}")
     return max(2, math.ceil(detection_z(1 - level, power) ** 2 * variance / difference**2))
-
-
-def detectable(n_items: int, variance: float, *, level: float = 0.95, power: float = 0.8) -> float:
-    """The smallest difference ``n_items`` items detect with ``power``."""
-    return detection_z(1 - level, power) * math.sqrt(variance / n_items) if n_items > 0 else math.nan
 
 
 def _components(items: pd.DataFrame, model: str) -> tuple[pd.Series, float]:
@@ -139,5 +134,6 @@ def plan_table(
     for k in runs:
         var = variance.diff_variance(k)
         n = items_needed(difference, var)
-        rows.append(PlanRow(k, n, n * k, detectable(data_items, var)))
+        # the same two-sided 5%, 80% power as items_needed
+        rows.append(PlanRow(k, n, n * k, minimum_detectable_difference(math.sqrt(var), data_items)))
     return rows

@@ -38,6 +38,7 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
+from ape.schemas.errors import problem_key, problem_message
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.storage.file_modes import created_file_mode
 from ape.tasks.storage.run_files import SAVE_FILE_KEY
@@ -121,8 +122,8 @@ def scan_results(path: Path) -> ResultsScan:
             scan.batches.append((number, OutputBatch.model_validate_json(line)))
         except ValidationError as exc:
             first = exc.errors()[0]
-            key = ".".join(str(part) for part in first["loc"])
-            reason = f"{key}: {first['msg']}" if key else first["msg"]
+            key, message = problem_key(first), problem_message(first)
+            reason = f"{key}: {message}" if key else message
             scan.damaged.append((number, line.decode("utf-8", "replace"), reason))
     if tail.strip():
         scan.torn = True
