@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ape.schemas.errors import ApeError
 from ape.tasks.common import ownership
+from ape.tasks.common.home import AUTH_FILE, CLIENT_AUTH_KEY, ape_home, password_hint, server_home, ui_password_file
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4200
@@ -57,11 +58,9 @@ STATE_FILE = "server.json"
 UI_API_URL_KEYS = ("PREFECT_SERVER_UI_API_URL", "PREFECT_UI_API_URL")
 LOG_FILE = "server.log"
 LOCK_FILE = "server.lock"
-AUTH_FILE = "auth"
 AUTH_USER = "ape"
 # Prefect's names for the server's credentials and the client's (environment variables)
 SERVER_AUTH_KEY = "PREFECT_SERVER_API_AUTH_STRING"
-CLIENT_AUTH_KEY = "PREFECT_API_AUTH_STRING"
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
 
@@ -82,7 +81,7 @@ SERVER_SETTINGS: dict[str, str] = {
     "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "1",
     "PREFECT_SERVER_SERVICES_FOREMAN_ENABLED": "false",
     "PREFECT_SERVER_SERVICES_PAUSE_EXPIRATIONS_ENABLED": "false",
-    # The front page opens the new (V2) UI, as APE's flow-run links do (ape.ui_links): V2's
+    # The front page opens the new (V2) UI, as APE's flow-run links do (ape.flows.ui_links): V2's
     # flow-run page takes a browser that has not logged in to the login form and back.
     "PREFECT_SERVER_UI_V2_ENABLED": "true",
 }
@@ -116,17 +115,6 @@ class _State(BaseModel):
 
 
 # --------------------------------------------------------------------------- paths
-
-
-def ape_home() -> Path:
-    """The APE state folder: ``$APE_HOME`` or ``~/.ape``."""
-    value = os.environ.get("APE_HOME")
-    return Path(value).expanduser() if value else Path.home() / ".ape"
-
-
-def server_home() -> Path:
-    """Folder holding the local server's pid/state file, log, database and credentials."""
-    return ape_home() / "server"
 
 
 def private_dir(path: Path) -> Path:
@@ -180,28 +168,6 @@ def auth_string(home: Path | None = None) -> str:
     finally:
         tmp.unlink(missing_ok=True)
     return path.read_text(encoding="utf-8").strip()
-
-
-def password_hint(home: Path | None = None) -> str:
-    """Where the UI's password is, for every line that names APE's server or links into its
-    UI: a browser that has not logged in yet meets a login form, and the password is nowhere
-    else (``home``: the server's folder, default :func:`server_home`)."""
-    return f"the UI's password is the line in {(home or server_home()) / AUTH_FILE}"
-
-
-def ui_password_file() -> Path | None:
-    """The file holding the password of the server this process reports to, when that is
-    APE's own (its credentials are this APE home's); None for a server the user configured,
-    Prefect Cloud or Prefect's temporary server. Reads only: never creates the file."""
-    value = os.environ.get(CLIENT_AUTH_KEY)
-    if not value:
-        return None
-    path = server_home() / AUTH_FILE
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    return path if text and secrets.compare_digest(text.encode(), value.encode()) else None
 
 
 def use_credentials(home: Path | None = None) -> None:

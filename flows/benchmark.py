@@ -27,10 +27,11 @@ from ape.flows.logs import run_logs
 from ape.flows.preflight import Checked, canary
 from ape.flows.progress import RUN_ERROR_LINES
 from ape.flows.states import items_failed
+from ape.flows.ui_links import flow_run_link
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import HealthEntry
-from ape.server import password_hint, ui_password_file
 from ape.tasks.checking.canary import CanaryFailed
+from ape.tasks.common.home import password_hint, ui_password_file
 from ape.tasks.model_setup import prepared, run_label
 from ape.tasks.models.limits import RETRY_LINES
 from ape.tasks.models.llama_server import local_model_servers
@@ -39,7 +40,6 @@ from ape.tasks.report.health import suspect_lines
 from ape.tasks.run_tasks import join_history_task, judge_agreement_task, report_task
 from ape.tasks.storage.file_modes import modes_for, private_outputs
 from ape.tasks.storage.runs import IN_PLACE, config_for_run, start_run
-from ape.ui_links import flow_run_link
 
 log = logging.getLogger("ape")
 

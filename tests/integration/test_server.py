@@ -247,7 +247,7 @@ def test_start_reuse_status_stop(ape_home: Path, quiet_settings: None, monkeypat
     ]
     # this process reports to APE's own server: its links name that file, and open the UI
     # the server's front page opens (Prefect's V2), where a fresh browser gets the login form
-    from ape.ui_links import flow_run_link
+    from ape.flows.ui_links import flow_run_link
 
     assert server.ui_password_file() == auth_file
     with temporary_settings({PREFECT_API_URL: api_url}):  # as a flow run of this process sees it

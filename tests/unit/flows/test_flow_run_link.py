@@ -13,7 +13,7 @@ import pytest
 from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, temporary_settings
 
 from ape.flows.benchmark import flow_run_link
-from ape.ui_links import v2_base_url
+from ape.flows.ui_links import v2_base_url
 
 RUN = "0b6c6d2e-6f43-4c1e-9d8e-1a2b3c4d5e6f"
 
