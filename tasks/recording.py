@@ -415,7 +415,8 @@ def recorded_session(
     if recorder.clock is not None and recorder.marks:
         kept = keep_chain(recorder.marks, TASK_RUN_COUNTS.lag(), first=TASK_RUN_COUNTS.first_chain(flow_run_id))
         if kept:
-            recorder.ran(record_stage_runs(flow_run_id, item_id, run_index, recorder.marks))
+            nested = recorder.session_mark is not None  # in the session's recorded task run
+            recorder.ran(record_stage_runs(flow_run_id, item_id, run_index, recorder.marks, nested=nested))
         _note_chain(flow_run_id, item_id, run_index, kept)
     elif live_stages:
         _note_chain(flow_run_id, item_id, run_index, True)

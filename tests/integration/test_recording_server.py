@@ -185,6 +185,22 @@ def test_the_readme_example_records_every_chain_on_the_default_settings(
     for stage in ("session", *STAGES):
         assert _count_in(ape_server, flow_runs, f"{stage}[%") == 180, stage
     assert _count_in(ape_server, flow_runs, "%", recording.OPEN_TYPES) == 0
+    # the flow run's graph (what the UI draws): one node per session on top, its five stages
+    # nested in it (one encapsulating edge each), instead of 540 bars side by side
+    from ape import server
+
+    with server.api_session(ape_server["API"], timeout=60, auth=ape_server["AUTH"]) as session:
+        response = session.get(f"/flow_runs/{flow_runs[0]}/graph-v2")
+    response.raise_for_status()
+    nodes = {node_id: node for node_id, node in response.json()["nodes"]}
+    assert len(nodes) == 90 * 6
+    top = {node_id for node_id, node in nodes.items() if not node["encapsulating"]}
+    assert sorted({nodes[node_id]["label"].split("[")[0] for node_id in top}) == ["session"]
+    assert len(top) == 90
+    for node in nodes.values():
+        if node["encapsulating"]:
+            (outer,) = node["encapsulating"]
+            assert nodes[outer["id"]]["label"] == "session[" + node["label"].split("[", 1)[1], node["label"]
 
 
 def _count_in(

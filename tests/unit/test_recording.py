@@ -207,7 +207,7 @@ def _session(
     sent: list[list[str]] = []
     monkeypatch.setattr(recording, "current_flow_run_id", lambda: "flow-x")
     monkeypatch.setattr(
-        recording, "record_stage_runs", lambda f, i, r, marks: sent.append([m.stage for m in marks]) or len(marks)
+        recording, "record_stage_runs", lambda f, i, r, marks, **kw: sent.append([m.stage for m in marks]) or len(marks)
     )
     if counts is None:
         _counts(monkeypatch, lag)
