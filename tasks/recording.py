@@ -86,7 +86,7 @@ CHAIN_MAX_LAG = _env_int("APE_CHAIN_MAX_LAG", 100)
 # whatever the lag: a run of up to this many sessions per model (the README's example:
 # 90 per model) records every chain and says nothing about chains left out, for an end
 # wait of a second or two (docs/server.md); past it, the lag rule above
-CHAIN_FIRST = _env_int("APE_CHAIN_FIRST", 300)
+CHAIN_FIRST = _env_int("APE_CHAIN_FIRST", 200)
 # how long the end of a run waits for the server, at most (seconds)
 WAIT_S = float(_env_int("APE_RECORD_WAIT_S", 300))
 POLL_S = 1.0

@@ -142,7 +142,7 @@ def _defaults(ape_server: dict[str, str]) -> dict[str, str]:
 @pytest.mark.slow
 def test_a_fast_run_leaves_plain_chains_out_on_the_default_settings(ape_server: dict[str, str], tmp_path: Path) -> None:
     # 800 instant sessions send their task runs faster than a local server takes them in:
-    # the first 300 keep their chains (a small run records all), the rest go at the
+    # the first 200 keep their chains (a small run records all), the rest go at the
     # sessions' pace, and the chains left out are named for ape record, once, as information
     n = 800
     done = _run(tmp_path / "bench", n, _defaults(ape_server), prefix="fast800x")
