@@ -257,9 +257,10 @@ class Runner:
                 )
             except OSError as exc:  # the results are saved; only `ape record` loses its list
                 log.warning("%s: could not write stage_chains.json: %s", setup.model_id, exc.strerror or exc)
-        if chains.left_out:
+        if chains.left_out:  # in run.log and the UI; the terminal gets the run's one line, in the report
             command = record_command(setup.config.run.output)
-            log.info("%s: %s", setup.model_id, record_line(chains.recorded, len(chains.left_out), [command]))
+            line = record_line(chains.recorded, len(chains.left_out), [command])
+            log.info("%s: %s", setup.model_id, line, extra={CONSOLE_SKIP: True})
         return {"chains_recorded": chains.recorded, "chains_left_out": len(chains.left_out)}
 
     def _call_hook(self, batch: OutputBatch) -> None:

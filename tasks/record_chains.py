@@ -129,7 +129,8 @@ def record_flow_run(
         if held < len(ids):  # not sent before (or only in part): send the slice
             counts.throttle(max_lag=MAX_LAG)
             for key, index in batch:
-                done.task_runs += record_stage_runs(flow_run_id, key, index, marks[(key, index)])
+                # nested in the session's task run the run recorded (a fixed id), as the run nests them
+                done.task_runs += record_stage_runs(flow_run_id, key, index, marks[(key, index)], nested=True)
             counts.add(flow_run_id, len(ids) - held)
         if time.monotonic() - said >= 5.0:
             on_progress(f"sent {min(first + SLICE, len(sessions))}/{len(sessions)} chains of flow run {flow_run_id}")

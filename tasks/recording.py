@@ -17,9 +17,11 @@ server keeps up with; this module makes the rest safe:
   final state (none Pending or Running), printing a progress line, and gives up after a
   bound, saying how many are missing;
 - :func:`keep_chain` decides which sessions' stage chains are recorded: every chain with a
-  stage that did not end plainly, and a plain one while the server is at most
-  :data:`CHAIN_MAX_LAG` task runs behind (the lag a poller thread per process keeps
-  fresh, so no solver thread asks the server); the chains left out are counted and named
+  stage that did not end plainly, every chain of a flow run's first :data:`CHAIN_FIRST`
+  sessions (so a small run, the README's example among them, shows all of them), and
+  after those a plain one while the server is at most :data:`CHAIN_MAX_LAG` task runs
+  behind (the lag a poller thread per process keeps fresh, so no solver thread asks the
+  server); the chains left out are counted and named
   per flow run (:meth:`TaskRunCounts.chains`), for ``stage_chains.json`` and ``ape record``;
 - :func:`recorded_session` does this bookkeeping around one session's chain, so the
   chain itself only reports to its :class:`~ape.tasks.stage_runs.StageRecorder`; it also
@@ -78,8 +80,13 @@ MAX_LAG = _env_int("APE_RECORD_MAX_LAG", 2500)
 # server shares the CPU with the run and takes in about 245 task-run events a second, so
 # at 2,000 a run of 640 sessions at 64 workers waited 9.5 s at its end for its chains and
 # took 4.3x its ideal time, at 100 1.0-2.7 s and 1.84-2.26x (docs/performance.md).
-# 0 records no plain chain.
+# 0 records no plain chain (CHAIN_FIRST included).
 CHAIN_MAX_LAG = _env_int("APE_CHAIN_MAX_LAG", 100)
+# the first sessions of each evaluate flow run (per process) whose chains are recorded
+# whatever the lag: a run of up to this many sessions per model (the README's example:
+# 90 per model) records every chain and says nothing about chains left out, for an end
+# wait of a second or two (docs/server.md); past it, the lag rule above
+CHAIN_FIRST = _env_int("APE_CHAIN_FIRST", 200)
 # how long the end of a run waits for the server, at most (seconds)
 WAIT_S = float(_env_int("APE_RECORD_WAIT_S", 300))
 POLL_S = 1.0
@@ -156,6 +163,7 @@ class TaskRunCounts:
         self._poll_lock = threading.Lock()
         self._expected: dict[str, int] = {}
         self._chains: dict[str, ChainTally] = {}
+        self._sessions: dict[str, int] = {}  # chains judged so far, per flow run
         self._recorded = 0
         self._polled_at = 0.0
         self._background = background
@@ -179,6 +187,18 @@ class TaskRunCounts:
         with self._lock:
             self._chains.setdefault(flow_run_id, ChainTally()).add(item_id, run_index, recorded)
 
+    def first_chain(self, flow_run_id: str | None, first: int | None = None) -> bool:
+        """Count one more chain judged for ``flow_run_id``; whether it is among the first
+        ``first`` (:data:`CHAIN_FIRST`) of that flow run in this process, which are recorded
+        whatever the server's lag."""
+        limit = CHAIN_FIRST if first is None else first
+        if flow_run_id is None or limit <= 0:
+            return False
+        with self._lock:
+            seen = self._sessions.get(flow_run_id, 0) + 1
+            self._sessions[flow_run_id] = seen
+        return seen <= limit
+
     def chains(self, flow_run_id: str | None) -> ChainTally:
         """What :meth:`chain` noted of ``flow_run_id`` so far (a copy)."""
         with self._lock:
@@ -201,6 +221,7 @@ class TaskRunCounts:
             for key in flow_run_ids:
                 self._expected.pop(key, None)
                 self._chains.pop(key, None)
+                self._sessions.pop(key, None)
             # the last count covered the dropped runs too: until the next poll, take the
             # server to hold none of the others (a lag too high, never too low)
             self._recorded = 0
@@ -272,12 +293,13 @@ def plain_chain(marks: Iterable[Any]) -> bool:
     return all(m.state_type == "COMPLETED" and m.state_name in PLAIN_STATES for m in marks)
 
 
-def keep_chain(marks: Iterable[Any], lag: int, max_lag: int | None = None) -> bool:
+def keep_chain(marks: Iterable[Any], lag: int, max_lag: int | None = None, *, first: bool = False) -> bool:
     """Whether a session's stage chain is recorded now: always when a stage did not end
-    plainly, else while the server is at most ``max_lag`` (:data:`CHAIN_MAX_LAG`) task runs
-    behind (``lag``); a budget of 0 records no plain chain."""
+    plainly; else when it is among its flow run's first :data:`CHAIN_FIRST` (``first``), or
+    while the server is at most ``max_lag`` (:data:`CHAIN_MAX_LAG`) task runs behind
+    (``lag``); a budget of 0 records no plain chain, the first ones included."""
     budget = CHAIN_MAX_LAG if max_lag is None else max_lag
-    return not plain_chain(marks) or (budget > 0 and lag <= budget)
+    return not plain_chain(marks) or (budget > 0 and (first or lag <= budget))
 
 
 _collecting = threading.local()
@@ -391,9 +413,10 @@ def recorded_session(
             TASK_RUN_COUNTS.add(flow_run_id, sent)
             recorder.task_runs -= sent  # counted now; the rest of the chain is counted below
     if recorder.clock is not None and recorder.marks:
-        kept = keep_chain(recorder.marks, TASK_RUN_COUNTS.lag())
+        kept = keep_chain(recorder.marks, TASK_RUN_COUNTS.lag(), first=TASK_RUN_COUNTS.first_chain(flow_run_id))
         if kept:
-            recorder.ran(record_stage_runs(flow_run_id, item_id, run_index, recorder.marks))
+            nested = recorder.session_mark is not None  # in the session's recorded task run
+            recorder.ran(record_stage_runs(flow_run_id, item_id, run_index, recorder.marks, nested=nested))
         _note_chain(flow_run_id, item_id, run_index, kept)
     elif live_stages:
         _note_chain(flow_run_id, item_id, run_index, True)

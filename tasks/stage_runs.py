@@ -229,12 +229,18 @@ def _task_run_event(
     tags: tuple[str, ...],
     *,
     running: bool = False,
+    parent: uuid.UUID | None = None,
 ) -> dict[str, Any]:
     """The ``emit_event`` arguments of one task run's state: its final state (from ``mark``),
-    or with ``running`` the Running state it is in since ``mark.start``."""
+    or with ``running`` the Running state it is in since ``mark.start``. ``parent``: the task
+    run it is nested in (``__parents__``, as the engine records a task called inside a task)."""
     run_id = stage_run_id(flow_run_id, item_id, run_index, mark.stage)
     name = f"{mark.stage}[{item_id}]#{run_index}"
-    inputs = {"upstream": [{"input_type": "task_run", "id": str(upstream)}]} if upstream else {}
+    inputs: dict[str, list[dict[str, str]]] = {}
+    if upstream:
+        inputs["upstream"] = [{"input_type": "task_run", "id": str(upstream)}]
+    if parent:
+        inputs["__parents__"] = [{"input_type": "task_run", "id": str(parent)}]
     state_type, state_name = ("RUNNING", "Running") if running else (mark.state_type, mark.state_name)
     message = "" if running else mark.message or ""
     at = time.time() if running else mark.end
@@ -286,18 +292,32 @@ def _task_run_event(
 
 
 def stage_run_events(
-    flow_run_id: str, item_id: str, run_index: int, marks: list[StageMark], tags: tuple[str, ...] = ()
+    flow_run_id: str,
+    item_id: str,
+    run_index: int,
+    marks: list[StageMark],
+    tags: tuple[str, ...] = (),
+    *,
+    nested: bool = False,
 ) -> list[dict[str, Any]]:
     """The ``emit_event`` arguments that record ``marks`` as task runs of ``flow_run_id``,
     each pointing at the one before it (``upstream``), so the flow run's graph draws the chain.
+
+    ``nested``: the stages are nested in the session's own recorded task run (its id is
+    fixed, :func:`stage_run_id` of stage ``session``), as a task called inside a task is.
+    The UI's flow-run graph then draws one node per session, the chain folded inside it
+    behind the node's toggle, instead of six hairline bars per session side by side
+    (docs/server.md); the Task Runs tab and the API list every stage as before.
 
     Plain dicts (what Prefect's own engine sends for a task run's state change), so the
     function is testable without a server and costs little per stage.
     """
     events = []
     upstream: uuid.UUID | None = None
+    session = stage_run_id(flow_run_id, item_id, run_index, "session") if nested else None
     for mark in marks:
-        events.append(_task_run_event(flow_run_id, item_id, run_index, mark, upstream, tags))
+        parent = session if mark.stage != "session" else None
+        events.append(_task_run_event(flow_run_id, item_id, run_index, mark, upstream, tags, parent=parent))
         upstream = stage_run_id(flow_run_id, item_id, run_index, mark.stage)
     return events
 
@@ -320,8 +340,11 @@ def current_flow_run_id() -> str | None:
     return None
 
 
-def record_stage_runs(flow_run_id: str | None, item_id: str, run_index: int, marks: list[StageMark]) -> int:
+def record_stage_runs(
+    flow_run_id: str | None, item_id: str, run_index: int, marks: list[StageMark], *, nested: bool = False
+) -> int:
     """Send ``marks`` to the Prefect server as task runs; returns how many were sent.
+    ``nested``: inside the session's recorded task run (:func:`stage_run_events`).
 
     Needs a flow run to attach them to; without one (a stage called outside a flow)
     nothing is sent.
@@ -330,7 +353,7 @@ def record_stage_runs(flow_run_id: str | None, item_id: str, run_index: int, mar
         return 0
 
     sent = 0
-    for event in stage_run_events(flow_run_id, item_id, run_index, marks):
+    for event in stage_run_events(flow_run_id, item_id, run_index, marks, nested=nested):
         if emit_event(**event) is not None:
             sent += 1
     return sent

@@ -141,12 +141,12 @@ def record_command(folder: Path) -> str:
 
 
 def record_line(recorded: int, left_out: int, commands: list[str]) -> str:
-    """One line for the summary and the report: how many chains are in the UI and, when
-    some were left out, the command(s) that record them."""
+    """One line for the report (so once per run, an information, not a warning): how many
+    chains are in the UI and, when some were left out, the command(s) that record them."""
     if not left_out:
         return f"Stage chains in the Prefect UI: all {recorded} recorded"
     named = " and ".join(f"`{command}`" for command in dict.fromkeys(commands))
     return (
-        f"Stage chains in the Prefect UI: {recorded} recorded, {left_out} left out while the server "
-        f"was behind (the results are complete); {named} records them"
+        f"Stage chains in the Prefect UI: {recorded} recorded, {left_out} left out to keep the run at "
+        f"its own pace (every session is there and the results are complete); {named} adds them"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from ape.tasks import recording
+from ape.tasks.stage_runs import STAGES
 from ape.tasks.storage.stage_chains import StageChains, read_chains
 from tests.helpers.processes import free_port
 from tests.helpers.runner import make_benchmark
@@ -132,20 +134,89 @@ def test_a_run_the_server_keeps_up_with_records_every_chain_on_the_default_setti
     assert f"all {n} recorded" in (tmp_path / "bench" / "out" / "leaderboard.md").read_text()
 
 
+def _defaults(ape_server: dict[str, str]) -> dict[str, str]:
+    """The server's environment without any chain setting: what a user's run gets."""
+    return {k: v for k, v in ape_server.items() if k not in ("APE_CHAIN_MAX_LAG", "APE_CHAIN_FIRST")}
+
+
 @pytest.mark.slow
 def test_a_fast_run_leaves_plain_chains_out_on_the_default_settings(ape_server: dict[str, str], tmp_path: Path) -> None:
-    # 300 instant sessions send their task runs faster than a local server takes them in:
-    # the run goes at its sessions' pace, and the chains it left out are named for ape record
-    n = 300
-    env = {k: v for k, v in ape_server.items() if k != "APE_CHAIN_MAX_LAG"}
-    done = _run(tmp_path / "bench", n, env, prefix="fast300x")
+    # 800 instant sessions send their task runs faster than a local server takes them in:
+    # the first 200 keep their chains (a small run records all), the rest go at the
+    # sessions' pace, and the chains left out are named for ape record, once, as information
+    n = 800
+    done = _run(tmp_path / "bench", n, _defaults(ape_server), prefix="fast800x")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     chains = _chains(tmp_path / "bench" / "out")
     assert chains.chains_recorded + chains.chains_left_out == n
-    assert 0 < chains.chains_recorded < n
-    assert _count(ape_server, "session[fast300x") == n
-    assert _count(ape_server, "render[fast300x") == chains.chains_recorded
-    assert "ape record" in done.stderr
+    assert recording.CHAIN_FIRST <= chains.chains_recorded < n
+    assert _count(ape_server, "session[fast800x") == n
+    assert _count(ape_server, "render[fast800x") == chains.chains_recorded
+    said = done.stdout + done.stderr
+    assert said.count("left out") == 1 and "ape record" in said, said[-3000:]
+    assert "WARNING" not in said and "Warning" not in said, said[-3000:]
+
+
+@pytest.mark.slow
+def test_the_readme_example_records_every_chain_on_the_default_settings(
+    ape_server: dict[str, str], tmp_path: Path
+) -> None:
+    """The README's example (30 items, two mock models, 3 sessions each: 180 sessions) on an
+    APE-started server with no setting changed: every session's chain is in the UI, asked of
+    the server itself, and the run says nothing about chains left out."""
+    example = tmp_path / "arithmetic"
+    shutil.copytree(
+        Path(__file__).resolve().parents[2] / "examples" / "arithmetic",
+        example,
+        ignore=shutil.ignore_patterns("output"),
+    )
+    done = _ape(example, _defaults(ape_server), "run", "config.toml")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    said = done.stdout + done.stderr
+    assert "left out" not in said and "ape record" not in said, said[-3000:]
+    assert "Stage chains in the Prefect UI: all 180 recorded" in done.stdout
+    flow_runs = []
+    for model in ("mock-careful", "mock-sloppy"):
+        chains = read_chains(example / "output" / model)
+        assert chains is not None and (chains.chains_recorded, chains.chains_left_out) == (90, 0), model
+        flow_runs += [run.flow_run_id for run in chains.flow_runs]
+    assert len(flow_runs) == 2
+    # the server holds each flow run's 90 sessions and their five stages each, all final
+    for stage in ("session", *STAGES):
+        assert _count_in(ape_server, flow_runs, f"{stage}[%") == 180, stage
+    assert _count_in(ape_server, flow_runs, "%", recording.OPEN_TYPES) == 0
+    # the flow run's graph (what the UI draws): one node per session on top, its five stages
+    # nested in it (one encapsulating edge each), instead of 540 bars side by side
+    from ape import server
+
+    with server.api_session(ape_server["API"], timeout=60, auth=ape_server["AUTH"]) as session:
+        response = session.get(f"/flow_runs/{flow_runs[0]}/graph-v2")
+    response.raise_for_status()
+    nodes = {node_id: node for node_id, node in response.json()["nodes"]}
+    assert len(nodes) == 90 * 6
+    top = {node_id for node_id, node in nodes.items() if not node["encapsulating"]}
+    assert sorted({nodes[node_id]["label"].split("[")[0] for node_id in top}) == ["session"]
+    assert len(top) == 90
+    for node in nodes.values():
+        if node["encapsulating"]:
+            (outer,) = node["encapsulating"]
+            assert nodes[outer["id"]]["label"] == "session[" + node["label"].split("[", 1)[1], node["label"]
+
+
+def _count_in(
+    ape_server: dict[str, str], flow_run_ids: list[str], name: str, types: tuple[str, ...] = recording.FINAL_TYPES
+) -> int:
+    """Task runs of ``flow_run_ids`` named like ``name`` in one of ``types``, as APE's server counts them."""
+    from ape import server
+
+    body = {
+        "flow_runs": {"id": {"any_": flow_run_ids}},
+        "task_runs": {"name": {"like_": name}, "state": {"type": {"any_": list(types)}}},
+    }
+    with server.api_session(ape_server["API"], timeout=60, auth=ape_server["AUTH"]) as session:
+        response = session.post("/task_runs/count", json=body)
+    response.raise_for_status()
+    return int(response.json())
 
 
 @pytest.mark.slow
@@ -159,7 +230,9 @@ def test_ape_record_records_the_chains_a_run_left_out(ape_server: dict[str, str]
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     chains = _chains(out)
     assert (chains.chains_recorded, chains.chains_left_out) == (0, sessions)
-    assert f"{sessions} left out" in done.stderr and "ape record" in done.stderr  # the model's log line
+    said = done.stdout + done.stderr  # the report's one line, information; the model's own line is in run.log
+    assert said.count(f"{sessions} left out") == 1 and "ape record" in said, said[-3000:]
+    assert any(f"{sessions} left out" in log.read_text() for log in out.rglob("run.log"))
     assert f"{sessions} left out" in (out / "leaderboard.md").read_text()
     assert _count(ape_server, "[later20x") == sessions  # the sessions' own task runs only
 

@@ -52,6 +52,30 @@ def test_events_parse_as_the_server_parses_them() -> None:
     assert runs[4].id == stage_run_id(flow_run_id, "q007", 2, "score")
 
 
+def test_a_nested_chain_sits_in_its_sessions_task_run() -> None:
+    """Nested, each stage names the session's recorded task run as its parent (``__parents__``,
+    what the server turns into the graph's encapsulating edge and the UI folds behind the
+    session node's toggle); the upstream arrow between stages stays; the session itself is
+    nested in nothing."""
+    from prefect.server.events.schemas.events import ReceivedEvent
+    from prefect.server.services.task_run_recorder import task_run_from_event
+
+    flow_run_id = str(uuid.uuid4())
+    t = time.time()
+    session = StageMark("session", t, t + 0.5)
+    marks = [StageMark(stage, t + i * 0.1, t + (i + 1) * 0.1) for i, stage in enumerate(STAGES)]
+    outer = task_run_from_event(ReceivedEvent(**stage_run_events(flow_run_id, "q1", 0, [session], nested=True)[0]))
+    assert outer.task_inputs == {} and outer.id == stage_run_id(flow_run_id, "q1", 0, "session")
+    runs = [task_run_from_event(ReceivedEvent(**e)) for e in stage_run_events(flow_run_id, "q1", 0, marks, nested=True)]
+    for run in runs:
+        assert [i.id for i in run.task_inputs["__parents__"]] == [outer.id], run.name
+    for before, after in zip(runs, runs[1:]):
+        assert [i.id for i in after.task_inputs["upstream"]] == [before.id]
+    # not nested (the default): no parent, as before
+    plain = stage_run_events(flow_run_id, "q1", 0, marks)
+    assert all("__parents__" not in e["payload"]["task_run"]["task_inputs"] for e in plain)
+
+
 @pytest.mark.parametrize(
     ("outcome", "solve_failed", "state"),
     [

@@ -110,6 +110,32 @@ def test_unusual_chains_are_always_kept(state_type: str, state_name: str) -> Non
     assert keep_chain(_marks(state_type, state_name), lag=10**6, max_lag=0)
 
 
+def test_the_first_chains_are_kept_whatever_the_lag() -> None:
+    # a small run records every chain: the first ones go even with the server far behind
+    assert keep_chain(_marks(), lag=10**6, max_lag=100, first=True)
+    assert not keep_chain(_marks(), lag=10**6, max_lag=100, first=False)
+    assert not keep_chain(_marks(), lag=0, max_lag=0, first=True)  # a budget of 0 still records none
+
+
+def test_the_first_chains_are_counted_per_flow_run() -> None:
+    counts = TaskRunCounts(counter=lambda ids, types: 0, background=False)
+    assert [counts.first_chain("f1", first=3) for _ in range(5)] == [True, True, True, False, False]
+    assert counts.first_chain("f2", first=3)  # another flow run counts afresh
+    assert not counts.first_chain(None, first=3) and not counts.first_chain("f3", first=0)
+    counts.forget(["f1"])  # a served process runs many flow runs: a finished one is dropped
+    assert counts.first_chain("f1", first=3)
+
+
+def test_a_small_run_records_every_chain_with_the_server_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recording, "CHAIN_MAX_LAG", 100)
+    monkeypatch.setattr(recording, "CHAIN_FIRST", 2)
+    with collect_chains() as notes:
+        counts = _counts(monkeypatch, lag=10**6)
+        for _ in range(3):
+            _session(monkeypatch, lag=10**6, counts=counts)
+    assert [recorded for _, _, recorded in notes] == [True, True, False]
+
+
 def test_the_budget_defaults_to_the_module_constant(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recording, "CHAIN_MAX_LAG", 10)
     assert keep_chain(_marks(), lag=10) and not keep_chain(_marks(), lag=11)
@@ -174,14 +200,17 @@ def _counts(monkeypatch: pytest.MonkeyPatch, lag: int = 0) -> TaskRunCounts:
     return counts
 
 
-def _session(monkeypatch: pytest.MonkeyPatch, lag: int, state_name: str = "Passed") -> list[list[str]]:
-    """One recorded session with a chain, at ``lag``; the stages it sent."""
+def _session(
+    monkeypatch: pytest.MonkeyPatch, lag: int, state_name: str = "Passed", counts: TaskRunCounts | None = None
+) -> list[list[str]]:
+    """One recorded session with a chain, at ``lag`` (in ``counts``, else a fresh count); the stages it sent."""
     sent: list[list[str]] = []
     monkeypatch.setattr(recording, "current_flow_run_id", lambda: "flow-x")
     monkeypatch.setattr(
-        recording, "record_stage_runs", lambda f, i, r, marks: sent.append([m.stage for m in marks]) or len(marks)
+        recording, "record_stage_runs", lambda f, i, r, marks, **kw: sent.append([m.stage for m in marks]) or len(marks)
     )
-    _counts(monkeypatch, lag)
+    if counts is None:
+        _counts(monkeypatch, lag)
     with recorded_session("q1", 0, True) as recorder:
         recorder.rendered()
         assert recorder.clock is not None
@@ -191,6 +220,7 @@ def _session(monkeypatch: pytest.MonkeyPatch, lag: int, state_name: str = "Passe
 
 def test_a_session_leaves_a_plain_chain_out_when_the_server_is_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recording, "CHAIN_MAX_LAG", 500)
+    monkeypatch.setattr(recording, "CHAIN_FIRST", 0)  # no small-run allowance: the lag alone decides
     with collect_chains() as notes:
         assert _session(monkeypatch, lag=10) == [["render", "check"]]
         assert _session(monkeypatch, lag=501) == []
