@@ -32,6 +32,7 @@ from ape.tasks.checking.judge import judge_model_config
 from ape.tasks.model_setup import ModelSetup, grade_canary, make_setup, resume_fingerprints
 from ape.tasks.models.build import build_model
 from ape.tasks.models.reachability import auth_warnings, probe_all, probe_target, unreachable_lines
+from ape.tasks.models.scoring import build_scorer
 from ape.tasks.solving.choices import check_item
 from ape.tasks.solving.tools import load_tools
 from ape.tasks.storage.config_file import locate
@@ -64,8 +65,11 @@ def preflight(config: ApeConfig, *, run_folder: bool = False) -> Checked:
         check_history(config.run.output)  # a damaged history is found now, not after every model call
         check_judge_model(config)  # before the setups build their checkers (and so the judge)
         setups = [make_setup(config, model) for model in config.model]
-        for model in config.model:
-            build_model(model, config.base_dir)
+        for model in config.model:  # what a solver worker builds: a scorer for [choices], else a chat model
+            if config.choices is not None:
+                build_scorer(model, config.base_dir)
+            else:
+                build_model(model, config.base_dir)
         tools = load_tools(config.tools, config.base_dir)
         # the data file's own errors before the saved results are compared with it: a broken
         # line changes the file's digest too, and "holds results made with a different data

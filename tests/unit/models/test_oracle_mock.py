@@ -204,3 +204,26 @@ def test_the_log_likelihood_oracle_takes_no_field_and_needs_a_session(tmp_path: 
     scorer = MockScorer(behaviour="oracle")
     with pytest.raises(ValueError, match="has none"):
         scorer.score(mc_request(1, 3))
+
+
+def test_the_documented_log_likelihood_oracle_passes_preflight(tmp_path: Path) -> None:
+    """docs/config/choices.md's oracle block, in the multiple-choice example: ``ape validate``
+    and ``ape run`` check a [choices] model as the scorer a worker builds, not as a chat mock
+    (which needs a ``field`` the log-likelihood oracle refuses)."""
+    import re
+    import shutil
+
+    from ape.config import load_config
+    from ape.flows.preflight import preflight
+    from tests.helpers.paths import REPO_ROOT
+
+    block = re.search(
+        r"```toml\n(\[\[model\]\]\nname = \"knows-70\".*?)```", (REPO_ROOT / "docs/config/choices.md").read_text(), re.S
+    )
+    assert block is not None, "the oracle block left docs/config/choices.md"
+    folder = tmp_path / "mc"
+    shutil.copytree(REPO_ROOT / "examples/multiple_choice", folder, ignore=shutil.ignore_patterns("output"))
+    config = folder / "config.toml"
+    config.write_text(config.read_text(encoding="utf-8") + "\n" + block.group(1), encoding="utf-8")
+    checked = preflight(load_config(config))
+    assert [setup.model_cfg.name for setup in checked.setups][-1] == "knows-70"
