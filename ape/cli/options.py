@@ -45,15 +45,23 @@ def overrides(args: argparse.Namespace) -> dict[str, str | int | bool]:
     return out
 
 
-def finish(config: ApeConfig, state: Any, *, new_run: bool, fail_on_regression: bool = False) -> int:
+def finish(
+    config: ApeConfig,
+    state: Any,
+    *,
+    new_run: bool,
+    fail_on_regression: bool = False,
+    run_folder: Path | None = None,
+) -> int:
     """Print what a finished benchmark flow run left (the leaderboard, the outcome, the
-    regressions) and return the command's exit code."""
+    regressions) and return the command's exit code. ``run_folder``: the run folder a retry
+    continued (an earlier flow run made it, so it is not found by this flow run's id)."""
     # deferred: these import Prefect and the flows, which `ape --help` never needs
     from ape.flows.benchmark import ResultsSuspect
     from ape.flows.states import items_failed
     from ape.tasks.storage.save import SaveFailed
 
-    output = _run_output(config, state, new_run)
+    output = run_folder or _run_output(config, state, new_run)
     report = output / "leaderboard.md"
     if report.exists():
         print(terminal_safe(report.read_text(encoding="utf-8")))

@@ -12,7 +12,7 @@ from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome
 from ape.tasks.storage.config_file import load_config
 from ape.tasks.storage.run_files import metadata_near, recorded_config_file
-from ape.tasks.storage.runs import split_run_folder
+from ape.tasks.storage.runs import run_folder, split_run_folder
 
 NAME = "retry"
 HELP = "re-run only the items that ended ERROR (or other outcomes) in an output folder, then rebuild the report"
@@ -57,7 +57,8 @@ def retry(output: Path, outcomes: str, config_path: Path | None, overrides: dict
         log.info("retrying model %s of %s (the other models' results stay as they are)", ", ".join(models), top)
     request = RunRequest(redo_outcomes=wanted, only_models=models, run_id=run_id)
     state = launch(config, request, api="start" if use_server else "configured")
-    return finish(config, state, new_run=run_id is not None)
+    continued = run_folder(top, run_id) if run_id is not None else None
+    return finish(config, state, new_run=run_id is not None, run_folder=continued)
 
 
 def _recorded_config(output: Path) -> tuple[Path, Path, list[str] | None]:

@@ -203,3 +203,24 @@ def test_retry_of_one_models_folder_redoes_that_model_only(tmp_path: Path, prefe
     assert sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")) == ["alpha", "beta"]
     envelope = json.loads((out / "report.json").read_text())
     assert {row["model_id"] for row in envelope["leaderboard"]} == {"alpha", "beta"}
+
+
+def test_retry_of_a_run_folder_prints_that_runs_leaderboard(
+    tmp_path: Path, prefect_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ape retry OUTPUT/latest`` continues that run, and what it prints is that run's
+    leaderboard, not the one of the plain results beside ``runs/`` (an earlier flow run made
+    the run folder, so this flow run's id does not find it)."""
+    from ape.cli import main
+
+    config = make_benchmark(tmp_path / "bench", n=4, model_args='behaviour = "arithmetic", accuracy = 0.0, seed = 1')
+    out = tmp_path / "bench" / "out"
+    assert main(["run", str(config), "--no-server", "--no-progress"]) == 0  # plain results: all wrong
+    config.write_text(config.read_text().replace("accuracy = 0.0", "accuracy = 1.0"))
+    assert main(["run", str(config), "--new-run", "--no-server", "--no-progress"]) == 0  # a run: all right
+    capsys.readouterr()
+
+    assert main(["retry", str(out / "latest"), "--outcomes", "SOLVED", "--no-server", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    rows = [line for line in printed.splitlines() if line.startswith("| 1 ")]
+    assert rows and "1.000" in rows[0] and "0.000 [" not in rows[0], printed
