@@ -9,6 +9,7 @@ from typing import Any
 from ape.cli.options import overrides as flag_overrides
 from ape.schemas.config import ApeConfig
 from ape.tasks.common.inert import terminal_safe
+from ape.tasks.common.words import count
 from ape.tasks.storage.config_file import load_config
 
 NAME = "validate"
@@ -65,7 +66,7 @@ def canary_summary(config: ApeConfig, graded: list[Any]) -> str:
 
     name = config.checker.implementation
     if graded:
-        text = f"{len(graded)} known answers graded as expected"
+        text = f"{count(len(graded), 'known answer')} graded as expected"
     elif is_short_name(name):
         text = f"none (the built-in checker '{name}' has no known answers of its own; add some in [[checker.canary]])"
     else:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ape.schemas.report import Envelope, LeaderboardRow, RegressionRow
 from ape.tasks.common.inert import md_text
+from ape.tasks.common.words import count
 from ape.tasks.report.health import injection_lines, suspect_lines
 from ape.tasks.report.judge_agreement import judge_markdown
 from ape.tasks.storage.stage_chains import record_line
@@ -239,7 +240,9 @@ def markdown_table(envelope: Envelope) -> str:
         lines += ["## Changes since earlier runs", "", *_table(header, rows), *notes, ""]
     summary = envelope.summary
     wall = f", {summary.wall_seconds:.1f} s" if summary.wall_seconds is not None else ""
-    lines.append(f"{summary.tasks} tasks, {summary.models} models, {summary.sessions} sessions{wall}")
+    lines.append(
+        f"{count(summary.tasks, 'task')}, {count(summary.models, 'model')}, {count(summary.sessions, 'session')}{wall}"
+    )
     if envelope.stage_chains:
         lines += ["", chains_line(envelope)]
     lines += _provenance_lines(summary.provenance)

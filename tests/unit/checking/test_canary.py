@@ -203,7 +203,7 @@ def test_a_passing_user_canary_lets_the_run_go_on(tmp_path, capsys):
     config = make_benchmark(tmp_path, n=3, checker=checker, models=_counted_model(tmp_path))
     code = main(["validate", str(config)])
     out = capsys.readouterr().out
-    assert code == 0 and "canary: 1 known answers graded as expected" in out
+    assert code == 0 and "canary: 1 known answer graded as expected" in out
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap for the sandbox kind under test")

@@ -36,7 +36,7 @@ def test_the_quick_start_benchmark_validates_and_its_error_line_is_what_ape_prin
     (tmp_path / "config.toml").write_text(page["toml"], encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     assert cli.main(["validate", "config.toml"]) == 0, capsys.readouterr().err
-    assert "canary: 1 known answers graded as expected" in capsys.readouterr().out
+    assert "canary: 1 known answer graded as expected" in capsys.readouterr().out
     typo = page["toml"].replace('implementation = "units:close_enough"', 'implmentation = "units:close_enough"')
     (tmp_path / "config.toml").write_text(typo, encoding="utf-8")
     assert cli.main(["validate", "config.toml"]) == 2
