@@ -261,7 +261,10 @@ class MockChatModel(BaseChatModel):
         "(a sampled model whose draws differ between scheduled runs while its settings stay the same).",
     )
     transient_failures: int = Field(
-        default=0, ge=0, description="The first N calls of this instance fail like a dropped connection."
+        default=0,
+        ge=0,
+        description="The first N calls of this instance fail like a dropped connection "
+        "(each solver worker holds its own instance, so 4 workers fail 4N calls).",
     )
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
