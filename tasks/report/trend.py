@@ -74,6 +74,14 @@ def reference_band(runs: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     return low.where(low >= 0.0), high.where(high <= 1.0)
 
 
+# read under the table: its marks are compact, and a newcomer meets them on the first `ape history`
+LEGEND = (
+    "Reference ± limit: the score of the model's own reference runs and the scores beyond which one "
+    "run alarms; `none`: no score between 0 and 1 lies beyond that side. A change point (◆) starts a "
+    "new reference: after an alarm, or when a fingerprint (prompt, model, data, solver, checker) changed."
+)
+
+
 def _band(row: dict, low: float, high: float) -> str:
     """``reference [lower limit, upper limit]``; ``none`` for a side no score can cross."""
     mean, limit, se = row.get("history_reference_mean"), row.get("history_limit"), row.get("history_se")
@@ -112,6 +120,7 @@ def history_markdown(runs: pd.DataFrame, title: str | None = None) -> str:
             f"| {_history_verdict(row)} | {band} | {_change(row)} | "
             f"{_verdict(row.get('baseline_verdict'), row.get('baseline_diff'), row.get('baseline_p'))} |"
         )
+    lines += ["", LEGEND]
     return "\n".join(lines) + "\n"
 
 

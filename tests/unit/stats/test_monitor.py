@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from ape.schemas.config import MonitorConfig
-from ape.tasks.report.trend import history_markdown, reference_band, write_trend_chart
+from ape.tasks.report.trend import LEGEND, history_markdown, reference_band, write_trend_chart
 from ape.tasks.stats.history_verdicts import history_verdict
 from ape.tasks.stats.monitor import (
     DEFAULT_RUNS_PER_YEAR,
@@ -364,6 +364,7 @@ def test_the_reference_band_never_shows_a_score_outside_0_to_1(tmp_path: Path) -
     table = history_markdown(runs)
     assert "0.975 [0.889, none]" in table and "0.500 [0.470, 0.530]" in table and "0.020 [none, 0.106]" in table
     assert "1.061" not in table and "-0.066" not in table
+    assert table.rstrip().endswith(LEGEND) and "`none`" in LEGEND  # the marks are explained under the table
     assert write_trend_chart(runs, tmp_path / "trend.png").stat().st_size > 1000
 
 
