@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from ape.tasks.common import ownership
@@ -93,3 +94,15 @@ def start_logged(command: list[str], log_path: Path, *, cwd: Path, env: dict[str
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def wait_while_running(
+    done: Callable[[], object], proc: subprocess.Popen, log_path: Path, *, timeout: float, poll: float = 0.5
+) -> None:
+    """Poll ``done`` until it is true; fail with the log's tail when ``proc`` exits first or
+    ``timeout`` seconds pass (a command under test that dies must not leave a test waiting)."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-3000:]
+        time.sleep(poll)

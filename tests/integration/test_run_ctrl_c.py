@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.prefect_api import PrefectApi
-from tests.helpers.processes import start_logged, stop_group
+from tests.helpers.processes import start_logged, stop_group, wait_while_running
 from tests.helpers.runner import make_benchmark
 
 
@@ -33,11 +33,9 @@ def test_ctrl_c_of_ape_run_prints_only_apes_line(prefect_server: str, tmp_path: 
     proc = start_logged(command, log_path, cwd=REPO_ROOT, env=env)
     results = tmp_path / "out" / "results.jsonl"
     try:
-        deadline = time.monotonic() + 150
-        while not (results.exists() and results.read_text().count("\n") >= 2):  # items are being saved
-            assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-3000:]
-            time.sleep(0.5)
+        # items are being saved
+        saving = lambda: results.exists() and results.read_text().count("\n") >= 2  # noqa: E731
+        wait_while_running(saving, proc, log_path, timeout=150)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
         code = proc.wait(timeout=90)
     finally:
