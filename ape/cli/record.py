@@ -3,7 +3,7 @@
 A run records every session's own task run, and the stage chain of every session while
 the Prefect server keeps up; the plain chains it left out while the server was behind
 are named in each model folder's ``stage_chains.json``. This command rebuilds them from
-the saved results (``ape.tasks.record_chains``: the states as the run would have sent
+the saved results (``ape.tasks.recording.afterwards``: the states as the run would have sent
 them, the times reconstructed from what was saved), sends them to the flow runs they
 belong to, waits until the server holds them, and rewrites the file (and the report's
 count) with nothing left out. Sending twice is harmless: a stage's task run has a fixed
@@ -114,7 +114,7 @@ def _connect() -> str:
 
 
 def _known(flow_run_id: str, api: str) -> bool:
-    from ape.tasks.record_chains import flow_run_known  # deferred: imports Prefect
+    from ape.tasks.recording.afterwards import flow_run_known  # deferred: imports Prefect
 
     try:
         return flow_run_known(flow_run_id)
@@ -130,7 +130,7 @@ def _known(flow_run_id: str, api: str) -> bool:
 
 def _record_model(model: Path, chains: StageChains) -> bool:
     """Record every flow run's chains left out in ``model``'s folder; rewrite its file."""
-    from ape.tasks.record_chains import record_flow_run  # deferred: imports Prefect
+    from ape.tasks.recording.afterwards import record_flow_run  # deferred: imports Prefect
     from ape.tasks.storage.run_files import run_files_in
     from ape.tasks.storage.stage_chains import write_chains
 

@@ -24,7 +24,7 @@ server keeps up with; this module makes the rest safe:
   server); the chains left out are counted and named
   per flow run (:meth:`TaskRunCounts.chains`), for ``stage_chains.json`` and ``ape record``;
 - :func:`recorded_session` does this bookkeeping around one session's chain, so the
-  chain itself only reports to its :class:`~ape.tasks.stage_runs.StageRecorder`; it also
+  chain itself only reports to its :class:`~ape.tasks.recording.stage_runs.StageRecorder`; it also
   sends the session's own task run, recorded when solve -> adapt ran as a plain call;
 - :class:`SlowSessions` shows such a session as Running while it is slow.
 
@@ -46,7 +46,7 @@ from typing import Any
 from prefect.client.orchestration import get_client
 from prefect.events import emit_event
 
-from ape.tasks.stage_runs import (
+from ape.tasks.recording.stage_runs import (
     StageRecorder,
     current_flow_run_id,
     record_stage_runs,

@@ -1,12 +1,12 @@
 """Record, after the run, the stage chains a run left out of the Prefect UI (``ape record``).
 
-A run leaves a plain chain out while the server is behind (``ape.tasks.recording``) and
+A run leaves a plain chain out while the server is behind (``ape.tasks.recording.server``) and
 names the session in its model folder's ``stage_chains.json``. Here each such chain is
 rebuilt from the session's saved result and sent as the same task runs the live run
-would have sent: the same ids (:func:`~ape.tasks.stage_runs.stage_run_id`, so sending
+would have sent: the same ids (:func:`~ape.tasks.recording.stage_runs.stage_run_id`, so sending
 twice updates the same runs), names, states and flow run. The states come from the same
-rules as the live chain (:func:`~ape.tasks.stage_runs.mark_adapt`,
-:func:`~ape.tasks.stage_runs.close_chain`); the times are reconstructed from the saved
+rules as the live chain (:func:`~ape.tasks.recording.stage_runs.mark_adapt`,
+:func:`~ape.tasks.recording.stage_runs.close_chain`); the times are reconstructed from the saved
 results, not measured: an item's sessions ran one after another and ended when it was
 saved (``saved_at``), each took its solve + adapt time (``latency_s``, shown on the
 solve stage; adapt is the instant after it) and its check's ``runtime_s``; render and
@@ -28,8 +28,16 @@ from prefect.client.orchestration import get_client
 
 from ape.schemas.results import Outcome, OutputBatch, SessionResult
 from ape.schemas.transcript import SolveRecord
-from ape.tasks.recording import FINAL_TYPES, MAX_LAG, POLL_S, WAIT_S, TaskRunCounts, count_task_runs
-from ape.tasks.stage_runs import STAGES, StageClock, StageMark, close_chain, mark_adapt, record_stage_runs, stage_run_id
+from ape.tasks.recording.server import FINAL_TYPES, MAX_LAG, POLL_S, WAIT_S, TaskRunCounts, count_task_runs
+from ape.tasks.recording.stage_runs import (
+    STAGES,
+    StageClock,
+    StageMark,
+    close_chain,
+    mark_adapt,
+    record_stage_runs,
+    stage_run_id,
+)
 from ape.tasks.storage.save import read_batches
 from ape.tasks.storage.stage_chains import FlowRunChains
 
