@@ -84,7 +84,9 @@ def record(folder: Path) -> int:
     complete = True
     for model, chains in pending:
         complete &= _record_model(model, chains)
-    _update_report(top, models)
+    from ape.tasks.report.build import recount_stage_chains  # deferred: pandas
+
+    recount_stage_chains(top, models)
     return EXIT_OK if complete else EXIT_FAILED
 
 
@@ -157,24 +159,3 @@ def _record_model(model: Path, chains: StageChains) -> bool:
         print(f"{name}: recorded {done.sessions} stage chain(s) ({done.task_runs} task runs) in flow run {flow_run_id}")
     write_chains(model, chains)
     return complete
-
-
-def _update_report(top: Path, models: list[Path]) -> None:
-    """The report in ``top`` (when there is one) counts the chains as its files now say."""
-    from ape.schemas.report import Envelope  # deferred: pydantic models of the report
-    from ape.tasks.report.build import stage_chains_of
-    from ape.tasks.report.envelope import write_envelope
-    from ape.tasks.report.markdown import markdown_table
-    from ape.tasks.storage.run_files import run_files_in
-
-    path = top / "report.json"
-    try:
-        envelope = Envelope.model_validate_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # no report here, or one of another version: the files say it
-        return
-    entries = stage_chains_of([run_files_in(model) for model in models], top)
-    envelope = envelope.model_copy(update={"stage_chains": {**envelope.stage_chains, **entries}})
-    write_envelope(path, envelope)
-    leaderboard = top / "leaderboard.md"
-    if leaderboard.is_file():
-        leaderboard.write_text(markdown_table(envelope), encoding="utf-8")
