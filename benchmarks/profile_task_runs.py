@@ -6,7 +6,7 @@ copy of the flow's context):
 
 - ``live``: a trivial ``@task`` called N times (Prefect's task engine: context, state
   transitions, events);
-- ``recorded``: N stage runs recorded after the fact (``ape.tasks.stage_runs``), one
+- ``recorded``: N stage runs recorded after the fact (``ape.tasks.recording.stage_runs``), one
   ``prefect.task-run.*`` event each (real start/end times and final state), sent by
   Prefect's background events worker;
 - ``none``: the same loop without Prefect, the baseline.
@@ -41,7 +41,7 @@ def child(mode: str, n: int) -> None:
     from prefect import flow, task
     from prefect.cache_policies import NO_CACHE
 
-    from ape.tasks.stage_runs import StageMark, current_flow_run_id, record_stage_runs
+    from ape.tasks.recording.stage_runs import StageMark, current_flow_run_id, record_stage_runs
 
     @task(name="trivial", cache_policy=NO_CACHE, persist_result=False)
     def trivial(i: int) -> int:

@@ -47,7 +47,7 @@ def count(api: str, name: str, types: list[str]) -> int:
 
 
 def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Path) -> None:
-    from ape.tasks import recording
+    from ape.tasks.recording import server as recording
     from ape.tasks.storage.stage_chains import read_chains
 
     folder = work / f"run-{n}"

@@ -92,8 +92,8 @@ def child(config: str) -> None:
 
     state = speed_flow(return_state=True)
     summary = state.result()
-    # as `ape run` does: the run is done when the server has recorded it (ape.tasks.recording)
-    from ape.tasks.recording import wait_until_recorded
+    # as `ape run` does: the run is done when the server has recorded it (ape.tasks.recording.server)
+    from ape.tasks.recording.server import wait_until_recorded
 
     waited = time.perf_counter()
     recorded = wait_until_recorded(None, on_progress=lambda _line: None)

@@ -39,9 +39,9 @@ from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.model_setup import ModelSetup, resume_fingerprints, run_label, setup_for
-from ape.tasks.recording import TASK_RUN_COUNTS
+from ape.tasks.recording.server import TASK_RUN_COUNTS
+from ape.tasks.recording.stage_runs import current_flow_run_id
 from ape.tasks.report.provenance import run_provenance
-from ape.tasks.stage_runs import current_flow_run_id
 from ape.tasks.stats.cost import Budget
 from ape.tasks.storage.cache_format import REFUSED
 from ape.tasks.storage.outdir import OutputLock
@@ -240,7 +240,7 @@ class Runner:
         return summary
 
     def _stage_chains(self) -> dict[str, int]:
-        """This flow run's stage chains, recorded and left out (``ape.tasks.recording``), also
+        """This flow run's stage chains, recorded and left out (``ape.tasks.recording.server``), also
         written to the model folder's ``stage_chains.json`` for ``ape record``."""
         setup = self.setup
         flow_run_id = current_flow_run_id()

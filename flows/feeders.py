@@ -26,9 +26,9 @@ from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch
 from ape.tasks.model_setup import ModelSetup, fingerprint_hash, make_setup
-from ape.tasks.recording import TASK_RUN_COUNTS, collect_chains
-from ape.tasks.stage_runs import current_flow_run_id
-from ape.tasks.stages import Worker, bind_worker
+from ape.tasks.recording.server import TASK_RUN_COUNTS, collect_chains
+from ape.tasks.recording.stage_runs import current_flow_run_id
+from ape.tasks.session.stages import Worker, bind_worker
 from ape.tasks.storage.transcripts import SessionLog
 
 

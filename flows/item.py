@@ -5,7 +5,7 @@ The worker *calls* the stage tasks (it never waits on futures of other pool task
 which would starve a bounded pool), so each session is tracked by Prefect as task runs
 named after stage and item, and the model-calling stages are cached. How each stage is
 called (a live task run or a plain call, by ``[run] task_granularity``) is decided once
-per run (:func:`ape.tasks.chain.stages_for`); the bookkeeping of what the Prefect server
+per run (:func:`ape.tasks.session.chain.stages_for`); the bookkeeping of what the Prefect server
 should record sits around the chain (:func:`ape.tasks.recording.recorded_session`).
 """
 
@@ -20,13 +20,13 @@ from pydantic import BaseModel
 from ape.schemas.data import id_field_name, item_id
 from ape.schemas.results import CheckResult, ErrorInfo, Outcome, OutputBatch, SessionResult
 from ape.schemas.transcript import SolveRecord
-from ape.tasks.chain import stages_for
 from ape.tasks.checking.check import CheckerCarousel
 from ape.tasks.model_setup import ModelSetup
-from ape.tasks.recording import recorded_session
+from ape.tasks.recording.server import recorded_session
 from ape.tasks.report.health import prompt_hash
+from ape.tasks.session.chain import stages_for
+from ape.tasks.session.stages import SessionSpec
 from ape.tasks.solving.solve import revalued
-from ape.tasks.stages import SessionSpec
 from ape.tasks.stats.cost import session_cost
 from ape.tasks.storage.transcripts import SessionLog
 
@@ -46,7 +46,7 @@ class ItemProcessor:
 
         self.setup = setup
         cfg = setup.config
-        # the chain as recorded task runs (tasks.stage_runs); stage granularity runs it live
+        # the chain as recorded task runs (tasks.recording.stage_runs); stage granularity runs it live
         self.record_stages = cfg.run.task_granularity == "session" and cfg.run.stage_runs
         self.live_stages = cfg.run.task_granularity == "stage"
         cache_dir = setup.cache_dir if cfg.run.cache else None

@@ -350,7 +350,7 @@ class HealthEntry(ReportModel):
 
 
 class StageChainsEntry(ReportModel):
-    """One model's stage chains in the Prefect UI (its ``stage_chains.json``, ``ape.tasks.recording``)."""
+    """One model's stage chains in the Prefect UI (its ``stage_chains.json``, ``ape.tasks.recording.server``)."""
 
     recorded: int = Field(default=0, description="Sessions whose render -> score chain the server was sent.")
     left_out: int = Field(

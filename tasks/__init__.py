@@ -13,16 +13,18 @@ other in a circle):
 - ``checking``: run a checker, metrics, built-in checkers, task specs, ``code`` (sandbox)
 - ``report``: the sessions table, leaderboard tables, envelope, markdown, chart, provenance
 
+Above them, the session and its mirror in the Prefect UI:
+
+- ``recording``: each session's stage chain as task runs, what the Prefect server has
+  recorded of a run and how long to wait for it, and the chains a run left out, recorded
+  afterwards (``ape record``)
+- ``session``: a session's chain (``stages``, ``chain``) and its cache; it reports to
+  ``recording``
+
 On top, and free to import all of them:
 
 - ``model_setup``: what one model's run is made of (data model, template, checker, provider,
   fingerprints), and the canary's grading
-- ``stages``: the Prefect tasks of a session's stages; ``chain``: the stages as one
-  session's chain calls them, per task granularity; ``run_tasks``: the benchmark flow's
-  own tasks (report, join-history, judge-agreement)
-- ``stage_runs`` (the stage chain recorded as task runs, and the recorder the stages
-  report to), ``recording`` (what the Prefect server has recorded of a run, how long to
-  wait for it, which stage chains it takes) and ``record_chains`` (the chains a run left
-  out, recorded afterwards from its saved results: ``ape record``)
+- ``run_tasks``: the benchmark flow's own tasks (report, join-history, judge-agreement)
 - ``after_run``: what follows a new run: the history, comparisons, re-scoring, alerts
 """

@@ -1,4 +1,4 @@
-"""The benchmark flow's own tasks, beside the stage tasks (:mod:`ape.tasks.stages`).
+"""The benchmark flow's own tasks, beside the stage tasks (:mod:`ape.tasks.session.stages`).
 
 - ``report``: the leaderboard, pairwise comparison and calibration from the saved results,
   as files and as artifacts in the Prefect UI;

@@ -3,7 +3,7 @@
 A run records every session's own task run, and the stage chain of every session while
 the Prefect server keeps up; the plain chains it left out while the server was behind
 are named in each model folder's ``stage_chains.json``. This command rebuilds them from
-the saved results (``ape.tasks.record_chains``: the states as the run would have sent
+the saved results (``ape.tasks.recording.afterwards``: the states as the run would have sent
 them, the times reconstructed from what was saved), sends them to the flow runs they
 belong to, waits until the server holds them, and rewrites the file (and the report's
 count) with nothing left out. Sending twice is harmless: a stage's task run has a fixed
@@ -84,7 +84,9 @@ def record(folder: Path) -> int:
     complete = True
     for model, chains in pending:
         complete &= _record_model(model, chains)
-    _update_report(top, models)
+    from ape.tasks.report.build import recount_stage_chains  # deferred: pandas
+
+    recount_stage_chains(top, models)
     return EXIT_OK if complete else EXIT_FAILED
 
 
@@ -114,7 +116,7 @@ def _connect() -> str:
 
 
 def _known(flow_run_id: str, api: str) -> bool:
-    from ape.tasks.record_chains import flow_run_known  # deferred: imports Prefect
+    from ape.tasks.recording.afterwards import flow_run_known  # deferred: imports Prefect
 
     try:
         return flow_run_known(flow_run_id)
@@ -130,7 +132,7 @@ def _known(flow_run_id: str, api: str) -> bool:
 
 def _record_model(model: Path, chains: StageChains) -> bool:
     """Record every flow run's chains left out in ``model``'s folder; rewrite its file."""
-    from ape.tasks.record_chains import record_flow_run  # deferred: imports Prefect
+    from ape.tasks.recording.afterwards import record_flow_run  # deferred: imports Prefect
     from ape.tasks.storage.run_files import run_files_in
     from ape.tasks.storage.stage_chains import write_chains
 
@@ -157,24 +159,3 @@ def _record_model(model: Path, chains: StageChains) -> bool:
         print(f"{name}: recorded {done.sessions} stage chain(s) ({done.task_runs} task runs) in flow run {flow_run_id}")
     write_chains(model, chains)
     return complete
-
-
-def _update_report(top: Path, models: list[Path]) -> None:
-    """The report in ``top`` (when there is one) counts the chains as its files now say."""
-    from ape.schemas.report import Envelope  # deferred: pydantic models of the report
-    from ape.tasks.report.build import stage_chains_of
-    from ape.tasks.report.envelope import write_envelope
-    from ape.tasks.report.markdown import markdown_table
-    from ape.tasks.storage.run_files import run_files_in
-
-    path = top / "report.json"
-    try:
-        envelope = Envelope.model_validate_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # no report here, or one of another version: the files say it
-        return
-    entries = stage_chains_of([run_files_in(model) for model in models], top)
-    envelope = envelope.model_copy(update={"stage_chains": {**envelope.stage_chains, **entries}})
-    write_envelope(path, envelope)
-    leaderboard = top / "leaderboard.md"
-    if leaderboard.is_file():
-        leaderboard.write_text(markdown_table(envelope), encoding="utf-8")

@@ -4,7 +4,7 @@ The built-in mocks ``oracle`` and ``scripted`` with responses keyed by item id p
 that knows the current item. They must not learn it from the prompt text (a prompt need not
 hold the id, and parsing it back would tie a mock to one template), nor from the order of
 calls (each solver worker has its own model instance, so the order depends on scheduling).
-The model stages (:mod:`ape.tasks.stages`) set the session's item, its id and its run index
+The model stages (:mod:`ape.tasks.session.stages`) set the session's item, its id and its run index
 around their model calls with :func:`session_item`; a mock reads them with
 :func:`current_session_item`. A context variable follows the call into the retry wrapper and
 into :func:`ape.tasks.common.deadline.call_with_timeout`'s thread (it copies the context), and

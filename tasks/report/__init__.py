@@ -4,5 +4,5 @@
 part of it.
 
 May import every other sub-package of ``ape.tasks`` (it is the top of the plain-function
-layers); only ``stages`` and ``stage_runs`` sit above it.
+layers); only ``recording`` and ``session`` sit above it.
 """

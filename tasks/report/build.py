@@ -100,7 +100,7 @@ from ape.tasks.stats.aggregate import (
 )
 from ape.tasks.stats.calibration import bins_frame, calibration_by_model
 from ape.tasks.stats.choice_metrics import choice_metrics
-from ape.tasks.storage.run_files import RunFiles, find_runs
+from ape.tasks.storage.run_files import RunFiles, find_runs, run_files_in
 from ape.tasks.storage.stage_chains import read_chains, record_command, record_folder
 
 log = logging.getLogger("ape")
@@ -131,6 +131,24 @@ def stage_chains_of(runs: list[RunFiles], report_dir: Path) -> dict[str, StageCh
             recorded=chains.chains_recorded, left_out=left_out, record_command=command
         )
     return entries
+
+
+def recount_stage_chains(report_dir: Path, model_dirs: list[Path]) -> None:
+    """The report in ``report_dir`` (when there is one) counts the stage chains as the model
+    folders' ``stage_chains.json`` say now (after ``ape record``): ``report.json`` and
+    ``leaderboard.md`` rewritten, nothing else. A missing report, or one of another
+    version, is left alone: the files say it."""
+    path = report_dir / "report.json"
+    try:
+        envelope = Envelope.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    entries = stage_chains_of([run_files_in(model) for model in model_dirs], report_dir)
+    envelope = envelope.model_copy(update={"stage_chains": {**envelope.stage_chains, **entries}})
+    write_envelope(path, envelope)
+    leaderboard = report_dir / "leaderboard.md"
+    if leaderboard.is_file():
+        leaderboard.write_text(markdown_table(envelope), encoding="utf-8")
 
 
 def build_report(

@@ -3,7 +3,7 @@ on the Prefect server, and which it left out while the server was behind.
 
 A plain stage chain (render -> solve -> adapt -> check -> score, every stage ending
 plainly) is left out of the UI when the server is too far behind to take it without
-holding the run to its pace (``ape.tasks.recording``). The results on disk are complete
+holding the run to its pace (``ape.tasks.recording.server``). The results on disk are complete
 either way; this file names the sessions left out, per evaluate flow run, so
 ``ape record RUN_DIR`` can record them later, from the saved results, into the flow runs
 they belong to. A run that resumes the folder's results keeps the entries of the earlier

@@ -1,5 +1,5 @@
 """After ``ape run`` reports done, the Prefect server APE started holds every session's task
-run in a final state and the stage chains APE says it recorded (ape.tasks.recording); the
+run in a final state and the stage chains APE says it recorded (ape.tasks.recording.server); the
 chains it left out, ``ape record`` records.
 
 Runs of 200 and 4,000 instant-model items with 16 solver workers: fast enough that,
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from ape.tasks import recording
-from ape.tasks.stage_runs import STAGES
+from ape.tasks.recording import server as recording
+from ape.tasks.recording.stage_runs import STAGES
 from ape.tasks.storage.stage_chains import StageChains, read_chains
 from tests.helpers.processes import free_port
 from tests.helpers.runner import make_benchmark

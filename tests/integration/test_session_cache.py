@@ -11,8 +11,8 @@ from prefect import flow, task
 
 from ape.schemas.results import Outcome
 from ape.schemas.transcript import SolveRecord
-from ape.tasks.session_cache import SessionCache
-from ape.tasks.stages import SessionSpec, cached_variant
+from ape.tasks.session.cache import SessionCache
+from ape.tasks.session.stages import SessionSpec, cached_variant
 from ape.tasks.storage.local_results import ResolvedLocalFileSystem
 
 pytestmark = pytest.mark.usefixtures("prefect_server")

@@ -1,7 +1,7 @@
 """The contract between APE's recorded stage runs and Prefect's own task runs.
 
 APE records each session's stages as task runs from one ``prefect.task-run.*`` event
-(:mod:`ape.tasks.stage_runs`) instead of running them through Prefect's task engine. The
+(:mod:`ape.tasks.recording.stage_runs`) instead of running them through Prefect's task engine. The
 UI and the API must not tell the two apart: this test runs a two-task chain through the
 engine and records the same chain as APE does, in one flow run on a real server, and
 compares what the server holds of each. A Prefect upgrade that changes the event schema
@@ -26,7 +26,7 @@ def _chain() -> tuple[str, list[Any]]:
     """One flow run holding a live render -> solve chain (item q1) and a recorded one (q2)."""
     from prefect import flow, task
 
-    from ape.tasks.stage_runs import StageMark, current_flow_run_id, record_stage_runs
+    from ape.tasks.recording.stage_runs import StageMark, current_flow_run_id, record_stage_runs
 
     @task(task_run_name="{stage}[q1]#0", persist_result=False)
     def stage_task(stage: str) -> str:

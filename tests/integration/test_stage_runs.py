@@ -10,7 +10,7 @@ import pytest
 
 from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome
 from ape.schemas.transcript import SolveRecord
-from ape.tasks.stage_runs import (
+from ape.tasks.recording.stage_runs import (
     STAGES,
     StageClock,
     StageMark,

@@ -104,7 +104,7 @@ def test_clusters_provenance_file_modes_and_expected_values(tmp_path):
 def test_a_run_the_budget_stopped_still_lists_the_chains_it_left_out(tmp_path, monkeypatch):
     # the list `ape record` works from is written however the loop ended, a stop on
     # [run] max_cost included
-    from ape.tasks import recording
+    from ape.tasks.recording import server as recording
     from ape.tasks.storage.stage_chains import read_chains
 
     monkeypatch.setattr(recording, "CHAIN_MAX_LAG", 0)  # no room for plain chains

@@ -27,11 +27,13 @@ LAYERS = {
     "ape.tasks.solving": 6,
     "ape.tasks.checking": 7,
     "ape.tasks.report": 8,
-    "ape.tasks.after_run": 9,  # beside the run's tasks, which call it
-    "ape.tasks": 9,  # stages, stage_runs, run_plan, run_tasks and the package itself
-    "ape.flows": 10,
-    "ape.deployments": 10,
-    "ape": 11,
+    "ape.tasks.recording": 9,  # the run's mirror in the Prefect UI
+    "ape.tasks.session": 10,  # one session's chain: its stages, their cache; reports to the mirror
+    "ape.tasks.after_run": 11,  # beside the run's tasks, which call it
+    "ape.tasks": 11,  # model_setup, run_tasks and the package itself
+    "ape.flows": 12,
+    "ape.deployments": 12,
+    "ape": 13,
 }
 # top-level folder of the repository -> the package it installs as
 FOLDERS = {"schemas": "ape.schemas", "tasks": "ape.tasks", "flows": "ape.flows", "deployments": "ape.deployments"}

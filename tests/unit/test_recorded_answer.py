@@ -9,9 +9,9 @@ import pytest
 
 from ape.schemas.results import ErrorInfo, Outcome
 from ape.schemas.transcript import SolveRecord
-from ape.tasks.chain import RecordedAnswer
-from ape.tasks.stage_runs import start_recorder
-from ape.tasks.stages import SessionFailed, SessionSpec
+from ape.tasks.recording.stage_runs import start_recorder
+from ape.tasks.session.chain import RecordedAnswer
+from ape.tasks.session.stages import SessionFailed, SessionSpec
 
 SPEC = SessionSpec(item_id="q1", run_index=0, item="{}", prompt="2 + 3?", system=None, fingerprint="f")
 

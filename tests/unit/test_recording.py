@@ -1,4 +1,4 @@
-"""The bookkeeping that makes a run wait for the Prefect server (ape.tasks.recording),
+"""The bookkeeping that makes a run wait for the Prefect server (ape.tasks.recording.server),
 with a counting function standing in for the server's /task_runs/count."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from collections.abc import Iterable
 
 import pytest
 
-from ape.tasks import recording
-from ape.tasks.recording import TaskRunCounts, collect_chains, keep_chain, recorded_session, wait_until_recorded
-from ape.tasks.stage_runs import StageMark
+from ape.tasks.recording import server as recording
+from ape.tasks.recording.server import TaskRunCounts, collect_chains, keep_chain, recorded_session, wait_until_recorded
+from ape.tasks.recording.stage_runs import StageMark
 
 
 class FakeServer:
@@ -243,7 +243,7 @@ def test_live_stages_count_as_a_recorded_chain(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_slow_sessions_are_announced_once_and_fast_ones_never(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ape.tasks import recording
+    from ape.tasks.recording import server as recording
 
     sent: list[dict] = []
     monkeypatch.setattr(recording, "emit_event", lambda **event: sent.append(event))

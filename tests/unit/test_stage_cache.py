@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ape.tasks.stages import SessionSpec, adapt_task, cached_variant, choices_task, session_task, solve_task
+from ape.tasks.session.stages import SessionSpec, adapt_task, cached_variant, choices_task, session_task, solve_task
 
 STAGES = (session_task, solve_task, adapt_task, choices_task)
 

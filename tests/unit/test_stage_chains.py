@@ -12,9 +12,9 @@ import pytest
 from ape import cli
 from ape.schemas.report import Envelope, StageChainsEntry
 from ape.schemas.results import CheckResult, CheckStatus, Outcome, OutputBatch, SessionResult
-from ape.tasks.record_chains import rebuild, session_marks
+from ape.tasks.recording.afterwards import rebuild, session_marks
+from ape.tasks.recording.stage_runs import STAGES
 from ape.tasks.report.markdown import markdown_table
-from ape.tasks.stage_runs import STAGES
 from ape.tasks.storage.stage_chains import CHAINS_FILE, note_flow_run, read_chains, record_folder
 
 

@@ -1,12 +1,12 @@
 """Record, after the run, the stage chains a run left out of the Prefect UI (``ape record``).
 
-A run leaves a plain chain out while the server is behind (``ape.tasks.recording``) and
+A run leaves a plain chain out while the server is behind (``ape.tasks.recording.server``) and
 names the session in its model folder's ``stage_chains.json``. Here each such chain is
 rebuilt from the session's saved result and sent as the same task runs the live run
-would have sent: the same ids (:func:`~ape.tasks.stage_runs.stage_run_id`, so sending
+would have sent: the same ids (:func:`~ape.tasks.recording.stage_runs.stage_run_id`, so sending
 twice updates the same runs), names, states and flow run. The states come from the same
-rules as the live chain (:func:`~ape.tasks.stage_runs.mark_adapt`,
-:func:`~ape.tasks.stage_runs.close_chain`); the times are reconstructed from the saved
+rules as the live chain (reported to a :class:`~ape.tasks.recording.stage_runs.StageRecorder`,
+as the stages report to it); the times are reconstructed from the saved
 results, not measured: an item's sessions ran one after another and ended when it was
 saved (``saved_at``), each took its solve + adapt time (``latency_s``, shown on the
 solve stage; adapt is the instant after it) and its check's ``runtime_s``; render and
@@ -28,8 +28,23 @@ from prefect.client.orchestration import get_client
 
 from ape.schemas.results import Outcome, OutputBatch, SessionResult
 from ape.schemas.transcript import SolveRecord
-from ape.tasks.recording import FINAL_TYPES, MAX_LAG, POLL_S, WAIT_S, TaskRunCounts, count_task_runs
-from ape.tasks.stage_runs import STAGES, StageClock, StageMark, close_chain, mark_adapt, record_stage_runs, stage_run_id
+from ape.tasks.recording.server import (
+    FINAL_TYPES,
+    MAX_LAG,
+    POLL_S,
+    WAIT_S,
+    TaskRunCounts,
+    count_task_runs,
+    poll_server,
+)
+from ape.tasks.recording.stage_runs import (
+    STAGES,
+    StageClock,
+    StageMark,
+    StageRecorder,
+    record_stage_runs,
+    stage_run_id,
+)
 from ape.tasks.storage.save import read_batches
 from ape.tasks.storage.stage_chains import FlowRunChains
 
@@ -37,30 +52,30 @@ SLICE = 200  # sessions sent between two looks at the server (1,000 task runs)
 
 
 def session_marks(session: SessionResult, end: float) -> list[StageMark]:
-    """The five stage marks of a saved session that ended at ``end`` (epoch seconds)."""
+    """The five stage marks of a saved session that ended at ``end`` (epoch seconds), reported
+    to a :class:`StageRecorder` as the live chain reports them, on a clock set from the
+    saved times."""
     check_s = session.check.runtime_s if session.check is not None else 0.0
     start = end - max(0.0, session.latency_s) - max(0.0, check_s)
     now = [start]  # the moment each stage ends, set as the chain is rebuilt
     clock = StageClock(last=start, now=lambda: now[0])
-    clock.mark("render")
+    recorder = StageRecorder(clock)
+    recorder.rendered()
     now[0] = start + max(0.0, session.latency_s)
+    record = SolveRecord(outcome=session.outcome, error=session.error)
     # a session that ended ERROR failed in its solve stage (a model error), the usual cause
     solve_failed = session.outcome is Outcome.ERROR
     if session.cached:
-        clock.mark("solve", state_name="Cached", message="generation from the run's cache")
-    elif solve_failed:
-        error = session.error
-        clock.failed("solve", f"{error.type}: {error.message}" if error else "model error")
+        recorder.from_cache(record)
     else:
-        clock.mark("solve")
-    record = SolveRecord(outcome=session.outcome, error=session.error)
-    if session.cached and record.outcome is not Outcome.PARSING_FAILED:
-        clock.mark("adapt", state_name="Cached")
-    else:
-        mark_adapt(clock, record, solve_failed=solve_failed)
-    clock.last, now[0] = now[0], end
-    close_chain(clock, session.outcome, session.check, session.score)
-    return clock.marks
+        if solve_failed and session.error is None:
+            clock.failed("solve", "model error")
+        else:
+            recorder.solved(session.error if solve_failed else None)
+        recorder.adapted(record, solve_failed=solve_failed)
+    now[0] = end  # the check ran from adapt's end (the clock's last mark) until the session ended
+    recorder.scored(session.outcome, session.check, session.score)
+    return recorder.marks
 
 
 def rebuild(results: Path, wanted: Iterable[tuple[str, int]]) -> dict[tuple[str, int], list[StageMark]]:
@@ -96,8 +111,8 @@ def flow_run_known(flow_run_id: str) -> bool:
 
 
 @dataclass
-class Recorded:
-    """What one flow run's recording did."""
+class ChainsSent:
+    """What ``ape record`` did for one flow run: the chains it sent and the server holds."""
 
     flow_run_id: str
     sessions: int = 0  # chains rebuilt and on the server
@@ -111,13 +126,13 @@ def record_flow_run(
     results: Path,
     on_progress: Callable[[str], None],
     wait_s: float = WAIT_S,
-) -> Recorded:
+) -> ChainsSent:
     """Send the chains ``entry`` left out, rebuilt from ``results``, and wait until the
     server holds them in a final state (at most ``wait_s``), with a progress line."""
     flow_run_id = entry.flow_run_id
     wanted = [(s.item_id, s.run_index) for s in entry.left_out]
     marks = rebuild(results, wanted)
-    done = Recorded(flow_run_id, missing=[key for key in wanted if key not in marks])
+    done = ChainsSent(flow_run_id, missing=[key for key in wanted if key not in marks])
     counts = TaskRunCounts(count_task_runs, background=False)
     counts.add(flow_run_id, count_task_runs([flow_run_id], FINAL_TYPES))  # what it holds already
     sessions = [key for key in wanted if key in marks]
@@ -142,18 +157,20 @@ def record_flow_run(
 
 def _wait(counts: TaskRunCounts, flow_run_id: str, wait_s: float, on_progress: Callable[[str], None]) -> bool:
     """Poll until the server holds every task run ``counts`` expects of the flow run in a
-    final state, or ``wait_s`` passes; a progress line every 5 s."""
+    final state, or ``wait_s`` passes; a progress line every 5 s (:func:`poll_server`)."""
     expected = counts.expected([flow_run_id])[flow_run_id]
-    started = time.monotonic()
-    say_at = started + 2.0
-    while True:
-        final = count_task_runs([flow_run_id], FINAL_TYPES)
-        if final >= expected:
-            return True
-        if time.monotonic() - started >= wait_s:
-            on_progress(f"the Prefect server has not recorded {expected - final} task runs after {wait_s:.0f} s")
-            return False
-        if time.monotonic() >= say_at:
-            on_progress(f"Prefect server recording the chains: {final}/{expected} task runs of the flow run")
-            say_at = time.monotonic() + 5.0
-        time.sleep(POLL_S / 4)
+    polled = poll_server(
+        lambda: (count_task_runs([flow_run_id], FINAL_TYPES), 0),
+        expected,
+        wait_s,
+        lambda final, total: on_progress(
+            f"Prefect server recording the chains: {final}/{total} task runs of the flow run"
+        ),
+        open_matters=False,  # task runs the run itself left open are not this command's
+        first_delay_s=POLL_S / 4,
+    )
+    if polled.error is not None:
+        raise polled.error
+    if not polled.done:
+        on_progress(f"the Prefect server has not recorded {expected - polled.final} task runs after {wait_s:.0f} s")
+    return polled.done

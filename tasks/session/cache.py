@@ -1,9 +1,9 @@
 """Prefect's result cache of a model stage, read and written without its task engine.
 
 A session at the default granularity runs solve -> adapt as a plain call and is recorded
-as a task run afterwards (:class:`ape.tasks.chain.RecordedAnswer`), so no task engine
+as a task run afterwards (:class:`ape.tasks.session.chain.RecordedAnswer`), so no task engine
 looks its result up. This does what the engine would: the cache key from the stage's own
-cache policy (its SessionSpec and its task's source, :func:`ape.tasks.stages.cached_variant`),
+cache policy (its SessionSpec and its task's source, :func:`ape.tasks.session.stages.cached_variant`),
 the record in the run's cache folder, the result in Prefect's result storage. The keys and
 files are the engine's, so a cache written by a live task run (``task_granularity =
 "stage"`` writes its own stages) is read here, and the other way round.
@@ -24,7 +24,7 @@ from typing import Any, cast
 from prefect.results import ResultStore
 
 from ape.schemas.transcript import SolveRecord
-from ape.tasks.stages import CacheRecords, SessionSpec
+from ape.tasks.session.stages import CacheRecords, SessionSpec
 from ape.tasks.storage.cache_format import REFUSED, Expired, ForeignRecord, checked_record
 from ape.tasks.storage.local_results import resolved_once
 from ape.tasks.storage.runs import CACHE_DIR

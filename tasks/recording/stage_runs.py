@@ -72,7 +72,7 @@ class StageClock:
     marks: list[StageMark] = field(default_factory=list)
     last: float = field(default_factory=time.time)
     # what "now" is: the wall clock while a session runs; a chain rebuilt later from saved
-    # results (ape.tasks.record_chains) sets its own
+    # results (ape.tasks.recording.afterwards) sets its own
     now: Callable[[], float] = time.time
 
     def mark(
@@ -132,7 +132,7 @@ class StageRecorder:
     """What one session's stages report as they end, kept out of the chain itself.
 
     Two things are kept: how many live Prefect task runs the session created (the
-    server is waited on for them, ``ape.tasks.recording``), and, when the session's
+    server is waited on for them, ``ape.tasks.recording.server``), and, when the session's
     stages are recorded as task runs (``clock`` set), the stage clock those records are
     made from. Without a clock every stage report is a no-op, so the chain reports the
     same way whether or not its stages are recorded.

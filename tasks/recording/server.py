@@ -24,7 +24,7 @@ server keeps up with; this module makes the rest safe:
   server); the chains left out are counted and named
   per flow run (:meth:`TaskRunCounts.chains`), for ``stage_chains.json`` and ``ape record``;
 - :func:`recorded_session` does this bookkeeping around one session's chain, so the
-  chain itself only reports to its :class:`~ape.tasks.stage_runs.StageRecorder`; it also
+  chain itself only reports to its :class:`~ape.tasks.recording.stage_runs.StageRecorder`; it also
   sends the session's own task run, recorded when solve -> adapt ran as a plain call;
 - :class:`SlowSessions` shows such a session as Running while it is slow.
 
@@ -46,7 +46,7 @@ from typing import Any
 from prefect.client.orchestration import get_client
 from prefect.events import emit_event
 
-from ape.tasks.stage_runs import (
+from ape.tasks.recording.stage_runs import (
     StageRecorder,
     current_flow_run_id,
     record_stage_runs,
@@ -93,7 +93,7 @@ POLL_S = 1.0
 
 
 @dataclass(frozen=True)
-class Recorded:
+class ServerHeld:
     """What the server held for the run's flow runs when the wait ended."""
 
     expected: int
@@ -423,12 +423,61 @@ def recorded_session(
     TASK_RUN_COUNTS.add(flow_run_id, recorder.task_runs)
 
 
+@dataclass(frozen=True)
+class Polled:
+    """How one wait for the server ended: the last counts (-1: never counted) and whether
+    it ended because the server held everything."""
+
+    final: int
+    open: int
+    waited_s: float
+    done: bool
+    error: Exception | None = None
+
+
+def poll_server(
+    count: Callable[[], tuple[int, int]],
+    expected: int,
+    wait_s: float,
+    progress: Callable[[int, int], None],
+    *,
+    open_matters: bool = True,
+    first_delay_s: float = 0.1,
+) -> Polled:
+    """The one loop that waits for the server: ``count()`` gives (final, open) task runs
+    until ``expected`` are final (and, with ``open_matters``, none open) or ``wait_s``
+    passes; ``progress(final, expected)`` after 2 s and then every 5 s. Short polls first: a
+    run the server kept up with is done at the recorder's next flush (within a second),
+    and a whole-second poll would add up to a second to every run. A count that raises
+    ends the wait (``error``): a server gone away is reported, not waited on."""
+    started = time.monotonic()
+    final = open_ = -1
+    say_at = started + 2.0  # a run the server has kept up with ends without a line
+    delay = min(first_delay_s, POLL_S)
+    while True:
+        try:
+            final, open_ = count()
+        except Exception as exc:
+            log.debug("counting task runs failed", exc_info=True)
+            return Polled(final, open_, time.monotonic() - started, False, exc)
+        waited = time.monotonic() - started
+        if final >= expected and (open_ == 0 or not open_matters):
+            return Polled(final, open_, waited, True)
+        if waited >= wait_s:
+            return Polled(final, open_, waited, False)
+        if time.monotonic() >= say_at:
+            progress(final, expected)
+            say_at = time.monotonic() + 5.0
+        time.sleep(delay)
+        delay = min(POLL_S, delay * 1.5)
+
+
 def wait_until_recorded(
     flow_run_ids: Iterable[str] | None = None,
     counts: TaskRunCounts = TASK_RUN_COUNTS,
     wait_s: float = WAIT_S,
     on_progress: Callable[[str], None] | None = None,
-) -> Recorded | None:
+) -> ServerHeld | None:
     """Poll the server until it holds every task run ``counts`` expects of ``flow_run_ids``
     in a final state (and none open), or ``wait_s`` passes. None when nothing was expected."""
     expected_by = counts.expected(flow_run_ids)
@@ -437,31 +486,15 @@ def wait_until_recorded(
         return None
     expected = sum(expected_by[k] for k in ids)
     notify = on_progress or log.info
-    started = time.monotonic()
-    final = open_ = -1
-    say_at = started + 2.0  # a run the server has kept up with ends without a line
-    # Short polls first: a run the server kept up with is done at the recorder's next flush
-    # (within a second), and a whole-second poll would add up to a second to every run.
-    delay = min(0.1, POLL_S)
-    while True:
-        try:
-            final = counts.counter(ids, FINAL_TYPES)
-            open_ = counts.counter(ids, OPEN_TYPES)
-        except Exception as exc:  # a server gone away: report it, don't hang
-            log.debug("counting task runs failed", exc_info=True)
-            notify(f"could not count the task runs on the Prefect server: {exc}")
-            break
-        waited = time.monotonic() - started
-        if final >= expected and open_ == 0:
-            break
-        if waited >= wait_s:
-            break
-        if time.monotonic() >= say_at:
-            notify(f"Prefect server recording the run: {min(final, expected)}/{expected} task runs")
-            say_at = time.monotonic() + 5.0
-        time.sleep(delay)
-        delay = min(POLL_S, delay * 1.5)
-    result = Recorded(expected, max(final, 0), max(open_, 0), time.monotonic() - started)
+    polled = poll_server(
+        lambda: (counts.counter(ids, FINAL_TYPES), counts.counter(ids, OPEN_TYPES)),
+        expected,
+        wait_s,
+        lambda final, total: notify(f"Prefect server recording the run: {min(final, total)}/{total} task runs"),
+    )
+    if polled.error is not None:
+        notify(f"could not count the task runs on the Prefect server: {polled.error}")
+    result = ServerHeld(expected, max(polled.final, 0), max(polled.open, 0), polled.waited_s)
     if not result.complete:
         notify(
             f"the Prefect server has not recorded {result.missing} of {expected} task runs "

@@ -8,7 +8,7 @@ task_granularity`` settings; only how each stage is called differs:
   session's task run (``session[q007]#2``, :class:`RecordedAnswer`): one event to the
   server instead of the task engine's three and its client cost, so the model loop runs
   at the model's pace; the stages' task runs are recorded after the fact too
-  (:mod:`ape.tasks.stage_runs`);
+  (:mod:`ape.tasks.recording.stage_runs`);
 - ``"stage"`` (:class:`TaskStages`): every stage is a live task run (render, solve, adapt,
   check, score; a second render with a system prompt).
 
@@ -16,7 +16,7 @@ A ``[choices]`` run answers with one ``choices`` session (every choice's log-lik
 a live task run at stage granularity) and then picks the answer by the metric, after the
 cache, so a changed metric needs no model call.
 
-The stages report to the session's :class:`~ape.tasks.stage_runs.StageRecorder` (the
+The stages report to the session's :class:`~ape.tasks.recording.stage_runs.StageRecorder` (the
 task runs they created, when each stage ended); the chain keeps no books of its own.
 """
 
@@ -32,12 +32,10 @@ from pydantic import BaseModel
 from ape.schemas.results import CheckResult, Outcome
 from ape.schemas.transcript import SolveRecord
 from ape.tasks.checking.builtin import score_session
-from ape.tasks.recording import SLOW_SESSIONS
-from ape.tasks.session_cache import SessionCache
-from ape.tasks.solving.choices import choose
-from ape.tasks.solving.render import render
-from ape.tasks.stage_runs import current_flow_run_id, current_recorder
-from ape.tasks.stages import (
+from ape.tasks.recording.server import SLOW_SESSIONS
+from ape.tasks.recording.stage_runs import current_flow_run_id, current_recorder
+from ape.tasks.session.cache import SessionCache
+from ape.tasks.session.stages import (
     SessionFailed,
     SessionSpec,
     adapt_task,
@@ -50,6 +48,8 @@ from ape.tasks.stages import (
     solve_task,
     unwrap,
 )
+from ape.tasks.solving.choices import choose
+from ape.tasks.solving.render import render
 
 if TYPE_CHECKING:
     from ape.schemas.choices import ChoicesConfig
@@ -106,7 +106,7 @@ class OneTaskAnswer:
 
 class RecordedAnswer:
     """solve -> adapt as a plain call on the worker, cached through Prefect's result store
-    directly (:class:`~ape.tasks.session_cache.SessionCache`) and recorded afterwards as
+    directly (:class:`~ape.tasks.session.cache.SessionCache`) and recorded afterwards as
     the session's task run (one event; :meth:`StageRecorder.session`): what the
     ``session`` (or ``choices``) task run did, without the task engine's cost per session.
     A slow session shows as Running meanwhile (:class:`~ape.tasks.recording.SlowSessions`).

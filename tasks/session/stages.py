@@ -5,7 +5,7 @@ Logic lives in plain functions (``ape.tasks.solving.render.render``,
 ``ape.tasks.solving.choices.score_choices``, the checker carousel of
 ``ape.tasks.checking.check`` and ``ape.tasks.checking.builtin.score_session``); this
 module only gives them names, caching and the per-worker objects they need. How a
-session's chain calls them is :mod:`ape.tasks.chain`.
+session's chain calls them is :mod:`ape.tasks.session.chain`.
 
 The stages that call a model are cached by a key made of everything that shapes the
 model's answer (:class:`SessionSpec`): the rendered prompt, the model's identity,
@@ -38,11 +38,11 @@ from ape.tasks.checking.check import checker_tool
 from ape.tasks.models.build import build_model
 from ape.tasks.models.scoring import build_scorer
 from ape.tasks.models.session_item import session_item
+from ape.tasks.recording.stage_runs import current_recorder
 from ape.tasks.solving.choices import score_choices
 from ape.tasks.solving.render import render
 from ape.tasks.solving.solve import run_adaption, run_solver
 from ape.tasks.solving.tools import load_tools
-from ape.tasks.stage_runs import current_recorder
 from ape.tasks.storage.cache_format import REFUSED, ForeignRecord, RecordSerializer, checked_record
 from ape.tasks.storage.local_results import ResolvedLocalFileSystem
 from ape.tasks.storage.runs import CACHE_DIR
