@@ -100,3 +100,28 @@ def test_the_preflight_result_is_found_by_its_token_only_while_handed_over(tmp_p
     assert preflight_module.handed(token) is None  # nothing kept after the run
     with preflight_module.hand_over(None) as nothing:
         assert nothing is None and preflight_module.handed(nothing) is None
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_served_llama_cpp_models_setup_is_built_once(
+    tmp_path: Path, prefect_server: str, builds: Counter[str]
+) -> None:
+    """APE serves a llama-cpp model for the run: its model flow takes preflight's setup pointed
+    at the server (the setup is not built again because the server changed its base_url)."""
+    from tests.helpers.llm_server import llm_missing
+
+    missing = llm_missing()
+    if missing:
+        pytest.skip(missing)
+    local = (
+        '[[model]]\nname = "local"\nprovider = "llama-cpp"\nmodel = "smollm2-135m"\n'
+        "max_tokens = 8\ntemperature = 0.0\nargs = { n_ctx = 512 }\n"
+    )
+    config = make_benchmark(tmp_path / "bench", n=2, models=local, id_prefix="llama-once-")
+    assert main(["run", str(config), "--no-server", "--no-progress"]) in (0, 1)  # a tiny model's answers may err
+    assert builds == {"local": 1}
+    sessions = (tmp_path / "bench" / "out" / "sessions.jsonl").read_text().splitlines()
+    assert len(sessions) == 2
+    assert all(json.loads(line).get("outcome") != "ERROR" for line in sessions), sessions  # the server answered
