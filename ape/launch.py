@@ -9,7 +9,8 @@ The order matters and lives only here:
 3. owner-only modes for everything the run writes (:mod:`ape.tasks.storage.file_modes`),
    and the output folder's lock, so a second run on the same folder is refused at once,
    before a server starts;
-4. the canary, graded once (:func:`ape.flows.preflight.canary`); the flow is told so;
+4. the canary, graded once (:func:`ape.flows.preflight.graded_canary`); preflight's result,
+   the canary's with it, is handed to the flow by run token (:func:`ape.flows.preflight.hand_over`);
 5. the Prefect API (APE's local server, one already running, or Prefect's temporary one);
 6. the benchmark flow, watched (:mod:`ape.watchdog`).
 
@@ -26,10 +27,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ape import server
-from ape.flows.preflight import canary, endpoints, preflight
+from ape.flows.preflight import Checked, endpoints, graded_canary, hand_over, preflight
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
-from ape.tasks.model_setup import prepared
 from ape.tasks.storage.config_file import locate
 from ape.tasks.storage.file_modes import modes_for, private_outputs
 from ape.tasks.storage.outdir import OutputLock
@@ -81,12 +81,10 @@ def launch(config: ApeConfig, request: RunRequest | None = None, *, api: Api = "
     # file, the server and the flow write anything, and put back when the run ends
     with private_outputs(config.run.output, modes_for(config)), OutputLock(config.run.output):
         # the lock before a server start, so a second run is refused at once
-        graded = canary(config, checked)
-        if graded:
-            log.info("canary: the checker graded %d known answers as expected", len(graded))
+        graded: Checked | None = graded_canary(config, checked)
         connect(api)
-        with prepared(checked.setups):  # the model flows take preflight's setups, not new ones
-            return _run_flow(config, request, command=command)
+        with hand_over(graded) as token:  # the flows take preflight's setups and canary, not new ones
+            return _run_flow(config, request, token, command=command)
 
 
 def set_log_level(config: ApeConfig) -> None:
@@ -122,7 +120,7 @@ def connect(api: Api) -> str | None:
     return server.configured_api_url()
 
 
-def _run_flow(config: ApeConfig, request: RunRequest, *, command: bool) -> Any:
+def _run_flow(config: ApeConfig, request: RunRequest, preflight: str | None, *, command: bool) -> Any:
     # deferred on purpose: Prefect reads its settings once, when it is first imported, so it
     # is imported only after point_result_storage (and connect) set them
     from ape.flows.benchmark import benchmark
@@ -146,6 +144,6 @@ def _run_flow(config: ApeConfig, request: RunRequest, *, command: bool) -> Any:
             only_models=request.only_models,
             new_run=request.new_run,
             run_id=request.run_id,
-            canary_graded=True,
+            preflight=preflight,
             return_state=True,
         )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from prefect.states import Failed
 
 from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
 from ape.flows.logs import run_logs
-from ape.flows.preflight import Checked, canary
+from ape.flows.preflight import Checked, graded_canary, hand_over, handed
 from ape.flows.progress import RUN_ERROR_LINES
 from ape.flows.states import items_failed
 from ape.flows.ui_links import flow_run_link
@@ -32,9 +31,9 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.report import HealthEntry
 from ape.tasks.checking.canary import CanaryFailed
 from ape.tasks.common.home import password_hint, ui_password_file
-from ape.tasks.model_setup import prepared, run_label
+from ape.tasks.model_setup import run_label
 from ape.tasks.models.limits import RETRY_LINES
-from ape.tasks.models.llama_server import local_model_servers
+from ape.tasks.models.llama_server import local_model_servers, with_base_urls
 from ape.tasks.recording.server import TASK_RUN_COUNTS, wait_until_recorded
 from ape.tasks.report.health import suspect_lines
 from ape.tasks.run_tasks import join_history_task, judge_agreement_task, report_task
@@ -61,7 +60,7 @@ def benchmark(
     only_models: list[str] | None = None,
     new_run: bool | None = None,
     run_id: str | None = None,
-    canary_graded: bool = False,
+    preflight: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate every model of ``config`` and write the report into its output folder.
 
@@ -74,10 +73,12 @@ def benchmark(
     ``new_run``: write a new run folder ``OUTPUT/runs/<run id>`` (true), or into the output
     folder itself (false); by default, runs of a deployment (scheduled ones included) are
     new runs and runs by hand are not. ``run_id`` continues that run (``ape retry``).
-    ``canary_graded``: the command that started this flow graded the canary already
-    (:func:`ape.launch.launch`); otherwise the flow grades it before any model is called.
+    ``preflight``: the run token under which the command that started this flow handed over
+    its preflight (:func:`ape.flows.preflight.hand_over`: the setups and the graded canary,
+    :func:`ape.launch.launch`); without one this process knows, the flow grades the canary
+    before any model is called and each model flow resolves its own setup.
     """
-    return run_benchmark(config, redo_outcomes, only_models, new_run, run_id, canary_graded=canary_graded)
+    return run_benchmark(config, redo_outcomes, only_models, new_run, run_id, checked=handed(preflight))
 
 
 def run_benchmark(
@@ -87,26 +88,28 @@ def run_benchmark(
     new_run: bool | None = None,
     run_id: str | None = None,
     *,
-    canary_graded: bool = False,
     checked: Checked | None = None,
 ) -> Any:
     """The body of the benchmark flow, shared by :func:`benchmark` (the config is its
     parameter) and :func:`ape.flows.served.served_benchmark` (the config is read from the
-    served file): the canary (unless graded already), the local model servers, every model,
-    the report. ``checked``: the caller's preflight of ``config``, whose checker the canary grades.
+    served file): the canary (unless ``checked`` holds it graded), the local model servers,
+    every model, the report. ``checked``: the caller's preflight of ``config``, whose checker
+    the canary grades and whose setups the model flows take.
 
     Everything the run writes, from the canary's cache on, is owner-only (or shared with the
     group, ``[run] share_with_group``): :mod:`ape.tasks.storage.file_modes`."""
     with private_outputs(config.run.output, modes_for(config)):
-        if not canary_graded:
-            refused = canary_refusal(config, checked)  # before any model is served or called
-            if refused is not None:
-                return refused
+        try:
+            checked = graded_canary(config, checked)  # before any model is served or called
+        except CanaryFailed as exc:
+            return canary_failed(exc)
         # local GGUF models (provider "llama-cpp") are served for the length of the run; the model
-        # flows take the caller's preflight setups (ape.launch hands them on around the flow)
-        handed = prepared(checked.setups) if checked is not None else nullcontext()
-        with run_logs(None), local_model_servers(config) as served, handed:
-            return _evaluate_all(served, redo_outcomes, only_models, new_run, run_id)
+        # flows take the preflight setups, pointed at the servers, by the token handed to them
+        with run_logs(None), local_model_servers(config) as base_urls:
+            served = checked.served(base_urls) if checked is not None else None
+            with hand_over(served) as token:
+                served_config = with_base_urls(config, base_urls)
+                return _evaluate_all(served_config, redo_outcomes, only_models, new_run, run_id, token)
 
 
 def _suspect(config: ApeConfig, envelope: dict[str, Any]) -> str | None:
@@ -123,18 +126,11 @@ def _suspect(config: ApeConfig, envelope: dict[str, Any]) -> str | None:
     return "; ".join(lines) + " (if this is expected, set [run] accept_unhealthy = true)"
 
 
-def canary_refusal(config: ApeConfig, checked: Checked | None = None) -> Any:
-    """Grade the canary (:func:`ape.flows.preflight.canary`): None when it passed, else the
-    Failed state that ends the flow run with its one line (a log line and the state's
-    message, not a traceback; ``items_failed`` raises the :class:`CanaryFailed` again)."""
-    try:
-        graded = canary(config, checked)
-    except CanaryFailed as exc:
-        log.error("%s", exc)
-        return Failed(message=str(exc), data=exc)
-    if graded:
-        log.info("canary: the checker graded %d known answers as expected", len(graded))
-    return None
+def canary_failed(exc: CanaryFailed) -> Any:
+    """The Failed state that ends the flow run with the canary's one line (a log line and the
+    state's message, not a traceback; ``items_failed`` raises the :class:`CanaryFailed` again)."""
+    log.error("%s", exc)
+    return Failed(message=str(exc), data=exc)
 
 
 def _evaluate_all(
@@ -143,6 +139,7 @@ def _evaluate_all(
     only_models: list[str] | None = None,
     new_run: bool | None = None,
     run_id: str | None = None,
+    preflight: str | None = None,
 ) -> Any:
 
     started = time.perf_counter()
@@ -160,7 +157,8 @@ def _evaluate_all(
         config = config_for_run(config, info)
         log.info("run %s (cache scope: %s) in %s", info.run_id, info.cache_scope, config.run.output)
     if config.checker.implementation == "judge" and config.checker.args.get("calibration_file"):
-        judge_agreement_task(config)
+        checked = handed(preflight)
+        judge_agreement_task(config, checked.judge if checked is not None else None)
     failures: list[str] = []
     summaries = []
     subflow_runs: list[str] = []
@@ -173,7 +171,7 @@ def _evaluate_all(
         # this flow's heartbeat covers its subflows; each subflow's own heartbeat thread
         # would cost up to a second at its exit
         with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-            state = runner(config, index, redo_outcomes, return_state=True)
+            state = runner(config, index, redo_outcomes, preflight=preflight, return_state=True)
         if state.state_details.flow_run_id is not None:
             subflow_runs.append(str(state.state_details.flow_run_id))
         failed = items_failed(state)

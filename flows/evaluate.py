@@ -32,13 +32,14 @@ from pydantic import BaseModel
 from ape.flows.feeders import DaskFeeder, Feeder, ThreadFeeder, dask_task_runner
 from ape.flows.item import ItemProcessor
 from ape.flows.logs import CONSOLE_SKIP, run_logs
+from ape.flows.preflight import handed
 from ape.flows.progress import ProgressView, Tally, repeated_errors, report_errors
 from ape.flows.resume import apply_changes, recorded, refuse_mixing
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
-from ape.tasks.model_setup import ModelSetup, resume_fingerprints, run_label, setup_for
+from ape.tasks.model_setup import ModelSetup, make_setup, resume_fingerprints, run_label
 from ape.tasks.recording.server import TASK_RUN_COUNTS
 from ape.tasks.recording.stage_runs import current_flow_run_id
 from ape.tasks.report.provenance import run_provenance
@@ -279,11 +280,17 @@ def _run_name() -> str:
 
 
 @flow(name="evaluate", flow_run_name=_run_name, persist_result=False, validate_parameters=True)
-def evaluate(config: ApeConfig, model_index: int = 0, redo_outcomes: list[str] | None = None) -> dict[str, Any] | State:
-    """Evaluate one configured model (``config.model[model_index]``) over the data."""
+def evaluate(
+    config: ApeConfig, model_index: int = 0, redo_outcomes: list[str] | None = None, preflight: str | None = None
+) -> dict[str, Any] | State:
+    """Evaluate one configured model (``config.model[model_index]``) over the data.
+    ``preflight``: the run token of the benchmark's preflight (:func:`ape.flows.preflight.hand_over`),
+    whose setup for this model the flow takes, pointed at the run's folder; without one this
+    process knows (a Dask worker, a test, a flow run on its own) it builds its own."""
     if not 0 <= model_index < len(config.model):
         raise ApeError(f"model_index {model_index} out of range (config has {len(config.model)} models)")
-    setup = setup_for(config, model_index)  # preflight's, when the run had one
+    checked = handed(preflight)
+    setup = checked.setup(model_index).for_run(config) if checked else make_setup(config, config.model[model_index])
     with run_logs(setup.out_dir):
         try:
             return Runner(setup, redo_outcomes).run()

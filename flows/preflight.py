@@ -13,23 +13,34 @@ one line (naming the file and key) whichever way the run was started:
   all at once, and stops the run when one cannot be reached
   (:mod:`ape.tasks.models.reachability`). ``ape validate`` and ``ape plan`` stay offline.
 
-The canary is graded once per run: by :func:`ape.launch.launch` before a server starts
-(the benchmark flow is then told so), or by the benchmark flow itself when a deployment
-started it.
+What preflight resolved travels as one object, :class:`Checked` (each model's setup, the
+judge, and once graded the canary's result), handed to the flows explicitly: by argument
+(a served benchmark's flow), or for a flow run (whose parameters are JSON) by the run
+token :func:`hand_over` gives and :func:`handed` looks up. Nothing is matched by comparing
+configs; a flow run whose token this process does not know (a retry started elsewhere)
+resolves and grades afresh.
+
+The canary is graded once per run, by :func:`graded_canary`: from :func:`ape.launch.launch`
+before a server starts, or from the benchmark flow when what it was handed has no graded
+canary yet (a deployment's run, a flow run started on its own).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from ape.flows.resume import recorded, refuse_mixing
 from ape.schemas.config import ApeConfig, ModelConfig
 from ape.schemas.errors import ApeError
-from ape.tasks.checking.judge import judge_model_config
-from ape.tasks.model_setup import ModelSetup, grade_canary, make_setup, resume_fingerprints
+from ape.tasks.checking.judge import JudgeSpec
+from ape.tasks.model_setup import ModelSetup, grade_canary, make_setup, resume_fingerprints, run_judge
 from ape.tasks.models.build import build_model
 from ape.tasks.models.reachability import auth_warnings, probe_all, probe_target, unreachable_lines
 from ape.tasks.models.scoring import build_scorer
@@ -45,11 +56,57 @@ log = logging.getLogger("ape")
 
 @dataclass(frozen=True)
 class Checked:
-    """What :func:`preflight` resolved: each model's setup, the tools and the item ids."""
+    """What :func:`preflight` resolved: each model's setup, the tools, the item ids, the
+    judge (a ``judge`` checker's, else None) and, once :func:`graded_canary` graded it, the
+    canary's graded examples (None: not graded yet)."""
 
     setups: list[ModelSetup]
     tools: list[Any]
     ids: list[str]
+    judge: JudgeSpec | None = None
+    graded: list[Any] | None = None
+
+    def setup(self, model_index: int) -> ModelSetup:
+        """The setup of ``config.model[model_index]`` (one per model, in the config's order)."""
+        return self.setups[model_index]
+
+    def served(self, base_urls: dict[str, str]) -> Checked:
+        """This result with the endpoints of the models APE serves for the run
+        (:meth:`ape.tasks.model_setup.ModelSetup.served`)."""
+        if not base_urls:
+            return self
+        return dataclasses.replace(
+            self,
+            setups=[setup.served(base_urls) for setup in self.setups],
+            judge=self.judge.served(base_urls) if self.judge is not None else None,
+        )
+
+
+# Preflight results handed to flow runs in this process, by run token (see the module doc).
+_HANDED: dict[str, Checked] = {}
+
+
+@contextmanager
+def hand_over(checked: Checked | None) -> Iterator[str | None]:
+    """Within the block, :func:`handed` returns ``checked`` for the token yielded (None when
+    there is nothing to hand over). A setup holds classes and callables, so it cannot be a
+    flow-run parameter; the token can. Nothing outlives the block: a served deployment
+    reads its config file afresh at every run."""
+    if checked is None:
+        yield None
+        return
+    token = uuid.uuid4().hex
+    _HANDED[token] = checked
+    try:
+        yield token
+    finally:
+        _HANDED.pop(token, None)
+
+
+def handed(token: str | None) -> Checked | None:
+    """The preflight result :func:`hand_over` gave ``token``; None for no token or one this
+    process did not hand over (the flow then resolves its own)."""
+    return _HANDED.get(token) if token else None
 
 
 def preflight(config: ApeConfig, *, run_folder: bool = False) -> Checked:
@@ -63,8 +120,9 @@ def preflight(config: ApeConfig, *, run_folder: bool = False) -> Checked:
     try:
         check_output_folder(config.run.output)
         check_history(config.run.output)  # a damaged history is found now, not after every model call
-        check_judge_model(config)  # before the setups build their checkers (and so the judge)
-        setups = [make_setup(config, model) for model in config.model]
+        judge = run_judge(config)  # once, for every setup, the fingerprints and the canary
+        check_judge_model(config, judge)  # before the setups build their checkers (and so the judge)
+        setups = [make_setup(config, model, judge) for model in config.model]
         for model in config.model:  # what a solver worker builds: a scorer for [choices], else a chat model
             if config.choices is not None:
                 build_scorer(model, config.base_dir)
@@ -79,7 +137,7 @@ def preflight(config: ApeConfig, *, run_folder: bool = False) -> Checked:
             for setup in setups:
                 previous = recorded(setup.out_dir / config.run.metadata_file)
                 refuse_mixing(previous, resume_fingerprints(setup), setup.out_dir)
-        return Checked(setups, tools, ids)
+        return Checked(setups, tools, ids, judge)
     except ApeError as exc:
         raise locate(exc, config) from None
 
@@ -94,13 +152,13 @@ def item_check(config: ApeConfig) -> ItemCheck | None:
     return functools.partial(check_item, cfg=choices)
 
 
-def check_judge_model(config: ApeConfig) -> None:
+def check_judge_model(config: ApeConfig, judge: JudgeSpec | None) -> None:
     """Build a judge's own model (``[checker.judge]``) as the ``[[model]]`` sections are built,
     so a model that cannot work there (an unknown mock behaviour, a missing key) is one line
     naming ``[checker.judge]`` before any model call, not a check error on every item."""
-    if config.checker.implementation != "judge" or not isinstance(config.checker.judge, ModelConfig):
+    if judge is None or not judge.own_model:
         return  # no judge, or a judge that names a [[model]] (built with the others)
-    model_cfg = judge_model_config(config)
+    model_cfg = judge.model_cfg
     try:
         build_model(model_cfg, config.base_dir)
     except ApeError as exc:
@@ -122,6 +180,23 @@ def canary(config: ApeConfig, checked: Checked | None = None) -> list[Any]:
         return grade_canary(config, checked.setups[0] if checked is not None and checked.setups else None)
     except ApeError as exc:
         raise locate(exc, config) from None
+
+
+def graded_canary(config: ApeConfig, checked: Checked | None = None) -> Checked | None:
+    """The canary of a run, graded once: ``checked`` as it is when its canary was graded
+    already, else graded now (:func:`canary`; the line saying how many known answers came out
+    as expected is written here) and returned with its result. ``checked`` None (a flow run
+    handed no preflight): the canary is graded with the checker resolved here, None returned.
+
+    Raises:
+        CanaryFailed: one line naming the checker, the example and the cause.
+    """
+    if checked is not None and checked.graded is not None:
+        return checked
+    graded = canary(config, checked)
+    if graded:
+        log.info("canary: the checker graded %d known answers as expected", len(graded))
+    return None if checked is None else dataclasses.replace(checked, graded=graded)
 
 
 def endpoints(config: ApeConfig, only_models: list[str] | None = None) -> None:

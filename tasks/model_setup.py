@@ -11,9 +11,7 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,12 +24,13 @@ from ape.tasks.checking.builtin import BuiltinChecker
 from ape.tasks.checking.canary import run_canary
 from ape.tasks.checking.check import load_checker
 from ape.tasks.checking.choice import ChoiceChecker
-from ape.tasks.checking.judge import checker_fingerprint, judge_factory
+from ape.tasks.checking.judge import JudgeSpec, checker_fingerprint, judge_factory, resolve_judge
 from ape.tasks.checking.judge_canary import run_judge_canary
 from ape.tasks.checking.judge_labels import check_calibration_file
 from ape.tasks.checking.logprob_canary import run_logprob_canary
 from ape.tasks.common.deadline import call_with_timeout
 from ape.tasks.models.fingerprint import model_fingerprint
+from ape.tasks.models.llama_server import with_base_urls
 from ape.tasks.models.scoring import check_can_score
 from ape.tasks.plugins.hooks import load_hook
 from ape.tasks.plugins.loader import load_object
@@ -59,6 +58,7 @@ class ModelSetup:
     hook: Callable[[Any], Any] | None = None  # [hooks] on_batch_saved
     fingerprint: dict[str, Any] = field(default_factory=dict)
     fingerprint_key: str = ""  # hash of ``fingerprint``, part of every session's cache key
+    judge: JudgeSpec | None = None  # a judge checker's judge, resolved once (run_judge)
 
     @property
     def model_id(self) -> str:
@@ -87,7 +87,7 @@ class ModelSetup:
         fingerprint = {**self.fingerprint, "cache_scope": cache_scope_key(config)}
         factory = self.checker_factory
         if config.checker.implementation == "judge" and cache_dir(config) != cache_dir(self.config):
-            factory = run_checker_factory(config, self.data_model)
+            factory = run_checker_factory(config, self.data_model, self.judge)
         return dataclasses.replace(
             self,
             config=config,
@@ -96,44 +96,39 @@ class ModelSetup:
             fingerprint_key=fingerprint_hash(fingerprint, size=32),
         )
 
-
-# What preflight built for the run in progress, handed to the run's model flows in this
-# process: a setup holds classes and callables, so it cannot be a flow-run parameter (those
-# are JSON, shown in the UI and sent to the server), and building it again per model flow
-# would read and check every plugin, template and hook once more.
-_PREPARED: ContextVar[tuple[ModelSetup, ...]] = ContextVar("ape_prepared_setups", default=())
-
-
-@contextmanager
-def prepared(setups: Sequence[ModelSetup]) -> Iterator[None]:
-    """Within the block, :func:`setup_for` returns these setups (preflight's) instead of
-    building new ones; outside it, nothing is kept (a served deployment reads its config
-    file afresh at every run, so a setup must not outlive its run)."""
-    token = _PREPARED.set(tuple(setups))
-    try:
-        yield
-    finally:
-        _PREPARED.reset(token)
-
-
-def setup_for(config: ApeConfig, model_index: int) -> ModelSetup:
-    """The setup of ``config.model[model_index]`` for a model's flow: the one preflight
-    built for this run (:func:`prepared`), pointed at the run's folder, or a new one when
-    the flow runs on its own (a Dask worker, a test, a flow run started without preflight)."""
-    model_cfg = config.model[model_index]
-    wanted = _without_output(config)
-    for setup in _PREPARED.get():
-        if setup.model_cfg == model_cfg and _without_output(setup.config) == wanted:
-            return setup.for_run(config)
-    return make_setup(config, model_cfg)
+    def served(self, base_urls: dict[str, str]) -> ModelSetup:
+        """This setup with the endpoints of the models APE serves for the run (model id to
+        ``base_url``, :func:`ape.tasks.models.llama_server.local_model_servers`): the model's,
+        and the judge's when it is one of them. The fingerprint stays (a served model's port
+        is not part of it)."""
+        if not base_urls:
+            return self
+        url = base_urls.get(self.model_cfg.model_id)
+        config = with_base_urls(self.config, base_urls)
+        judge = self.judge.served(base_urls) if self.judge is not None else None
+        factory = self.checker_factory
+        if judge is not self.judge:  # the judge is a served model: its checker asks that server
+            factory = run_checker_factory(config, self.data_model, judge)
+        return dataclasses.replace(
+            self,
+            config=config,
+            model_cfg=self.model_cfg.model_copy(update={"base_url": url}) if url else self.model_cfg,
+            judge=judge,
+            checker_factory=factory,
+        )
 
 
-def _without_output(config: ApeConfig) -> dict[str, Any]:
-    """The config as a run folder leaves it (``config_for_run`` changes only the output)."""
-    return config.model_dump(mode="json", exclude={"run": {"output"}})
+def run_judge(config: ApeConfig) -> JudgeSpec | None:
+    """The judge of a run graded by the ``judge`` checker (:func:`ape.tasks.checking.judge.resolve_judge`),
+    resolved once for every setup; None for any other checker (and for a ``[choices]``
+    run, which ``choice`` grades)."""
+    if config.choices is not None or config.checker.implementation != "judge":
+        return None
+    return resolve_judge(config)
 
 
-def _read(path: Path | None, inline: str | None, key: str) -> str | None:
+def prompt_text(path: Path | None, inline: str | None, key: str) -> str | None:
+    """A prompt part (``key``): the inline text, else the file's; an ApeError naming the key when unreadable."""
     if inline is not None:
         return inline
     if path is None:
@@ -152,13 +147,14 @@ def load_data_model(config: ApeConfig) -> type[BaseModel]:
     return model
 
 
-def make_setup(config: ApeConfig, model_cfg: ModelConfig) -> ModelSetup:
-
+def make_setup(config: ApeConfig, model_cfg: ModelConfig, judge: JudgeSpec | None = None) -> ModelSetup:
+    """``model_cfg``'s setup of ``config``. ``judge``: the run's judge (:func:`run_judge`),
+    resolved once by the caller for every model; resolved here when None."""
     data_model = load_data_model(config)
-    template = _read(config.prompt.template_file, config.prompt.template, "template") or ""
+    template = prompt_text(config.prompt.template_file, config.prompt.template, "template") or ""
     src = config.shown_file()
     check_template(template, data_model, where=f"{src} [prompt] template")
-    system = _read(config.prompt.system_file, config.prompt.system, "system")
+    system = prompt_text(config.prompt.system_file, config.prompt.system, "system")
     if system:
         check_template(system, data_model, where=f"{src} [prompt] system")
     if config.data.category_field and config.data.category_field not in data_model.model_fields:
@@ -189,7 +185,8 @@ def make_setup(config: ApeConfig, model_cfg: ModelConfig) -> ModelSetup:
 
     if config.choices is not None:
         check_choices(config, model_cfg, data_model, system)
-    checker_factory = run_checker_factory(config, data_model)
+    judge = judge if judge is not None else run_judge(config)
+    checker_factory = run_checker_factory(config, data_model, judge)
     probe = checker_factory()  # fail now on a bad checker, not in a worker thread
     check_checker_fields(probe, data_model, where=f"{src} [checker] args")
     hook = load_hook(config, "on_batch_saved")
@@ -222,17 +219,22 @@ def make_setup(config: ApeConfig, model_cfg: ModelConfig) -> ModelSetup:
         hook=hook,
         fingerprint=fingerprint,
         fingerprint_key=fingerprint_hash(fingerprint, size=32),
+        judge=judge,
     )
 
 
-def run_checker_factory(config: ApeConfig, data_model: type[BaseModel]) -> Callable[[], Any]:
+def run_checker_factory(
+    config: ApeConfig, data_model: type[BaseModel], judge: JudgeSpec | None = None
+) -> Callable[[], Any]:
     """The maker of the run's checker instances: ``[checker]`` as configured, or for the
-    judge (a model grades, so it needs the whole config and the run's cache) its factory."""
+    judge (a model grades, so it needs the whole config and the run's cache) its factory.
+    ``judge``: the run's judge (:func:`run_judge`); resolved here when None."""
     if config.choices is not None or config.checker.implementation == "choice":
         return choice_checker_factory(config)
     if config.checker.implementation == "judge":
-        factory = judge_factory(config, data_model, cache_dir(config) if config.run.cache else None)
-        check_calibration_file(config, data_model)
+        spec = judge if judge is not None else resolve_judge(config)
+        factory = judge_factory(config, data_model, cache_dir(config) if config.run.cache else None, spec)
+        check_calibration_file(spec, data_model)
         return factory
 
     return lambda: load_checker(config.checker, config.base_dir)
@@ -266,10 +268,7 @@ def check_choices(config: ApeConfig, model_cfg: ModelConfig, data_model: type[Ba
     choices = config.choices
     assert choices is not None
     src = config.shown_file()
-    known = set(data_model.model_fields) | {f.alias for f in data_model.model_fields.values() if f.alias}
-    known |= set(data_model.model_computed_fields) | {
-        n for n in dir(data_model) if isinstance(getattr(data_model, n, None), property)
-    }
+    known = readable_fields(data_model)
     keys = [("fields" if choices.fields is not None else "field", name) for name in choices.source_fields()]
     for key, name in [*keys, ("gold", choices.gold)]:
         if name not in known:
@@ -302,10 +301,11 @@ def grade_canary(config: ApeConfig, setup: ModelSetup | None = None) -> list[Any
     data model and checker factory are the run's; otherwise they are resolved here)."""
 
     data_model = setup.data_model if setup is not None else load_data_model(config)
-    factory = setup.checker_factory if setup is not None else run_checker_factory(config, data_model)
+    judge = setup.judge if setup is not None else run_judge(config)
+    factory = setup.checker_factory if setup is not None else run_checker_factory(config, data_model, judge)
     graded = run_canary(config.checker, factory, data_model)
-    if config.checker.implementation == "judge":
-        graded += run_judge_canary(config, factory, data_model)
+    if judge is not None:
+        graded += run_judge_canary(config, judge, factory, data_model)
     if config.choices is not None:  # an endpoint must echo right prompt log-probabilities
         run_logprob_canary(config)
     return graded
@@ -328,7 +328,7 @@ def resume_fingerprints(setup: ModelSetup) -> dict[str, Any]:
     if fp.get("choices") is not None:
         generation["choices"] = fingerprint_hash(fp["choices"])
 
-    checker = checker_fingerprint(cfg)  # a judge's model and rubric are part of it
+    checker = checker_fingerprint(cfg, spec=setup.judge)  # a judge's model and rubric are part of it
     return {
         "generation": generation,
         "checker": fingerprint_hash([checker, setup.metric]),
@@ -344,13 +344,7 @@ def check_checker_fields(checker: Any, data_model: type[BaseModel], where: str) 
         return
     key = "tests_field" if hasattr(checker.args, "tests_field") else "field"
     name = getattr(checker.args, key)
-    known = {n for n, f in data_model.model_fields.items()} | {
-        f.alias for f in data_model.model_fields.values() if f.alias
-    }
-    # a property or computed field also holds a value the checker can read
-    known |= set(data_model.model_computed_fields) | {
-        n for n in dir(data_model) if isinstance(getattr(data_model, n, None), property)
-    }
+    known = readable_fields(data_model)
     if name not in known:
         raise ApeError(
             f"the checker reads the reference from '{name}', which is not a field of "
@@ -358,6 +352,17 @@ def check_checker_fields(checker: Any, data_model: type[BaseModel], where: str) 
             where=f"{where} {key}",
             hint=did_you_mean(name, sorted(known)) or f"set args.{key} to the field that holds the reference",
         )
+
+
+def readable_fields(data_model: type[BaseModel]) -> set[str]:
+    """The names an item's value can be read by: its fields, their aliases, and its computed
+    fields and properties (they hold a value too)."""
+    known = set(data_model.model_fields) | {f.alias for f in data_model.model_fields.values() if f.alias}
+    return (
+        known
+        | set(data_model.model_computed_fields)
+        | {n for n in dir(data_model) if isinstance(getattr(data_model, n, None), property)}
+    )
 
 
 def file_digest(path: Path) -> str | None:

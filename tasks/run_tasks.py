@@ -21,6 +21,7 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.report import Envelope
 from ape.tasks.after_run.alerts import artifact_key, publish
 from ape.tasks.after_run.join_history import explain_moves, flagged_items, join_history
+from ape.tasks.checking.judge import JudgeSpec
 from ape.tasks.checking.judge_labels import measure_agreement
 from ape.tasks.model_setup import load_data_model
 from ape.tasks.report.build import build_report
@@ -79,8 +80,9 @@ def join_history_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dic
 
 
 @task(name="judge-agreement", cache_policy=NO_CACHE, persist_result=False)
-def judge_agreement_task(config: ApeConfig) -> None:
+def judge_agreement_task(config: ApeConfig, judge: JudgeSpec | None = None) -> None:
     """A judge checker with a calibration file grades it before any model runs
-    (``ape.tasks.checking.judge_labels``); the report compares it with the people's grades."""
+    (``ape.tasks.checking.judge_labels``); the report compares it with the people's grades.
+    ``judge``: the judge preflight resolved (else resolved here)."""
 
-    measure_agreement(config, load_data_model(config))
+    measure_agreement(config, load_data_model(config), judge)

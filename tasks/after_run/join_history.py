@@ -24,7 +24,7 @@ from ape.schemas.data import item_id
 from ape.schemas.report import Envelope, RegressionRow
 from ape.tasks.after_run.rescore import regrader
 from ape.tasks.checking.judge import checker_fingerprint
-from ape.tasks.model_setup import _read, fingerprint_hash, load_data_model
+from ape.tasks.model_setup import fingerprint_hash, load_data_model, prompt_text
 from ape.tasks.models.fingerprint import model_fingerprint
 from ape.tasks.report.diff import changed_settings, compare_items, diff_markdown, flipped_items, write_diff
 from ape.tasks.report.sessions_table import load_sessions
@@ -57,8 +57,8 @@ def fingerprints(config: ApeConfig, model_index: int) -> dict[str, str]:
     prompt = config.prompt
     answers = {
         "model": model_fingerprint(config.model[model_index]),
-        "template": _read(prompt.template_file, prompt.template, "template"),
-        "system": _read(prompt.system_file, prompt.system, "system"),
+        "template": prompt_text(prompt.template_file, prompt.template, "template"),
+        "system": prompt_text(prompt.system_file, prompt.system, "system"),
         "solver": config.solver.model_dump(mode="json"),
         "adapter": config.adapter.model_dump(mode="json"),
         "tools": {k: v.model_dump(mode="json") for k, v in sorted(config.tools.items())},

@@ -58,7 +58,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -233,21 +233,50 @@ def judge_model_config(config: ApeConfig) -> ModelConfig:
     )
 
 
-def judge_fingerprint(config: ApeConfig) -> dict[str, Any] | None:
-    """What makes the judge's grades what they are: its model, rubric text, scale and pass
-    mark, and how its answers are parsed. Part of the checker's fingerprint (resume,
-    regression comparisons); None for other checkers or a judge config that is invalid."""
+@dataclass(frozen=True)
+class JudgeSpec:
+    """The judge as the config describes it, resolved once: its arguments, its model, the
+    rubric's text, the calibration file and the fingerprint of all of them.
 
-    if config.checker.implementation != "judge":
-        return None
+    Preflight resolves it (:func:`resolve_judge`) and hands it to everything that needs the
+    judge (the checker factory, the resume fingerprint, the calibration check and grading,
+    the canary), so a rubric file is read once and every part of a run grades with the same
+    judge, rather than each part reading ``[checker] args`` and the judge's model again."""
+
+    args: JudgeArgs
+    model_cfg: ModelConfig
+    rubric: str
+    calibration_file: Path | None
+    fingerprint: dict[str, Any] | None  # None when the judge's model file cannot be read
+    own_model: bool = False  # a [checker.judge] block of its own, not a [[model]] it names
+
+    @property
+    def scale(self) -> Scale:
+        return parse_scale(self.args.scale)
+
+    def served(self, base_urls: dict[str, str]) -> JudgeSpec:
+        """This judge with the endpoint of a ``llama-cpp`` model APE serves (``base_urls``:
+        model id to URL, :func:`ape.tasks.models.llama_server.local_model_servers`); the
+        fingerprint stays (a served model's port is not part of it)."""
+        url = base_urls.get(self.model_cfg.model_id)
+        if url is None or self.model_cfg.base_url == url:
+            return self
+        return replace(self, model_cfg=self.model_cfg.model_copy(update={"base_url": url}))
+
+
+def resolve_judge(config: ApeConfig) -> JudgeSpec:
+    """The judge of a ``judge`` checker (:class:`JudgeSpec`); an ApeError naming the key
+    for a bad argument, a missing judge model or an unreadable rubric file."""
+    args = parse_args(dict(config.checker.args))
+    model_cfg = judge_model_config(config)
+    rubric = read_rubric(args, config.base_dir)
+    calibration = resolve_path(args.calibration_file, config.base_dir) if args.calibration_file else None
+    own = isinstance(config.checker.judge, ModelConfig)
     try:
-        model_cfg = judge_model_config(config)
-        args = parse_args(dict(config.checker.args))
-        rubric = read_rubric(args, config.base_dir)
         model = model_fingerprint(model_cfg)
-    except (ApeError, OSError):
-        return None
-    return {
+    except OSError:  # a GGUF file that is not there: building the model says so, naming the key
+        return JudgeSpec(args, model_cfg, rubric, calibration, None, own)
+    fingerprint = {
         "version": JUDGE_CODE_VERSION,
         "model": model,
         "rubric_sha256": hashlib.sha256(rubric.encode()).hexdigest(),
@@ -257,14 +286,33 @@ def judge_fingerprint(config: ApeConfig) -> dict[str, Any] | None:
         "attempts": config.solver.solution_adaption_attempts,
         "reformat_prompt": config.solver.reformat_prompt,
     }
+    return JudgeSpec(args, model_cfg, rubric, calibration, fingerprint, own)
 
 
-def checker_fingerprint(config: ApeConfig, exclude: frozenset[str] = frozenset({"timeout_s"})) -> Any:
+def judge_fingerprint(config: ApeConfig, spec: JudgeSpec | None = None) -> dict[str, Any] | None:
+    """What makes the judge's grades what they are: its model, rubric text, scale and pass
+    mark, and how its answers are parsed. Part of the checker's fingerprint (resume,
+    regression comparisons); None for other checkers or a judge config that is invalid.
+    ``spec``: the judge already resolved for this config (else it is resolved here)."""
+
+    if config.checker.implementation != "judge":
+        return None
+    if spec is not None:
+        return spec.fingerprint
+    try:
+        return resolve_judge(config).fingerprint
+    except (ApeError, OSError):
+        return None
+
+
+def checker_fingerprint(
+    config: ApeConfig, exclude: frozenset[str] = frozenset({"timeout_s"}), spec: JudgeSpec | None = None
+) -> Any:
     """The checker part of resume and regression fingerprints: the ``[checker]`` section
     (``exclude``: the time limit) plus, for a judge, :func:`judge_fingerprint`, so a changed judge
-    model or rubric file counts as a changed checker."""
+    model or rubric file counts as a changed checker. ``spec``: the judge already resolved."""
     section = config.checker.model_dump(mode="json", exclude=set(exclude))
-    judge = judge_fingerprint(config)
+    judge = judge_fingerprint(config, spec)
     if judge is None:
         return section
     return {**section, "judge_fingerprint": judge}
@@ -480,14 +528,17 @@ class JudgeChecker:
             atomic_write_text(path, json.dumps(verdict, default=str))
 
 
-def judge_factory(config: ApeConfig, data_model: type[BaseModel], cache_dir: Path | None) -> Callable[[], JudgeChecker]:
-    """Resolve the judge now (a bad model or rubric fails at start; the run's plan checks a
-    calibration file, :func:`ape.tasks.checking.judge_labels.check_calibration_file`) and
-    return a maker of checker instances (one per ``checker_workers`` slot)."""
-    args = parse_args(dict(config.checker.args))
-    model_cfg = judge_model_config(config)
-    rubric = read_rubric(args, config.base_dir)
-    check_rubric(rubric, data_model)
+def judge_factory(
+    config: ApeConfig, data_model: type[BaseModel], cache_dir: Path | None, spec: JudgeSpec | None = None
+) -> Callable[[], JudgeChecker]:
+    """Check the judge against the data model now (a bad rubric variable or reference field
+    fails at start; the run's plan checks a calibration file,
+    :func:`ape.tasks.checking.judge_labels.check_calibration_file`) and return a maker of
+    checker instances (one per ``checker_workers`` slot). ``spec``: the judge preflight
+    resolved (:func:`resolve_judge`); resolved here when None."""
+    spec = spec if spec is not None else resolve_judge(config)
+    args = spec.args
+    check_rubric(spec.rubric, data_model)
     if args.reference_field and args.reference_field not in data_model.model_fields:
         known = list(data_model.model_fields)
         raise ApeError(
@@ -495,9 +546,10 @@ def judge_factory(config: ApeConfig, data_model: type[BaseModel], cache_dir: Pat
             where=WHERE_ARGS + ".reference_field",
             hint=did_you_mean(args.reference_field, known),
         )
-    fingerprint = judge_fingerprint(config)
 
     def make() -> JudgeChecker:
-        return JudgeChecker(model_cfg, args, rubric, config.solver, config.base_dir, cache_dir, fingerprint)
+        return JudgeChecker(
+            spec.model_cfg, args, spec.rubric, config.solver, config.base_dir, cache_dir, spec.fingerprint
+        )
 
     return make

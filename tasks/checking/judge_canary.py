@@ -50,9 +50,8 @@ from ape.tasks.checking.canary import CanaryFailed, Example, configured_examples
 from ape.tasks.checking.judge import (
     JudgeArgs,
     JudgeChecker,
+    JudgeSpec,
     judge_factory,
-    judge_model_config,
-    parse_args,
     parse_scale,
     solution_text,
 )
@@ -130,48 +129,45 @@ def refusal(judge_id: str, graded: Sequence[tuple[Example, CheckResult]]) -> str
 
 
 @contextmanager
-def served_judge(config: ApeConfig) -> Iterator[ApeConfig]:
-    """``config`` with its judge reachable for the canary: a ``provider = "llama-cpp"`` judge
-    (a ``[[model]]`` APE serves only for the run, which has not started yet) is served for
-    the block, its server's log in a temporary folder; any other config is yielded as it is."""
+def served_judge(config: ApeConfig, spec: JudgeSpec) -> Iterator[JudgeSpec]:
+    """The judge ``spec`` reachable for the canary: a ``provider = "llama-cpp"`` judge (a
+    ``[[model]]`` APE serves only for the run, which has not started yet) is served for the
+    block, its server's log in a temporary folder; any other judge is yielded as it is."""
 
-    judge = judge_model_config(config)
+    judge = spec.model_cfg
     if not is_llama_cpp(judge) or judge.base_url:
-        yield config
+        yield spec
         return
     with tempfile.TemporaryDirectory(prefix="ape-judge-canary-") as folder:
         alone = config.model_copy(
             update={"model": [judge], "run": config.run.model_copy(update={"output": Path(folder)})}
         )
-        with local_model_servers(alone) as served:
-            copy = config.model_copy(deep=True)
-            for model in copy.model:
-                if model.model_id == judge.model_id:
-                    model.base_url = served.model[0].base_url
-            yield copy
+        with local_model_servers(alone) as base_urls:
+            yield spec.served(base_urls)
 
 
-def served_factory(config: ApeConfig, data_model: type[BaseModel]) -> Callable[[], JudgeChecker]:
-    """The run's judge factory for a config whose judge is served (same cache as the run's)."""
+def served_factory(config: ApeConfig, spec: JudgeSpec, data_model: type[BaseModel]) -> Callable[[], JudgeChecker]:
+    """The run's judge factory for a judge that is served (same cache as the run's)."""
 
-    return judge_factory(config, data_model, cache_dir(config) if config.run.cache else None)
+    return judge_factory(config, data_model, cache_dir(config) if config.run.cache else None, spec)
 
 
 def run_judge_canary(
-    config: ApeConfig, factory: Callable[[], JudgeChecker], data_model: type[BaseModel]
+    config: ApeConfig, spec: JudgeSpec, factory: Callable[[], JudgeChecker], data_model: type[BaseModel]
 ) -> list[tuple[Example, CheckResult]]:
-    """Ask the judge about the canary's injected wrong answers (module doc); raise
-    :class:`CanaryFailed` when it passes one. Returns the examples it graded."""
-    args = parse_args(dict(config.checker.args))
+    """Ask the judge (``spec``, the run's checker made by ``factory``) about the canary's
+    injected wrong answers (module doc); raise :class:`CanaryFailed` when it passes one.
+    Returns the examples it graded."""
+    args = spec.args
     if not args.injection_canary:
         return []
     source = known_wrong(config, data_model, args.pass_mark)
     if source is None:
         log.warning("judge canary: no data item and no failing [[checker.canary]] entry to build it from")
         return []
-    with served_judge(config) as served:
-        if served is not config:  # the judge asked must be the one the run will ask
-            factory = served_factory(served, data_model)
+    with served_judge(config, spec) as served:
+        if served is not spec:  # the judge asked must be the one the run will ask
+            factory = served_factory(config, served, data_model)
         probe = factory()
         plain, *injected = injected_examples(*source, probe.rubric, args)
         ask = lambda: factory().judged  # noqa: E731 - a checker per example, the detector bypassed

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ValidationError
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError, validation_lines
-from ape.tasks.checking.judge import JudgeChecker, Scale, judge_factory, parse_args, parse_scale, resolve_path
+from ape.tasks.checking.judge import JudgeChecker, JudgeSpec, Scale, judge_factory, resolve_judge
 from ape.tasks.storage.runs import cache_dir
 from ape.tasks.storage.save import atomic_write_text
 
@@ -106,12 +106,15 @@ def load_calibration(path: Path, data_model: type[BaseModel], scale: Scale) -> l
     return rows
 
 
-def grade_labelled_solutions(config: ApeConfig, checker: JudgeChecker, data_model: type[BaseModel]) -> dict[str, Any]:
-    """Have the judge grade the calibration file; write and return ``judge_calibration.json``."""
-    args = parse_args(dict(config.checker.args))
-    assert args.calibration_file is not None
-    path = resolve_path(args.calibration_file, config.base_dir)
-    scale = parse_scale(args.scale)
+def grade_labelled_solutions(
+    config: ApeConfig, spec: JudgeSpec, checker: JudgeChecker, data_model: type[BaseModel]
+) -> dict[str, Any]:
+    """Have the judge (``spec``, asked through ``checker``) grade the calibration file;
+    write and return ``judge_calibration.json``."""
+    args = spec.args
+    path = spec.calibration_file
+    assert path is not None
+    scale = spec.scale
     rows = load_calibration(path, data_model, scale)
     out: list[dict[str, Any]] = []
     tokens_in = tokens_out = 0
@@ -166,20 +169,23 @@ def grade_labelled_solutions(config: ApeConfig, checker: JudgeChecker, data_mode
     return result
 
 
-def check_calibration_file(config: ApeConfig, data_model: type[BaseModel]) -> None:
+def check_calibration_file(spec: JudgeSpec, data_model: type[BaseModel]) -> None:
     """A judge's calibration file (``[checker] args.calibration_file``) is read now, so a
     missing file or a bad row is one line before any model call, not after the run."""
-    args = parse_args(dict(config.checker.args))
-    if args.calibration_file:
-        load_calibration(resolve_path(args.calibration_file, config.base_dir), data_model, parse_scale(args.scale))
+    if spec.calibration_file is not None:
+        load_calibration(spec.calibration_file, data_model, spec.scale)
 
 
-def measure_agreement(config: ApeConfig, data_model: type[BaseModel]) -> dict[str, Any] | None:
-    """:func:`grade_labelled_solutions` for a judge checker with a calibration file; None otherwise."""
+def measure_agreement(
+    config: ApeConfig, data_model: type[BaseModel], spec: JudgeSpec | None = None
+) -> dict[str, Any] | None:
+    """:func:`grade_labelled_solutions` for a judge checker with a calibration file; None otherwise.
+    ``spec``: the judge preflight resolved (resolved here when None)."""
     if config.checker.implementation != "judge" or not config.checker.args.get("calibration_file"):
         return None
-    checker = judge_factory(config, data_model, cache_dir(config) if config.run.cache else None)()
-    result = grade_labelled_solutions(config, checker, data_model)
+    spec = spec if spec is not None else resolve_judge(config)
+    checker = judge_factory(config, data_model, cache_dir(config) if config.run.cache else None, spec)()
+    result = grade_labelled_solutions(config, spec, checker, data_model)
     graded = len(result["rows"]) - result["errors"]
     agree = sum(1 for r in result["rows"] if r["judge"] is not None and r["judge"] == r["human"])
     log.info("judge %s agrees with people on %d of %d calibration solutions", result["judge"], agree, graded)

@@ -76,6 +76,7 @@ __all__ = [
     "model_file",
     "server_args",
     "server_missing",
+    "with_base_urls",
 ]
 
 PROVIDER = "llama-cpp"
@@ -433,11 +434,13 @@ def _log_name(file: Path, several: bool) -> str:
 
 
 @contextlib.contextmanager
-def local_model_servers(config: ApeConfig) -> Iterator[ApeConfig]:
+def local_model_servers(config: ApeConfig) -> Iterator[dict[str, str]]:
     """Serve the run's llama-cpp models for the length of the block.
 
-    Yields a copy of ``config`` whose llama-cpp models have ``base_url`` set to their
-    server (``config`` itself when it has none). One server per GGUF file; its context
+    Yields the endpoint of each model it serves, model id to ``base_url`` (empty when the
+    config has none); :func:`with_base_urls` points a config at them, and the run's
+    setups take them the same way, so nothing has to recognise a config the servers
+    changed. One server per GGUF file; its context
     is the largest ``n_ctx`` its models ask for, and it keeps all logits only when one
     of them asks for log-probabilities. A server that fails to start is an ApeError
     naming its log file.
@@ -446,7 +449,7 @@ def local_model_servers(config: ApeConfig) -> Iterator[ApeConfig]:
     if config.choices is not None:
         local = []  # log-likelihood runs load the model in process (ape.tasks.models.llama_inprocess)
     if not local:
-        yield config
+        yield {}
         return
     missing = server_missing()
     if missing is not None:
@@ -455,11 +458,11 @@ def local_model_servers(config: ApeConfig) -> Iterator[ApeConfig]:
             where=_where(config.model[local[0]]),
             hint="pip install 'ape-bench[llm]'",
         )
-    config = config.model_copy(deep=True)
     groups: dict[Path, list[ModelConfig]] = {}
     for index in local:
         groups.setdefault(model_file(config.model[index]), []).append(config.model[index])
     servers: list[LlamaServer] = []
+    base_urls: dict[str, str] = {}
     with _stop_on_signals(servers):
         try:
             for file, models in groups.items():
@@ -475,8 +478,20 @@ def local_model_servers(config: ApeConfig) -> Iterator[ApeConfig]:
                 servers.append(server)
                 base_url = server.start()
                 for model in models:
-                    model.base_url = base_url
-            yield config
+                    base_urls[model.model_id] = base_url
+            yield base_urls
         finally:
             for server in reversed(servers):
                 server.stop()
+
+
+def with_base_urls(config: ApeConfig, base_urls: dict[str, str]) -> ApeConfig:
+    """``config`` with each served model's ``base_url`` (:func:`local_model_servers`): what the
+    model flows are given, so their parameters show the endpoint asked; ``config`` itself
+    when nothing is served."""
+    if not base_urls:
+        return config
+    models = [
+        m.model_copy(update={"base_url": base_urls[m.model_id]}) if m.model_id in base_urls else m for m in config.model
+    ]
+    return config.model_copy(update={"model": models})

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ape.cli import main
+from ape.flows import evaluate as evaluate_module
 from ape.flows import preflight as preflight_module
 from ape.tasks import model_setup
 from tests.helpers.runner import make_benchmark
@@ -27,12 +28,13 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     counted: Counter[str] = Counter()
     real = model_setup.make_setup
 
-    def counting(config, model_cfg):
+    def counting(config, model_cfg, judge=None):
         counted[model_cfg.model_id] += 1
-        return real(config, model_cfg)
+        return real(config, model_cfg, judge)
 
     monkeypatch.setattr(model_setup, "make_setup", counting)
     monkeypatch.setattr(preflight_module, "make_setup", counting)
+    monkeypatch.setattr(evaluate_module, "make_setup", counting)
     return counted
 
 
@@ -72,27 +74,54 @@ def test_a_new_run_takes_preflights_setup_with_the_runs_own_cache_scope(
     assert calls == {"setup-once-a": 4, "setup-once-b": 4}  # no answer reused across the runs
 
 
-def test_a_model_flow_started_without_preflight_builds_its_setup(tmp_path: Path, prefect_server: str) -> None:
+def test_a_model_flow_started_without_preflight_builds_its_setup(
+    tmp_path: Path, prefect_server: str, builds: Counter[str]
+) -> None:
     from ape.config import load_config
     from ape.flows.evaluate import evaluate
 
     config = load_config(make_benchmark(tmp_path, n=2, id_prefix="alone-"))
-    with model_setup.prepared([]):
-        summary = evaluate(config, 0)
+    summary = evaluate(config, 0, preflight="a-token-this-process-never-handed-over")
     assert summary["done"] == 2
+    assert sum(builds.values()) == 1
 
 
-def test_setup_for_matches_only_the_config_it_was_built_from(tmp_path: Path) -> None:
+def test_the_preflight_result_is_found_by_its_token_only_while_handed_over(tmp_path: Path) -> None:
     from ape.config import load_config
 
     config = load_config(make_benchmark(tmp_path, n=2, id_prefix="match-"))
-    setup = model_setup.make_setup(config, config.model[0])
-    moved = config.model_copy(update={"run": config.run.model_copy(update={"output": tmp_path / "runs" / "r1"})})
-    changed = config.model_copy(update={"run": config.run.model_copy(update={"runs_per_data": 3})})
-    with model_setup.prepared([setup]):
-        assert model_setup.setup_for(config, 0).checker_factory is setup.checker_factory
-        pointed = model_setup.setup_for(moved, 0)
-        assert pointed.checker_factory is setup.checker_factory
+    checked = preflight_module.preflight(config)
+    with preflight_module.hand_over(checked) as token:
+        assert token is not None and preflight_module.handed(token) is checked
+        moved = config.model_copy(update={"run": config.run.model_copy(update={"output": tmp_path / "runs" / "r1"})})
+        pointed = checked.setup(0).for_run(moved)
+        assert pointed.checker_factory is checked.setup(0).checker_factory
         assert pointed.out_dir == moved.output_dir_for(config.model[0])
-        assert model_setup.setup_for(changed, 0).checker_factory is not setup.checker_factory  # another setting
-    assert model_setup.setup_for(config, 0).checker_factory is not setup.checker_factory  # nothing kept after
+    assert preflight_module.handed(token) is None  # nothing kept after the run
+    with preflight_module.hand_over(None) as nothing:
+        assert nothing is None and preflight_module.handed(nothing) is None
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_served_llama_cpp_models_setup_is_built_once(
+    tmp_path: Path, prefect_server: str, builds: Counter[str]
+) -> None:
+    """APE serves a llama-cpp model for the run: its model flow takes preflight's setup pointed
+    at the server (the setup is not built again because the server changed its base_url)."""
+    from tests.helpers.llm_server import llm_missing
+
+    missing = llm_missing()
+    if missing:
+        pytest.skip(missing)
+    local = (
+        '[[model]]\nname = "local"\nprovider = "llama-cpp"\nmodel = "smollm2-135m"\n'
+        "max_tokens = 8\ntemperature = 0.0\nargs = { n_ctx = 512 }\n"
+    )
+    config = make_benchmark(tmp_path / "bench", n=2, models=local, id_prefix="llama-once-")
+    assert main(["run", str(config), "--no-server", "--no-progress"]) in (0, 1)  # a tiny model's answers may err
+    assert builds == {"local": 1}
+    sessions = (tmp_path / "bench" / "out" / "sessions.jsonl").read_text().splitlines()
+    assert len(sessions) == 2
+    assert all(json.loads(line).get("outcome") != "ERROR" for line in sessions), sessions  # the server answered

@@ -226,9 +226,10 @@ def test_the_flow_grades_the_canary_itself_when_no_command_did(tmp_path):
 
     checker = 'implementation = "benchschema:check_strict"' + USER_CANARY.format(passed="false")
     config = load_config(make_benchmark(tmp_path, checker=checker, models=_counted_model(tmp_path)))
-    refused = benchmark_mod.canary_refusal(config)
+    refused = benchmark_mod.run_benchmark(config)
     assert refused is not None and refused.is_failed()
     assert isinstance(refused.data, CanaryFailed) and "'two'" in str(refused.message)
+    assert not (tmp_path / "calls.log").exists()  # no model was called
 
 
 def test_taskspec_grades_a_code_task_and_a_text_task():

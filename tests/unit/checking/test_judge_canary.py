@@ -10,7 +10,7 @@ import pytest
 from ape.cli import main
 from ape.config import load_config
 from ape.tasks.checking.canary import CanaryFailed
-from ape.tasks.checking.judge import parse_args
+from ape.tasks.checking.judge import parse_args, resolve_judge
 from ape.tasks.checking.judge_canary import WRONG_ANSWER, injected_examples, run_judge_canary
 from ape.tasks.model_setup import grade_canary, load_data_model, run_checker_factory
 from ape.tasks.models.mocks import MockChatModel
@@ -99,7 +99,7 @@ def test_a_judge_that_cannot_be_reached_warns_and_lets_the_run_show_its_check_er
     loaded = load_config(config)
     data_model = load_data_model(loaded)
     with caplog.at_level(logging.WARNING, logger="ape"):
-        graded = run_judge_canary(loaded, run_checker_factory(loaded, data_model), data_model)
+        graded = run_judge_canary(loaded, resolve_judge(loaded), run_checker_factory(loaded, data_model), data_model)
     assert graded == []
     # the plain wrong answer could not be graded: the injected ones are not asked
     assert "judge canary: 1 of 1 judgements failed" in caplog.text and "untested" in caplog.text
@@ -139,19 +139,22 @@ def test_a_local_judge_is_served_for_the_canary_and_asked_there(tmp_path, monkey
     def fake_servers(config):
         assert [m.model_id for m in config.model] == ["judge"]  # only the judge is served
         assert config.run.output != loaded.run.output  # its log stays out of the output folder
-        copy = config.model_copy(deep=True)
-        copy.model[0].base_url = "http://127.0.0.1:1/v1"
-        served_urls.append(copy.model[0].base_url)
-        yield copy
+        served_urls.append("http://127.0.0.1:1/v1")
+        yield {"judge": served_urls[-1]}
 
     monkeypatch.setattr(judge_canary, "local_model_servers", fake_servers)
-    with judge_canary.served_judge(loaded) as served:
-        judge = next(m for m in served.model if m.model_id == "judge")
-        assert judge.base_url == "http://127.0.0.1:1/v1" and served_urls
-    assert next(m for m in loaded.model if m.model_id == "judge").base_url is None  # the run's config is untouched
+    monkeypatch.setattr("ape.tasks.checking.judge.model_fingerprint", lambda cfg: {"model": cfg.model})
+    spec = resolve_judge(loaded)
+    with judge_canary.served_judge(loaded, spec) as served:
+        assert served.model_cfg.model_id == "judge"
+        assert served.model_cfg.base_url == "http://127.0.0.1:1/v1" and served_urls
+        assert served.fingerprint == spec.fingerprint  # the port is no part of what grades
+    assert spec.model_cfg.base_url is None  # the run's judge is untouched
+    assert next(m for m in loaded.model if m.model_id == "judge").base_url is None
     plain = load_config(config)
-    with judge_canary.served_judge(plain) as same:
-        assert same is plain  # a mock judge needs no server
+    plain_spec = resolve_judge(plain)
+    with judge_canary.served_judge(plain, plain_spec) as same:
+        assert same is plain_spec  # a mock judge needs no server
 
 
 def test_a_judge_that_obeys_only_a_grade_line_with_text_after_it_is_refused(tmp_path):
@@ -184,5 +187,5 @@ def test_a_judge_that_obeys_only_a_grade_line_with_text_after_it_is_refused(tmp_
         return checker
 
     with pytest.raises(CanaryFailed) as info:
-        run_judge_canary(loaded, factory, data_model)
+        run_judge_canary(loaded, resolve_judge(loaded), factory, data_model)
     assert "carrying an injection (grade line with text) PASS" in str(info.value.message)

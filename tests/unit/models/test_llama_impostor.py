@@ -27,7 +27,7 @@ from ape.schemas.errors import ApeError
 from ape.tasks.common import ownership
 from ape.tasks.models import llama_server
 from ape.tasks.models.build import build_model
-from ape.tasks.models.llama_server import ServerGone, local_model_servers, server_missing
+from ape.tasks.models.llama_server import ServerGone, local_model_servers, server_missing, with_base_urls
 from tests.helpers import other_user
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.processes import free_port
@@ -111,7 +111,8 @@ def test_the_default_port_is_proven_and_a_dead_server_gets_no_more_requests(tmp_
     config = config_for(tmp_path, {"model": "smollm2-135m", "max_tokens": 4, "temperature": 0.0})
     spy = None
     try:
-        with local_model_servers(config) as served:
+        with local_model_servers(config) as base_urls:
+            served = with_base_urls(config, base_urls)
             base_url = served.model[0].base_url
             assert base_url is not None
             port = int(base_url.split(":")[2].split("/")[0])

@@ -34,6 +34,7 @@ from ape.tasks.models.llama_server import (
     local_model_servers,
     model_file,
     server_missing,
+    with_base_urls,
 )
 from ape.tasks.plugins.registry import names
 from tests.helpers.paths import REPO_ROOT
@@ -139,7 +140,7 @@ def test_server_command_sets_context_threads_and_logits() -> None:
 def test_a_run_without_local_models_starts_nothing(tmp_path: Path) -> None:
     config = config_with(tmp_path, {"provider": "mock"})
     with local_model_servers(config) as served:
-        assert served is config
+        assert served == {}
     assert not (tmp_path / "out").exists()
 
 
@@ -182,9 +183,10 @@ def test_one_server_per_file_shared_and_stopped(tmp_path: Path, fail_inside: boo
     seen: list[psutil.Process] = []
     try:
         with pytest.raises(RuntimeError, match="inside") if fail_inside else contextlib.nullcontext():
-            with local_model_servers(config) as served:
-                a, b, m = served.model
+            with local_model_servers(config) as base_urls:
+                a, b, m = with_base_urls(config, base_urls).model
                 assert a.base_url and a.base_url == b.base_url and m.base_url is None
+                assert set(base_urls) == {"a", "b"}  # the models it serves, and no other
                 assert config.model[0].base_url is None  # the caller's config is left as it was
                 seen = servers_of(os.getpid())
                 assert len(seen) == 1
