@@ -269,8 +269,8 @@ def unranked_lines(envelope: Envelope) -> list[str]:
         *_table(header, rows),
         "",
         "Every session of these models ended in an error, so they have no score: they are left "
-        "out of the ranks, groups and pairwise comparisons above. Fix the cause and run again "
-        "(`ape retry OUTPUT` redoes only the errored items).",
+        "out of the ranks, groups and pairwise comparisons above, and out of their run history. "
+        "Fix the cause and run again (`ape retry OUTPUT` redoes only the errored items).",
         "",
     ]
 
