@@ -6,16 +6,35 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.prefect_api import PrefectApi
 from tests.helpers.processes import start_logged, stop_group, wait_while_running
 from tests.helpers.runner import make_benchmark
+
+
+def serve(config: Path, prefect_server: str, log_path: Path, name: str, *schedule: str) -> subprocess.Popen:
+    """`ape serve CONFIG --name NAME SCHEDULE...` as a real process group, logging to ``log_path``."""
+    env = dict(os.environ, PREFECT_API_URL=prefect_server, PREFECT_RUNNER_POLL_FREQUENCY="1")
+    command = [sys.executable, "-m", "ape", "serve", str(config), "--name", name, *schedule]
+    return start_logged(command, log_path, cwd=REPO_ROOT, env=env)
+
+
+def start_a_run(api: PrefectApi, name: str, proc: subprocess.Popen, log_path: Path) -> httpx.Response:
+    """Once the deployment ``benchmark/NAME`` exists, one flow run of it started by hand."""
+    deployment = f"/deployments/name/benchmark/{name}"
+    wait_while_running(lambda: api.get(deployment).status_code == 200, proc, log_path, timeout=120, poll=1)
+    found = api.get(deployment)
+    created = api.post(f"/deployments/{found.json()['id']}/create_flow_run", json={"parameters": {}})
+    assert created.status_code == 201, created.text
+    return created
 
 
 @pytest.mark.slow
@@ -25,17 +44,11 @@ def test_ctrl_c_stops_serving_with_one_line_and_cancels_the_run(prefect_server: 
     config = make_benchmark(
         tmp_path, n=40, model_args='behaviour = "arithmetic", latency_s = 0.5', run="solver_workers = 1"
     )
-    env = dict(os.environ, PREFECT_API_URL=prefect_server, PREFECT_RUNNER_POLL_FREQUENCY="1")
     log_path = tmp_path / "serve.log"
-    command = [sys.executable, "-m", "ape", "serve", str(config), "--name", "stoppable", "--interval", "3600"]
-    proc = start_logged(command, log_path, cwd=REPO_ROOT, env=env)
+    proc = serve(config, prefect_server, log_path, "stoppable", "--interval", "3600")
     api = PrefectApi(prefect_server)
     try:
-        deployment = "/deployments/name/benchmark/stoppable"
-        wait_while_running(lambda: api.get(deployment).status_code == 200, proc, log_path, timeout=120, poll=1)
-        found = api.get(deployment)
-        created = api.post(f"/deployments/{found.json()['id']}/create_flow_run", json={"parameters": {}})
-        assert created.status_code == 201, created.text
+        created = start_a_run(api, "stoppable", proc, log_path)
         results = tmp_path / "out" / "runs"
         # the run has saved an item
         wait_while_running(lambda: any(results.glob("*/results.jsonl")), proc, log_path, timeout=150)
@@ -65,18 +78,12 @@ def test_ctrl_c_between_runs_says_no_run_was_in_progress(prefect_server: str, tm
     """Ctrl-C after a run finished and before the next: no run was cancelled, and the line
     says that (it used to say "a run in progress was cancelled" whatever happened)."""
     config = make_benchmark(tmp_path, n=3)
-    env = dict(os.environ, PREFECT_API_URL=prefect_server, PREFECT_RUNNER_POLL_FREQUENCY="1")
     log_path = tmp_path / "serve.log"
     # a schedule whose next run is far away (1 January), and one run started by hand
-    command = [sys.executable, "-m", "ape", "serve", str(config), "--name", "idle", "--cron", "0 0 1 1 *"]
-    proc = start_logged(command, log_path, cwd=REPO_ROOT, env=env)
+    proc = serve(config, prefect_server, log_path, "idle", "--cron", "0 0 1 1 *")
     api = PrefectApi(prefect_server)
     try:
-        deployment = "/deployments/name/benchmark/idle"
-        wait_while_running(lambda: api.get(deployment).status_code == 200, proc, log_path, timeout=120, poll=1)
-        found = api.get(deployment)
-        created = api.post(f"/deployments/{found.json()['id']}/create_flow_run", json={"parameters": {}})
-        assert created.status_code == 201, created.text
+        created = start_a_run(api, "idle", proc, log_path)
         run_url = f"/flow_runs/{created.json()['id']}"
         wait_while_running(lambda: api.get(run_url).json()["state"]["type"] == "COMPLETED", proc, log_path, timeout=150)
         time.sleep(2)  # between runs: the runner idles
