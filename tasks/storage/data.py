@@ -249,15 +249,19 @@ class DataProvider:
     def numbered(self) -> Iterator[tuple[int, BaseModel]]:
         """(line number, validated item) pairs in the configured slice, streamed."""
         started = self.start_id is None
-        seen: set[str] = set()
+        seen: dict[str, int] = {}  # id -> its line, so a duplicate names the first one too
         found_any = False
         for number, row in self._rows():
             found_any = True
             item = self._validate(number, row)
             key = item_id(item)
             if key in seen:
-                raise ApeError(f"duplicate id '{key}'", where=self._at(number), hint="every item needs a unique id")
-            seen.add(key)
+                raise ApeError(
+                    f"duplicate id '{key}', first on line {seen[key]}",
+                    where=self._at(number),
+                    hint="every item needs a unique id",
+                )
+            seen[key] = number
             if not started and key == str(self.start_id):
                 started = True
             if started:

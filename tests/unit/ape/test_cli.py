@@ -71,7 +71,7 @@ def test_duplicate_id_names_file_and_line(tmp_path, capsys):
     data.write_text(data.read_text() + first + "\n")
     code, _, err = validate(path, capsys)
     assert code == 2
-    assert err.strip() == f"error: {data}:4: duplicate id 'i0' (every item needs a unique id)"
+    assert err.strip() == f"error: {data}:4: duplicate id 'i0', first on line 1 (every item needs a unique id)"
 
 
 def test_debug_shows_traceback(tmp_path, capsys):

@@ -68,7 +68,7 @@ def test_unknown_start_and_end_ids(tmp_path):
 
 def test_duplicate_id_names_line(tmp_path):
     path = jsonl(tmp_path, [{"id": "a", "text": "x"}, {"id": "b", "text": "y"}, {"id": "a", "text": "z"}])
-    with pytest.raises(ApeError, match=r"d.jsonl:3: duplicate id 'a'"):
+    with pytest.raises(ApeError, match=r"d.jsonl:3: duplicate id 'a', first on line 1"):
         DataProvider(path, Item).scan()
 
 
