@@ -34,6 +34,7 @@ def validate(config_path: Path, *, estimate: bool = False, overrides: dict | Non
     """``ape validate``: everything a run checks before its first model call; ``overrides``
     are the dotted keys of command-line flags (``--output``), as for ``ape run``."""
     from ape.flows.preflight import canary, preflight  # deferred: the plugins and Prefect (CLI start-up)
+    from ape.tasks.models.reachability import probe_target
     from ape.tasks.solving.render import template_variables
 
     config = load_config(config_path, overrides)
@@ -46,6 +47,10 @@ def validate(config_path: Path, *, estimate: bool = False, overrides: dict | Non
     print(f"  data: {len(ids)} items from {config.data.file.name}{first_last}")
     print(f"  template variables: {variables}")
     print(f"  models: {', '.join(m.model_id for m in config.model)}")
+    served = [target for target in map(probe_target, config.model) if target is not None]
+    if served:  # validate sends no request: say so, so "ok" is not read as "reachable"
+        urls = ", ".join(terminal_safe(f"{t.model_id} at {t.base_url}") for t in served)
+        print(f"  endpoints: not contacted ({urls}); `ape run` checks each one first (one GET .../models)")
     print(
         f"  tools: {', '.join(t.name for t in tools) or 'none'}"
         + (f" + checker tool '{config.checker.checker_tool}'" if config.checker.expose_as_tool else "")

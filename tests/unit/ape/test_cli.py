@@ -247,3 +247,21 @@ def test_a_bad_gold_choice_is_one_line_before_any_model_call(tmp_path, capsys, e
     (line,) = err.strip().splitlines()
     assert line.startswith(f"error: {folder / shown}: ") and expected in line, line
     assert not (folder / "output").exists()
+
+
+def test_validate_says_it_did_not_contact_a_served_models_endpoint(tmp_path, capsys):
+    """ "ok" from validate is about the config; a dead endpoint is found by `ape run`'s probe,
+    and validate says so rather than letting "ok" read as "reachable"."""
+    pytest.importorskip(
+        "langchain_openai", reason="the openai provider needs langchain-openai (pip install -e '.[openai]')"
+    )
+    model = '[[model]]\nname = "served"\nprovider = "openai"\nmodel = "x"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_env = "HOME"\n'
+    path = make_benchmark(tmp_path, n=2, models=model)
+    code, out, _ = validate(path, capsys)
+    assert code == 0, out
+    assert "endpoints: not contacted (served at http://127.0.0.1:9/v1); `ape run` checks each one first" in out
+
+
+def test_validate_of_mocks_mentions_no_endpoint(tmp_path, capsys):
+    code, out, _ = validate(make_benchmark(tmp_path, n=2), capsys)
+    assert code == 0 and "endpoints:" not in out
