@@ -34,7 +34,7 @@ from ape.tasks.common.home import password_hint, ui_password_file
 from ape.tasks.model_setup import run_label
 from ape.tasks.models.limits import RETRY_LINES
 from ape.tasks.models.llama_server import local_model_servers, with_base_urls
-from ape.tasks.recording.server import TASK_RUN_COUNTS, wait_until_recorded
+from ape.tasks.recording import wait_for_server
 from ape.tasks.report.health import suspect_lines
 from ape.tasks.run_tasks import join_history_task, judge_agreement_task, report_task
 from ape.tasks.storage.file_modes import modes_for, private_outputs
@@ -207,9 +207,5 @@ def _evaluate_all(
 
 def _wait_recorded(flow_run_ids: list[str]) -> None:
     """Before the run reports done, the Prefect server holds every task run of its model
-    flows (see ape.tasks.recording.server), or the log says how many it lacks."""
-
-    try:
-        wait_until_recorded(flow_run_ids, on_progress=log.info)
-    finally:
-        TASK_RUN_COUNTS.forget(flow_run_ids)
+    flows (see ape.tasks.recording), or the log says how many it lacks."""
+    wait_for_server(flow_run_ids, on_progress=log.info)

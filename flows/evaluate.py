@@ -40,8 +40,7 @@ from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.model_setup import ModelSetup, make_setup, resume_fingerprints, run_label
-from ape.tasks.recording.server import TASK_RUN_COUNTS
-from ape.tasks.recording.stage_runs import current_flow_run_id
+from ape.tasks.recording import RunRecording
 from ape.tasks.report.provenance import run_provenance
 from ape.tasks.stats.cost import Budget
 from ape.tasks.storage.cache_format import REFUSED
@@ -145,10 +144,11 @@ class Runner:
         )
         label = f"{cfg.name} · {setup.model_id}"
         feeder: Feeder
+        recording = RunRecording.start(cfg.run)  # this flow run's mirror in the Prefect UI
         if cfg.run.task_runner == "dask":
-            feeder = DaskFeeder(setup, self.refresh, self.session_log)
+            feeder = DaskFeeder(setup, self.refresh, self.session_log, recording)
         else:
-            feeder = ThreadFeeder(self.processor, self.refresh, self.session_log)
+            feeder = ThreadFeeder(self.processor, self.refresh, self.session_log, recording)
         items = (item for item in provider if item_id(item) not in skip)
         budget = Budget.for_run(cfg)  # [run] max_cost: checked before each item starts
         try:
@@ -161,7 +161,7 @@ class Runner:
         finally:
             feeder.close()
             # also when the run stopped early (budget, a failed save): its chains are listed
-            self.chains = self._stage_chains()
+            self.chains = self._stage_chains(recording)
         if budget.stopped and tally.done < tally.total:
             raise BudgetReached(budget.message(setup.model_id, tally.total - tally.done))
         return self._finish(saver, tally, started)
@@ -240,12 +240,12 @@ class Runner:
             )
         return summary
 
-    def _stage_chains(self) -> dict[str, int]:
-        """This flow run's stage chains, recorded and left out (``ape.tasks.recording.server``), also
+    def _stage_chains(self, recording: RunRecording) -> dict[str, int]:
+        """This flow run's stage chains, recorded and left out (:meth:`RunRecording.finish`), also
         written to the model folder's ``stage_chains.json`` for ``ape record``."""
         setup = self.setup
-        flow_run_id = current_flow_run_id()
-        chains = TASK_RUN_COUNTS.take_chains(flow_run_id)
+        flow_run_id = recording.flow_run_id
+        chains = recording.finish()
         if flow_run_id is not None:
             try:
                 note_flow_run(

@@ -26,8 +26,7 @@ from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch
 from ape.tasks.model_setup import ModelSetup, fingerprint_hash, make_setup
-from ape.tasks.recording.server import TASK_RUN_COUNTS, collect_chains
-from ape.tasks.recording.stage_runs import current_flow_run_id
+from ape.tasks.recording import RunRecording
 from ape.tasks.session.stages import Worker, bind_worker
 from ape.tasks.storage.transcripts import SessionLog
 
@@ -49,13 +48,16 @@ class ThreadFeeder:
     """Solver workers as threads of this process, each with its own model and tools;
     transcripts are written by the worker thread that ran the session."""
 
-    def __init__(self, processor: ItemProcessor, refresh: Collection[str], session_log: SessionLog):
+    def __init__(
+        self, processor: ItemProcessor, refresh: Collection[str], session_log: SessionLog, recording: RunRecording
+    ):
         setup, carousel = processor.setup, processor.carousel
 
         def start_worker() -> None:
             bind_worker(Worker(setup, carousel))
 
         self.processor = processor
+        self.recording = recording
         self.refresh = refresh
         self.session_log = session_log
         self.pool = ThreadPoolExecutor(
@@ -64,7 +66,7 @@ class ThreadFeeder:
         self.pending: set[Future] = set()
 
     def _run(self, item: BaseModel) -> OutputBatch:
-        return self.processor.run_item(item, item_id(item) in self.refresh, self.session_log)[0]
+        return self.processor.run_item(item, self.recording, item_id(item) in self.refresh, self.session_log)[0]
 
     def submit(self, item: BaseModel) -> None:
         # the copied context carries the flow run, so the stage tasks are tracked in it
@@ -88,8 +90,9 @@ class ThreadFeeder:
 class DaskFeeder:
     """Items as Prefect tasks on the flow's DaskTaskRunner; transcripts are written here."""
 
-    def __init__(self, setup: ModelSetup, refresh: Collection[str], session_log: SessionLog):
+    def __init__(self, setup: ModelSetup, refresh: Collection[str], session_log: SessionLog, recording: RunRecording):
         self.config = setup.config
+        self.recording = recording
         self.model_index = setup.config.model.index(setup.model_cfg)
         self.refresh = refresh
         self.session_log = session_log
@@ -111,13 +114,11 @@ class DaskFeeder:
             time.sleep(0.02)
         self.pending -= done
         batches = []
-        flow_run_id = current_flow_run_id()
         for future in done:
             batch, transcripts, chains = future.result()
             for session, transcript in zip(batch.sessions, transcripts):
                 self.session_log.write(session, transcript)
-            for key, run_index, recorded in chains:  # counted in this process, where the run's summary is
-                TASK_RUN_COUNTS.chain(flow_run_id, key, run_index, recorded)
+            self.recording.add_chains(chains)  # counted in this process, where the run's summary is
             batches.append(batch)
         return batches
 
@@ -151,9 +152,9 @@ def run_item_on_worker(
     if key not in workers:
         workers[key] = Worker(processor.setup, processor.carousel)
     bind_worker(workers[key])
-    with collect_chains() as chains:
-        batch, transcripts = processor.run_item(processor.setup.data_model.model_validate(item), refresh)
-    return batch, transcripts, chains
+    recording = RunRecording.start(config.run, collect=True)  # this item's sessions, for the flow's process
+    batch, transcripts = processor.run_item(processor.setup.data_model.model_validate(item), recording, refresh)
+    return batch, transcripts, recording.collected
 
 
 # Wrapped without the decorator so the plain function keeps its own importable name:

@@ -5,15 +5,16 @@ The worker *calls* the stage tasks (it never waits on futures of other pool task
 which would starve a bounded pool), so each session is tracked by Prefect as task runs
 named after stage and item, and the model-calling stages are cached. How each stage is
 called (a live task run or a plain call, by ``[run] task_granularity``) is decided once
-per run (:func:`ape.tasks.session.chain.stages_for`); the bookkeeping of what the Prefect server
-should record sits around the chain (:func:`ape.tasks.recording.recorded_session`).
+per run (:func:`ape.tasks.session.chain.stages_for`); what the Prefect server should record
+sits around the chain, in the flow run's recording it is handed
+(:meth:`ape.tasks.recording.RunRecording.session`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -22,13 +23,15 @@ from ape.schemas.results import CheckResult, ErrorInfo, Outcome, OutputBatch, Se
 from ape.schemas.transcript import SolveRecord
 from ape.tasks.checking.check import CheckerCarousel
 from ape.tasks.model_setup import ModelSetup
-from ape.tasks.recording.server import recorded_session
 from ape.tasks.report.health import prompt_hash
 from ape.tasks.session.chain import stages_for
 from ape.tasks.session.stages import SessionSpec
 from ape.tasks.solving.solve import revalued
 from ape.tasks.stats.cost import session_cost
 from ape.tasks.storage.transcripts import SessionLog
+
+if TYPE_CHECKING:
+    from ape.tasks.recording import RunRecording
 
 log = logging.getLogger("ape")
 
@@ -46,9 +49,6 @@ class ItemProcessor:
 
         self.setup = setup
         cfg = setup.config
-        # the chain as recorded task runs (tasks.recording.stage_runs); stage granularity runs it live
-        self.record_stages = cfg.run.task_granularity == "session" and cfg.run.stage_runs
-        self.live_stages = cfg.run.task_granularity == "stage"
         cache_dir = setup.cache_dir if cfg.run.cache else None
         if cache_dir is not None:
             cache_dir.mkdir(parents=True, exist_ok=True)
@@ -57,9 +57,9 @@ class ItemProcessor:
         self.id_name = id_field_name(setup.data_model)
 
     def run_session(
-        self, item: BaseModel, key: str, run_index: int, refresh: bool = False
+        self, item: BaseModel, key: str, run_index: int, recording: RunRecording, refresh: bool = False
     ) -> tuple[SessionResult, list[Any]]:
-        with recorded_session(key, run_index, self.record_stages, live_stages=self.live_stages):
+        with recording.session(key, run_index):
             started = time.perf_counter()
             prompt, system = self.stages.render(item, key)
             spec = SessionSpec(
@@ -123,15 +123,16 @@ class ItemProcessor:
         )
 
     def run_item(
-        self, item: BaseModel, refresh: bool = False, session_log: SessionLog | None = None
+        self, item: BaseModel, recording: RunRecording, refresh: bool = False, session_log: SessionLog | None = None
     ) -> tuple[OutputBatch, list[list[Any]]]:
-        """All runs of ``item``. Transcripts go to ``session_log`` as each session closes,
-        or are returned (for a Dask worker, whose parent writes them)."""
+        """All runs of ``item``, mirrored by the flow run's ``recording``. Transcripts go to
+        ``session_log`` as each session closes, or are returned (for a Dask worker, whose
+        parent writes them)."""
         key = item_id(item)
         sessions, transcripts = [], []
         for run_index in range(self.setup.config.run.runs_per_data):
             try:
-                result, transcript = self.run_session(item, key, run_index, refresh)
+                result, transcript = self.run_session(item, key, run_index, recording, refresh)
             except Exception as exc:  # infrastructure failure outside the solver: keep going
                 # one line (the Runner prints it with the other session errors); the
                 # traceback goes to the debug log (--debug)

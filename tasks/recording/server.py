@@ -401,7 +401,24 @@ def recorded_session(
     raised counts only its recorded task run. ``live_stages``: the stages ran as live
     task runs (stage granularity), so the chain counts as recorded.
     """
-    flow_run_id = current_flow_run_id()
+    with session_bookkeeping(
+        current_flow_run_id(), _note_chain, item_id, run_index, record_stages, live_stages=live_stages
+    ) as recorder:
+        yield recorder
+
+
+@contextmanager
+def session_bookkeeping(
+    flow_run_id: str | None,
+    note: Callable[[str | None, str, int, bool], None],
+    item_id: str,
+    run_index: int,
+    record_stages: bool,
+    *,
+    live_stages: bool = False,
+) -> Iterator[StageRecorder]:
+    """:func:`recorded_session` for ``flow_run_id``, each chain noted through ``note``
+    (flow run id, item id, run index, recorded) instead of this thread's collection."""
     TASK_RUN_COUNTS.throttle()
     recorder = start_recorder(record_stages)
     try:
@@ -417,9 +434,9 @@ def recorded_session(
         if kept:
             nested = recorder.session_mark is not None  # in the session's recorded task run
             recorder.ran(record_stage_runs(flow_run_id, item_id, run_index, recorder.marks, nested=nested))
-        _note_chain(flow_run_id, item_id, run_index, kept)
+        note(flow_run_id, item_id, run_index, kept)
     elif live_stages:
-        _note_chain(flow_run_id, item_id, run_index, True)
+        note(flow_run_id, item_id, run_index, True)
     TASK_RUN_COUNTS.add(flow_run_id, recorder.task_runs)
 
 

@@ -258,3 +258,28 @@ def test_slow_sessions_are_announced_once_and_fast_ones_never(monkeypatch: pytes
     (event,) = sent
     assert event["event"] == "prefect.task-run.Running"
     assert event["payload"]["task_run"]["end_time"] is None and slow.announced == 1
+
+
+def test_a_run_recording_owns_its_sessions_chains_from_start_to_finish(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flow talks to one object: its sessions go in, finish() says what was recorded and
+    left out; a worker process's recording collects its chains for the flow's to add."""
+    from ape.tasks.recording import RunRecording
+
+    monkeypatch.setattr(recording, "CHAIN_MAX_LAG", 500)
+    monkeypatch.setattr(recording, "CHAIN_FIRST", 0)
+    monkeypatch.setattr(recording, "record_stage_runs", lambda f, i, r, marks, **kw: len(marks))
+    counts = _counts(monkeypatch, lag=501)  # behind: a plain chain is left out
+    run = RunRecording("flow-r", record_stages=True, live_stages=False)
+    for run_index, state_name in enumerate(("Passed", "Incorrect")):
+        with run.session("q1", run_index) as recorder:
+            recorder.rendered()
+            assert recorder.clock is not None
+            recorder.clock.mark("check", state_name=state_name)
+    worker = RunRecording("flow-r", record_stages=True, live_stages=False, collect=True)
+    with worker.session("q2", 0) as recorder:
+        recorder.rendered()
+    assert worker.collected == [("q2", 0, False)]  # not counted in the worker's process
+    run.add_chains(worker.collected)
+    tally = run.finish()
+    assert (tally.recorded, tally.left_out) == (1, [("q1", 0), ("q2", 0)])
+    assert counts.chains("flow-r").recorded == 0  # finished: forgotten

@@ -1,0 +1,94 @@
+"""One flow run's mirror in the Prefect UI, owned by one object: :class:`RunRecording`.
+
+Why: mirroring a run (each session's task run and stage chain, the chains left out while
+the server is behind, the end wait) used to be done in pieces by the flows, each calling
+a process-wide count of its own. A model flow now starts one :class:`RunRecording`, hands
+it every session (:meth:`RunRecording.session`) and ends it with :meth:`RunRecording.finish`,
+which says which chains were recorded and which left out; a parent flow waits for the
+server with :func:`wait_for_server`. The flows import nothing else of this package.
+
+What stays process-wide, behind this object (``ape.tasks.recording.server``): the count of
+task runs the server has yet to record, because the server's event queue is shared by
+every flow run of the process (a benchmark's model flows run side by side, a served
+deployment runs many), so the solver workers' throttle and the chain budget must see
+them all; and the one watcher thread that shows slow sessions as Running.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+
+from ape.schemas.config import RunConfig
+from ape.tasks.recording import server
+from ape.tasks.recording.server import ChainTally, ServerHeld, session_bookkeeping
+from ape.tasks.recording.stage_runs import StageRecorder, current_flow_run_id
+
+log = logging.getLogger("ape")
+
+# a session's chain: (item id, run index, recorded)
+ChainNote = tuple[str, int, bool]
+
+
+class RunRecording:
+    """What one flow run sends to the Prefect UI, from its first session to its end.
+
+    ``collect``: the sessions run in another process than the flow (a Dask worker), so
+    their chains are kept in :attr:`collected` for the flow's process to add
+    (:meth:`add_chains`) instead of counted here.
+    """
+
+    def __init__(
+        self, flow_run_id: str | None, *, record_stages: bool, live_stages: bool, collect: bool = False
+    ) -> None:
+        self.flow_run_id = flow_run_id
+        self.record_stages = record_stages  # each session's chain as recorded task runs
+        self.live_stages = live_stages  # stage granularity: the chain ran as live task runs
+        self.collect = collect
+        self.collected: list[ChainNote] = []
+
+    @classmethod
+    def start(cls, run: RunConfig, *, collect: bool = False) -> RunRecording:
+        """The recording of the flow run the caller belongs to, by its ``[run]`` settings."""
+        return cls(
+            current_flow_run_id(),
+            record_stages=run.task_granularity == "session" and run.stage_runs,
+            live_stages=run.task_granularity == "stage",
+            collect=collect,
+        )
+
+    @contextmanager
+    def session(self, item_id: str, run_index: int) -> Iterator[StageRecorder]:
+        """One session's chain runs inside the block and reports to the recorder it yields;
+        afterwards its task runs are sent and counted (``server.session_bookkeeping``)."""
+        with session_bookkeeping(
+            self.flow_run_id, self._note, item_id, run_index, self.record_stages, live_stages=self.live_stages
+        ) as recorder:
+            yield recorder
+
+    def _note(self, flow_run_id: str | None, item_id: str, run_index: int, recorded: bool) -> None:
+        if flow_run_id is None:
+            return
+        if self.collect:
+            self.collected.append((item_id, run_index, recorded))
+        else:
+            server.TASK_RUN_COUNTS.chain(flow_run_id, item_id, run_index, recorded)
+
+    def add_chains(self, chains: Iterable[ChainNote]) -> None:
+        """Chains a worker process collected for this flow run."""
+        for item_id, run_index, recorded in chains:
+            server.TASK_RUN_COUNTS.chain(self.flow_run_id, item_id, run_index, recorded)
+
+    def finish(self) -> ChainTally:
+        """The chains recorded and left out of this flow run, forgotten here (it has ended)."""
+        return server.TASK_RUN_COUNTS.take_chains(self.flow_run_id)
+
+
+def wait_for_server(flow_run_ids: list[str], on_progress: Callable[[str], None] | None = None) -> ServerHeld | None:
+    """Before a run reports done, wait until the Prefect server holds every task run of
+    ``flow_run_ids`` (or say how many it lacks), then forget those flow runs here."""
+    try:
+        return server.wait_until_recorded(flow_run_ids, server.TASK_RUN_COUNTS, on_progress=on_progress)
+    finally:
+        server.TASK_RUN_COUNTS.forget(flow_run_ids)
