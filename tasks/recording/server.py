@@ -47,11 +47,11 @@ from prefect.client.orchestration import get_client
 from prefect.events import emit_event
 
 from ape.tasks.recording.stage_runs import (
+    StageClock,
     StageRecorder,
     current_flow_run_id,
     record_stage_runs,
     running_event,
-    start_recorder,
 )
 
 log = logging.getLogger("ape")
@@ -393,8 +393,9 @@ def recorded_session(
 ) -> Iterator[StageRecorder]:
     """The bookkeeping around one session's chain, which runs inside the ``with`` block.
 
-    Before: wait while the server is behind (:meth:`TaskRunCounts.throttle`) and bind a
-    fresh recorder to this thread, with a stage clock when ``record_stages``. After: send
+    Before: wait while the server is behind (:meth:`TaskRunCounts.throttle`) and make a
+    fresh recorder, with a stage clock when ``record_stages`` (the caller binds it to the
+    thread the chain runs on: ``ape.tasks.session.report.reporting_to``). After: send
     the session's recorded task run (also when the chain raised) and the recorded stage
     runs when :func:`keep_chain` keeps them, note the chain as recorded or left out, and
     count every task run the session created in :data:`TASK_RUN_COUNTS`. A session that
@@ -420,7 +421,9 @@ def session_bookkeeping(
     """:func:`recorded_session` for ``flow_run_id``, each chain noted through ``note``
     (flow run id, item id, run index, recorded) instead of this thread's collection."""
     TASK_RUN_COUNTS.throttle()
-    recorder = start_recorder(record_stages)
+    recorder = StageRecorder(
+        StageClock() if record_stages else None, session=(flow_run_id, item_id, run_index), watch=SLOW_SESSIONS.watch
+    )
     try:
         yield recorder
     finally:  # the session's own task run, recorded: every session keeps it, one that raised too

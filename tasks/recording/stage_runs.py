@@ -15,10 +15,11 @@ error (solve or adapt), a parse failure (adapt) and a checker that raised (check
 wrong answer is a result, not a failure: its check is Completed, named ``Incorrect``.
 A stage that never ran (check after a failed solve) is Completed, named ``Skipped``.
 
-The stages report to their session's :class:`StageRecorder` (bound to the solver thread
-by :func:`start_recorder`, found by :func:`current_recorder`, also inside a stage's task
-run); its clock, present only when the chain is recorded, times the stages, so the chain
-itself keeps no clock and reports the same way at either task granularity.
+The stages report to their session's :class:`StageRecorder` through its one context
+manager, :meth:`StageRecorder.stage` (bound to the solver thread by the flow, found by
+``ape.tasks.session.report.current_report``, also inside a stage's task run); its
+clock, present only when the chain is recorded, times the stages, so the chain itself
+keeps no clock and reports the same way at either task granularity.
 
 The contract: what the server builds from these events equals what it builds from
 Prefect's own task engine for the same chain (name, state type and name, times, flow run,
@@ -33,10 +34,10 @@ upstream input's name (``upstream``; the engine names it after the parameter, or
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -128,6 +129,20 @@ def close_chain(clock: StageClock, outcome: Outcome, check: CheckResult | None, 
     clock.mark("score", message=None if score is None else f"score {score:g}")
 
 
+@dataclass
+class StageEnd:
+    """What a stage's body tells :meth:`StageRecorder.stage`: its result, and whether it
+    came from the run's cache."""
+
+    result: Any = None
+    cached: bool = False
+
+
+# watches a running session (flow run id, item id, run index, start) so a slow one shows
+# as Running (``ape.tasks.recording.server.SlowSessions.watch``)
+Watch = Callable[[str | None, str, int, float], AbstractContextManager[None]]
+
+
 class StageRecorder:
     """What one session's stages report as they end, kept out of the chain itself.
 
@@ -136,12 +151,82 @@ class StageRecorder:
     stages are recorded as task runs (``clock`` set), the stage clock those records are
     made from. Without a clock every stage report is a no-op, so the chain reports the
     same way whether or not its stages are recorded.
+
+    The chain reports through :meth:`stage` alone (the interface
+    ``ape.tasks.session.report.StageReport``); the plain methods below are what it marks
+    with, also used to rebuild a saved session's chain (``ape.tasks.recording.afterwards``).
     """
 
-    def __init__(self, clock: StageClock | None = None) -> None:
+    def __init__(
+        self,
+        clock: StageClock | None = None,
+        *,
+        session: tuple[str | None, str, int] | None = None,
+        watch: Watch | None = None,
+    ) -> None:
         self.clock = clock
         self.task_runs = 0
         self.session_mark: StageMark | None = None  # the session's own task run, when recorded
+        self._where = session  # (flow run id, item id, run index), for the slow-session watch
+        self._watch = watch
+        self._check: CheckResult | None = None  # the check stage's verdict, marked with the score
+
+    @contextmanager
+    def stage(self, name: str, *, task_runs: int = 0, live: bool = False, **facts: Any) -> Iterator[StageEnd]:
+        """The stage ``name`` runs inside the block: its start, end and state are marked from
+        the result the block sets (``end.result``, ``end.cached``) or the exception it raises.
+
+        ``task_runs``: the live task runs the stage creates, counted when it ends. ``live``:
+        the block calls a live task run whose own stages report inside it; only counted,
+        and when it came from the cache its solve and adapt are marked as the cache's.
+        ``facts``: ``message``; ``solve_failed`` (adapt); ``outcome`` (score). Check and score
+        are marked together when score ends (:func:`close_chain`), as they always were.
+        """
+        end = StageEnd()
+        started = time.time()
+        if name == "check" and not live and self.clock is not None:
+            self.clock.last = self.clock.now()  # what ran since adapt ended is not the check's
+        if name == "session" and not live:
+            try:
+                with self._watching(started):
+                    yield end
+            except Exception as exc:
+                self.session(started, "FAILED", "Failed", f"{type(exc).__name__}: {exc}")
+                raise
+            self._close_session(started, end)
+            return
+        yield end
+        self.ran(task_runs)
+        if live:
+            if end.cached:
+                self.from_cache(end.result)
+        elif name == "render":
+            self.rendered()
+        elif name == "solve":
+            self.solved(getattr(end.result, "error", None), facts.get("message"))
+        elif name == "adapt":
+            self.adapted(end.result, bool(facts.get("solve_failed")), facts.get("message"))
+        elif name == "check":
+            self._check = end.result
+        elif name == "score":
+            self.scored(facts["outcome"], self._check, end.result)
+
+    def _watching(self, started: float) -> AbstractContextManager[None]:
+        if self._watch is None or self._where is None:
+            return nullcontext()
+        flow_run_id, item_id, run_index = self._where
+        return self._watch(flow_run_id, item_id, run_index, started)
+
+    def _close_session(self, started: float, end: StageEnd) -> None:
+        """The session's own task run: Cached, Failed (its result an exception: a session
+        that ended ERROR) or Completed."""
+        if end.cached:
+            self.from_cache(end.result)
+            self.session(started, "COMPLETED", "Cached")
+        elif isinstance(end.result, BaseException):
+            self.session(started, "FAILED", "Failed", str(end.result))
+        else:
+            self.session(started, "COMPLETED", "Completed")
 
     def session(self, start: float, state_type: str, state_name: str, message: str | None = None) -> None:
         """The session's solve -> adapt ran as a plain call from ``start`` until now: its task
@@ -192,23 +277,6 @@ class StageRecorder:
     @property
     def marks(self) -> list[StageMark]:
         return self.clock.marks if self.clock is not None else []
-
-
-_local = threading.local()
-
-
-def start_recorder(record_stages: bool) -> StageRecorder:
-    """A fresh recorder for the session about to run on this thread, with a stage clock
-    when its stages are recorded."""
-    _local.recorder = StageRecorder(StageClock() if record_stages else None)
-    return _local.recorder
-
-
-def current_recorder() -> StageRecorder:
-    """The recorder of the session running on this thread; outside one, a recorder whose
-    reports go nowhere (a stage task called on its own)."""
-    recorder = getattr(_local, "recorder", None)
-    return recorder if recorder is not None else StageRecorder()
 
 
 def _iso(epoch: float) -> str:

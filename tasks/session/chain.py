@@ -16,13 +16,14 @@ A ``[choices]`` run answers with one ``choices`` session (every choice's log-lik
 a live task run at stage granularity) and then picks the answer by the metric, after the
 cache, so a changed metric needs no model call.
 
-The stages report to the session's :class:`~ape.tasks.recording.stage_runs.StageRecorder` (the
-task runs they created, when each stage ended); the chain keeps no books of its own.
+Each stage reports through one context manager of the session's report
+(``with current_report().stage("check") as end:``, :mod:`ape.tasks.session.report`), which
+marks its start, end and state from the result it sets or the exception it raises and
+counts the live task runs it created; the chain keeps no books of its own.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,9 +33,8 @@ from pydantic import BaseModel
 from ape.schemas.results import CheckResult, Outcome
 from ape.schemas.transcript import SolveRecord
 from ape.tasks.checking.builtin import score_session
-from ape.tasks.recording.server import SLOW_SESSIONS
-from ape.tasks.recording.stage_runs import current_flow_run_id, current_recorder
 from ape.tasks.session.cache import SessionCache
+from ape.tasks.session.report import current_report
 from ape.tasks.session.stages import (
     SessionFailed,
     SessionSpec,
@@ -94,11 +94,9 @@ class OneTaskAnswer:
     def __call__(self, spec: SessionSpec, refresh: bool) -> tuple[SolveRecord, bool]:
 
         stage = self.stage.with_options(refresh_cache=True) if refresh else self.stage
-        record, cached = unwrap(stage(spec, return_state=True))
-        recorder = current_recorder()
-        recorder.ran()
-        if cached:  # the task ran none of its stages: mark them as the cache's
-            recorder.from_cache(record)
+        # a cached task ran none of its stages: they are marked as the cache's
+        with current_report().stage("session", task_runs=1, live=True) as end:
+            record, cached = end.result, end.cached = unwrap(stage(spec, return_state=True))
         if self.choices is not None:  # the answer by the metric, after the cache (no model call)
             record = choose(record, self.choices.metric)
         return record, cached
@@ -109,7 +107,7 @@ class RecordedAnswer:
     directly (:class:`~ape.tasks.session.cache.SessionCache`) and recorded afterwards as
     the session's task run (one event; :meth:`StageRecorder.session`): what the
     ``session`` (or ``choices``) task run did, without the task engine's cost per session.
-    A slow session shows as Running meanwhile (:class:`~ape.tasks.recording.SlowSessions`).
+    A slow session shows as Running meanwhile (the report's ``session`` stage).
     """
 
     def __init__(self, stage: Any, choices: ChoicesConfig | None, cache: SessionCache | None) -> None:
@@ -118,28 +116,20 @@ class RecordedAnswer:
         self.cache = cache
 
     def __call__(self, spec: SessionSpec, refresh: bool) -> tuple[SolveRecord, bool]:
-        recorder = current_recorder()
-        started = time.time()
         key = self.cache.key(spec) if self.cache is not None else None
-        record = self.cache.read(key) if key is not None and not refresh and self.cache is not None else None
-        cached = record is not None
-        if record is not None:  # the task ran none of its stages: mark them as the cache's
-            recorder.from_cache(record)
-            recorder.session(started, "COMPLETED", "Cached")
-        else:
-            try:
-                with SLOW_SESSIONS.watch(current_flow_run_id(), spec.item_id, spec.run_index, started):
+        with current_report().stage("session") as end:  # a crash is recorded Failed and raised
+            record = self.cache.read(key) if key is not None and not refresh and self.cache is not None else None
+            cached = end.cached = record is not None  # the task ran none of its stages: the cache's
+            if record is None:
+                try:
                     record = self.run(spec)
-            except SessionFailed as exc:  # ended ERROR: not cached, so a retry asks the model again
-                record = exc.record
-                recorder.session(started, "FAILED", "Failed", str(exc))
-            except Exception as exc:
-                recorder.session(started, "FAILED", "Failed", f"{type(exc).__name__}: {exc}")
-                raise
-            else:
-                if key is not None and self.cache is not None:
-                    self.cache.write(key, record)
-                recorder.session(started, "COMPLETED", "Completed")
+                except SessionFailed as exc:  # ended ERROR: not cached, so a retry asks the model again
+                    record, end.result = exc.record, exc
+                else:
+                    if key is not None and self.cache is not None:
+                        self.cache.write(key, record)
+            if end.result is None:
+                end.result = record
         if self.choices is not None:  # the answer by the metric, after the cache (no model call)
             record = choose(record, self.choices.metric)
         return record, cached
@@ -156,13 +146,13 @@ class TwoTaskAnswer:
         solve, adapt = self.solve, self.adapt
         if refresh:
             solve, adapt = solve.with_options(refresh_cache=True), adapt.with_options(refresh_cache=True)
-        recorder = current_recorder()
-        state, cached = unwrap(solve(spec, return_state=True))
-        recorder.ran()
+        report = current_report()
+        with report.stage("solve", task_runs=1, live=True):
+            state, cached = unwrap(solve(spec, return_state=True))
         if isinstance(state, SolveRecord):  # the solve stage itself failed with a record
             return state, cached
-        record, adapt_cached = unwrap(adapt(spec, state, return_state=True))
-        recorder.ran()
+        with report.stage("adapt", task_runs=1, live=True):
+            record, adapt_cached = unwrap(adapt(spec, state, return_state=True))
         return record, cached and adapt_cached
 
 
@@ -180,23 +170,25 @@ class InlineStages(_Stages):
     """Granularity ``"session"``: the answer is a task run, the cheap stages plain calls."""
 
     def render(self, item: BaseModel, key: str) -> tuple[str, str | None]:
-        prompt = render(self.template, item)
-        system = render(self.system, item) if self.system else None
-        current_recorder().rendered()
+        with current_report().stage("render"):
+            prompt = render(self.template, item)
+            system = render(self.system, item) if self.system else None
         return prompt, system
 
     def solve_adapt(self, spec: SessionSpec, refresh: bool) -> tuple[SolveRecord, bool]:
         return self.answer(spec, refresh)
 
     def check(self, item: BaseModel, record: SolveRecord, key: str, run_index: int) -> CheckResult | None:
-        current_recorder().checking()
-        return self.carousel.check(item, record.value) if record.outcome is Outcome.SOLVED else None
+        with current_report().stage("check") as end:
+            end.result = self.carousel.check(item, record.value) if record.outcome is Outcome.SOLVED else None
+        return end.result
 
     def score(
         self, outcome: Outcome, check: CheckResult | None, metric: str | None, key: str, run_index: int
     ) -> tuple[float, bool]:
-        score, correct = score_session(outcome, check, metric)
-        current_recorder().scored(outcome, check, score)
+        with current_report().stage("score", outcome=outcome) as end:
+            score, correct = score_session(outcome, check, metric)
+            end.result = score
         return score, correct
 
 
@@ -204,35 +196,28 @@ class TaskStages(_Stages):
     """Granularity ``"stage"``: every stage is a live task run, named after stage and item."""
 
     def render(self, item: BaseModel, key: str) -> tuple[str, str | None]:
-        recorder = current_recorder()
-        prompt = render_task(self.template, item, key)
-        recorder.ran()
-        system = None
-        if self.system:
-            system = render_task(self.system, item, key)
-            recorder.ran()
-        recorder.rendered()
+        with current_report().stage("render", task_runs=2 if self.system else 1):
+            prompt = render_task(self.template, item, key)
+            system = render_task(self.system, item, key) if self.system else None
         return prompt, system
 
     def solve_adapt(self, spec: SessionSpec, refresh: bool) -> tuple[SolveRecord, bool]:
         return self.answer(spec, refresh)
 
     def check(self, item: BaseModel, record: SolveRecord, key: str, run_index: int) -> CheckResult | None:
-        recorder = current_recorder()
-        recorder.checking()
-        if record.outcome is not Outcome.SOLVED:
-            return None
-        check: CheckResult = check_task(self.carousel, item, record.value, key, run_index)
-        recorder.ran()
+        solved = record.outcome is Outcome.SOLVED
+        with current_report().stage("check", task_runs=1 if solved else 0) as end:
+            if solved:
+                end.result = check_task(self.carousel, item, record.value, key, run_index)
+        check: CheckResult | None = end.result
         return check
 
     def score(
         self, outcome: Outcome, check: CheckResult | None, metric: str | None, key: str, run_index: int
     ) -> tuple[float, bool]:
-        recorder = current_recorder()
-        score, correct = score_task(outcome, check, metric, key, run_index)
-        recorder.ran()
-        recorder.scored(outcome, check, score)
+        with current_report().stage("score", task_runs=1, outcome=outcome) as end:
+            score, correct = score_task(outcome, check, metric, key, run_index)
+            end.result = score
         return score, correct
 
 

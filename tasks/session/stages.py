@@ -38,7 +38,7 @@ from ape.tasks.checking.check import checker_tool
 from ape.tasks.models.build import build_model
 from ape.tasks.models.scoring import build_scorer
 from ape.tasks.models.session_item import session_item
-from ape.tasks.recording.stage_runs import current_recorder
+from ape.tasks.session.report import current_report
 from ape.tasks.solving.choices import score_choices
 from ape.tasks.solving.render import render
 from ape.tasks.solving.solve import run_adaption, run_solver
@@ -145,11 +145,11 @@ def _checked(record: SolveRecord) -> SolveRecord:
 def _solve(worker: Worker, spec: SessionSpec, item: BaseModel, tools: list[Any]) -> SolverState:
     """The solve stage on ``worker``; its end is reported to the session's recorder."""
 
-    with session_item(item, spec.item_id, spec.run_index):  # for the mocks that answer from the item
-        state = run_solver(
+    with current_report().stage("solve") as end, session_item(item, spec.item_id, spec.run_index):
+        # the item is bound for the mocks that answer from it
+        state = end.result = run_solver(
             worker.model, spec.prompt, spec.system, tools=tools, settings=worker.setup.config.solver, item=item
         )
-    current_recorder().solved(state.error)
     return state
 
 
@@ -157,11 +157,11 @@ def _adapt(worker: Worker, spec: SessionSpec, state: SolverState, item: BaseMode
     """The adapt stage on ``worker``; its end is reported to the session's recorder."""
 
     settings = worker.setup.config.solver
-    with session_item(item, spec.item_id, spec.run_index):
-        record = run_adaption(
+    report = current_report().stage("adapt", solve_failed=state.error is not None)
+    with report as end, session_item(item, spec.item_id, spec.run_index):
+        record = end.result = run_adaption(
             worker.model, state, adapter=worker.setup.adapter, settings=settings, tools=tools, item=item
         )
-    current_recorder().adapted(record, solve_failed=state.error is not None)
     return record
 
 
@@ -196,12 +196,13 @@ def choices_task(spec: SessionSpec) -> SolveRecord:
     worker = current_worker()
     choices = worker.setup.config.choices
     assert choices is not None  # only [choices] runs use this stage
-    recorder = current_recorder()
+    report = current_report()
     item = worker.item(spec)
-    with session_item(item, spec.item_id, spec.run_index):
-        record = score_choices(worker.scorer, spec.prompt, item, choices)
-    recorder.solved(record.error, message="log-likelihood of every choice")
-    recorder.adapted(record, solve_failed=record.error is not None, message="the most likely choice")
+    with report.stage("solve", message="log-likelihood of every choice") as end:
+        with session_item(item, spec.item_id, spec.run_index):
+            record = end.result = score_choices(worker.scorer, spec.prompt, item, choices)
+    with report.stage("adapt", solve_failed=record.error is not None, message="the most likely choice") as end:
+        end.result = record
     return _checked(record)
 
 

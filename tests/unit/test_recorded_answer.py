@@ -9,11 +9,19 @@ import pytest
 
 from ape.schemas.results import ErrorInfo, Outcome
 from ape.schemas.transcript import SolveRecord
-from ape.tasks.recording.stage_runs import start_recorder
+from ape.tasks.recording.stage_runs import StageClock, StageRecorder
 from ape.tasks.session.chain import RecordedAnswer
+from ape.tasks.session.report import bind_report
 from ape.tasks.session.stages import SessionFailed, SessionSpec
 
 SPEC = SessionSpec(item_id="q1", run_index=0, item="{}", prompt="2 + 3?", system=None, fingerprint="f")
+
+
+def start_recorder(record_stages: bool) -> StageRecorder:
+    """A fresh recorder bound to this thread, as the flow binds one per session."""
+    recorder = StageRecorder(StageClock() if record_stages else None)
+    bind_report(recorder)
+    return recorder
 
 
 class Cache:

@@ -283,3 +283,48 @@ def test_a_run_recording_owns_its_sessions_chains_from_start_to_finish(monkeypat
     tally = run.finish()
     assert (tally.recorded, tally.left_out) == (1, [("q1", 0), ("q2", 0)])
     assert counts.chains("flow-r").recorded == 0  # finished: forgotten
+
+
+def test_a_stage_is_marked_from_its_result_or_its_exception() -> None:
+    """The chain's one report call: ``with recorder.stage(name) as end``."""
+    from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome
+    from ape.schemas.transcript import SolveRecord
+    from ape.tasks.recording.stage_runs import StageClock, StageRecorder
+
+    recorder = StageRecorder(StageClock())
+    with recorder.stage("render", task_runs=2):
+        pass
+    with recorder.stage("solve") as end:
+        end.result = SolveRecord(outcome=Outcome.ERROR, error=ErrorInfo(type="Timeout", message="slow"))
+    with recorder.stage("adapt", solve_failed=True) as end:
+        end.result = SolveRecord(outcome=Outcome.ERROR)
+    with recorder.stage("check") as end:
+        end.result = CheckResult(status=CheckStatus.FAILED)
+    with recorder.stage("score", outcome=Outcome.SOLVED) as end:
+        end.result = 0.0
+    with pytest.raises(ValueError), recorder.stage("session"):
+        raise ValueError("lost")  # the session's own task run: Failed, and raised
+    assert [(m.stage, m.state_type, m.state_name) for m in recorder.marks] == [
+        ("render", "COMPLETED", "Completed"),
+        ("solve", "FAILED", "Failed"),
+        ("adapt", "COMPLETED", "Skipped"),
+        ("check", "COMPLETED", "Incorrect"),
+        ("score", "COMPLETED", "Completed"),
+    ]
+    assert recorder.marks[1].message == "Timeout: slow" and recorder.task_runs == 2
+    session = recorder.session_mark
+    assert session is not None and (session.state_type, session.message) == ("FAILED", "ValueError: lost")
+
+
+def test_the_session_chain_imports_nothing_of_the_mirror() -> None:
+    """The chain reports to the interface it owns (ape.tasks.session.report); the flow binds
+    the recorder there."""
+    import ast
+
+    from tests.helpers.paths import REPO_ROOT
+
+    for path in sorted((REPO_ROOT / "tasks" / "session").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        assert not [m for m in names if m.startswith("ape.tasks.recording")], path.name
