@@ -8,7 +8,8 @@ overflow with a "Subscription queue is full" warning and those task runs never a
 or stay Running for good. Faster server settings (see ``ape.server``) raise the rate the
 server keeps up with; this module makes the rest safe:
 
-- a process-wide :class:`TaskRunCounts` (:data:`TASK_RUN_COUNTS`) counts the task runs
+- a process-wide :class:`TaskRunCounts` (:data:`TASK_RUN_COUNTS`, which no flow knows of)
+  counts the task runs
   APE itself created per flow run (each session's live task runs and its recorded stages);
 - :meth:`TaskRunCounts.throttle` holds a solver worker back while the server is more than
   :data:`MAX_LAG` task runs behind, so the broker's queue never overflows;
@@ -23,9 +24,10 @@ server keeps up with; this module makes the rest safe:
   behind (the lag a poller thread per process keeps fresh, so no solver thread asks the
   server); the chains left out are counted and named
   per flow run (:meth:`TaskRunCounts.chains`), for ``stage_chains.json`` and ``ape record``;
-- :func:`recorded_session` does this bookkeeping around one session's chain, so the
-  chain itself only reports to its :class:`~ape.tasks.recording.stage_runs.StageRecorder`; it also
-  sends the session's own task run, recorded when solve -> adapt ran as a plain call;
+- :func:`session_bookkeeping` does this bookkeeping around one session's chain (for
+  :meth:`~ape.tasks.recording.RunRecording.session`, the one way the flows reach it), so
+  the chain itself only reports to its :class:`~ape.tasks.recording.stage_runs.StageRecorder`;
+  it also sends the session's own task run, recorded when solve -> adapt ran as a plain call;
 - :class:`SlowSessions` shows such a session as Running while it is slow.
 
 Everything here is a no-op without an API server (the ephemeral test harness counts too:
@@ -49,7 +51,6 @@ from prefect.events import emit_event
 from ape.tasks.recording.stage_runs import (
     StageClock,
     StageRecorder,
-    current_flow_run_id,
     record_stage_runs,
     running_event,
 )
@@ -282,6 +283,10 @@ class TaskRunCounts:
         return time.monotonic() - started
 
 
+# process-wide on purpose, and known to no flow (they talk to a RunRecording): the server's
+# event queue is shared by every flow run of this process (a benchmark's model flows side by
+# side, a served deployment's many runs), so the throttle, the chain budget and a parent
+# flow's end wait must see all of their task runs
 TASK_RUN_COUNTS = TaskRunCounts()
 
 # the states of a stage that ended plainly; a chain with any other is always recorded
@@ -300,33 +305,6 @@ def keep_chain(marks: Iterable[Any], lag: int, max_lag: int | None = None, *, fi
     (``lag``); a budget of 0 records no plain chain, the first ones included."""
     budget = CHAIN_MAX_LAG if max_lag is None else max_lag
     return not plain_chain(marks) or (budget > 0 and (first or lag <= budget))
-
-
-_collecting = threading.local()
-
-
-@contextmanager
-def collect_chains() -> Iterator[list[tuple[str, int, bool]]]:
-    """While the block runs on this thread, the chains its sessions record or leave out are
-    collected here, as (item id, run index, recorded), instead of counted in this process:
-    a Dask worker hands them to the flow's process, which counts them
-    (:meth:`TaskRunCounts.chain`)."""
-    notes: list[tuple[str, int, bool]] = []
-    _collecting.notes = notes
-    try:
-        yield notes
-    finally:
-        _collecting.notes = None
-
-
-def _note_chain(flow_run_id: str | None, item_id: str, run_index: int, recorded: bool) -> None:
-    if flow_run_id is None:
-        return
-    notes = getattr(_collecting, "notes", None)
-    if notes is not None:
-        notes.append((item_id, run_index, recorded))
-    else:
-        TASK_RUN_COUNTS.chain(flow_run_id, item_id, run_index, recorded)
 
 
 class SlowSessions:
@@ -384,28 +362,9 @@ class SlowSessions:
 
 # a session running longer than this shows as Running in the UI before it ends (seconds)
 RUNNING_AFTER_S = float(os.environ.get("APE_SESSION_RUNNING_AFTER_S") or 3.0)
+# process-wide on purpose, and known to no flow: one watcher thread serves every session of
+# every flow run here (its recorder's ``session`` stage watches), instead of one per flow run
 SLOW_SESSIONS = SlowSessions(RUNNING_AFTER_S)
-
-
-@contextmanager
-def recorded_session(
-    item_id: str, run_index: int, record_stages: bool, *, live_stages: bool = False
-) -> Iterator[StageRecorder]:
-    """The bookkeeping around one session's chain, which runs inside the ``with`` block.
-
-    Before: wait while the server is behind (:meth:`TaskRunCounts.throttle`) and make a
-    fresh recorder, with a stage clock when ``record_stages`` (the caller binds it to the
-    thread the chain runs on: ``ape.tasks.session.report.reporting_to``). After: send
-    the session's recorded task run (also when the chain raised) and the recorded stage
-    runs when :func:`keep_chain` keeps them, note the chain as recorded or left out, and
-    count every task run the session created in :data:`TASK_RUN_COUNTS`. A session that
-    raised counts only its recorded task run. ``live_stages``: the stages ran as live
-    task runs (stage granularity), so the chain counts as recorded.
-    """
-    with session_bookkeeping(
-        current_flow_run_id(), _note_chain, item_id, run_index, record_stages, live_stages=live_stages
-    ) as recorder:
-        yield recorder
 
 
 @contextmanager
@@ -418,8 +377,19 @@ def session_bookkeeping(
     *,
     live_stages: bool = False,
 ) -> Iterator[StageRecorder]:
-    """:func:`recorded_session` for ``flow_run_id``, each chain noted through ``note``
-    (flow run id, item id, run index, recorded) instead of this thread's collection."""
+    """The bookkeeping around one session's chain, which runs inside the ``with`` block.
+
+    Before: wait while the server is behind (:meth:`TaskRunCounts.throttle`) and make a
+    fresh recorder, with a stage clock when ``record_stages`` (the caller binds it to the
+    thread the chain runs on: ``ape.tasks.session.report.reporting_to``). After: send
+    the session's recorded task run (also when the chain raised) and the recorded stage
+    runs when :func:`keep_chain` keeps them, note the chain as recorded or left out, and
+    count every task run the session created in :data:`TASK_RUN_COUNTS`. Each chain is
+    noted through ``note`` (flow run id, item id, run index, recorded): counted in this
+    process, or collected for the flow's process (:class:`~ape.tasks.recording.RunRecording`).
+    A session that raised counts only its recorded task run. ``live_stages``: the stages ran as live
+    task runs (stage granularity), so the chain counts as recorded.
+    """
     TASK_RUN_COUNTS.throttle()
     recorder = StageRecorder(
         StageClock() if record_stages else None, session=(flow_run_id, item_id, run_index), watch=SLOW_SESSIONS.watch

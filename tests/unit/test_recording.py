@@ -9,8 +9,9 @@ from collections.abc import Iterable
 
 import pytest
 
+from ape.tasks.recording import RunRecording
 from ape.tasks.recording import server as recording
-from ape.tasks.recording.server import TaskRunCounts, collect_chains, keep_chain, recorded_session, wait_until_recorded
+from ape.tasks.recording.server import TaskRunCounts, keep_chain, wait_until_recorded
 from ape.tasks.recording.stage_runs import StageMark
 
 
@@ -129,11 +130,11 @@ def test_the_first_chains_are_counted_per_flow_run() -> None:
 def test_a_small_run_records_every_chain_with_the_server_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recording, "CHAIN_MAX_LAG", 100)
     monkeypatch.setattr(recording, "CHAIN_FIRST", 2)
-    with collect_chains() as notes:
-        counts = _counts(monkeypatch, lag=10**6)
-        for _ in range(3):
-            _session(monkeypatch, lag=10**6, counts=counts)
-    assert [recorded for _, _, recorded in notes] == [True, True, False]
+    worker = RunRecording("flow-x", record_stages=True, live_stages=False, collect=True)
+    counts = _counts(monkeypatch, lag=10**6)
+    for _ in range(3):
+        _session(monkeypatch, lag=10**6, counts=counts, run=worker)
+    assert [recorded for _, _, recorded in worker.collected] == [True, True, False]
 
 
 def test_the_budget_defaults_to_the_module_constant(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,17 +202,23 @@ def _counts(monkeypatch: pytest.MonkeyPatch, lag: int = 0) -> TaskRunCounts:
 
 
 def _session(
-    monkeypatch: pytest.MonkeyPatch, lag: int, state_name: str = "Passed", counts: TaskRunCounts | None = None
+    monkeypatch: pytest.MonkeyPatch,
+    lag: int,
+    state_name: str = "Passed",
+    counts: TaskRunCounts | None = None,
+    run: RunRecording | None = None,
 ) -> list[list[str]]:
-    """One recorded session with a chain, at ``lag`` (in ``counts``, else a fresh count); the stages it sent."""
+    """One recorded session with a chain of flow run ``flow-x`` (in ``run``), at ``lag`` (in
+    ``counts``, else a fresh count); the stages it sent."""
     sent: list[list[str]] = []
-    monkeypatch.setattr(recording, "current_flow_run_id", lambda: "flow-x")
+    if run is None:
+        run = RunRecording("flow-x", record_stages=True, live_stages=False)
     monkeypatch.setattr(
         recording, "record_stage_runs", lambda f, i, r, marks, **kw: sent.append([m.stage for m in marks]) or len(marks)
     )
     if counts is None:
         _counts(monkeypatch, lag)
-    with recorded_session("q1", 0, True) as recorder:
+    with run.session("q1", 0) as recorder:
         recorder.rendered()
         assert recorder.clock is not None
         recorder.clock.mark("check", state_name=state_name)
@@ -221,25 +228,25 @@ def _session(
 def test_a_session_leaves_a_plain_chain_out_when_the_server_is_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recording, "CHAIN_MAX_LAG", 500)
     monkeypatch.setattr(recording, "CHAIN_FIRST", 0)  # no small-run allowance: the lag alone decides
-    with collect_chains() as notes:
-        assert _session(monkeypatch, lag=10) == [["render", "check"]]
-        assert _session(monkeypatch, lag=501) == []
-        assert _session(monkeypatch, lag=501, state_name="Incorrect") == [["render", "check"]]
-    assert notes == [("q1", 0, True), ("q1", 0, False), ("q1", 0, True)]
+    worker = RunRecording("flow-x", record_stages=True, live_stages=False, collect=True)  # a Dask worker's
+    assert _session(monkeypatch, lag=10, run=worker) == [["render", "check"]]
+    assert _session(monkeypatch, lag=501, run=worker) == []
+    assert _session(monkeypatch, lag=501, state_name="Incorrect", run=worker) == [["render", "check"]]
+    assert worker.collected == [("q1", 0, True), ("q1", 0, False), ("q1", 0, True)]
     assert recording.TASK_RUN_COUNTS.chains("flow-x").recorded == 0  # collected, not counted here
-    _session(monkeypatch, lag=501)  # outside a collection: counted in this process
+    _session(monkeypatch, lag=501)  # the flow's own recording: counted in this process
     assert recording.TASK_RUN_COUNTS.chains("flow-x").left_out == [("q1", 0)]
 
 
 def test_live_stages_count_as_a_recorded_chain(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(recording, "current_flow_run_id", lambda: "flow-live")
     _counts(monkeypatch)
-    with collect_chains() as notes:
-        with recorded_session("q2", 1, False, live_stages=True):
-            pass
-        with recorded_session("q3", 0, False):  # [run] stage_runs = false: no chain at all
-            pass
-    assert notes == [("q2", 1, True)]
+    live = RunRecording("flow-live", record_stages=False, live_stages=True, collect=True)
+    with live.session("q2", 1):
+        pass
+    plain = RunRecording("flow-live", record_stages=False, live_stages=False, collect=True)
+    with plain.session("q3", 0):  # [run] stage_runs = false: no chain at all
+        pass
+    assert live.collected == [("q2", 1, True)] and plain.collected == []
 
 
 def test_slow_sessions_are_announced_once_and_fast_ones_never(monkeypatch: pytest.MonkeyPatch) -> None:
