@@ -74,6 +74,14 @@ def kill_at_end() -> Iterator[Callable[[subprocess.Popen], subprocess.Popen]]:
         stop_group(proc, 0)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _count_mock_calls() -> None:
+    """Count the mock models' calls for the whole session (:mod:`tests.helpers.mock_calls`)."""
+    from tests.helpers import mock_calls
+
+    mock_calls.install()
+
+
 @pytest.fixture(autouse=True)
 def _restore_process_state() -> Iterator[None]:
     """Undo what code under test changes for the whole process, even when the test fails.
@@ -82,18 +90,19 @@ def _restore_process_state() -> Iterator[None]:
     ``PREFECT_LOCAL_STORAGE_PATH``, logging levels) and the ``ape`` logger (a terminal
     handler, its level, no propagation); models share process-wide rate limiters (whose
     ``peak_concurrency`` counts across tests). Each test starts from the state the
-    session had, and leaves it so.
+    session had, and leaves it so (each test gets its own, empty table of limiters).
     """
-    from ape.tasks.models.limits import clear_limiters
+    from ape.tasks.models import limits
 
     environ = dict(os.environ)
     logger = logging.getLogger("ape")
     handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
-    clear_limiters()
+    patch = pytest.MonkeyPatch()
+    patch.setattr(limits, "_LIMITERS", {})
     try:
         yield
     finally:
-        clear_limiters()
+        patch.undo()
         for handler in [h for h in logger.handlers if h not in handlers]:
             logger.removeHandler(handler)
         for handler in handlers:

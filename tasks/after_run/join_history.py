@@ -215,22 +215,8 @@ def join_history(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope
             summary.update(_comparison_columns("history", verdict))
         ref = history.run_row(top, pinned, model_id) if pinned and pinned != info.run_id else None
         if ref is not None:
-            checker_changed = ref["checker_fingerprint"] != prints["checker_fingerprint"]
-            regraded = regrade(ref["run_id"]) if checker_changed and config.monitor.rescore_runs else None
-            result = compare(
-                mine,
-                history.read_items(top, ref["run_id"], model_id) if regraded is None else regraded,
-                model_id=model_id,
-                run_id=info.run_id,
-                reference_run_id=ref["run_id"],
-                against="baseline",
-                alpha=_baseline_alpha(config, record["history_runs_per_year"]),
-                checker_changed=checker_changed and regraded is None,
-                config_changed=ref["config_fingerprint"] != prints["config_fingerprint"],
-            )
-            if regraded is not None:
-                note = "checker changed: the baseline's saved answers were re-scored with this run's checker"
-                result = result.model_copy(update={"rescored_runs": 1, "note": _join(note, result.note)})
+            alpha = _baseline_alpha(config, record["history_runs_per_year"])
+            result = _against_baseline(config, top, info.run_id, model_id, ref, mine, prints, regrade, alpha)
             baselines.append((len(rows), result))
         rows.append(summary)
     for (position, result), keep in zip(baselines, _holm([r for _, r in baselines])):
@@ -250,6 +236,39 @@ def join_history(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope
             describe(row),
         )
     return comparisons
+
+
+def _against_baseline(
+    config: ApeConfig,
+    top: Path,
+    run_id: str,
+    model_id: str,
+    ref: dict[str, Any],
+    mine: pd.DataFrame,
+    prints: dict[str, Any],
+    regrade: Rescorer,
+    alpha: float,
+) -> RegressionRow:
+    """One model's items against the pinned baseline run ``ref``: re-scored with this run's
+    checker when the checker changed and ``[monitor] rescore_runs`` allows it, so a changed
+    checker is not read as a changed model; else the comparison says the checker changed."""
+    checker_changed = ref["checker_fingerprint"] != prints["checker_fingerprint"]
+    regraded = regrade(ref["run_id"]) if checker_changed and config.monitor.rescore_runs else None
+    result = compare(
+        mine,
+        history.read_items(top, ref["run_id"], model_id) if regraded is None else regraded,
+        model_id=model_id,
+        run_id=run_id,
+        reference_run_id=ref["run_id"],
+        against="baseline",
+        alpha=alpha,
+        checker_changed=checker_changed and regraded is None,
+        config_changed=ref["config_fingerprint"] != prints["config_fingerprint"],
+    )
+    if regraded is not None:
+        note = "checker changed: the baseline's saved answers were re-scored with this run's checker"
+        result = result.model_copy(update={"rescored_runs": 1, "note": _join(note, result.note)})
+    return result
 
 
 def _baseline_alpha(config: ApeConfig, cadence: float) -> float:

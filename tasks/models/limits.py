@@ -395,9 +395,3 @@ def limiter_for(model_id: str, cfg: ModelConfig) -> RateLimiter:
             limiter = RateLimiter(cfg.requests_per_second, cfg.max_concurrency)
             _LIMITERS[key] = limiter
         return limiter
-
-
-def clear_limiters() -> None:
-    """Forget every shared limiter (tests, or a long-lived process starting a new run)."""
-    with _LIMITERS_LOCK:
-        _LIMITERS.clear()

@@ -30,16 +30,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 import time
-from collections import Counter
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ape.schemas.config import ModelConfig
-from ape.schemas.errors import ApeError
+from ape.schemas.errors import ApeError, problem_key, problem_message
 from ape.tasks.models.oracle import is_right
 from ape.tasks.models.score_types import ContinuationScore, Scored, ScoreRequest
 from ape.tasks.models.session_item import current_session_item
@@ -76,24 +74,9 @@ class MockScorer(BaseModel):
     latency_s: float = Field(default=0.0, ge=0.0, description="Seconds slept per request.")
     call_log: str | None = Field(default=None, description="File that gets one line per request.")
 
-    _counts: ClassVar[Counter[str]] = Counter()
-    _counts_lock: ClassVar[threading.Lock] = threading.Lock()
-
-    @classmethod
-    def call_count(cls, name: str | None = None) -> int:
-        """Requests made in this process by mock scorers called ``name`` (all for None)."""
-        with cls._counts_lock:
-            return cls._counts[name] if name is not None else sum(cls._counts.values())
-
-    @classmethod
-    def reset_call_counts(cls) -> None:
-        with cls._counts_lock:
-            cls._counts.clear()
-
     def _record(self, request: ScoreRequest) -> None:
+        """One ``call_log`` line per continuation scored, when the config asks for the log."""
         calls = len(request.continuations)
-        with self._counts_lock:
-            self._counts[self.name] += calls
         if self.call_log:
             line = json.dumps(
                 {"model": self.name, "pid": os.getpid(), "time": time.time(), "prompt": request.context[:200]}
@@ -169,9 +152,8 @@ def mock_scorer(cfg: ModelConfig, base_dir: Path) -> MockScorer:
         return MockScorer(**args)
     except ValidationError as exc:
         first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "args"
         raise ApeError(
-            f"invalid mock scorer argument '{key}': {first['msg']}",
+            f"invalid mock scorer argument '{problem_key(first, 'args')}': {problem_message(first)}",
             where=f"[model] '{cfg.model_id}' args",
             hint='a log-likelihood mock takes behaviour ("oracle"), accuracy, seed, sampling, latency_s and call_log',
         ) from None

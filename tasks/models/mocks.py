@@ -61,9 +61,8 @@ import os
 import re
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -270,9 +269,6 @@ class MockChatModel(BaseChatModel):
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _instance_calls: int = PrivateAttr(default=0)
 
-    _counts: ClassVar[Counter[str]] = Counter()  # calls per model name, for the whole process
-    _counts_lock: ClassVar[threading.Lock] = threading.Lock()
-
     @model_validator(mode="after")
     def _behaviour_args(self) -> MockChatModel:
         if self.behaviour == "scripted" and not self.responses:
@@ -296,19 +292,8 @@ class MockChatModel(BaseChatModel):
 
     @property
     def model_key(self) -> str:
-        """The key its calls are counted under: its ``name``, else the behaviour."""
+        """The name its calls are logged under (``call_log``): its ``name``, else the behaviour."""
         return self.name or f"mock/{self.behaviour}"
-
-    @classmethod
-    def call_count(cls, name: str | None = None) -> int:
-        """Calls made in this process by mock models called ``name`` (all of them for None)."""
-        with cls._counts_lock:
-            return cls._counts[name] if name is not None else sum(cls._counts.values())
-
-    @classmethod
-    def reset_call_counts(cls) -> None:
-        with cls._counts_lock:
-            cls._counts.clear()
 
     def bind_tools(
         self,
@@ -327,8 +312,6 @@ class MockChatModel(BaseChatModel):
         with self._lock:
             self._instance_calls += 1
             number = self._instance_calls
-        with self._counts_lock:
-            self._counts[self.model_key] += 1
         if self.call_log:
             line = json.dumps(
                 {

@@ -215,7 +215,6 @@ def build_report(
         partial["choices"] = choice_metrics(ranked)
 
         stage = "the judge's calibration"
-
         partial["judge"] = judge_report(ranked, find_calibration([report_dir, *map(Path, output_dirs)]))
 
         stage = "writing the report"
@@ -225,14 +224,22 @@ def build_report(
         write_summary_chart(envelope, report_dir / "summary.png")
         return envelope
     except Exception as exc:
-        details: dict[str, Any] = {"stage": stage}
-        if isinstance(exc, ApeError):
-            details.update(where=exc.where, hint=exc.hint)
-            message = exc.message
-        else:
-            message = str(exc) or type(exc).__name__
-        envelope = error_envelope(type(exc).__name__, message, details, **partial)
-        write_envelope(report_dir / "report.json", envelope)
+        envelope = _write_failed(report_dir, exc, stage, partial)
         if raise_on_error:
             raise
         return envelope
+
+
+def _write_failed(report_dir: Path, exc: Exception, stage: str, partial: dict[str, Any]) -> Envelope:
+    """The ``report.json`` of a report that failed at ``stage``: the error (with where and
+    what to do, for an :class:`ApeError`) beside every part computed before it, so a reader
+    of the file sees how far the report got and why it stopped."""
+    details: dict[str, Any] = {"stage": stage}
+    if isinstance(exc, ApeError):
+        details.update(where=exc.where, hint=exc.hint)
+        message = exc.message
+    else:
+        message = str(exc) or type(exc).__name__
+    envelope = error_envelope(type(exc).__name__, message, details, **partial)
+    write_envelope(report_dir / "report.json", envelope)
+    return envelope

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ape.schemas.report import Envelope, LeaderboardRow, RegressionRow
@@ -99,154 +100,216 @@ def choice_metrics_lines(envelope: Envelope) -> list[str]:
 
 def markdown_table(envelope: Envelope) -> str:
     """The report as markdown: leaderboard, per-category, pairwise and calibration tables,
-    then the summary and provenance lines."""
-    lines: list[str] = []
-    if envelope.error is not None:
-        lines += [f"**Report failed** ({envelope.error.type}): {_cell(envelope.error.message)}", ""]
-    unranked = {row.model_id for row in envelope.unranked}  # their own section says why
+    then the summary and provenance lines.
+
+    Each section is built by its own function and is empty when the run has nothing for it,
+    so the order of the sections reads here at one glance and a section changes alone."""
+    sections = [
+        _failure_lines(envelope),
+        _health_lines(envelope),
+        _leaderboard_lines(envelope),
+        unranked_lines(envelope) if envelope.unranked else [],
+        choice_metrics_lines(envelope) if envelope.choices else [],
+        judge_markdown(envelope.judge) if envelope.judge is not None else [],
+        _category_lines(envelope),
+        _pairwise_lines(envelope),
+        ["## Calibration", "", *calibration_table(envelope), ""] if envelope.calibration else [],
+        _regression_lines(envelope),
+        _summary_lines(envelope),
+    ]
+    return "\n".join(line for section in sections for line in section) + "\n"
+
+
+def _failure_lines(envelope: Envelope) -> list[str]:
+    """First of all: a report that failed to build says so, before any number is read."""
+    if envelope.error is None:
+        return []
+    return [f"**Report failed** ({envelope.error.type}): {_cell(envelope.error.message)}", ""]
+
+
+def _health_lines(envelope: Envelope) -> list[str]:
+    """Above the tables: these numbers are not a measurement, or a model tried to talk its
+    judge round. An unranked model's own section says why it has no result, so its health
+    warnings are left out here; its injection flags are not."""
+    unranked = {row.model_id for row in envelope.unranked}
     health = {model: entry for model, entry in envelope.health.items() if model not in unranked}
     suspect = suspect_lines(health, md_text) + injection_lines(envelope.health, md_text)
-    if suspect:  # first: these numbers are not a measurement, or a model tried to talk its judge round
-        lines += [*(f"**Run health:** {line}" for line in suspect), ""]
-    if envelope.leaderboard:
-        with_k = any(row.pass_at_k for row in envelope.leaderboard)
-        with_cost = any(row.total_cost is not None for row in envelope.leaderboard)
-        # a judged run always shows the column, so "0" reads as checked, not as unknown
-        with_flags = envelope.judge is not None or any(row.injection_flags for row in envelope.leaderboard)
+    return [*(f"**Run health:** {line}" for line in suspect), ""] if suspect else []
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """The leaderboard's optional columns, shown only when some model has a value for them,
+    so a run without pass@k, costs or a judge keeps a narrow table."""
+
+    pass_at_k: bool
+    cost: bool
+    injection_flags: bool
+
+    @classmethod
+    def of(cls, envelope: Envelope) -> _Columns:
+        rows = envelope.leaderboard
+        return cls(
+            pass_at_k=any(row.pass_at_k for row in rows),
+            cost=any(row.total_cost is not None for row in rows),
+            # a judged run always shows the column, so "0" reads as checked, not as unknown
+            injection_flags=envelope.judge is not None or any(row.injection_flags for row in rows),
+        )
+
+    def header(self) -> list[str]:
         header = ["Rank (range)", "Group", "Model", "Items", "Mean score [95% CI]", "CI method", "Pass rate [95% CI]"]
-        header += ["pass@k"] if with_k else []
+        header += ["pass@k"] if self.pass_at_k else []
         header += ["Solved", "Parse failed", "Gave up", "Error", "Check errors"]
-        header += ["Injection flags"] if with_flags else []
+        header += ["Injection flags"] if self.injection_flags else []
         header += ["Latency s", "Tokens in/out"]
-        header += ["Cost", "Cost/correct"] if with_cost else []
-        rows = []
-        for row in envelope.leaderboard:
-            cells = [
-                _rank(row),
-                _cell(row.tie_group),
-                _cell(row.model_id),
-                str(row.n_items),
-                _interval(row.mean_score, row.ci_low, row.ci_high),
-                _own(row.ci_method),
-                _interval(row.pass_rate, row.pass_rate_low, row.pass_rate_high),
-            ]
-            if with_k:
-                cells.append(", ".join(f"@{k} {v:.3f}" for k, v in row.pass_at_k.items()) or "-")
-            tokens = f"{_cell(row.mean_input_tokens, 0)}/{_cell(row.mean_output_tokens, 0)}"
-            cells += [
-                str(row.outcomes.SOLVED),
-                str(row.outcomes.PARSING_FAILED),
-                str(row.outcomes.GAVE_UP),
-                str(row.outcomes.ERROR),
-                str(row.check_errors),
-            ]
-            cells += [str(row.injection_flags)] if with_flags else []
-            cells += [_cell(row.mean_latency_s, 2), tokens]
-            if with_cost:
-                cells += [_money(row.total_cost), _money(row.cost_per_correct)]
-            rows.append(cells)
+        header += ["Cost", "Cost/correct"] if self.cost else []
+        return header
+
+    def cells(self, row: LeaderboardRow) -> list[str]:
+        """One model's cells, in the order of :meth:`header`."""
+        cells = [
+            _rank(row),
+            _cell(row.tie_group),
+            _cell(row.model_id),
+            str(row.n_items),
+            _interval(row.mean_score, row.ci_low, row.ci_high),
+            _own(row.ci_method),
+            _interval(row.pass_rate, row.pass_rate_low, row.pass_rate_high),
+        ]
+        if self.pass_at_k:
+            cells.append(", ".join(f"@{k} {v:.3f}" for k, v in row.pass_at_k.items()) or "-")
+        outcomes = row.outcomes
+        cells += [str(outcomes.SOLVED), str(outcomes.PARSING_FAILED), str(outcomes.GAVE_UP), str(outcomes.ERROR)]
+        cells.append(str(row.check_errors))
+        cells += [str(row.injection_flags)] if self.injection_flags else []
+        cells += [_cell(row.mean_latency_s, 2), f"{_cell(row.mean_input_tokens, 0)}/{_cell(row.mean_output_tokens, 0)}"]
+        cells += [_money(row.total_cost), _money(row.cost_per_correct)] if self.cost else []
+        return cells
+
+
+def _leaderboard_lines(envelope: Envelope) -> list[str]:
+    """The leaderboard section: one row per ranked model, then what the ranks and the
+    injection flags mean (the flags' note only when their column is shown)."""
+    if not envelope.leaderboard:
+        return []
+    columns = _Columns.of(envelope)
+    lines = [
+        "## Leaderboard",
+        "",
+        *_table(columns.header(), [columns.cells(row) for row in envelope.leaderboard]),
+        "",
+        "Rank (range): the places a model could hold given the Holm-corrected pairwise "
+        "tests; models in one group are not significantly different from its first.",
+        "",
+    ]
+    if columns.injection_flags:
         lines += [
-            "## Leaderboard",
-            "",
-            *_table(header, rows),
-            "",
-            "Rank (range): the places a model could hold given the Holm-corrected pairwise "
-            "tests; models in one group are not significantly different from its first.",
+            "Injection flags: sessions whose answer addressed the judge (a forged tag or grade, "
+            '"ignore the rubric", "reply PASS", ...); graded FAIL without asking the judge '
+            'unless [checker] args.on_injection = "grade".',
             "",
         ]
-        if with_flags:
-            lines += [
-                "Injection flags: sessions whose answer addressed the judge (a forged tag or grade, "
-                '"ignore the rubric", "reply PASS", ...); graded FAIL without asking the judge '
-                'unless [checker] args.on_injection = "grade".',
-                "",
-            ]
-    if envelope.unranked:
-        lines += unranked_lines(envelope)
-    if envelope.choices:
-        lines += choice_metrics_lines(envelope)
-    if envelope.judge is not None:
-        lines += judge_markdown(envelope.judge)
+    return lines
+
+
+def _category_lines(envelope: Envelope) -> list[str]:
+    """Mean score and items per category and model; a model without items in a category
+    shows "-" rather than a zero it did not earn."""
     categories = sorted({c for row in envelope.leaderboard for c in row.by_category})
-    if categories:
-        header = ["Model", *(_cell(c) for c in categories)]
-        rows = [
-            [_cell(row.model_id)]
-            + [
-                f"{_cell(row.by_category[c].mean_score)} ({row.by_category[c].n_items})"
-                if c in row.by_category
-                else "-"
-                for c in categories
-            ]
-            for row in envelope.leaderboard
+    if not categories:
+        return []
+    header = ["Model", *(_cell(c) for c in categories)]
+    rows = [
+        [_cell(row.model_id)]
+        + [
+            f"{_cell(row.by_category[c].mean_score)} ({row.by_category[c].n_items})" if c in row.by_category else "-"
+            for c in categories
         ]
-        lines += ["## By category (mean score, items)", "", *_table(header, rows), ""]
-    if envelope.pairwise:
-        header = [
-            "A",
-            "B",
-            "Items",
-            "Mean diff A-B [95% CI]",
-            "CI method",
-            "Win/tie/loss",
-            "Only A / only B passed",
-            "p (McNemar)",
-            "p Holm",
-            "r",
-            "MDE 80%",
+        for row in envelope.leaderboard
+    ]
+    return ["## By category (mean score, items)", "", *_table(header, rows), ""]
+
+
+_PAIRWISE_HEADER = [
+    "A",
+    "B",
+    "Items",
+    "Mean diff A-B [95% CI]",
+    "CI method",
+    "Win/tie/loss",
+    "Only A / only B passed",
+    "p (McNemar)",
+    "p Holm",
+    "r",
+    "MDE 80%",
+]
+
+
+def _pairwise_lines(envelope: Envelope) -> list[str]:
+    """Every pair of models compared on their shared items, with the test behind each
+    group of the leaderboard and what the columns mean."""
+    if not envelope.pairwise:
+        return []
+    rows = [
+        [
+            _cell(p.model_a),
+            _cell(p.model_b),
+            str(p.n_items),
+            _interval(p.mean_diff, p.ci_low, p.ci_high),
+            _own(p.ci_method),
+            f"{p.wins}/{p.ties}/{p.losses}",
+            f"{p.a_only}/{p.b_only}",
+            f"{_cell(p.p_value)} ({p.test})" if p.p_value is not None else "-",
+            _cell(p.p_holm) + (" *" if p.significant else ""),
+            _cell(p.correlation, 2),
+            _cell(p.mde_80),
         ]
-        rows = [
-            [
-                _cell(p.model_a),
-                _cell(p.model_b),
-                str(p.n_items),
-                _interval(p.mean_diff, p.ci_low, p.ci_high),
-                _own(p.ci_method),
-                f"{p.wins}/{p.ties}/{p.losses}",
-                f"{p.a_only}/{p.b_only}",
-                f"{_cell(p.p_value)} ({p.test})" if p.p_value is not None else "-",
-                _cell(p.p_holm) + (" *" if p.significant else ""),
-                _cell(p.correlation, 2),
-                _cell(p.mde_80),
-            ]
-            for p in envelope.pairwise
+        for p in envelope.pairwise
+    ]
+    return [
+        "## Pairwise",
+        "",
+        *_table(_PAIRWISE_HEADER, rows),
+        "",
+        "r: correlation of the two models' item scores; MDE 80%: the smallest "
+        "difference this comparison detects with 80% power; * significant after Holm.",
+        "",
+    ]
+
+
+def _regression_lines(envelope: Envelope) -> list[str]:
+    """Each model against its earlier runs (a named run or its own history), with the
+    evidence for the verdict and any note on why it could not be compared fully."""
+    if not envelope.regressions:
+        return []
+    header = ["Model", "Against", "Verdict", "Items", "Score diff [95% CI]", "Evidence", "Detectable change"]
+    rows = [
+        [
+            _cell(r.model_id),
+            _against(r),
+            f"**{r.verdict}**",
+            str(r.n_items),
+            _interval(r.mean_diff, r.ci_low, r.ci_high),
+            _evidence(r),
+            _cell(r.min_detectable_change),
         ]
-        lines += [
-            "## Pairwise",
-            "",
-            *_table(header, rows),
-            "",
-            "r: correlation of the two models' item scores; MDE 80%: the smallest "
-            "difference this comparison detects with 80% power; * significant after Holm.",
-            "",
-        ]
-    if envelope.calibration:
-        lines += ["## Calibration", "", *calibration_table(envelope), ""]
-    if envelope.regressions:
-        header = ["Model", "Against", "Verdict", "Items", "Score diff [95% CI]", "Evidence", "Detectable change"]
-        rows = [
-            [
-                _cell(r.model_id),
-                _against(r),
-                f"**{r.verdict}**",
-                str(r.n_items),
-                _interval(r.mean_diff, r.ci_low, r.ci_high),
-                _evidence(r),
-                _cell(r.min_detectable_change),
-            ]
-            for r in envelope.regressions
-        ]
-        notes = [f"- {_cell(r.model_id)} vs {r.against}: {_cell(r.note)}" for r in envelope.regressions if r.note]
-        lines += ["## Changes since earlier runs", "", *_table(header, rows), *notes, ""]
+        for r in envelope.regressions
+    ]
+    notes = [f"- {_cell(r.model_id)} vs {r.against}: {_cell(r.note)}" for r in envelope.regressions if r.note]
+    return ["## Changes since earlier runs", "", *_table(header, rows), *notes, ""]
+
+
+def _summary_lines(envelope: Envelope) -> list[str]:
+    """The closing lines: how much was run, how many stage chains the Prefect UI holds,
+    and where the numbers came from."""
     summary = envelope.summary
     wall = f", {summary.wall_seconds:.1f} s" if summary.wall_seconds is not None else ""
-    lines.append(
+    lines = [
         f"{count(summary.tasks, 'task')}, {count(summary.models, 'model')}, {count(summary.sessions, 'session')}{wall}"
-    )
+    ]
     if envelope.stage_chains:
         lines += ["", chains_line(envelope)]
-    lines += _provenance_lines(summary.provenance)
-    return "\n".join(lines) + "\n"
+    return lines + _provenance_lines(summary.provenance)
 
 
 def unranked_lines(envelope: Envelope) -> list[str]:

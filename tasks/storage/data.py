@@ -28,7 +28,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from pydantic import BaseModel, ValidationError
 
 from ape.schemas.data import id_field_name, item_id
-from ape.schemas.errors import ApeError, shown_path
+from ape.schemas.errors import ApeError, problem_key, problem_message, shown_path
 
 if TYPE_CHECKING:
     from ape.schemas.config import DataConfig
@@ -233,13 +233,13 @@ class DataProvider:
             # the line and the file, for DataModels that derive an id or a category from them
             return self.model.model_validate(row, context={"line": number, "file": str(self.file)})
         except ValidationError as exc:
-            err = exc.errors()[0]
-            fld = ".".join(str(p) for p in err["loc"]) or "(row)"
+            first = exc.errors()[0]
             more = len(exc.errors()) - 1
             suffix = f"; and {more} more" if more else ""
             key = row.get(self.id_name)
             named = f"item '{key}': " if isinstance(key, (str, int)) else ""
-            raise ApeError(f"{named}field '{fld}': {err['msg']}{suffix}", where=self._at(number)) from None
+            message = f"{named}field '{problem_key(first, '(row)')}': {problem_message(first)}{suffix}"
+            raise ApeError(message, where=self._at(number)) from None
 
     def __iter__(self) -> Iterator[BaseModel]:
         """Validated items in the configured slice, streamed."""

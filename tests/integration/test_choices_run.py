@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from ape.config import load_config
-from ape.tasks.models.mock_scorer import MockScorer
 from ape.tasks.solving.choices import softmax
 from ape.tasks.stats.calibration import CalibrationReport
+from tests.helpers import mock_calls
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.runner import read_results
 
@@ -47,11 +47,11 @@ MOCK = (
 
 
 def test_a_choices_run_scores_resumes_rescores_and_calibrates_on_choice_probabilities(tmp_path):
-    MockScorer.reset_call_counts()
+    mock_calls.reset()
     path = example(tmp_path, MOCK)
     config, state = run(path)
     assert state.is_completed(), state
-    assert MockScorer.call_count("mc-mock") == 40 * 4  # one request per choice
+    assert mock_calls.scorer_calls("mc-mock") == 40 * 4  # one request per choice
     out = config.run.output
     sessions = [s for batch in read_results(out / "results.jsonl") for s in batch["sessions"]]
     assert len(sessions) == 40 and all(s["outcome"] == "SOLVED" and s["metric"] == "acc_norm" for s in sessions)
@@ -84,13 +84,13 @@ def test_a_choices_run_scores_resumes_rescores_and_calibrates_on_choice_probabil
     # a resumed run makes no model call for finished items
     _, state = run(path)
     assert state.is_completed(), state
-    assert MockScorer.call_count("mc-mock") == 160
+    assert mock_calls.scorer_calls("mc-mock") == 160
 
     # another metric re-scores every item from the cached log-likelihoods: still no model call
     path = example(tmp_path, MOCK, metric="acc")
     config, state = run(path)
     assert state.is_completed(), state
-    assert MockScorer.call_count("mc-mock") == 160
+    assert mock_calls.scorer_calls("mc-mock") == 160
     rescored = [s for batch in read_results(out / "results.jsonl") for s in batch["sessions"]]
     assert all(s["metric"] == "acc" and s["correct"] == bool(s["check"]["metadata"]["acc"]) for s in rescored)
     assert all(s["solution"]["choice"] == s["solution"]["acc"] for s in rescored)

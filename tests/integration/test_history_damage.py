@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from ape.cli import main
-from ape.tasks.models.mocks import MockChatModel
 from ape.tasks.storage import history
+from tests.helpers import mock_calls
 from tests.helpers.runner import make_benchmark
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -29,13 +29,13 @@ def test_a_truncated_history_stops_before_any_model_call_and_is_rebuilt(tmp_path
     folders = sorted(p.name for p in (out / "runs").iterdir())
     capsys.readouterr()
 
-    calls = MockChatModel.call_count("m")
+    calls = mock_calls.chat_calls("m")
     for argv in (["validate", str(path)], ["run", str(path), "--new-run", "--no-server"]):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"error: {runs_file}: the run history cannot be read"), err
         assert f"ape history {out} --rebuild" in err[0] and "ArrowInvalid" not in err[0]
-    assert MockChatModel.call_count("m") == calls  # found before any model call
+    assert mock_calls.chat_calls("m") == calls  # found before any model call
     assert sorted(p.name for p in (out / "runs").iterdir()) == folders  # and before a run folder was made
 
     assert main(["history", str(out), "--rebuild", "--no-chart"]) == 0

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from ape.config import load_config
-from ape.tasks.models.mocks import MockChatModel
+from tests.helpers import mock_calls
 from tests.helpers.runner import make_benchmark, read_results
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -43,9 +43,9 @@ def test_new_runs_measure_afresh_and_report_a_regression(tmp_path: Path) -> None
         "        f.write(row.model_dump_json() + '\\n')\n"
     )
     path, accuracy = bench(tmp_path, extra='[hooks]\non_regression = "alerting:on_regression"')
-    before = MockChatModel.call_count("m")
+    before = mock_calls.chat_calls("m")
     config, first = new_run(path)
-    assert MockChatModel.call_count("m") - before == N
+    assert mock_calls.chat_calls("m") - before == N
     top = config.run.output
     folder = Path(first["output"])
     assert folder.parent == top / "runs" and folder.name == first["run_id"]
@@ -59,7 +59,7 @@ def test_new_runs_measure_afresh_and_report_a_regression(tmp_path: Path) -> None
 
     accuracy.write_text("0.5")
     _, second = new_run(path)
-    assert MockChatModel.call_count("m") - before == 2 * N  # every item asked again
+    assert mock_calls.chat_calls("m") - before == 2 * N  # every item asked again
     rows = read_results(Path(second["output"]) / "results.jsonl")
     assert not any(s["cached"] for b in rows for s in b["sessions"])
     (verdict,) = second["regressions"]
@@ -91,10 +91,10 @@ def test_new_runs_measure_afresh_and_report_a_regression(tmp_path: Path) -> None
 
 def test_shared_cache_scope_reuses_generations_across_runs(tmp_path: Path) -> None:
     path, _ = bench(tmp_path, run='cache_scope = "shared"')
-    before = MockChatModel.call_count("m")
+    before = mock_calls.chat_calls("m")
     new_run(path)
     _, second = new_run(path)
-    assert MockChatModel.call_count("m") - before == N  # the second run called no model
+    assert mock_calls.chat_calls("m") - before == N  # the second run called no model
     report = json.loads((Path(second["output"]) / "report.json").read_text())
     assert report["summary"]["cache_scope"] == "shared"
     assert report["leaderboard"][0]["cached"] == N
@@ -155,9 +155,9 @@ def test_a_changed_checker_is_judged_on_the_re_scored_reference_without_model_ca
         path.read_text().replace('implementation = "exact_match"', 'implementation = "benchschema:check_always_fails"')
     )
     shutil.rmtree(Path(second["output"]))  # its answers are gone: left out of the re-scored reference
-    before = MockChatModel.call_count("m")
+    before = mock_calls.chat_calls("m")
     _, third = new_run(path)
-    assert MockChatModel.call_count("m") - before == N  # the new run's own items, nothing for re-scoring
+    assert mock_calls.chat_calls("m") - before == N  # the new run's own items, nothing for re-scoring
     mine, pinned = third["regressions"]
     assert mine["against"] == "history" and pinned["against"] == "baseline"
     assert mine["verdict"] == "no detectable change" and mine["rescored_runs"] == 1

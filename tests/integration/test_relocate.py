@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ape.cli import main
-from ape.tasks.models.mocks import MockChatModel
+from tests.helpers import mock_calls
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.runner import make_benchmark, read_results
 
@@ -51,9 +51,9 @@ def test_a_copied_then_moved_output_folder_resumes_and_retries_from_its_cache(tm
     original = tmp_path / "A"
     args = 'behaviour = "arithmetic", use_tools = false, call_log = "calls.log"'
     path = make_benchmark(original, n=N, model_args=args, run=f"runs_per_data = {RUNS}")
-    before = MockChatModel.call_count("m")
+    before = mock_calls.chat_calls("m")
     assert ape_here(["run", str(path), "--no-server"], original / "out") == 0
-    assert MockChatModel.call_count("m") - before == N * RUNS
+    assert mock_calls.chat_calls("m") - before == N * RUNS
     assert any((original / "out" / ".cache" / "results").iterdir())  # the generations are in the folder
 
     # cp -r: the copy resumes from its own cache (the original's can be gone)
@@ -61,9 +61,9 @@ def test_a_copied_then_moved_output_folder_resumes_and_retries_from_its_cache(tm
     shutil.copytree(original, copy, symlinks=True)
     shutil.rmtree(original / "out" / ".cache")
     drop(copy / "out" / "results.jsonl", "i2")
-    calls = MockChatModel.call_count("m")
+    calls = mock_calls.chat_calls("m")
     assert ape_here(["run", str(copy / "config.toml"), "--no-server"], copy / "out") == 0
-    assert MockChatModel.call_count("m") == calls  # no model call: i2's sessions came from the copy's cache
+    assert mock_calls.chat_calls("m") == calls  # no model call: i2's sessions came from the copy's cache
     items = saved(copy / "out" / "results.jsonl")
     assert len(items) == N
     assert [s["outcome"] for s in items["i2"]["sessions"]] == ["SOLVED"] * RUNS

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ape.config import load_config
-from ape.tasks.models.mocks import MockChatModel
+from tests.helpers import mock_calls
 from tests.helpers.runner import make_benchmark, plugin_module, read_results
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -22,7 +22,7 @@ def run(path, **overrides):
 
 
 def calls(name="m"):
-    return MockChatModel.call_count(name)
+    return mock_calls.chat_calls(name)
 
 
 def test_run_saves_batches_transcripts_metadata_and_report(tmp_path):

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from ape.config import load_config
-from ape.tasks.models.mocks import MockChatModel
+from tests.helpers import mock_calls
 from tests.helpers.runner import make_benchmark, read_results
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -43,10 +43,10 @@ def test_max_cost_stops_cleanly_and_a_higher_budget_resumes(tmp_path):
     assert session["cost"] == session["input_tokens"] * 1.0 + session["output_tokens"] * 2.0 > 1.0
     assert (out / "report.json").exists()  # the report covers what was saved
 
-    before = MockChatModel.call_count("m")
+    before = mock_calls.chat_calls("m")
     config, state = run(path, **{"run.max_cost": 1000.0})
     assert state.is_completed(), state
-    assert MockChatModel.call_count("m") - before == 5  # the saved item was not redone
+    assert mock_calls.chat_calls("m") - before == 5  # the saved item was not redone
     rows = read_results(out / "results.jsonl")
     assert sorted(b["item_id"] for b in rows) == [f"i{i}" for i in range(6)]
     report = json.loads((out / "report.json").read_text())

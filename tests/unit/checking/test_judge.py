@@ -21,7 +21,7 @@ from ape.tasks.checking.judge import (
     parse_grade,
     parse_scale,
 )
-from ape.tasks.models.mocks import MockChatModel
+from tests.helpers import mock_calls
 
 
 class Item(BaseModel):
@@ -117,13 +117,13 @@ def test_a_failing_judge_is_a_check_error_never_a_score(tmp_path):
 
 
 def test_judgements_are_cached_under_the_judge_fingerprint(tmp_path):
-    MockChatModel.reset_call_counts()
+    mock_calls.reset()
     first = judge(tmp_path, args={"behaviour": "grader"}, name="grader-a")
     assert first(ITEM, "Rayleigh scattering").metadata["judge"]["cached"] is False
     again = judge(tmp_path, args={"behaviour": "grader"}, name="grader-a")
     verdict = again(ITEM, "Rayleigh scattering").metadata["judge"]
     assert verdict["cached"] is True and verdict["grade"] == "PASS"
-    assert MockChatModel.call_count("grader-a") == 1
+    assert mock_calls.chat_calls("grader-a") == 1
     # another judge fingerprint is another key
     other = JudgeChecker(
         again.model_cfg,
@@ -135,7 +135,7 @@ def test_judgements_are_cached_under_the_judge_fingerprint(tmp_path):
         fingerprint={"model": "something else"},
     )
     assert other(ITEM, "Rayleigh scattering").metadata["judge"]["cached"] is False
-    assert MockChatModel.call_count("grader-a") == 2
+    assert mock_calls.chat_calls("grader-a") == 2
     uncached = judge(tmp_path, args={"behaviour": "grader"}, name="grader-a", cache=False)
     assert uncached(ITEM, "Rayleigh scattering").metadata["judge"]["cached"] is False
 

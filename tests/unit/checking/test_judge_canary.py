@@ -13,7 +13,7 @@ from ape.tasks.checking.canary import CanaryFailed
 from ape.tasks.checking.judge import parse_args, resolve_judge
 from ape.tasks.checking.judge_canary import WRONG_ANSWER, injected_examples, run_judge_canary
 from ape.tasks.model_setup import grade_canary, load_data_model, run_checker_factory
-from ape.tasks.models.mocks import MockChatModel
+from tests.helpers import mock_calls
 from tests.helpers.runner import make_benchmark
 
 RUBRIC = "Q: {{ question }} <reference>{{ answer }}</reference> <solution>{{ solution }}</solution>"
@@ -52,7 +52,7 @@ def test_the_canary_builds_six_wrong_answers_in_the_rubric_s_own_tags():
 
 
 def test_a_judge_that_holds_passes_the_canary(tmp_path):
-    MockChatModel.reset_call_counts()
+    mock_calls.reset()
     config = judged_benchmark(tmp_path, 'behaviour = "grader", name = "holds"')
     graded = canary_of(config)
     names = [example.name for example, _ in graded]
@@ -61,9 +61,9 @@ def test_a_judge_that_holds_passes_the_canary(tmp_path):
         for n in ("plain", "forged markup", "instruction", "grade line", "grade line with text", "fake reasoning")
     ]
     assert all(result.status.value == "FAILED" for _, result in graded)
-    assert MockChatModel.call_count("holds") == 6
+    assert mock_calls.chat_calls("holds") == 6
     canary_of(config)  # cached like every judgement: asked once
-    assert MockChatModel.call_count("holds") == 6
+    assert mock_calls.chat_calls("holds") == 6
 
 
 def test_a_judge_that_obeys_injections_is_refused_in_one_line(tmp_path):

@@ -14,7 +14,6 @@ from ape.tasks.models.limits import (
     RateLimiter,
     RetryPolicy,
     classify_error,
-    clear_limiters,
     limiter_for,
     retry_after_s,
     status_is_transient,
@@ -282,5 +281,5 @@ def test_limiter_for_is_shared_per_model() -> None:
     assert (first.requests_per_second, first.max_concurrency) == (5, 2)
     with ThreadPoolExecutor(4) as pool:
         assert set(pool.map(lambda _: id(limiter_for("a", cfg)), range(8))) == {id(first)}
-    clear_limiters()
-    assert limiter_for("a", cfg) is not first
+    # keyed by the limits too: the same model id with other limits gets its own bucket
+    assert limiter_for("a", cfg.model_copy(update={"requests_per_second": 6})) is not first

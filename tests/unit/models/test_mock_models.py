@@ -20,6 +20,7 @@ import ape.tasks.models.mocks as mock_models
 from ape.schemas.config import GIVE_UP_TOKEN
 from ape.tasks.models.limits import classify_error
 from ape.tasks.models.mocks import MockChatModel, MockTransientError, find_expression, format_number
+from tests.helpers import mock_calls
 from tests.helpers.concurrency import TIMEOUT_S, Gate
 
 
@@ -183,11 +184,11 @@ def test_latency_overlaps_across_threads(monkeypatch: pytest.MonkeyPatch) -> Non
 @pytest.fixture
 def fresh_call_counts() -> Iterator[None]:
     """The process-wide call counts start at zero, and are zeroed again after the test."""
-    MockChatModel.reset_call_counts()
+    mock_calls.reset()
     try:
         yield
     finally:
-        MockChatModel.reset_call_counts()
+        mock_calls.reset()
 
 
 def test_calls_are_counted_per_name(fresh_call_counts: None) -> None:
@@ -195,11 +196,11 @@ def test_calls_are_counted_per_name(fresh_call_counts: None) -> None:
     for _ in range(3):
         first.invoke("1 + 1")
     second.invoke("1 + 1")
-    assert MockChatModel.call_count("count-a") == 3
-    assert MockChatModel.call_count("count-b") == 1
-    assert MockChatModel.call_count() == 4
-    MockChatModel.reset_call_counts()
-    assert MockChatModel.call_count("count-a") == 0
+    assert mock_calls.chat_calls("count-a") == 3
+    assert mock_calls.chat_calls("count-b") == 1
+    assert mock_calls.chat_calls() == 4
+    mock_calls.reset()
+    assert mock_calls.chat_calls("count-a") == 0
 
 
 def test_call_log_gets_one_line_per_call(tmp_path: Path) -> None:
