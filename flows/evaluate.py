@@ -39,6 +39,7 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
+from ape.tasks.common.words import count
 from ape.tasks.model_setup import ModelSetup, make_setup, resume_fingerprints, run_label
 from ape.tasks.recording import RunRecording
 from ape.tasks.report.provenance import run_provenance
@@ -134,12 +135,12 @@ class Runner:
             log.info("%s: resuming, %d of %d items already saved", setup.model_id, tally.done, tally.total)
         window = cfg.run.window or 4 * cfg.run.solver_workers
         log.info(
-            "%s: %d items, %d to run, %d session(s) each, %d solver worker(s), output %s",
+            "%s: %d items, %d to run, %s each, %s, output %s",
             setup.model_id,
             tally.total,
             tally.total - tally.done,
-            cfg.run.runs_per_data,
-            cfg.run.solver_workers,
+            count(cfg.run.runs_per_data, "session"),
+            count(cfg.run.solver_workers, "solver worker"),
             setup.out_dir,
         )
         label = f"{cfg.name} · {setup.model_id}"
