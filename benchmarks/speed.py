@@ -81,7 +81,7 @@ def child(config: str) -> None:
 
     from ape.config import load_config
     from ape.flows.evaluate import Runner
-    from ape.tasks.model_setup import make_setup
+    from ape.tasks.setup.model import make_setup
 
     cfg = load_config(config)
     imported = time.perf_counter()

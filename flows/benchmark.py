@@ -29,14 +29,15 @@ from ape.flows.states import items_failed
 from ape.flows.ui_links import flow_run_link
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import HealthEntry
+from ape.tasks.after_run.tasks import join_history_task, report_task
 from ape.tasks.checking.canary import CanaryFailed
 from ape.tasks.common.home import password_hint, ui_password_file
-from ape.tasks.model_setup import run_label
 from ape.tasks.models.limits import RETRY_LINES
 from ape.tasks.models.llama_server import local_model_servers, with_base_urls
 from ape.tasks.recording import wait_for_server
 from ape.tasks.report.health import suspect_lines
-from ape.tasks.run_tasks import join_history_task, judge_agreement_task, report_task
+from ape.tasks.setup.judge_agreement import judge_agreement_task
+from ape.tasks.setup.model import run_label
 from ape.tasks.storage.file_modes import modes_for, private_outputs
 from ape.tasks.storage.runs import IN_PLACE, config_for_run, start_run
 

@@ -40,9 +40,9 @@ from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.common.words import count
-from ape.tasks.model_setup import ModelSetup, make_setup, resume_fingerprints, run_label
 from ape.tasks.recording import RunRecording
 from ape.tasks.report.provenance import run_provenance
+from ape.tasks.setup.model import ModelSetup, make_setup, resume_fingerprints, run_label
 from ape.tasks.stats.cost import Budget
 from ape.tasks.storage.cache_format import REFUSED
 from ape.tasks.storage.outdir import OutputLock

@@ -25,9 +25,9 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch
-from ape.tasks.model_setup import ModelSetup, fingerprint_hash, make_setup
 from ape.tasks.recording import RunRecording
 from ape.tasks.session.stages import Worker, bind_worker
+from ape.tasks.setup.model import ModelSetup, fingerprint_hash, make_setup
 from ape.tasks.storage.transcripts import SessionLog
 
 

@@ -22,11 +22,11 @@ from ape.schemas.data import id_field_name, item_id
 from ape.schemas.results import CheckResult, ErrorInfo, Outcome, OutputBatch, SessionResult
 from ape.schemas.transcript import SolveRecord
 from ape.tasks.checking.check import CheckerCarousel
-from ape.tasks.model_setup import ModelSetup
 from ape.tasks.report.health import prompt_hash
 from ape.tasks.session.chain import stages_for
 from ape.tasks.session.report import reporting_to
 from ape.tasks.session.stages import SessionSpec
+from ape.tasks.setup.model import ModelSetup
 from ape.tasks.solving.solve import revalued
 from ape.tasks.stats.cost import session_cost
 from ape.tasks.storage.transcripts import SessionLog

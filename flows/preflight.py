@@ -40,10 +40,10 @@ from ape.flows.resume import recorded, refuse_mixing
 from ape.schemas.config import ApeConfig, ModelConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.checking.judge import JudgeSpec
-from ape.tasks.model_setup import ModelSetup, grade_canary, make_setup, resume_fingerprints, run_judge
 from ape.tasks.models.build import build_model
 from ape.tasks.models.reachability import auth_warnings, probe_all, probe_target, unreachable_lines
 from ape.tasks.models.scoring import build_scorer
+from ape.tasks.setup.model import ModelSetup, grade_canary, make_setup, resume_fingerprints, run_judge
 from ape.tasks.solving.choices import check_item
 from ape.tasks.solving.tools import load_tools
 from ape.tasks.storage.config_file import locate
@@ -72,7 +72,7 @@ class Checked:
 
     def served(self, base_urls: dict[str, str]) -> Checked:
         """This result with the endpoints of the models APE serves for the run
-        (:meth:`ape.tasks.model_setup.ModelSetup.served`)."""
+        (:meth:`ape.tasks.setup.model.ModelSetup.served`)."""
         if not base_urls:
             return self
         return dataclasses.replace(

@@ -1,6 +1,6 @@
 """Resuming after the config changed: what saved results can still be used.
 
-A run records :func:`ape.tasks.model_setup.resume_fingerprints` in metadata.json. When a
+A run records :func:`ape.tasks.setup.model.resume_fingerprints` in metadata.json. When a
 later run resumes the same output folder:
 
 - a changed prompt, model, data file or solver/adapter/tool setting would mix

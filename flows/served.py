@@ -35,7 +35,7 @@ from ape.flows.preflight import endpoints, preflight
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError, validation_error
 from ape.schemas.results import Outcome
-from ape.tasks.model_setup import run_label
+from ape.tasks.setup.model import run_label
 from ape.tasks.storage.config_file import load_config
 
 log = logging.getLogger("ape")

@@ -23,8 +23,8 @@ Above them, the session and its mirror in the Prefect UI:
 
 On top, and free to import all of them:
 
-- ``model_setup``: what one model's run is made of (data model, template, checker, provider,
-  fingerprints), and the canary's grading
-- ``run_tasks``: the benchmark flow's own tasks (report, join-history, judge-agreement)
-- ``after_run``: what follows a new run: the history, comparisons, re-scoring, alerts
+- ``setup``: what one model's run is made of (data model, template, checker, provider,
+  fingerprints), the canary's grading, preflight's hand-over, the judge-agreement task
+- ``after_run``: what follows a new run: the report and history tasks, comparisons,
+  re-scoring, alerts
 """

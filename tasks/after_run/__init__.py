@@ -7,5 +7,5 @@
 - :mod:`.alerts`: regressions and improvements go out as Prefect events, an artifact and
   the ``[hooks] on_regression`` callable.
 
-The benchmark flow calls them through its ``join-history`` task (:mod:`ape.tasks.run_tasks`).
+- :mod:`.tasks`: the benchmark flow's ``report`` and ``join-history`` tasks, which call them.
 """

@@ -24,10 +24,10 @@ from ape.schemas.data import item_id
 from ape.schemas.report import Envelope, RegressionRow
 from ape.tasks.after_run.rescore import regrader
 from ape.tasks.checking.judge import checker_fingerprint
-from ape.tasks.model_setup import fingerprint_hash, load_data_model, prompt_text
 from ape.tasks.models.fingerprint import model_fingerprint
 from ape.tasks.report.diff import changed_settings, compare_items, diff_markdown, flipped_items, write_diff
 from ape.tasks.report.sessions_table import load_sessions
+from ape.tasks.setup.model import fingerprint_hash, load_data_model, prompt_text
 from ape.tasks.stats.aggregate import item_table
 from ape.tasks.stats.history_verdicts import Rescorer, history_verdict
 from ape.tasks.stats.item_health import flagged_count, item_ledger

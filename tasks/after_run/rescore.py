@@ -25,7 +25,7 @@ from ape.schemas.errors import ApeError
 from ape.schemas.results import CheckStatus, Outcome
 from ape.tasks.checking.builtin import score_session
 from ape.tasks.checking.check import run_check
-from ape.tasks.model_setup import ModelSetup, make_setup
+from ape.tasks.setup.model import ModelSetup, make_setup
 
 log = logging.getLogger("ape")
 

@@ -79,7 +79,7 @@ class SessionFailed(Exception):
 
 
 class StagePlan(Protocol):
-    """What the stages need of a run's resolved setup (``ape.tasks.model_setup.ModelSetup`` provides it),
+    """What the stages need of a run's resolved setup (``ape.tasks.setup.model.ModelSetup`` provides it),
     so this layer does not import the flows above it."""
 
     @property

@@ -101,7 +101,7 @@ def test_a_chat_only_model_is_refused_before_the_run(tmp_path):
 
     path = example(tmp_path, '[[model]]\nname = "chat"\nprovider = "anthropic"\nmodel = "claude"\n')
     with pytest.raises(ApeError, match="chat-only"):
-        from ape.tasks.model_setup import make_setup
+        from ape.tasks.setup.model import make_setup
 
         config = load_config(path)
         make_setup(config, config.model[0])

@@ -202,7 +202,7 @@ def test_a_property_of_the_schema_is_a_valid_checker_field():
 
     from ape.schemas.errors import ApeError
     from ape.tasks.checking.builtin import builtin_checker
-    from ape.tasks.model_setup import check_checker_fields
+    from ape.tasks.setup.model import check_checker_fields
 
     class Problem(BaseModel):
         id: str

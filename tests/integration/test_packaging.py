@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ape.config import load_config
-from ape.tasks.model_setup import load_data_model
 from ape.tasks.plugins.loader import load_object
+from ape.tasks.setup.model import load_data_model
 from tests.helpers.paths import REPO_ROOT
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 from ape.cli import main
 from ape.flows import evaluate as evaluate_module
 from ape.flows import preflight as preflight_module
-from ape.tasks import model_setup
+from ape.tasks.setup import model as model_setup
 from tests.helpers.runner import make_benchmark
 
 TWO_MODELS = "".join(

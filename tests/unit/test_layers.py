@@ -29,11 +29,12 @@ LAYERS = {
     "ape.tasks.report": 8,
     "ape.tasks.recording": 9,  # the run's mirror in the Prefect UI
     "ape.tasks.session": 10,  # one session's chain: its stages, their cache; reports to the mirror
-    "ape.tasks.after_run": 11,  # beside the run's tasks, which call it
-    "ape.tasks": 11,  # model_setup, run_tasks and the package itself
-    "ape.flows": 12,
-    "ape.deployments": 12,
-    "ape": 13,
+    "ape.tasks.setup": 11,  # a run's setup, resolved once; the judge-agreement task
+    "ape.tasks.after_run": 12,  # the report and history tasks and what they call
+    "ape.tasks": 12,  # the package itself
+    "ape.flows": 13,
+    "ape.deployments": 13,
+    "ape": 14,
 }
 # top-level folder of the repository -> the package it installs as
 FOLDERS = {"schemas": "ape.schemas", "tasks": "ape.tasks", "flows": "ape.flows", "deployments": "ape.deployments"}
@@ -101,10 +102,10 @@ def test_every_sub_package_of_tasks_has_a_layer():
 
 def test_the_layer_check_sees_imports_inside_functions(tmp_path):
     source = tmp_path / "probe.py"
-    source.write_text("def f():\n    from ape.tasks.model_setup import make_setup\n    from . import sibling\n")
+    source.write_text("def f():\n    from ape.tasks.setup.model import make_setup\n    from . import sibling\n")
     found = _imports(source, "ape.tasks.stats")
-    assert (2, "ape.tasks.model_setup") in found and (3, "ape.tasks.stats") in found
-    assert _layer_of("ape.tasks.model_setup") > _layer_of("ape.tasks.stats")
+    assert (2, "ape.tasks.setup.model") in found and (3, "ape.tasks.stats") in found
+    assert _layer_of("ape.tasks.setup.model") > _layer_of("ape.tasks.stats")
     assert _layer_of("ape.tasks.report.build") > _layer_of("ape.tasks.checking.code.sandbox")
 
 

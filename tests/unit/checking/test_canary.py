@@ -265,7 +265,7 @@ def test_the_canary_grades_the_checker_preflight_resolved(tmp_path, monkeypatch)
     # neither is resolved a second time for the same run
     from ape.config import load_config
     from ape.flows import preflight as preflight_module
-    from ape.tasks import model_setup
+    from ape.tasks.setup import model as model_setup
     from tests.helpers.runner import make_benchmark
 
     config = load_config(make_benchmark(tmp_path, n=3))

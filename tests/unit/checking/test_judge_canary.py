@@ -12,7 +12,7 @@ from ape.config import load_config
 from ape.tasks.checking.canary import CanaryFailed
 from ape.tasks.checking.judge import parse_args, resolve_judge
 from ape.tasks.checking.judge_canary import WRONG_ANSWER, injected_examples, run_judge_canary
-from ape.tasks.model_setup import grade_canary, load_data_model, run_checker_factory
+from ape.tasks.setup.model import grade_canary, load_data_model, run_checker_factory
 from tests.helpers import mock_calls
 from tests.helpers.runner import make_benchmark
 

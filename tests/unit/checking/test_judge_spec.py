@@ -13,7 +13,7 @@ import pytest
 from ape.config import load_config
 from ape.flows import preflight as preflight_module
 from ape.tasks.checking import judge as judge_module
-from ape.tasks.model_setup import resume_fingerprints
+from ape.tasks.setup.model import resume_fingerprints
 from tests.helpers.runner import make_benchmark
 
 TWO_MODELS = "".join(

@@ -1,10 +1,6 @@
-"""The benchmark flow's own tasks, beside the stage tasks (:mod:`ape.tasks.session.stages`).
-
-- ``report``: the leaderboard, pairwise comparison and calibration from the saved results,
-  as files and as artifacts in the Prefect UI;
-- ``join-history``: a new run joins the history and is compared and alerted on
-  (:mod:`ape.tasks.after_run`);
-- ``judge-agreement``: a judge with a calibration file grades it before any model runs.
+"""The benchmark flow's tasks after the models ran: the report from the saved results (files
+and artifacts in the Prefect UI), and the new run joining the history (compared, alerted on).
+Thin Prefect wrappers over the plain functions of :mod:`ape.tasks.report` and this package.
 """
 
 from __future__ import annotations
@@ -21,9 +17,6 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.report import Envelope
 from ape.tasks.after_run.alerts import artifact_key, publish
 from ape.tasks.after_run.join_history import explain_moves, flagged_items, join_history
-from ape.tasks.checking.judge import JudgeSpec
-from ape.tasks.checking.judge_labels import measure_agreement
-from ape.tasks.model_setup import load_data_model
 from ape.tasks.report.build import build_report
 from ape.tasks.report.envelope import write_envelope
 from ape.tasks.report.markdown import calibration_table, markdown_table
@@ -77,12 +70,3 @@ def join_history_task(config: ApeConfig, top: Path, info: RunInfo, envelope: dic
     finish_run(top, info)
     publish(config, top, info.run_id, rows)
     return [row.model_dump(mode="json") for row in rows]
-
-
-@task(name="judge-agreement", cache_policy=NO_CACHE, persist_result=False)
-def judge_agreement_task(config: ApeConfig, judge: JudgeSpec | None = None) -> None:
-    """A judge checker with a calibration file grades it before any model runs
-    (``ape.tasks.checking.judge_labels``); the report compares it with the people's grades.
-    ``judge``: the judge preflight resolved (else resolved here)."""
-
-    measure_agreement(config, load_data_model(config), judge)
