@@ -106,10 +106,9 @@ def connect(api: Api) -> str | None:
     if api == "start":
         return server.ensure_api_url(on_status=log.info)
     if api == "reuse":
-        if server.configured_api_url():
-            return server.configured_api_url()
-        if server.running_api_url() is not None:
-            return server.ensure_api_url(on_status=log.info)  # reuses it: URL and credentials to the settings
+        existing = server.existing_api_url(on_status=log.info)
+        if existing:
+            return existing
         # the temporary server would try to send Prefect's usage telemetry (an ERROR line offline)
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         log.info(

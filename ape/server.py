@@ -556,6 +556,19 @@ def configured_api_url() -> str | None:
     return get_current_settings().api.url or None
 
 
+def existing_api_url(on_status: StatusCallback | None = None) -> str | None:
+    """The Prefect API of a server that already runs: the configured one, else this APE home's
+    running local server (its URL and credentials go to Prefect's settings); None when there is
+    neither. Never starts one: ``ape run --no-server`` and ``ape record`` share this, the latter
+    because a new server would not know the run it records."""
+    configured = configured_api_url()
+    if configured:
+        return configured
+    if running_api_url() is not None:
+        return ensure_api_url(on_status=on_status)  # reuses it
+    return None
+
+
 # --------------------------------------------------------------------------- helpers
 
 

@@ -96,14 +96,12 @@ def _connect() -> str:
     would not know the run."""
     from ape import server  # deferred: Prefect reads its settings at import, after these are set
 
-    api = server.configured_api_url()
-    if not api:
-        if server.running_api_url() is None:
-            raise ApeError(
-                "no Prefect server reachable: none configured (PREFECT_API_URL) and this APE home's is not running",
-                hint="start it with `ape server start`, or set PREFECT_API_URL to the server the run reported to",
-            )
-        api = server.ensure_api_url()  # reuses it: its URL and credentials to Prefect's settings
+    api = server.existing_api_url()
+    if api is None:
+        raise ApeError(
+            "no Prefect server reachable: none configured (PREFECT_API_URL) and this APE home's is not running",
+            hint="start it with `ape server start`, or set PREFECT_API_URL to the server the run reported to",
+        )
     from prefect.client.orchestration import get_client  # deferred: after the settings above
 
     try:

@@ -39,7 +39,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from prefect.context import FlowRunContext, TaskRunContext
@@ -47,6 +46,7 @@ from prefect.events import emit_event
 
 from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome
 from ape.schemas.transcript import SolveRecord
+from ape.tasks.storage.prefect_internals import task_run_event
 
 STAGES = ("render", "solve", "adapt", "check", "score")
 # one namespace for the ids of recorded stage runs, so a rerun of the same flow run
@@ -279,10 +279,6 @@ class StageRecorder:
         return self.clock.marks if self.clock is not None else []
 
 
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=UTC).isoformat()
-
-
 def stage_run_id(flow_run_id: str, item_id: str, run_index: int, stage: str) -> uuid.UUID:
     """Stable id of a recorded stage run: the same flow run, item, run and stage."""
     return uuid.uuid5(_NAMESPACE, f"{flow_run_id}/{item_id}#{run_index}/{stage}")
@@ -312,51 +308,19 @@ def _task_run_event(
     state_type, state_name = ("RUNNING", "Running") if running else (mark.state_type, mark.state_name)
     message = "" if running else mark.message or ""
     at = time.time() if running else mark.end
-    task_run = {
-        "name": name,
-        "task_key": f"ape.stage.{mark.stage}",
-        "dynamic_key": f"{item_id}#{run_index}",
-        "task_version": None,
-        "empirical_policy": {"retries": 0, "retry_delay": 0},  # as the engine records a task without retries
-        "tags": list(tags),
-        "labels": {},
-        "task_inputs": inputs,
-        "run_count": 1,
-        "flow_run_run_count": 1,
-        "expected_start_time": _iso(mark.start),
-        "start_time": _iso(mark.start),
-        "end_time": None if running else _iso(mark.end),
-        "total_run_time": 0.0 if running else max(0.0, mark.end - mark.start),
-    }
-    state: dict[str, Any] = {
-        "type": state_type,
-        "name": state_name,
-        "message": message,
-        "state_details": {},
-        "data": None,
-    }
-    return {
-        "event": f"prefect.task-run.{state_name}",
-        "id": uuid.uuid4(),
-        "occurred": datetime.fromtimestamp(at, tz=UTC),
-        "resource": {
-            "prefect.resource.id": f"prefect.task-run.{run_id}",
-            "prefect.resource.name": name,
-            "prefect.run-count": "1",
-            "prefect.state-message": message,
-            "prefect.state-name": state_name,
-            "prefect.state-timestamp": _iso(at),
-            "prefect.state-type": state_type,
-            "prefect.orchestration": "client",
-        },
-        "related": [{"prefect.resource.id": f"prefect.flow-run.{flow_run_id}", "prefect.resource.role": "flow-run"}],
-        "payload": {
-            "intended": {"from": None, "to": state_type},
-            "initial_state": None,
-            "validated_state": state,
-            "task_run": task_run,
-        },
-    }
+    return task_run_event(
+        flow_run_id,
+        run_id,
+        name=name,
+        task_key=f"ape.stage.{mark.stage}",
+        dynamic_key=f"{item_id}#{run_index}",
+        tags=tags,
+        inputs=inputs,
+        state=(state_type, state_name, message),
+        start=mark.start,
+        end=None if running else mark.end,
+        at=at,
+    )
 
 
 def stage_run_events(

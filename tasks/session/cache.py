@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, cast
 
-from prefect.results import ResultStore
-
 from ape.schemas.transcript import SolveRecord
-from ape.tasks.session.stages import CacheRecords, SessionSpec
+from ape.tasks.session.stages import SessionSpec
 from ape.tasks.storage.cache_format import REFUSED, Expired, ForeignRecord, checked_record
 from ape.tasks.storage.local_results import resolved_once
+from ape.tasks.storage.prefect_internals import CacheRecords, task_context, task_result_store
 from ape.tasks.storage.runs import CACHE_DIR
 
 log = logging.getLogger("ape")
@@ -38,8 +36,8 @@ class SessionCache:
     def __init__(self, stage: Any) -> None:
         self.policy = stage.cache_policy
         # what the engine's policy reads of its task run context: the task (name, source)
-        self._context = SimpleNamespace(task=stage)
-        store = cast(ResultStore, ResultStore().update_for_task(stage, _sync=True))  # type: ignore[call-arg]
+        self._context = task_context(stage)
+        store = task_result_store(stage)
         # results not kept in memory too (the task's setting): this store lives as long as the run
         # and the default local storage resolving its folder once (ape.tasks.storage.local_results)
         self.store = store.model_copy(

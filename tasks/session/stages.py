@@ -19,9 +19,8 @@ entry and a retry calls the model again.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -43,9 +42,8 @@ from ape.tasks.solving.choices import score_choices
 from ape.tasks.solving.render import render
 from ape.tasks.solving.solve import run_adaption, run_solver
 from ape.tasks.solving.tools import load_tools
-from ape.tasks.storage.cache_format import REFUSED, ForeignRecord, RecordSerializer, checked_record
-from ape.tasks.storage.local_results import ResolvedLocalFileSystem
-from ape.tasks.storage.runs import CACHE_DIR
+from ape.tasks.storage.cache_format import RecordSerializer
+from ape.tasks.storage.prefect_internals import CacheRecords
 
 if TYPE_CHECKING:
     from ape.schemas.config import ApeConfig, ModelConfig
@@ -233,47 +231,6 @@ def _spec_key(context: Any, parameters: dict[str, Any]) -> str:
     adapt stage's conversation state, which the spec already determines."""
     spec: SessionSpec = parameters["spec"]
     return hashlib.sha256(f"{context.task.name}\0{spec.model_dump_json()}".encode()).hexdigest()
-
-
-class CacheRecords(ResolvedLocalFileSystem):
-    """The folder of a run's cache records (``.cache/<key>``), as Prefect's task engine reads
-    it: only APE's JSON records, pointed at this folder's results.
-
-    Every record the engine reads passes :func:`ape.tasks.storage.cache_format.checked_record`
-    first: one that is not APE's JSON record (a pickle, a record naming another serializer,
-    a result file that does not validate) raises before Prefect parses it, so the engine
-    counts it as no cache entry and runs the stage; nothing a record names is imported or
-    unpickled. The refusal is counted and warned once per run
-    (:data:`~ape.tasks.storage.cache_format.REFUSED`).
-
-    Prefect's record names its result file by its absolute path, and its local result
-    storage refuses any path outside its own folder: after ``cp -r out copy`` or ``mv``,
-    every cached session failed with "Provided path ... is outside of the base path". A
-    record read through this class names the file of the same name in the current result
-    storage instead (:func:`~ape.tasks.storage.cache_format.relocated`).
-    """
-
-    _block_type_name = "APE cache records"  # its own block type: never mistaken for LocalFileSystem
-
-    async def aread_path(self, path: str) -> bytes:
-        return self._checked(await super().aread_path(path), path)
-
-    def read_path(self, path: str, **options: Any) -> Any:
-        """Prefect's ``read_path`` (sync, or a coroutine in async code), checked and relocated."""
-        content = super().read_path(path, **options)
-        if inspect.isawaitable(content):
-            return self._checked_later(content, path)
-        return self._checked(content, path)
-
-    async def _checked_later(self, pending: Awaitable[bytes], path: str) -> bytes:
-        return self._checked(await pending, path)
-
-    def _checked(self, content: bytes, path: str) -> bytes:
-        try:
-            return checked_record(content, f"{CACHE_DIR}/{Path(path).name}")[0]
-        except ForeignRecord as exc:
-            REFUSED.note(str(self.basepath), str(exc))
-            raise
 
 
 def cached_variant(stage: Any, cache_dir: Path | None) -> Any:

@@ -11,7 +11,7 @@ Prefect imports a named ``picklelib`` just to validate the record's metadata.
 So APE writes its model stages' results with :class:`RecordSerializer` (the pydantic
 record as JSON, in an envelope saying which record it is), and every read of the cache,
 APE's own (:mod:`ape.tasks.session.cache`) and Prefect's task engine's (through
-:class:`ape.tasks.session.stages.CacheRecords`), first reads the record's raw bytes itself
+:class:`ape.tasks.storage.prefect_internals.CacheRecords`), first reads the record's raw bytes itself
 (:func:`checked_record`): a record that is not JSON, that names any serializer but exactly
 APE's, or whose result file does not validate as APE's record, is refused before anything
 is handed to Prefect or pickle. A refused record is a miss (the session is redone and its

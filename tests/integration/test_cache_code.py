@@ -62,7 +62,7 @@ def plant(out: Path, marker: Path, how: str) -> int:
 
 @pytest.mark.parametrize(
     ("how", "granularity"),
-    # "stage": Prefect's task engine looks the cache up itself (through ape.tasks.session.stages.CacheRecords)
+    # "stage": Prefect's task engine looks the cache up itself (through ape.tasks.storage.prefect_internals.CacheRecords)
     [("pickle", "session"), ("cloudpickle", "session"), ("result file only", "session"), ("cloudpickle", "stage")],
 )
 def test_planted_pickle_cache_files_never_run_and_their_items_are_redone(

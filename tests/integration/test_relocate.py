@@ -2,7 +2,7 @@
 from its own cached generations: no model calls for the sessions its cache holds.
 
 Prefect's cache records name each cached result by its absolute path; before
-:class:`ape.tasks.session.stages.CacheRecords`, every cached session of a copied folder failed with
+:class:`ape.tasks.storage.prefect_internals.CacheRecords`, every cached session of a copied folder failed with
 "Provided path .../A/out/.cache/results/... is outside of the base path .../copied/out/...".
 """
 
