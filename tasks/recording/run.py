@@ -11,12 +11,15 @@ What stays process-wide, behind this object (``ape.tasks.recording.server``): th
 task runs the server has yet to record, because the server's event queue is shared by
 every flow run of the process (a benchmark's model flows run side by side, a served
 deployment runs many), so the solver workers' throttle and the chain budget must see
-them all; and the one watcher thread that shows slow sessions as Running.
+them all; the count of chains judged per flow run for the first-chains allowance (a Dask
+worker process makes one recording per item); and the one watcher thread that shows slow
+sessions as Running.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
@@ -47,6 +50,8 @@ class RunRecording:
         self.live_stages = live_stages  # stage granularity: the chain ran as live task runs
         self.collect = collect
         self.collected: list[ChainNote] = []
+        self._lock = threading.Lock()  # sessions end on many solver threads
+        self._tally = ChainTally()
 
     @classmethod
     def start(cls, run: RunConfig, *, collect: bool = False) -> RunRecording:
@@ -70,19 +75,25 @@ class RunRecording:
     def _note(self, flow_run_id: str | None, item_id: str, run_index: int, recorded: bool) -> None:
         if flow_run_id is None:
             return
-        if self.collect:
-            self.collected.append((item_id, run_index, recorded))
-        else:
-            server.TASK_RUN_COUNTS.chain(flow_run_id, item_id, run_index, recorded)
+        with self._lock:
+            if self.collect:
+                self.collected.append((item_id, run_index, recorded))
+            else:
+                self._tally.add(item_id, run_index, recorded)
 
     def add_chains(self, chains: Iterable[ChainNote]) -> None:
         """Chains a worker process collected for this flow run."""
-        for item_id, run_index, recorded in chains:
-            server.TASK_RUN_COUNTS.chain(self.flow_run_id, item_id, run_index, recorded)
+        if self.flow_run_id is None:
+            return
+        with self._lock:
+            for item_id, run_index, recorded in chains:
+                self._tally.add(item_id, run_index, recorded)
 
     def finish(self) -> ChainTally:
-        """The chains recorded and left out of this flow run, forgotten here (it has ended)."""
-        return server.TASK_RUN_COUNTS.take_chains(self.flow_run_id)
+        """The chains recorded and left out of this flow run (it has ended)."""
+        with self._lock:
+            tally, self._tally = self._tally, ChainTally()
+        return tally
 
 
 def wait_for_server(flow_run_ids: list[str], on_progress: Callable[[str], None] | None = None) -> ServerHeld | None:

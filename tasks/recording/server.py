@@ -22,8 +22,8 @@ server keeps up with; this module makes the rest safe:
   sessions (so a small run, the README's example among them, shows all of them), and
   after those a plain one while the server is at most :data:`CHAIN_MAX_LAG` task runs
   behind (the lag a poller thread per process keeps fresh, so no solver thread asks the
-  server); the chains left out are counted and named
-  per flow run (:meth:`TaskRunCounts.chains`), for ``stage_chains.json`` and ``ape record``;
+  server); the chains left out are counted and named per flow run by its
+  :class:`~ape.tasks.recording.RunRecording`, for ``stage_chains.json`` and ``ape record``;
 - :func:`session_bookkeeping` does this bookkeeping around one session's chain (for
   :meth:`~ape.tasks.recording.RunRecording.session`, the one way the flows reach it), so
   the chain itself only reports to its :class:`~ape.tasks.recording.stage_runs.StageRecorder`;
@@ -145,7 +145,9 @@ class ChainTally:
 
 class TaskRunCounts:
     """Task runs this process created, per flow run, what the server last held of them, and
-    which stage chains were recorded or left out.
+    how many sessions' chains were judged per flow run (for :data:`CHAIN_FIRST`: counted per
+    process, not per :class:`~ape.tasks.recording.RunRecording`, because a Dask worker makes one
+    recording per item it runs). Which chains were recorded or left out is the recording's.
 
     The server is asked from two places, one at a time and at most once a :data:`POLL_S`:
     a daemon thread, running while task runs are expected and the last count puts the
@@ -163,7 +165,6 @@ class TaskRunCounts:
         self._lock = threading.Lock()
         self._poll_lock = threading.Lock()
         self._expected: dict[str, int] = {}
-        self._chains: dict[str, ChainTally] = {}
         self._sessions: dict[str, int] = {}  # chains judged so far, per flow run
         self._recorded = 0
         self._polled_at = 0.0
@@ -181,13 +182,6 @@ class TaskRunCounts:
                 self._poller = threading.Thread(target=self._poll_loop, name="ape-task-run-counts", daemon=True)
                 self._poller.start()
 
-    def chain(self, flow_run_id: str | None, item_id: str, run_index: int, recorded: bool) -> None:
-        """Note one session's stage chain of ``flow_run_id``: recorded, or left out."""
-        if flow_run_id is None:
-            return
-        with self._lock:
-            self._chains.setdefault(flow_run_id, ChainTally()).add(item_id, run_index, recorded)
-
     def first_chain(self, flow_run_id: str | None, first: int | None = None) -> bool:
         """Count one more chain judged for ``flow_run_id``; whether it is among the first
         ``first`` (:data:`CHAIN_FIRST`) of that flow run in this process, which are recorded
@@ -200,17 +194,6 @@ class TaskRunCounts:
             self._sessions[flow_run_id] = seen
         return seen <= limit
 
-    def chains(self, flow_run_id: str | None) -> ChainTally:
-        """What :meth:`chain` noted of ``flow_run_id`` so far (a copy)."""
-        with self._lock:
-            tally = self._chains.get(flow_run_id or "")
-            return ChainTally(tally.recorded, list(tally.left_out)) if tally else ChainTally()
-
-    def take_chains(self, flow_run_id: str | None) -> ChainTally:
-        """What :meth:`chain` noted of ``flow_run_id``, forgotten here (its run has ended)."""
-        with self._lock:
-            return self._chains.pop(flow_run_id or "", None) or ChainTally()
-
     def expected(self, flow_run_ids: Iterable[str] | None = None) -> dict[str, int]:
         with self._lock:
             wanted = self._expected if flow_run_ids is None else {k: self._expected.get(k, 0) for k in flow_run_ids}
@@ -221,7 +204,6 @@ class TaskRunCounts:
         with self._lock:
             for key in flow_run_ids:
                 self._expected.pop(key, None)
-                self._chains.pop(key, None)
                 self._sessions.pop(key, None)
             # the last count covered the dropped runs too: until the next poll, take the
             # server to hold none of the others (a lag too high, never too low)

@@ -180,17 +180,17 @@ def test_forget_never_leaves_the_lag_too_low() -> None:
 
 
 def test_chains_are_counted_and_the_left_out_named_per_flow_run() -> None:
-    counts = TaskRunCounts(counter=lambda ids, types: 0, background=False)
-    counts.chain("f1", "q1", 0, True)
-    counts.chain("f1", "q1", 1, False)
-    counts.chain("f2", "q9", 0, True)
-    counts.chain(None, "q0", 0, False)  # outside a flow run: nothing to record later
-    assert counts.chains("f1").recorded == 1 and counts.chains("f1").left_out == [("q1", 1)]
-    taken = counts.take_chains("f1")
+    from ape.tasks.recording import RunRecording
+
+    f1 = RunRecording("f1", record_stages=True, live_stages=False)
+    f2 = RunRecording("f2", record_stages=True, live_stages=False)
+    f1.add_chains([("q1", 0, True), ("q1", 1, False)])
+    f2.add_chains([("q9", 0, True)])
+    RunRecording(None, record_stages=True, live_stages=False).add_chains([("q0", 0, False)])  # no flow run
+    taken = f1.finish()
     assert (taken.recorded, taken.left_out) == (1, [("q1", 1)])
-    assert counts.chains("f1").recorded == 0 and counts.chains("f2").recorded == 1
-    counts.forget(["f2"])
-    assert counts.chains("f2").recorded == 0
+    assert f1.finish().recorded == 0  # taken: a second finish holds nothing
+    assert (f2.finish().recorded, f2.finish().left_out) == (1, [])
 
 
 def _counts(monkeypatch: pytest.MonkeyPatch, lag: int = 0) -> TaskRunCounts:
@@ -233,9 +233,10 @@ def test_a_session_leaves_a_plain_chain_out_when_the_server_is_behind(monkeypatc
     assert _session(monkeypatch, lag=501, run=worker) == []
     assert _session(monkeypatch, lag=501, state_name="Incorrect", run=worker) == [["render", "check"]]
     assert worker.collected == [("q1", 0, True), ("q1", 0, False), ("q1", 0, True)]
-    assert recording.TASK_RUN_COUNTS.chains("flow-x").recorded == 0  # collected, not counted here
-    _session(monkeypatch, lag=501)  # the flow's own recording: counted in this process
-    assert recording.TASK_RUN_COUNTS.chains("flow-x").left_out == [("q1", 0)]
+    assert worker.finish().recorded == 0  # collected, not counted here
+    own = RunRecording("flow-x", record_stages=True, live_stages=False)
+    _session(monkeypatch, lag=501, run=own)  # the flow's own recording: counted in this process
+    assert own.collected == [] and own.finish().left_out == [("q1", 0)]
 
 
 def test_live_stages_count_as_a_recorded_chain(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -289,7 +290,8 @@ def test_a_run_recording_owns_its_sessions_chains_from_start_to_finish(monkeypat
     run.add_chains(worker.collected)
     tally = run.finish()
     assert (tally.recorded, tally.left_out) == (1, [("q1", 0), ("q2", 0)])
-    assert counts.chains("flow-r").recorded == 0  # finished: forgotten
+    assert run.finish().recorded == 0  # finished: taken
+    assert counts.lag() == 501  # the process-wide count holds only the server's lag
 
 
 def test_a_stage_is_marked_from_its_result_or_its_exception() -> None:
