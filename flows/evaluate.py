@@ -88,39 +88,9 @@ class Runner:
         setup, cfg = self.setup, self.setup.config
         REFUSED.start(setup.cache_dir)  # this run's first refused cache record warns (cache_format)
         fingerprints = resume_fingerprints(setup)
-        saver = SaveHandler(
-            setup.out_dir,
-            save_file=cfg.run.save_file,
-            metadata_file=cfg.run.metadata_file,
-            run_info={
-                "benchmark": cfg.name,
-                "model": setup.model_id,
-                "model_config": setup.fingerprint["model"],
-                "solver_config": cfg.solver.model_dump(mode="json"),
-                "runs_per_data": cfg.run.runs_per_data,
-                "fingerprints": fingerprints,
-                **config_reference(cfg.config_file, setup.out_dir),  # config_file, and from the folder
-                "provenance": run_provenance(cfg),
-            },
-        )
+        saver = self._saver(fingerprints)
         if cfg.run.load_save:
-            previous = recorded(setup.out_dir / cfg.run.metadata_file)
-            refuse_mixing(previous, fingerprints, setup.out_dir)  # before anything is rewritten
-            saver.load()
-            apply_changes(saver, previous, fingerprints, setup.model_id, cached=cfg.run.cache)
-            redo = saver.discard(saver.errored_ids())
-            if redo:
-                log.info("%s: redoing %d item(s) whose session or check errored last time", setup.model_id, redo)
-            others = self.redo_outcomes - {Outcome.ERROR}
-            if others:
-                self.refresh = set(saver.ids_with_outcomes(others))
-                saver.discard(self.refresh)
-                log.info(
-                    "%s: redoing %d item(s) with outcome %s",
-                    setup.model_id,
-                    len(self.refresh),
-                    "/".join(sorted(o.value for o in others)),
-                )
+            self._resume(saver, fingerprints)
         else:
             saver.reset(also=(LOG_FILE, JSONL_FILE))
         self.session_log = SessionLog(setup.out_dir)
@@ -166,6 +136,47 @@ class Runner:
         if budget.stopped and tally.done < tally.total:
             raise BudgetReached(budget.message(setup.model_id, tally.total - tally.done))
         return self._finish(saver, tally, started)
+
+    def _saver(self, fingerprints: dict[str, Any]) -> SaveHandler:
+        """The results file's writer, with what metadata.json says of this run."""
+        setup, cfg = self.setup, self.setup.config
+        return SaveHandler(
+            setup.out_dir,
+            save_file=cfg.run.save_file,
+            metadata_file=cfg.run.metadata_file,
+            run_info={
+                "benchmark": cfg.name,
+                "model": setup.model_id,
+                "model_config": setup.fingerprint["model"],
+                "solver_config": cfg.solver.model_dump(mode="json"),
+                "runs_per_data": cfg.run.runs_per_data,
+                "fingerprints": fingerprints,
+                **config_reference(cfg.config_file, setup.out_dir),  # config_file, and from the folder
+                "provenance": run_provenance(cfg),
+            },
+        )
+
+    def _resume(self, saver: SaveHandler, fingerprints: dict[str, Any]) -> None:
+        """Load the saved results, refusing ones another setup wrote, and discard what is to
+        be redone: errored items always, and those with an outcome ``ape retry --outcome`` names."""
+        setup, cfg = self.setup, self.setup.config
+        previous = recorded(setup.out_dir / cfg.run.metadata_file)
+        refuse_mixing(previous, fingerprints, setup.out_dir)  # before anything is rewritten
+        saver.load()
+        apply_changes(saver, previous, fingerprints, setup.model_id, cached=cfg.run.cache)
+        redo = saver.discard(saver.errored_ids())
+        if redo:
+            log.info("%s: redoing %d item(s) whose session or check errored last time", setup.model_id, redo)
+        others = self.redo_outcomes - {Outcome.ERROR}
+        if others:
+            self.refresh = set(saver.ids_with_outcomes(others))
+            saver.discard(self.refresh)
+            log.info(
+                "%s: redoing %d item(s) with outcome %s",
+                setup.model_id,
+                len(self.refresh),
+                "/".join(sorted(o.value for o in others)),
+            )
 
     def _loop(
         self,
