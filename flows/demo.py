@@ -7,7 +7,7 @@ and runs the :func:`ape.flows.benchmark.benchmark` flow, so the demo exercises
 exactly what users run. ``examples/demo/config.toml`` is the same config as a
 file (``ape run examples/demo/config.toml``).
 
-:func:`run_demo` adds the demo's clean-run verdict (:mod:`ape.tasks.report.demo_verdicts`). Its criteria are
+:func:`run_demo` adds the demo's clean-run check (:mod:`ape.tasks.report.demo_criteria`). Its criteria are
 checked in this order; the first that breaks decides the exit code, and
 ``report.json`` then carries a structured ``error`` (type, message, and
 details with the criterion, the exit code and the problems found):
@@ -47,7 +47,7 @@ from ape.schemas.report import Envelope
 from ape.schemas.taskspec import TASK_TEMPLATE, TaskSpec
 from ape.tasks.checking.taskspec import check_unique, load_tasks, validate_task, write_tasks
 from ape.tasks.models.demo_adapters import demo_adapters, model_entry, unregister_adapter
-from ape.tasks.report.demo_verdicts import Breach, Criterion, verdict, with_verdict
+from ape.tasks.report.demo_criteria import Breach, Criterion, first_breach, with_criteria
 from ape.tasks.report.envelope import write_envelope
 from ape.tasks.report.markdown import markdown_table
 
@@ -63,7 +63,7 @@ NO_SERVER_ENV = "APE_NO_SERVER"
 
 
 class DemoResult(BaseModel):
-    """The demo's verdict and the envelope written to ``report.json``."""
+    """The demo's criteria check and the envelope written to ``report.json``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -187,9 +187,9 @@ def run_eval(
 
 
 def finish(envelope: Envelope, breach: Breach | None, out: Path) -> DemoResult:
-    """Write the verdict into the envelope (summary.criteria, and error when broken)."""
+    """Write the criteria check into the envelope (summary.criteria, and error when broken)."""
 
-    envelope = with_verdict(envelope, breach)
+    envelope = with_criteria(envelope, breach)
     report = write_envelope(out / "report.json", envelope)
     (out / "leaderboard.md").write_text(markdown_table(envelope), encoding="utf-8")
     return DemoResult(envelope=envelope, breach=breach, report=report)
@@ -210,10 +210,10 @@ def run_demo(
     adapters: Sequence[ModelAdapter] | None = None,
     outrank: tuple[str, str] = ("rule-based", "random"),
 ) -> DemoResult:
-    """Run the adapters (default: the four mocks) over the fixture and give the run its verdict.
+    """Run the adapters (default: the four mocks) over the fixture and check the run's criteria.
 
     ``outrank`` names the model that must rank strictly above the other. Never raises
-    for a broken criterion: the verdict is in the result and in ``out/report.json``.
+    for a broken criterion: the broken criterion is in the result and in ``out/report.json``.
     """
 
     out = Path(out).resolve()
@@ -240,4 +240,4 @@ def run_demo(
         )
         return finish(Envelope(), breach, out)
     model_ids = [adapter.model_id for adapter in line_up]
-    return finish(envelope, verdict(tasks, model_ids, envelope, _read_sessions(out), outrank), out)
+    return finish(envelope, first_breach(tasks, model_ids, envelope, _read_sessions(out), outrank), out)

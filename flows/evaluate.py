@@ -46,7 +46,7 @@ from ape.tasks.setup.model import ModelSetup, make_setup, resume_fingerprints, r
 from ape.tasks.stats.cost import Budget
 from ape.tasks.storage.cache_format import REFUSED
 from ape.tasks.storage.outdir import OutputLock
-from ape.tasks.storage.run_files import config_reference
+from ape.tasks.storage.run_files import config_location
 from ape.tasks.storage.save import SaveFailed, SaveHandler
 from ape.tasks.storage.stage_chains import note_flow_run, record_command, record_line
 from ape.tasks.storage.transcripts import JSONL_FILE, LOG_FILE, SessionLog
@@ -151,7 +151,7 @@ class Runner:
                 "solver_config": cfg.solver.model_dump(mode="json"),
                 "runs_per_data": cfg.run.runs_per_data,
                 "fingerprints": fingerprints,
-                **config_reference(cfg.config_file, setup.out_dir),  # config_file, and from the folder
+                **config_location(cfg.config_file, setup.out_dir),  # config_file, and from the folder
                 "provenance": run_provenance(cfg),
             },
         )

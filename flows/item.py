@@ -93,7 +93,7 @@ class ItemProcessor:
         scored: tuple[float, bool],
         latency_s: float,
     ) -> SessionResult:
-        """The session's row: the record, its verdict and score, cost and provenance."""
+        """The session's row: the record, its grade and score, cost and provenance."""
 
         setup = self.setup
         data = setup.config.data

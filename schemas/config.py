@@ -309,13 +309,13 @@ class CanaryExample(Section):
     name: str | None = Field(default=None, description="Shown in the error; defaults to 'example N'.")
     item: dict[str, Any] = Field(description="A data item: a table of the DataModel's fields.")
     solution: Any = Field(description="The parsed solution handed to the checker, as the adapter would return it.")
-    passed: bool | None = Field(default=None, description="The verdict the checker must give (PASSED or FAILED).")
+    passed: bool | None = Field(default=None, description="The grade the checker must give (PASSED or FAILED).")
     score: float | None = Field(default=None, description="The score the checker must give (within 1e-6).")
 
     @model_validator(mode="after")
     def _expects_something(self) -> CanaryExample:
         if self.passed is None and self.score is None:
-            raise ValueError("set 'passed' (true/false) or 'score', the verdict this example must get")
+            raise ValueError("set 'passed' (true/false) or 'score', the grade this example must get")
         return self
 
 
@@ -337,7 +337,7 @@ class CheckerConfig(Section):
     )
     canary: list[CanaryExample] = Field(
         default_factory=list,
-        description="Known answers graded before any model call; a verdict that differs stops the run (exit 2).",
+        description="Known answers graded before any model call; a grade that differs stops the run (exit 2).",
     )
     # -- model-graded checks (implementation = "judge"; see ape.tasks.checking.judge) --
     judge: str | ModelConfig | None = Field(
@@ -502,7 +502,7 @@ class MonitorConfig(Section):
         default=5,
         ge=0,
         description="When the checker changed, the saved answers of at most this many reference runs (the newest) "
-        "are graded again with the new checker, without model calls, so the run still gets a verdict; 0 turns "
+        "are graded again with the new checker, without model calls, so the run still gets a grade; 0 turns "
         "it off (the change then only starts a new reference).",
     )
 

@@ -151,7 +151,7 @@ class OutputBatch(Record):
 
     @property
     def check_errors(self) -> int:
-        """Sessions whose checker raised, returned no verdict, or ran past its time limit."""
+        """Sessions whose checker raised, returned no grade, or ran past its time limit."""
         return sum(s.check is not None and s.check.status is CheckStatus.ERROR for s in self.sessions)
 
     @property

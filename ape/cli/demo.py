@@ -52,7 +52,7 @@ def demo_exit(
     outrank: tuple[str, str] = ("rule-based", "random"),
 ) -> int:
     """Run the demo against whatever Prefect API is configured, print the markdown table
-    and the verdict, and return the exit code (see :mod:`ape.flows.demo`)."""
+    and the criteria check, and return the exit code (see :mod:`ape.flows.demo`)."""
     from ape.flows.demo import WALL_BUDGET_S, run_demo  # deferred, as above
     from ape.tasks.report.markdown import markdown_table
 

@@ -137,9 +137,9 @@ def score_session(outcome: Outcome, check: CheckResult | None, metric: str | Non
     """The session's (score, correct).
 
     Only a SOLVED session whose checker ran without raising earns a score. The score is
-    the checker's (1.0/0.0 from its verdict when it gave none). For built-in metrics
+    the checker's (1.0/0.0 from its grade when it gave none). For built-in metrics
     correct follows the metric's pass mark; for a user checker (any other ``metric``)
-    its Passed/Failed verdict decides.
+    its Passed/Failed grade decides.
     """
     if outcome is not Outcome.SOLVED or check is None or check.status is CheckStatus.ERROR:
         return 0.0, False

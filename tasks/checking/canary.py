@@ -1,4 +1,4 @@
-"""The canary: before any model is called, the checker grades answers whose verdict is known.
+"""The canary: before any model is called, the checker grades answers whose grade is known.
 
 A checker that cannot grade (a sandbox whose interpreter is hidden, a ``memory_mb`` too
 low for Python to start, a user checker that crashes on every item) would otherwise turn
@@ -19,7 +19,7 @@ and the benchmark flow (also when a deployment starts it) first grade:
   would return it) and the expected ``passed`` and/or ``score``.
 
 Examples run at the same time, each with its own checker instance, so the canary costs
-about one check's time per checker. An example whose verdict differs, or whose check
+about one check's time per checker. An example whose grade differs, or whose check
 errs, raises :class:`CanaryFailed`: one line naming the checker, the example and the
 cause (``ape`` exits 2).
 """
@@ -66,7 +66,7 @@ TEXT_EXAMPLES: dict[str, tuple[str, str, str]] = {
 
 @dataclass(frozen=True)
 class Example:
-    """One known answer: the item and solution the checker gets, and the verdict it must give."""
+    """One known answer: the item and solution the checker gets, and the grade it must give."""
 
     name: str
     item: Any
@@ -166,20 +166,20 @@ def configured_examples(cfg: CheckerConfig, data_model: type[BaseModel]) -> list
 
 
 def problem(example: Example, result: CheckResult) -> str | None:
-    """Why ``result`` is not the verdict ``example`` expects, as one clause; None when it is."""
+    """Why ``result`` is not the grade ``example`` expects, as one clause; None when it is."""
     if result.status is CheckStatus.ERROR:
         error = result.error
         return "the check errored: " + (f"{error.type}: {error.message}" if error else "no details")
     got_passed = result.status is CheckStatus.PASSED
     got_score = float(result.score) if result.score is not None else float(got_passed)
-    wrong_verdict = example.passed is not None and got_passed != example.passed
+    wrong_grade = example.passed is not None and got_passed != example.passed
     wrong_score = example.score is not None and not math.isclose(got_score, example.score, abs_tol=SCORE_TOLERANCE)
-    if not (wrong_verdict or wrong_score):
+    if not (wrong_grade or wrong_score):
         return None
-    return f"expected {_verdict(example.passed, example.score)}, got {_verdict(got_passed, got_score)}" + _why(result)
+    return f"expected {_grade(example.passed, example.score)}, got {_grade(got_passed, got_score)}" + _why(result)
 
 
-def _verdict(passed: bool | None, score: float | None) -> str:
+def _grade(passed: bool | None, score: float | None) -> str:
     parts = [] if passed is None else ["PASSED" if passed else "FAILED"]
     if score is not None:
         parts.append(f"score {score:g}")
@@ -187,7 +187,7 @@ def _verdict(passed: bool | None, score: float | None) -> str:
 
 
 def _why(result: CheckResult) -> str:
-    """What the checker said about the verdict: the failure reason and the stderr tail."""
+    """What the checker said about the grade: the failure reason and the stderr tail."""
     details = [str(result.metadata.get(key)) for key in ("reason", "error") if result.metadata.get(key)]
     stderr = str(result.metadata.get("stderr_tail") or "").strip()
     if stderr:

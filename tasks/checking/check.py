@@ -87,7 +87,7 @@ def run_check(checker: Checker, item: Any, solution: Any, timeout_s: float | Non
     """
     start = time.perf_counter()
     try:
-        verdict = call_with_timeout(
+        returned = call_with_timeout(
             checker, item, solution, limit_s=timeout_s, label="the checker", key="[checker] timeout_s"
         )
     except Exception as exc:
@@ -97,27 +97,27 @@ def run_check(checker: Checker, item: Any, solution: Any, timeout_s: float | Non
             error=ErrorInfo.from_exception(exc),
         )
     runtime = time.perf_counter() - start
-    return to_check_result(verdict, runtime)
+    return to_check_result(returned, runtime)
 
 
-def to_check_result(verdict: Any, runtime_s: float) -> CheckResult:
+def to_check_result(returned: Any, runtime_s: float) -> CheckResult:
     """Normalise what a checker returned; an unexpected type is a check ERROR, not a crash."""
-    if isinstance(verdict, CheckResult):
-        return verdict.model_copy(update={"runtime_s": runtime_s})
-    if isinstance(verdict, Passed):
+    if isinstance(returned, CheckResult):
+        return returned.model_copy(update={"runtime_s": runtime_s})
+    if isinstance(returned, Passed):
         return CheckResult(
             status=CheckStatus.PASSED,
-            score=verdict.score,
+            score=returned.score,
             runtime_s=runtime_s,
-            metadata=_jsonable(verdict.metadata),
+            metadata=_jsonable(returned.metadata),
         )
-    if isinstance(verdict, Failed):
-        metadata = _jsonable(verdict.metadata)
-        if verdict.reason:
-            metadata.setdefault("reason", verdict.reason)
-        return CheckResult(status=CheckStatus.FAILED, score=verdict.score, runtime_s=runtime_s, metadata=metadata)
-    if _is_bool(verdict):
-        passed = bool(verdict)
+    if isinstance(returned, Failed):
+        metadata = _jsonable(returned.metadata)
+        if returned.reason:
+            metadata.setdefault("reason", returned.reason)
+        return CheckResult(status=CheckStatus.FAILED, score=returned.score, runtime_s=runtime_s, metadata=metadata)
+    if _is_bool(returned):
+        passed = bool(returned)
         return CheckResult(
             status=CheckStatus.PASSED if passed else CheckStatus.FAILED,
             score=1.0 if passed else 0.0,
@@ -128,7 +128,7 @@ def to_check_result(verdict: Any, runtime_s: float) -> CheckResult:
         runtime_s=runtime_s,
         error=ErrorInfo(
             type="TypeError",
-            message=f"the checker returned {type(verdict).__name__} {verdict!r:.200}; "
+            message=f"the checker returned {type(returned).__name__} {returned!r:.200}; "
             "expected Passed, Failed or a bool",
         ),
     )
@@ -199,7 +199,7 @@ def checker_tool(checker: Checker | CheckerCarousel, item: Any, adapter: Callabl
             result = checker.check(item, solution)
         else:
             result = run_check(checker, item, solution)
-        return verdict_text(result)
+        return grade_text(result)
 
     return StructuredTool.from_function(
         func=verify,
@@ -211,8 +211,8 @@ def checker_tool(checker: Checker | CheckerCarousel, item: Any, adapter: Callabl
     )
 
 
-def verdict_text(result: CheckResult) -> str:
-    """A one-line verdict for the model."""
+def grade_text(result: CheckResult) -> str:
+    """A one-line grade for the model (the checker as its tool)."""
     if result.status is CheckStatus.ERROR:
         error = result.error
         detail = f"{error.type}: {error.message}" if error else "unknown error"

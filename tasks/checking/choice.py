@@ -3,7 +3,7 @@
 It re-derives the answer from the saved log-likelihoods with its own metric rather than
 trusting the solution's ``choice``, so a run whose ``[choices] metric`` changed is
 re-scored from its saved (or cached) log-likelihoods without asking the model again.
-The verdict follows the metric (``acc`` or ``acc_norm``); both are in the metadata, so
+The grade follows the metric (``acc`` or ``acc_norm``); both are in the metadata, so
 the transcript and the reports show each.
 """
 

@@ -1,4 +1,4 @@
-"""One built-in metric applied to one answer: the verdict both metric checkers give.
+"""One built-in metric applied to one answer: the grade both metric checkers give.
 
 A ``[checker] implementation = "f1"`` (:class:`ape.tasks.checking.builtin.BuiltinChecker`) and a
 task-spec benchmark (:class:`ape.tasks.checking.taskspec.TaskSpecChecker`) differ only in where

@@ -17,7 +17,7 @@ that model's limiter.
 - ``scale``: ``"pass/fail"`` (``GRADE: PASS`` or ``GRADE: FAIL``, scored 1 or 0) or
   ``"0-N"`` (``GRADE: k`` for an integer k in 0..N, scored k / N).
 - ``pass_mark``: the score from which a grade counts as passed (default 0.5).
-- ``calibration_file``: human verdicts on a few solutions
+- ``calibration_file``: human grades on a few solutions
   (:mod:`ape.tasks.checking.judge_labels`).
 - ``on_injection``: what an answer that addresses the grader gets
   (:mod:`ape.tasks.checking.injection`): ``"fail"`` (the default) grades it FAIL, score 0,
@@ -111,7 +111,7 @@ class Scale:
         return float(index) if self.points is None else index / self.points
 
     def label(self, value: Any) -> str:
-        """A grade (the judge's text, or a person's verdict) as one of :attr:`labels`.
+        """A grade (the judge's text, or a person's grade) as one of :attr:`labels`.
 
         Pass/fail accepts PASS/FAIL, true/false, 1/0 and yes/no; 0-N accepts the integers.
         Raises ValueError naming what is accepted.
@@ -166,7 +166,7 @@ class JudgeArgs(BaseModel):
     reference_field: str | None = Field(default=None, description="Item field offered as {{ reference }}.")
     pass_mark: float = Field(default=0.5, ge=0.0, le=1.0, description="Scores from here on count as passed.")
     calibration_file: str | None = Field(
-        default=None, description="JSONL of items with a solution and a human verdict (see judge_labels)."
+        default=None, description="JSONL of items with a solution and a human grade (see judge_labels)."
     )
     on_injection: Literal["fail", "grade"] = Field(
         default="fail",
@@ -436,10 +436,10 @@ class JudgeChecker:
         found = self.injections(solution)
         if found and self.args.on_injection == "fail":
             return self._refused(item, found)
-        verdict = self.judged(item, solution)
+        graded = self.judged(item, solution)
         if found:
-            verdict.metadata["injection"] = [f.as_dict() for f in found]
-        return verdict
+            graded.metadata["injection"] = [f.as_dict() for f in found]
+        return graded
 
     def _refused(self, item: Any, found: list[Finding]) -> Failed:
         """A flagged answer's grade, given without asking the judge (``on_injection = "fail"``)."""
@@ -450,24 +450,24 @@ class JudgeChecker:
 
     def judged(self, item: Any, solution: Any) -> Passed | Failed:
         """The judge's grade of the solution, whatever it holds (the judge canary asks this way)."""
-        verdict = self.grade(self.prompt(item, solution))
-        score = verdict["score"]
-        metadata = {"metric": "judge", "judge": verdict}
+        graded = self.grade(self.prompt(item, solution))
+        score = graded["score"]
+        metadata = {"metric": "judge", "judge": graded}
         if score >= self.args.pass_mark:
             return Passed(score=score, metadata=metadata)
         if self.args.reference_field:
             metadata["expected"] = self._reference(item)
-        return Failed(score=score, reason=f"the judge graded {verdict['grade']}", metadata=metadata)
+        return Failed(score=score, reason=f"the judge graded {graded['grade']}", metadata=metadata)
 
     def grade(self, prompt: str) -> dict[str, Any]:
-        """The judge's verdict on one rendered prompt: from the cache, or asked now."""
+        """The judge's grade on one rendered prompt: from the cache, or asked now."""
         key = self._key(prompt)
         cached = self._load(key)
         if cached is not None:
             return {**cached, "cached": True}
-        verdict = self._ask(prompt)
-        self._store(key, verdict)
-        return {**verdict, "cached": False}
+        graded = self._ask(prompt)
+        self._store(key, graded)
+        return {**graded, "cached": False}
 
     def _ask(self, prompt: str) -> dict[str, Any]:
 
@@ -521,11 +521,11 @@ class JudgeChecker:
             return None
         return value if isinstance(value, dict) and "score" in value else None
 
-    def _store(self, key: str, verdict: dict[str, Any]) -> None:
+    def _store(self, key: str, graded: dict[str, Any]) -> None:
 
         path = self._path(key)
         if path is not None:
-            atomic_write_text(path, json.dumps(verdict, default=str))
+            atomic_write_text(path, json.dumps(graded, default=str))
 
 
 def judge_factory(

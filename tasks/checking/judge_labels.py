@@ -4,7 +4,7 @@
 graded solution per line: the item's fields (as in the data file), plus
 
 - ``solution``: the answer as the judge sees it (text, or any JSON value);
-- ``human``: the people's verdict on the judge's scale (pass/fail: ``PASS``/``FAIL``,
+- ``human``: the people's grade on the judge's scale (pass/fail: ``PASS``/``FAIL``,
   ``true``/``false`` or ``1``/``0``; 0-N: an integer 0..N);
 - ``model`` (optional): the model whose answer it is (see
   :mod:`ape.tasks.stats.judge_agreement` for how it is used).
@@ -131,16 +131,16 @@ def grade_labelled_solutions(
             "error": None,
         }
         try:
-            verdict = checker.grade(checker.prompt(row.item, row.solution))
+            graded = checker.grade(checker.prompt(row.item, row.solution))
         except Exception as exc:  # counted and shown; the run goes on
             entry["error"] = f"{type(exc).__name__}: {exc}"
         else:
-            entry.update(judge=verdict["grade"], judge_score=verdict["score"])
-            if not verdict.get("cached"):
-                tokens_in += verdict.get("input_tokens") or 0
-                tokens_out += verdict.get("output_tokens") or 0
-                if verdict.get("cost") is not None:
-                    cost = (cost or 0.0) + verdict["cost"]
+            entry.update(judge=graded["grade"], judge_score=graded["score"])
+            if not graded.get("cached"):
+                tokens_in += graded.get("input_tokens") or 0
+                tokens_out += graded.get("output_tokens") or 0
+                if graded.get("cost") is not None:
+                    cost = (cost or 0.0) + graded["cost"]
         out.append(entry)
     errors = sum(1 for entry in out if entry["error"])
     if errors:

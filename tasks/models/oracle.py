@@ -3,7 +3,7 @@
 A mock for any benchmark: it knows the answer (the item's ``field``) and gives it with
 probability ``accuracy``, else a wrong one. Which items it gets right is drawn from
 ``seed`` and the item's id (and the session's run index with ``sampling``), never from
-the prompt, the call order or the worker, so a run's verdicts are the same with 1 or 64
+the prompt, the call order or the worker, so a run's grades are the same with 1 or 64
 solver workers, on every resume, and in every process. The chat mock
 (:mod:`ape.tasks.models.mocks`) writes the answer through a mustache ``template``; the
 log-likelihood mock (:mod:`ape.tasks.models.mock_scorer`) makes the gold choice (or, when

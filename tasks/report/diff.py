@@ -79,7 +79,7 @@ def _reason(metadata: Any) -> str | None:
     return None if reason is None else str(reason)
 
 
-def _verdict(correct: Any, error: Any, check_error: Any) -> str:
+def _mark(correct: Any, error: Any, check_error: Any) -> str:
     """One session's mark: an error (the model's or the check's) has no verdict."""
     if isinstance(error, str) and error or isinstance(check_error, str) and check_error:
         return ERRORED
@@ -97,7 +97,7 @@ def item_view(sessions: pd.DataFrame) -> pd.DataFrame:
     first = ordered.groupby(["model_id", "item_id"], sort=False).first()
     grouped = ordered.groupby(["model_id", "item_id"], sort=False)
     marks = [
-        _verdict(correct, error, check_error)
+        _mark(correct, error, check_error)
         for correct, error, check_error in zip(
             ordered["correct"], ordered["error_message"], ordered["check_error_message"]
         )

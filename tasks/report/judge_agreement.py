@@ -36,8 +36,8 @@ def find_calibration(folders: list[Path]) -> dict[str, Any] | None:
     return None
 
 
-def _judge_verdicts(sessions: pd.DataFrame) -> pd.Series:
-    """Each session's judge verdict (a dict) or None."""
+def _judge_grades(sessions: pd.DataFrame) -> pd.Series:
+    """Each session's judge grade (a dict) or None."""
 
     def parse(text: Any) -> dict[str, Any] | None:
         if not isinstance(text, str):
@@ -46,8 +46,8 @@ def _judge_verdicts(sessions: pd.DataFrame) -> pd.Series:
             meta = json.loads(text)
         except ValueError:
             return None
-        verdict = meta.get("judge") if isinstance(meta, dict) else None
-        return verdict if isinstance(verdict, dict) else None
+        grade = meta.get("judge") if isinstance(meta, dict) else None
+        return grade if isinstance(grade, dict) else None
 
     return sessions["check_metadata"].map(parse) if "check_metadata" in sessions else pd.Series([], dtype=object)
 
@@ -60,15 +60,15 @@ def judge_report(sessions: pd.DataFrame, calibration: dict[str, Any] | None) -> 
     calibration file, while the scores are reported (uncorrected) without one."""
     if sessions.empty or "metric" not in sessions or not (sessions["metric"] == "judge").any():
         return None
-    verdicts = _judge_verdicts(sessions)
+    grades = _judge_grades(sessions)
     rows = _graded_rows(calibration)
     models = [
-        _model_score(model_id, group, verdicts.loc[group.index], rows)
+        _model_score(model_id, group, grades.loc[group.index], rows)
         for model_id, group in sessions.groupby("model_id", sort=True)
     ]
     spent = calibration or {}
     return JudgeReport(
-        judge=_judge_name(calibration, verdicts),
+        judge=_judge_name(calibration, grades),
         agreement=_agreement(calibration, rows) if calibration is not None else None,
         models=models,
         calibration_input_tokens=spent.get("input_tokens"),
@@ -82,10 +82,10 @@ def _graded_rows(calibration: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [r for r in (calibration or {}).get("rows", []) if r.get("judge") is not None]
 
 
-def _judge_name(calibration: dict[str, Any] | None, verdicts: pd.Series) -> str:
+def _judge_name(calibration: dict[str, Any] | None, grades: pd.Series) -> str:
     """The judge named by the calibration file, else the first judge model seen in the
-    sessions' verdicts (sorted, so the name is stable), else just "judge"."""
-    judge_ids = sorted({v["model"] for v in verdicts if v and v.get("model")})
+    sessions' grades (sorted, so the name is stable), else just "judge"."""
+    judge_ids = sorted({v["model"] for v in grades if v and v.get("model")})
     return str((calibration or {}).get("judge") or (judge_ids[0] if judge_ids else "judge"))
 
 
@@ -106,9 +106,7 @@ def _agreement(calibration: dict[str, Any], rows: list[dict[str, Any]]) -> Judge
     )
 
 
-def _model_score(
-    model_id: str, group: pd.DataFrame, verdicts: pd.Series, rows: list[dict[str, Any]]
-) -> JudgeModelScore:
+def _model_score(model_id: str, group: pd.DataFrame, grades: pd.Series, rows: list[dict[str, Any]]) -> JudgeModelScore:
     # check errors are flagged elsewhere and are no grade: leave them out of both estimates
     usable = group[group["check_status"].fillna("") != "ERROR"]
     judged = usable["check_status"].isin(["PASSED", "FAILED"])
@@ -122,7 +120,7 @@ def _model_score(
         if labelled
         else None
     )
-    calls = [v for v in verdicts if v]
+    calls = [v for v in grades if v]
     tokens_in = [v.get("input_tokens") for v in calls if v.get("input_tokens") is not None]
     tokens_out = [v.get("output_tokens") for v in calls if v.get("output_tokens") is not None]
     costs = [v["cost"] for v in calls if v.get("cost") is not None]

@@ -73,7 +73,7 @@ class Stages(Protocol):
         ...
 
     def check(self, item: BaseModel, record: SolveRecord, key: str, run_index: int) -> CheckResult | None:
-        """The checker's verdict on a solved session; None for any other outcome."""
+        """The checker's grade on a solved session; None for any other outcome."""
         ...
 
     def score(

@@ -2,7 +2,7 @@
 lm-evaluation-harness reports its ``multiple_choice`` tasks.
 
 A ``[choices]`` session's score follows one rule (``[choices] metric``); its check
-metadata holds the verdict of both (:class:`ape.tasks.checking.choice.ChoiceChecker`), so
+metadata holds the grade of both (:class:`ape.tasks.checking.choice.ChoiceChecker`), so
 the report can show both without asking the model again. Each is the mean over items of
 the item's mean over its sessions, with the modified Wilson interval over items (Brown,
 Cai & DasGupta 2001, "Interval estimation for a binomial proportion", Statistical Science
@@ -22,7 +22,7 @@ from ape.tasks.stats.intervals import wilson
 RULES = ("acc", "acc_norm")
 
 
-def _verdicts(metadata: Any) -> dict[str, Any] | None:
+def _grades(metadata: Any) -> dict[str, Any] | None:
     """The check metadata of a choice session (acc, acc_norm, metric), or None for another."""
     if not isinstance(metadata, str):
         return None
@@ -39,14 +39,14 @@ def choice_metrics(sessions: pd.DataFrame) -> dict[str, ChoiceMetricsEntry]:
     """Model id -> its acc and acc_norm, for each model with choice sessions (else empty)."""
     if sessions.empty or "check_metadata" not in sessions:
         return {}
-    verdicts = sessions["check_metadata"].map(_verdicts).dropna()
-    if verdicts.empty:
+    grades = sessions["check_metadata"].map(_grades).dropna()
+    if grades.empty:
         return {}
-    # one row per choice session: its model, item, both verdicts and the rule it was scored by
+    # one row per choice session: its model, item, both grades and the rule it was scored by
     chosen = pd.DataFrame(
-        {rule: [float(v[rule]) for v in verdicts] for rule in RULES}
-        | {"metric": [str(v.get("metric") or "acc") for v in verdicts]},
-        index=verdicts.index,
+        {rule: [float(v[rule]) for v in grades] for rule in RULES}
+        | {"metric": [str(v.get("metric") or "acc") for v in grades]},
+        index=grades.index,
     ).join(sessions[["model_id", "item_id"]])
     result: dict[str, ChoiceMetricsEntry] = {}
     for model_id, frame in chosen.groupby("model_id", sort=False):

@@ -3,7 +3,7 @@ benchmark can tell its models apart at all.
 
 Item ledger (:func:`item_ledger`), per item over every recorded run of every model:
 
-- ``flip_rate``: how often the item's verdict (passed: at least half its sessions
+- ``flip_rate``: how often the item's grade (passed: at least half its sessions
   correct) changes between consecutive runs of one model whose config, data and checker
   fingerprints did not change, pooled over models. A model that did not change cannot
   have learned or forgotten the item, so a high flip rate is noise: a flaky item or a

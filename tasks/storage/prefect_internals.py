@@ -75,7 +75,13 @@ def task_run_event(
         "end_time": None if end is None else _iso(end),
         "total_run_time": 0.0 if end is None else max(0.0, end - start),
     }
-    validated = {"type": state_type, "name": state_name, "message": message, "state_details": {}, "data": None}
+    validated: dict[str, Any] = {
+        "type": state_type,
+        "name": state_name,
+        "message": message,
+        "state_details": {},
+        "data": None,
+    }
     return {
         "event": f"prefect.task-run.{state_name}",
         "id": uuid.uuid4(),

@@ -51,7 +51,7 @@ class RunFiles:
         return str(self.metadata.get("model") or self.folder.name)
 
 
-def config_reference(config_file: Path | None, folder: Path) -> dict[str, str | None]:
+def config_location(config_file: Path | None, folder: Path) -> dict[str, str | None]:
     """What a run records of its config: the absolute path and the path from its output
     ``folder``, so a copied or moved output folder still finds the config beside it."""
     if config_file is None:

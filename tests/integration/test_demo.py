@@ -19,7 +19,7 @@ from ape.schemas.results import Generation
 from ape.tasks.checking.taskspec import load_tasks
 from ape.tasks.models.build import build_model
 from ape.tasks.models.demo_adapters import RandomAdapter, RuleBasedAdapter, demo_adapters, model_entry
-from ape.tasks.report.demo_verdicts import EXIT_CODES, Criterion
+from ape.tasks.report.demo_criteria import EXIT_CODES, Criterion
 from tests.helpers.report_keys import REPORT_KEYS
 
 pytestmark = pytest.mark.timeout(240)

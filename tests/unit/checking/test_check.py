@@ -20,9 +20,9 @@ from ape.tasks.checking.check import (
     CheckerCarousel,
     checker_factory,
     checker_tool,
+    grade_text,
     load_checker,
     run_check,
-    verdict_text,
 )
 from ape.tasks.solving.adapt import LastNumberAdapter
 from tests.helpers.concurrency import TIMEOUT_S, Gate
@@ -205,5 +205,5 @@ def test_checker_tool_verdicts():
     assert pooled.invoke({"answer": "4"}) == "PASSED"
 
 
-def test_verdict_text_shows_graded_scores():
-    assert verdict_text(CheckResult(status=CheckStatus.PASSED, score=0.5)) == "PASSED (score 0.5)"
+def test_grade_text_shows_graded_scores():
+    assert grade_text(CheckResult(status=CheckStatus.PASSED, score=0.5)) == "PASSED (score 0.5)"

@@ -1,11 +1,11 @@
-"""The eval demo's clean-run verdict: pure functions of the run's outputs.
+"""The eval demo's clean-run check: pure functions of the run's outputs.
 
-After a demo run, :func:`verdict` checks the criteria in :class:`Criterion` order against
+After a demo run, :func:`first_breach` checks the criteria in :class:`Criterion` order against
 the task specs, the saved sessions (``sessions.parquet`` as a DataFrame) and the report
 envelope, and returns the first :class:`Breach`, or None for a clean run.
-:func:`with_verdict` folds the verdict into the envelope that ``report.json`` holds.
+:func:`with_criteria` folds the check into the envelope that ``report.json`` holds.
 Nothing here runs a model or touches a file, so every criterion is unit-tested on
-hand-made frames (``tests/unit/report/test_demo_verdicts.py``).
+hand-made frames (``tests/unit/report/test_demo_criteria.py``).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def ranking_breach(envelope: Envelope, better: str, worse: str) -> str | None:
     )
 
 
-def verdict(
+def first_breach(
     tasks: Sequence[TaskSpec],
     model_ids: Sequence[str],
     envelope: Envelope,
@@ -187,8 +187,8 @@ def criteria_status(breach: Breach | None) -> dict[str, str]:
     return status
 
 
-def with_verdict(envelope: Envelope, breach: Breach | None) -> Envelope:
-    """The envelope with the verdict: ``summary.criteria`` always, and for a broken
+def with_criteria(envelope: Envelope, breach: Breach | None) -> Envelope:
+    """The envelope with the criteria check: ``summary.criteria`` always, and for a broken
     criterion an ``error`` naming it, its exit code and problems (any report error the
     run had is kept in the details)."""
     summary = Summary(**{**envelope.summary.model_dump(), "criteria": criteria_status(breach)})

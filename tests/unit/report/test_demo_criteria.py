@@ -7,16 +7,16 @@ import pytest
 
 from ape.schemas.report import CalibrationEntry, Envelope, ErrorDetail, LeaderboardRow
 from ape.schemas.taskspec import TaskSpec
-from ape.tasks.report.demo_verdicts import (
+from ape.tasks.report.demo_criteria import (
     EXIT_CODES,
     Breach,
     Criterion,
     criteria_status,
+    first_breach,
     ranking_breach,
     uncalibrated,
     unscored,
-    verdict,
-    with_verdict,
+    with_criteria,
 )
 
 TASKS = [
@@ -114,21 +114,21 @@ def test_ranking_holds_only_when_strictly_above():
     assert "not on the leaderboard" in ranking_breach(_envelope({"good": 0.9}), "good", "bad")
 
 
-def test_verdict_reports_the_first_broken_criterion_in_order():
+def test_first_breach_reports_the_first_broken_criterion_in_order():
     # scoring is checked before calibration and ranking, so it wins when all three break
     broken = _sessions(("bad", "t1", None))
     envelope = _envelope({"good": 0.1, "bad": 0.9}, calibration={})
-    breach = verdict(TASKS, MODELS, envelope, broken, ("good", "bad"))
+    breach = first_breach(TASKS, MODELS, envelope, broken, ("good", "bad"))
     assert breach is not None and breach.criterion is Criterion.TASKS_SCORED
-    breach = verdict(TASKS, MODELS, envelope, _sessions(), ("good", "bad"))
+    breach = first_breach(TASKS, MODELS, envelope, _sessions(), ("good", "bad"))
     assert breach is not None and breach.criterion is Criterion.CALIBRATION
-    breach = verdict(TASKS, MODELS, _envelope({"good": 0.1, "bad": 0.9}), _sessions(), ("good", "bad"))
+    breach = first_breach(TASKS, MODELS, _envelope({"good": 0.1, "bad": 0.9}), _sessions(), ("good", "bad"))
     assert breach is not None and breach.criterion is Criterion.RANKING
-    assert verdict(TASKS, MODELS, _envelope(), _sessions(), ("good", "bad")) is None
+    assert first_breach(TASKS, MODELS, _envelope(), _sessions(), ("good", "bad")) is None
 
 
-def test_verdict_without_sessions_is_an_incomplete_run():
-    breach = verdict(TASKS, MODELS, _envelope(), None, ("good", "bad"))
+def test_first_breach_without_sessions_is_an_incomplete_run():
+    breach = first_breach(TASKS, MODELS, _envelope(), None, ("good", "bad"))
     assert breach is not None and breach.criterion is Criterion.RUN_COMPLETED
 
 
@@ -136,7 +136,7 @@ def test_a_report_error_outside_calibration_is_an_incomplete_run():
     envelope = _envelope().model_copy(
         update={"error": ErrorDetail(type="OSError", message="disk full", details={"stage": "writing the report"})}
     )
-    breach = verdict(TASKS, MODELS, envelope, _sessions(), ("good", "bad"))
+    breach = first_breach(TASKS, MODELS, envelope, _sessions(), ("good", "bad"))
     assert breach is not None and breach.criterion is Criterion.RUN_COMPLETED
     assert "while writing the report: disk full" in breach.message
 
@@ -153,11 +153,11 @@ def test_criteria_status_marks_passed_failed_and_not_checked():
     }
 
 
-def test_with_verdict_writes_the_error_and_keeps_the_report_error():
+def test_with_criteria_writes_the_error_and_keeps_the_report_error():
     report_error = ErrorDetail(type="ValueError", message="bad bins", details={"stage": "calibration"})
     envelope = _envelope().model_copy(update={"error": report_error})
     breach = Breach(criterion=Criterion.CALIBRATION, message="calibration failed", problems=[{"model": "bad"}])
-    marked = with_verdict(envelope, breach)
+    marked = with_criteria(envelope, breach)
     assert marked.error is not None and marked.error.type == "CalibrationFailed"
     assert marked.error.details["exit_code"] == EXIT_CODES[Criterion.CALIBRATION] == 5
     assert marked.error.details["report_error"]["message"] == "bad bins"
@@ -165,8 +165,8 @@ def test_with_verdict_writes_the_error_and_keeps_the_report_error():
     assert marked.leaderboard == envelope.leaderboard  # the computed parts stay
 
 
-def test_with_verdict_of_a_clean_run_has_no_error():
-    marked = with_verdict(_envelope(), None)
+def test_with_criteria_of_a_clean_run_has_no_error():
+    marked = with_criteria(_envelope(), None)
     assert marked.error is None and set(marked.summary.criteria.values()) == {"passed"}
 
 
@@ -174,6 +174,6 @@ def test_a_calibration_stage_failure_of_the_report_is_a_calibration_breach():
     envelope = Envelope.model_validate(
         {"error": {"type": "ValueError", "message": "confidence 2.0", "details": {"stage": "calibration"}}}
     )
-    breach = verdict(TASKS, MODELS, envelope, _sessions(), ("good", "bad"))
+    breach = first_breach(TASKS, MODELS, envelope, _sessions(), ("good", "bad"))
     assert breach is not None and breach.criterion is Criterion.CALIBRATION
     assert "confidence 2.0" in breach.message
