@@ -10,13 +10,15 @@ None against the problem's tests (the prompt's preamble, ``check`` and
 times. Prints the passes of both (expected: canonical N/N, stub 0/N; exits 1 if not) and
 the median and mean ``duration_s`` of a canonical check: the harness's own time from
 holding the job to its last record, which is where the returned-value guard runs, apart
-from the sandbox's start. Compare figures of one machine and load, not seconds.
+from the sandbox's start, and the CPU time of the interpreters per check (their start
+included; what a loaded machine's wall time hides). Compare figures of one machine and load, not seconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import resource
 import statistics
 import sys
 import time
@@ -53,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     stub_passed: list[str] = []
     began = time.perf_counter()
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     for _ in range(args.rounds):
         for task_id, canonical, stub, tests in rows:
             result = run_code(canonical, tests, timeout_s=10.0, sandbox=args.sandbox)
@@ -63,12 +66,15 @@ def main(argv: list[str] | None = None) -> int:
                 stub_passed.append(task_id)
     wall = time.perf_counter() - began
     close_pools()
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
     count = len(rows) * args.rounds
     print(
         f"sandbox={args.sandbox} problems={len(rows)} rounds={args.rounds}: "
         f"canonical {count - len(failed)}/{count}, stub {len(stub_passed)}/{count}; "
         f"canonical check duration_s median {statistics.median(durations) * 1000:.2f} ms, "
-        f"mean {statistics.fmean(durations) * 1000:.2f} ms; wall {wall:.1f} s for {2 * count} checks"
+        f"mean {statistics.fmean(durations) * 1000:.2f} ms; wall {wall:.1f} s for {2 * count} checks, "
+        f"CPU of the sandboxed interpreters {cpu / (2 * count) * 1000:.1f} ms per check"
     )
     for line in failed[:10]:
         print("FAILED", line)

@@ -29,49 +29,53 @@ import os
 import sys
 
 
-def _loaded_names(tree):
-    """Every name the tests read (``x`` in ``f(x)``), at any depth."""
+def _names(tree):  # noqa: C901 - one walk over the tests, for speed
+    """What the tests name, in one walk of their syntax tree: ``(loaded, bound, watched)``.
+
+    ``loaded``: per top-level statement, the names it reads (``x`` in ``f(x)``), at any
+    depth. ``bound``: every name the tests bind anywhere (assigned, defined, imported, a
+    parameter). ``watched``: ``(module, attributes)`` for each module the tests import,
+    with the attributes they read of it (``math.fabs``) or import from it.
+    """
     import ast
 
-    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
-
-
-def _bound_names(tree):
-    """Every name the tests bind anywhere: assigned, defined, imported or a parameter."""
-    import ast
-
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-    return names
-
-
-def _imported_attributes(tree):
-    """``(module, attributes)`` for each module the tests import: the attributes they read of it
-    (``math.fabs``) or import from it (``from math import fabs``)."""
-    import ast
-
-    aliases, used = {}, {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                used.setdefault(alias.name, set())
-                aliases[alias.asname or alias.name.split(".")[0]] = (
-                    alias.asname and alias.name or alias.name.split(".")[0]
-                )
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module and node.module != "__future__":
-            used.setdefault(node.module, set()).update(alias.name for alias in node.names)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
-            used.setdefault(aliases[node.value.id], set()).add(node.attr)
-    return [(name, sorted(attributes)) for name, attributes in used.items()]
+    name_node, attribute_node, argument, plain_import, from_import = (
+        ast.Name,
+        ast.Attribute,
+        ast.arg,
+        ast.Import,
+        ast.ImportFrom,
+    )
+    definitions, load = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef), ast.Load
+    loaded, bound, aliases, used, reads = [], set(), {}, {}, []
+    for statement in tree.body:
+        names = set()
+        for node in ast.walk(statement):
+            kind = type(node)
+            if kind is name_node:
+                (names if type(node.ctx) is load else bound).add(node.id)
+            elif kind is attribute_node:
+                if type(node.value) is name_node:
+                    reads.append((node.value.id, node.attr))
+            elif kind is argument:
+                bound.add(node.arg)
+            elif kind in definitions:
+                bound.add(node.name)
+            elif kind is plain_import:
+                for alias in node.names:
+                    top = alias.name.split(".")[0]
+                    bound.add(alias.asname or top)
+                    used.setdefault(alias.name, set())
+                    aliases[alias.asname or top] = alias.name if alias.asname else top
+            elif kind is from_import:
+                bound.update(alias.asname or alias.name for alias in node.names)
+                if not node.level and node.module and node.module != "__future__":
+                    used.setdefault(node.module, set()).update(alias.name for alias in node.names)
+        loaded.append(names)
+    for alias, attribute in reads:
+        if alias in aliases:
+            used.setdefault(aliases[alias], set()).add(attribute)
+    return loaded, bound, [(name, sorted(attributes)) for name, attributes in used.items()]
 
 
 def _guarded_call(state, *args, **kwargs):
@@ -94,7 +98,7 @@ def _guarded_call(state, *args, **kwargs):
     raise answer[1]
 
 
-def _guard(snapshot, secret, modules):  # noqa: C901 - one loop over the guard's messages
+def _guard(snapshot, secret, modules, guarded_call, method_type):  # noqa: C901 - one loop over the guard's messages
     """The returned-value guard: a generator, primed before any candidate code runs.
 
     Every reference it uses is one of its locals, bound at priming: a running generator's
@@ -104,7 +108,9 @@ def _guard(snapshot, secret, modules):  # noqa: C901 - one loop over the guard's
     ``(1, token, result)`` after it, answered ``(True, copy)`` or ``(False, exception)``;
     ``(2, token)`` when the call raised; ``(4, value)``, answered ``(True, copy)`` or
     ``(False, what it is)``; ``(3, secret)`` from the harness alone: the refusals since the
-    last such query (a candidate holding ``send`` cannot empty them without the secret).
+    last such query (a candidate holding ``send`` cannot empty them without the secret);
+    ``(5, secret, send)``, once: its own ``send``, so that a function a guarded call returns
+    (``adder(2)``) is handed to the tests guarded in turn.
     """
     import _thread
 
@@ -192,7 +198,8 @@ def _guard(snapshot, secret, modules):  # noqa: C901 - one loop over the guard's
             append(found, "the solution left a thread running; code_exec runs the tests with no other thread")
         return found
 
-    calls, refused, answer, counter, tampered = {}, [], None, 0, False
+    is_callable, is_subclass = callable, issubclass
+    calls, refused, answer, counter, tampered, send = {}, [], None, 0, False, None
     while True:
         try:
             message = yield answer
@@ -225,7 +232,12 @@ def _guard(snapshot, secret, modules):  # noqa: C901 - one loop over the guard's
                     if not good:
                         append(problems, join((name, "() put ", what, " into an argument it was given")))
                 if kind == 1:
-                    good, what = plain(message[2])
+                    result = message[2]
+                    sort = type_of(result)
+                    if is_callable(result) and not is_subclass(sort, type_of) and send is not None:
+                        good, what = True, method_type(guarded_call, (result, send, join((name, "()"))))
+                    else:
+                        good, what = plain(result)
                     if good:
                         answer = (True, what)
                     else:
@@ -245,6 +257,8 @@ def _guard(snapshot, secret, modules):  # noqa: C901 - one loop over the guard's
                 answer, refused = refused, []
             elif kind == 4:
                 answer = plain(message[1])
+            elif kind == 5 and message[1] is secret:
+                send = message[2]
         except Error:
             tampered = True
 
@@ -333,17 +347,17 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
     for node in tree.body:
         body = [node] if node in future else [*future, node]
         statements.append((node, compile(ast.Module(body=body, type_ignores=[]), "tests.py", "exec")))
+    loaded, bound, watched = _names(tree)
     units, count = [], 0
     if any(isinstance(node, ast.Assert) for node in tree.body):
-        for node, unit in statements:  # each top-level assert is one test, the rest is setup
+        for (node, unit), names in zip(statements, loaded):  # each top-level assert is one test, the rest is setup
             number = count if isinstance(node, ast.Assert) else -1
             count += number >= 0
-            units.append((number, [(node.lineno, unit)], _loaded_names(node)))
+            units.append((number, [(node.lineno, unit)], names))
     elif tree.body:  # no top-level assert: the whole script is one test, run statement by statement
         count = 1
-        units.append((0, [(node.lineno, unit) for node, unit in statements], _loaded_names(tree)))
-    loaded, bound = _loaded_names(tree), _bound_names(tree)
-    watched = _imported_attributes(tree)
+        units.append((0, [(node.lineno, unit) for node, unit in statements], set().union(*loaded)))
+    loaded = set().union(*loaded)
     try:
         program = compile(code, "solution.py", "exec")
     except BaseException as exc:  # SyntaxError, ValueError (null bytes), RecursionError
@@ -433,9 +447,11 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
             if attribute in namespace_of:
                 snapshot.append((name, module, namespace_of, attribute, namespace_of[attribute]))
     secret = object()  # only this function and the guard hold it: the candidate cannot drain the guard
-    guard = _guard(tuple(snapshot), secret, sys.modules)
+    guarded_call = _guarded_call  # a global: the candidate could rebind it in __main__
+    guard = _guard(tuple(snapshot), secret, sys.modules, guarded_call, method_type)
     next(guard)
     send = guard.send
+    send((5, secret, send))  # its own send, for the functions a guarded call returns
 
     def refusals():
         """What the guard refused since the last call (candidate code may have stopped it)."""
@@ -468,7 +484,7 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
         elif is_subclass(kind, type_of) or kind is module_type:
             tests_namespace[name] = value  # a class or module: as it is
         elif is_callable(value):
-            tests_namespace[name] = method_type(_guarded_call, (value, send, name))
+            tests_namespace[name] = method_type(guarded_call, (value, send, name))
         else:
             answer = send((4, value))
             if answer[0]:
