@@ -1,3 +1,5 @@
+# mypy: disable-error-code="attr-defined,assignment,var-annotated,valid-type,misc,comparison-overlap"
+# (a program without annotations, run alone in the sandbox: its values are deliberately untyped)
 """The program that runs candidate code: started (warm) inside the sandbox, used once.
 
 This file is never imported by APE. :mod:`ape.tasks.checking.code.code_exec` reads its text and
@@ -17,6 +19,35 @@ needs it), then:
 
 The parent counts one record per test, in order, and only records with the key;
 everything else (missing records, early exits, files) counts as not passed.
+
+Results the candidate cannot fake. The tests run in the candidate's interpreter, so an
+object the candidate returns could answer ``==`` (or ``hash``, ``bool``) as it likes. So
+the candidate runs in a namespace of its own and the tests in another, which sees the
+candidate's names through a guard: each of its functions the tests read becomes a
+:func:`_guarded_call`, whose result is copied into exact builtin types (``int``, ``str``,
+``float``, ``complex``, ``bool``, ``bytes``, ``None`` and ``list``, ``tuple``, ``dict``,
+``set``, ``frozenset`` of them; a function it returns is guarded in turn) or refused; its
+plain constants are copied, anything else the tests read is refused, as is a builtin name
+it redefines that the tests use. A refusal fails the test with its reason even when the
+test catches the exception. After every guarded call and around every test, the guard
+also checks that the modules the tests import and the attributes they read of them are
+the ones imported before the candidate ran, and that no thread of the candidate is left
+running (it could rebind names while a test runs). Names a test statement binds (the
+HumanEval preamble's helpers) are handed to the candidate, functions rebuilt on its
+namespace, so they expose nothing of the tests' one.
+
+The guard cannot be subverted from inside: it is a generator (:func:`_guard`) primed
+before any candidate code runs, so every type and function it uses is a local of a frame
+the candidate cannot reach (the audit hook refuses ``gi_frame``, frames and ``gc``),
+unlike a closure's cells or a function's defaults; ``type(x) is int`` on those captured
+references cannot be lied to by ``__class__``, a metaclass, or a patched ``builtins``,
+``isinstance``, ``type`` or ``sys.modules``. The wrapper is bound to an immutable tuple
+with ``types.MethodType``, reads no global or builtin name, and the audit hook refuses any
+change of its ``__code__``. Its refusals are kept in the generator and handed only to a
+query carrying a secret object the candidate never sees; a candidate that stops the
+generator fails every test after. ``main`` reads no global name once candidate code has
+run (a test disassembles it to check). What remains possible is code that runs at a time
+of its choosing with no call of the tests on the stack: a signal handler or a finalizer.
 
 Wire format of a record (one line): ``KEY S`` (the job arrived; sent before anything
 else, so the parent can tell a sandbox that never started from code that failed, and
