@@ -242,13 +242,13 @@ import builtins
 builtins.isinstance = lambda *args: True
 builtins.type = lambda *args: int
 __builtins__["type"] = lambda *args: int
-class AlwaysEqual:  # fools `==` (the documented limit), not `type(...) is int`
+class AlwaysEqual:  # once passed `add(2, 2) == 5`; the returned-value guard refuses it now
     def __eq__(self, other):
         return True
 def add(a, b):
     return AlwaysEqual()
 """,
-    0.5,
+    0.0,
 )
 
 

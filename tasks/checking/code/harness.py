@@ -1,3 +1,5 @@
+# mypy: disable-error-code="attr-defined,assignment,var-annotated,valid-type,misc,comparison-overlap"
+# (a program without annotations, run alone in the sandbox: its values are deliberately untyped)
 """The program that runs candidate code: started (warm) inside the sandbox, used once.
 
 This file is never imported by APE. :mod:`ape.tasks.checking.code.code_exec` reads its text and
@@ -18,6 +20,35 @@ needs it), then:
 The parent counts one record per test, in order, and only records with the key;
 everything else (missing records, early exits, files) counts as not passed.
 
+Results the candidate cannot fake. The tests run in the candidate's interpreter, so an
+object the candidate returns could answer ``==`` (or ``hash``, ``bool``) as it likes. So
+the candidate runs in a namespace of its own and the tests in another, which sees the
+candidate's names through a guard: each of its functions the tests read becomes a
+:func:`_guarded_call`, whose result is copied into exact builtin types (``int``, ``str``,
+``float``, ``complex``, ``bool``, ``bytes``, ``None`` and ``list``, ``tuple``, ``dict``,
+``set``, ``frozenset`` of them; a function it returns is guarded in turn) or refused; its
+plain constants are copied, anything else the tests read is refused, as is a builtin name
+it redefines that the tests use. A refusal fails the test with its reason even when the
+test catches the exception. After every guarded call and around every test, the guard
+also checks that the modules the tests import and the attributes they read of them are
+the ones imported before the candidate ran, and that no thread of the candidate is left
+running (it could rebind names while a test runs). Names a test statement binds (the
+HumanEval preamble's helpers) are handed to the candidate, functions rebuilt on its
+namespace, so they expose nothing of the tests' one.
+
+The guard cannot be subverted from inside: it is a generator (:func:`_guard`) primed
+before any candidate code runs, so every type and function it uses is a local of a frame
+the candidate cannot reach (the audit hook refuses ``gi_frame``, frames and ``gc``),
+unlike a closure's cells or a function's defaults; ``type(x) is int`` on those captured
+references cannot be lied to by ``__class__``, a metaclass, or a patched ``builtins``,
+``isinstance``, ``type`` or ``sys.modules``. The wrapper is bound to an immutable tuple
+with ``types.MethodType``, reads no global or builtin name, and the audit hook refuses any
+change of its ``__code__``. Its refusals are kept in the generator and handed only to a
+query carrying a secret object the candidate never sees; a candidate that stops the
+generator fails every test after. ``main`` reads no global name once candidate code has
+run (a test disassembles it to check). What remains possible is code that runs at a time
+of its choosing with no call of the tests on the stack: a signal handler or a finalizer.
+
 Wire format of a record (one line): ``KEY S`` (the job arrived; sent before anything
 else, so the parent can tell a sandbox that never started from code that failed, and
 start the time limit there), ``KEY T <index> 1`` (test passed), ``KEY T <index> 0
@@ -27,6 +58,240 @@ statement failed) or ``KEY D`` (all tests ran).
 
 import os
 import sys
+
+
+def _names(tree):  # noqa: C901 - one walk over the tests, for speed
+    """What the tests name, in one walk of their syntax tree: ``(loaded, bound, watched)``.
+
+    ``loaded``: per top-level statement, the names it reads (``x`` in ``f(x)``), at any
+    depth. ``bound``: every name the tests bind anywhere (assigned, defined, imported, a
+    parameter). ``watched``: ``(module, attributes)`` for each module the tests import,
+    with the attributes they read of it (``math.fabs``) or import from it.
+    """
+    import ast
+
+    name_node, attribute_node, argument, plain_import, from_import = (
+        ast.Name,
+        ast.Attribute,
+        ast.arg,
+        ast.Import,
+        ast.ImportFrom,
+    )
+    definitions, load = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef), ast.Load
+    loaded, bound, aliases, used, reads = [], set(), {}, {}, []
+    for statement in tree.body:
+        names = set()
+        for node in ast.walk(statement):
+            kind = type(node)
+            if kind is name_node:
+                (names if type(node.ctx) is load else bound).add(node.id)
+            elif kind is attribute_node:
+                if type(node.value) is name_node:
+                    reads.append((node.value.id, node.attr))
+            elif kind is argument:
+                bound.add(node.arg)
+            elif kind in definitions:
+                bound.add(node.name)
+            elif kind is plain_import:
+                for alias in node.names:
+                    top = alias.name.split(".")[0]
+                    bound.add(alias.asname or top)
+                    used.setdefault(alias.name, set())
+                    aliases[alias.asname or top] = alias.name if alias.asname else top
+            elif kind is from_import:
+                bound.update(alias.asname or alias.name for alias in node.names)
+                if not node.level and node.module and node.module != "__future__":
+                    used.setdefault(node.module, set()).update(alias.name for alias in node.names)
+        loaded.append(names)
+    for alias, attribute in reads:
+        if alias in aliases:
+            used.setdefault(aliases[alias], set()).add(attribute)
+    return loaded, bound, [(name, sorted(attributes)) for name, attributes in used.items()]
+
+
+def _guarded_call(state, *args, **kwargs):
+    """The tests' view of one of the candidate's functions: its result is checked and copied.
+
+    Bound with ``types.MethodType`` to ``state = (function, guard.send, name)``, an immutable
+    tuple, so nothing here is a closure cell or a default the candidate could rewrite; it
+    reads no global or builtin name (the candidate may have replaced them: even the bare
+    ``except`` names no class), and the audit hook refuses any change of its ``__code__``.
+    """
+    token = state[1]((0, state[2], args, kwargs))
+    try:
+        result = state[0](*args, **kwargs)
+    except:  # noqa: E722 - a bare except looks up no name
+        state[1]((2, token))
+        raise
+    answer = state[1]((1, token, result))
+    if answer[0]:
+        return answer[1]
+    raise answer[1]
+
+
+def _guard(snapshot, secret, modules, guarded_call, method_type):  # noqa: C901 - one loop over the guard's messages
+    """The returned-value guard: a generator, primed before any candidate code runs.
+
+    Every reference it uses is one of its locals, bound at priming: a running generator's
+    frame is out of the candidate's reach (the audit hook refuses ``gi_frame``, frame
+    walks and ``gc``), unlike a closure's cells or a function's defaults. Messages
+    (``send``): ``(0, name, args, kwargs)`` before a guarded call, answered with a token;
+    ``(1, token, result)`` after it, answered ``(True, copy)`` or ``(False, exception)``;
+    ``(2, token)`` when the call raised; ``(4, value)``, answered ``(True, copy)`` or
+    ``(False, what it is)``; ``(3, secret)`` from the harness alone: the refusals since the
+    last such query (a candidate holding ``send`` cannot empty them without the secret);
+    ``(5, secret, send)``, once: its own ``send``, so that a function a guarded call returns
+    (``adder(2)``) is handed to the tests guarded in turn.
+    """
+    import _thread
+
+    type_of, id_of, join, Error, Deep, Closing = type, id, "".join, BaseException, RecursionError, GeneratorExit
+    name_of = type.__dict__["__name__"].__get__
+    threads = _thread._count
+    none_type, boolean, integer, floating, complex_type = type(None), bool, int, float, complex
+    text, raw, list_type, tuple_type, dict_type, set_type, frozen = str, bytes, list, tuple, dict, set, frozenset
+    items_of, get_from, pop_from, append, add_to, discard = (
+        dict.items,
+        dict.get,
+        dict.pop,
+        list.append,
+        set.add,
+        set.discard,
+    )
+    plain_words = "not plain data (numbers, strings, bytes, None, bools and lists, tuples, dicts and sets of them)"
+    threads_at_start = threads()
+    missing = object()
+
+    class NotPlainData(Error):
+        """Raised to the tests in place of a result the guard refused."""
+
+    class Refused(Exception):
+        pass
+
+    def copy(value, memo, active):
+        """An exact-type copy of ``value``, or Refused naming the first object that is not plain."""
+        kind = type_of(value)
+        if (
+            kind is integer
+            or kind is text
+            or kind is boolean
+            or kind is floating
+            or kind is none_type
+            or kind is raw
+            or kind is complex_type
+        ):
+            return value
+        key = id_of(value)
+        done = get_from(memo, key, missing)
+        if done is not missing:
+            return done[1]
+        if key in active:
+            raise Refused("a " + name_of(kind) + " that contains itself")
+        add_to(active, key)
+        if kind is list_type:
+            result = [copy(item, memo, active) for item in value]
+        elif kind is tuple_type:
+            result = tuple_type([copy(item, memo, active) for item in value])
+        elif kind is dict_type:
+            result = {}
+            for item, entry in items_of(value):
+                result[copy(item, memo, active)] = copy(entry, memo, active)
+        elif kind is set_type:
+            result = set_type([copy(item, memo, active) for item in value])
+        elif kind is frozen:
+            result = frozen([copy(item, memo, active) for item in value])
+        else:
+            raise Refused(join(("an object of type ", name_of(kind))))
+        discard(active, key)
+        memo[key] = (value, result)  # the original is kept alive so its id is not reused
+        return result
+
+    def plain(value):
+        """(True, copy) or (False, what the first object that is not plain is)."""
+        try:
+            return True, copy(value, {}, set_type())
+        except Refused as exc:
+            return False, exc.args[0]
+        except Deep:
+            return False, "a value nested too deeply to check"
+        except Error:
+            return False, "a value that could not be checked"
+
+    def environment():
+        """What changed, since the candidate was given the job, in what the tests rely on."""
+        found = []
+        for name, module, namespace, attribute, value in snapshot:
+            if get_from(modules, name) is not module:
+                append(found, join(("the solution replaced the module ", name, ", which the tests use")))
+            elif attribute is not None and get_from(namespace, attribute, missing) is not value:
+                append(found, join(("the solution changed ", name, ".", attribute, ", which the tests use")))
+        if threads() > threads_at_start:
+            append(found, "the solution left a thread running; code_exec runs the tests with no other thread")
+        return found
+
+    is_callable, is_subclass = callable, issubclass
+    calls, refused, answer, counter, tampered, send = {}, [], None, 0, False, None
+    while True:
+        try:
+            message = yield answer
+        except Closing:  # the interpreter ends, or candidate code closed it: the harness sees it stopped
+            return
+        except Error:  # gen.throw by candidate code that reached the guard
+            tampered, answer = True, None
+            continue
+        answer = None
+        try:
+            kind = message[0]
+            if kind == 0:
+                counter += 1
+                kept = []
+                for argument in (*message[2], *message[3].values()):
+                    if (
+                        type_of(argument) is list_type
+                        or type_of(argument) is dict_type
+                        or type_of(argument) is set_type
+                    ):
+                        if plain(argument)[0]:
+                            append(kept, argument)
+                calls[counter] = (message[1], kept)
+                answer = counter
+            elif kind == 1 or kind == 2:
+                name, kept = pop_from(calls, message[1])
+                problems = []
+                for argument in kept:
+                    good, what = plain(argument)
+                    if not good:
+                        append(problems, join((name, "() put ", what, " into an argument it was given")))
+                if kind == 1:
+                    result = message[2]
+                    sort = type_of(result)
+                    if is_callable(result) and not is_subclass(sort, type_of) and send is not None:
+                        good, what = True, method_type(guarded_call, (result, send, join((name, "()"))))
+                    else:
+                        good, what = plain(result)
+                    if good:
+                        answer = (True, what)
+                    else:
+                        append(problems, join((name, "() returned ", what, ", ", plain_words)))
+                problems += environment()
+                for problem in problems:
+                    if problem not in refused:
+                        append(refused, problem)
+                if problems and kind == 1:
+                    answer = (False, NotPlainData(problems[0]))
+            elif kind == 3 and message[1] is secret:
+                for problem in environment():
+                    if problem not in refused:
+                        append(refused, problem)
+                if tampered:
+                    append(refused, "candidate code stopped the check's guard")
+                answer, refused = refused, []
+            elif kind == 4:
+                answer = plain(message[1])
+            elif kind == 5 and message[1] is secret:
+                send = message[2]
+        except Error:
+            tampered = True
 
 
 def main():  # noqa: C901 - one straight line of setup, then the loop over tests
@@ -103,16 +368,27 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
     except SyntaxError as exc:
         say(b" E " + clean("the tests do not parse: " + describe(exc, "")))
         return
+    # the tests' leading `from __future__` imports go first in every statement compiled alone
+    future = []
+    for node in tree.body:
+        if not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+            break
+        future.append(node)
+    statements = []
+    for node in tree.body:
+        body = [node] if node in future else [*future, node]
+        statements.append((node, compile(ast.Module(body=body, type_ignores=[]), "tests.py", "exec")))
+    loaded, bound, watched = _names(tree)
     units, count = [], 0
     if any(isinstance(node, ast.Assert) for node in tree.body):
-        for node in tree.body:  # each top-level assert is one test, the rest is setup
+        for (node, unit), names in zip(statements, loaded):  # each top-level assert is one test, the rest is setup
             number = count if isinstance(node, ast.Assert) else -1
             count += number >= 0
-            unit = compile(ast.Module(body=[node], type_ignores=[]), "tests.py", "exec")
-            units.append((number, node.lineno, unit))
-    elif tree.body:  # no top-level assert: the whole script is one test
+            units.append((number, [(node.lineno, unit)], names))
+    elif tree.body:  # no top-level assert: the whole script is one test, run statement by statement
         count = 1
-        units.append((0, 1, compile(tree, "tests.py", "exec")))
+        units.append((0, [(node.lineno, unit) for node, unit in statements], set().union(*loaded)))
+    loaded = set().union(*loaded)
     try:
         program = compile(code, "solution.py", "exec")
     except BaseException as exc:  # SyntaxError, ValueError (null bytes), RecursionError
@@ -168,6 +444,7 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
         text=str,
         refuse=ValueError,
         deny=PermissionError,
+        guarded=_guarded_call,
     ):
         if event in blocked_events:
             raise refuse("code_exec does not allow " + event)
@@ -175,32 +452,124 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
             raise refuse("code_exec does not allow reading " + args[1])
         if event == "open" and args and is_a(args[0], text) and args[0].startswith("/proc"):
             raise deny("code_exec does not allow opening " + args[0])
+        if event == "object.__setattr__" and args and args[0] is guarded:
+            raise refuse("code_exec does not allow changing its guard")
 
     sys.addaudithook(audit)
     import builtins
+    import types
 
     pristine = dict(builtins.__dict__)  # the tests get a fresh copy of these before each test
-    copy_of = dict
+    copy_of, items_of, keys_of, get_from, list_of = dict, dict.items, dict.keys, dict.get, list
+    function_type, method_type, module_type = types.FunctionType, types.MethodType, types.ModuleType
+    is_callable, is_subclass, text_type = callable, issubclass, str
+    missing = object()
+    # the modules and attributes the tests use, imported and noted before the candidate can touch them
+    snapshot = []
+    for name, attributes in watched:
+        try:
+            __import__(name)
+            module = sys.modules[name]
+        except Error:  # the tests will fail to import it themselves
+            continue
+        namespace_of = vars(module)
+        snapshot.append((name, module, namespace_of, None, None))
+        for attribute in attributes:
+            if attribute in namespace_of:
+                snapshot.append((name, module, namespace_of, attribute, namespace_of[attribute]))
+    secret = object()  # only this function and the guard hold it: the candidate cannot drain the guard
+    guarded_call = _guarded_call  # a global: the candidate could rebind it in __main__
+    guard = _guard(tuple(snapshot), secret, sys.modules, guarded_call, method_type)
+    next(guard)
+    send = guard.send
+    send((5, secret, send))  # its own send, for the functions a guarded call returns
+
+    def refusals():
+        """What the guard refused since the last call (candidate code may have stopped it)."""
+        try:
+            found = send((3, secret))
+        except Error:
+            return ["the check's guard was stopped by the candidate"]
+        return found
+
+    # the candidate runs in a namespace of its own; the tests see its names through the guard
     namespace = {"__name__": "solution", "__builtins__": copy_of(pristine)}
     try:
         run(program, namespace)
     except Error as exc:
         say(b" E " + clean("the code failed before the tests: " + describe(exc, "")))
         return
-    for number, line, unit in units:
-        namespace["__builtins__"] = copy_of(pristine)
-        try:
-            run(unit, namespace)
-        except Error as exc:
-            where = " (tests.py line %d)" % line  # noqa: UP031 - no str methods in the sandbox
-            if number >= 0:
-                say(failed_records[number] + clean(describe(exc, where)))
-            else:
-                say(b" E " + clean("test setup failed: " + describe(exc, where)))
-                return
+    tests_namespace = {"__name__": "solution"}
+    poisoned = {}  # names the tests use that the candidate bound to something the tests may not see
+    for name, value in list_of(items_of(namespace)):
+        if type_of(name) is not text_type or name not in loaded or name in ("__builtins__", "__name__"):
+            continue
+        kind = type_of(value)
+        if name in pristine and name not in bound and value is not pristine[name]:
+            poisoned[name] = (
+                "the solution defines " + name + ", a builtin name the tests use; code_exec lets no "
+                "solution change what the tests' builtins mean (rename it)"
+            )
+        elif name in pristine and name not in bound:
+            continue  # the builtin itself (`from builtins import abs`): the tests have it already
+        elif is_subclass(kind, type_of) or kind is module_type:
+            tests_namespace[name] = value  # a class or module: as it is
+        elif is_callable(value):
+            tests_namespace[name] = method_type(guarded_call, (value, send, name))
         else:
+            answer = send((4, value))
+            if answer[0]:
+                tests_namespace[name] = answer[1]
+            else:
+                poisoned[name] = "the tests use " + name + ", which the solution bound to " + answer[1]
+
+    def share(before):
+        """Names a test statement bound, given to the candidate (functions rebound to its namespace)."""
+        for name, value in list_of(items_of(tests_namespace)):
+            if name == "__builtins__" or get_from(before, name, missing) is value:
+                continue
+            kind = type_of(value)
+            if kind is function_type:
+                rebound = function_type(
+                    value.__code__, namespace, value.__name__, value.__defaults__, value.__closure__
+                )
+                rebound.__kwdefaults__ = value.__kwdefaults__
+                rebound.__qualname__ = value.__qualname__
+                value = rebound
+            else:
+                answer = send((4, value))
+                if answer[0]:
+                    value = answer[1]
+            namespace[name] = value
+
+    for number, statements, names in units:
+        tests_namespace["__builtins__"] = copy_of(pristine)
+        problem = None
+        for name in keys_of(poisoned):
+            if name in names:
+                problem = poisoned[name]
+                break
+        refused = refusals()
+        for line, unit in statements if problem is None and not refused else ():
+            before = copy_of(tests_namespace)
+            try:
+                run(unit, tests_namespace)
+            except Error as exc:
+                problem = describe(exc, " (tests.py line %d)" % line)  # noqa: UP031 - no str methods in the sandbox
+                break
+            finally:
+                share(before)
+        refused = refused + refusals()
+        if refused:
+            problem = "; ".join(refused)
+        if problem is None:
             if number >= 0:
                 say(passed_records[number])
+        elif number >= 0:
+            say(failed_records[number] + clean(problem))
+        else:
+            say(b" E " + clean("test setup failed: " + problem))
+            return
     say(b" D")
 
 
