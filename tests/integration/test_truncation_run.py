@@ -143,3 +143,28 @@ def test_chat_openai_finish_reason_length_ends_truncated(tmp_path: Path, prefect
     envelope = json.loads((out / "report.json").read_text())
     assert envelope["leaderboard"][0]["outcomes"]["TRUNCATED"] == 1
     assert pq.read_table(out / "leaderboard.parquet").to_pandas()["truncated"].tolist() == [1]
+
+
+def test_the_history_says_when_a_regression_came_with_more_truncations(tmp_path: Path, prefect_server: str) -> None:
+    """Two `ape run --new-run`: the second with a `max_tokens` too small for the answers. The
+    history verdict is a regression, and its note (report.json, the history table) says the
+    truncations moved, so nobody reads the budget as lost ability."""
+    from ape.cli import main
+
+    model = '[model]\nname = "m"\nprovider = "mock"\nargs = { behaviour = "arithmetic", use_tools = false }\n'
+    config = make_benchmark(tmp_path / "bench", n=20, models=model)
+    command = ["run", str(config), "--new-run", "--no-server", "--no-progress"]
+    assert main(command) == 0
+    config.write_text(config.read_text().replace('provider = "mock"\n', 'provider = "mock"\nmax_tokens = 3\n'))
+    assert main(command) == 0
+    top = tmp_path / "bench" / "out"
+    report = json.loads((top / "latest" / "report.json").read_text())
+    assert report["leaderboard"][0]["outcomes"]["TRUNCATED"] == 20
+    (verdict,) = report["regressions"]
+    assert verdict["verdict"] == "regressed"
+    assert (verdict["truncated_share"], verdict["reference_truncated_share"]) == (1.0, 0.0)
+    assert "truncations moved from 0% to 100% of sessions" in verdict["note"]
+    assert "token budget, not ability" in (top / "latest" / "leaderboard.md").read_text()
+    runs = pq.read_table(top / "history" / "runs.parquet").to_pandas()
+    assert runs["truncated"].tolist() == [0, 20]
+    assert "truncations moved" in runs["history_note"].iloc[1]
