@@ -121,6 +121,7 @@ class ItemProcessor:
             cluster=_field_text(item, data.cluster_field),
             cost=session_cost(setup.model_cfg, record.input_tokens, record.output_tokens),
             prompt_hash=prompt_hash(spec.prompt, spec.system),
+            stop_reason=record.stop_reason,
         )
 
     def run_item(

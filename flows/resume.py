@@ -6,6 +6,10 @@ later run resumes the same output folder:
 - a changed prompt, model, data file or solver/adapter/tool setting would mix
   answers to different questions in one leaderboard: refused with one line, before
   any flow starts (``ape run`` exits 2);
+- a larger ``[model] max_tokens`` (and nothing else of the model changed) keeps every
+  answer that finished under the smaller budget (a larger budget changes none of them) and
+  redoes the items with a session cut at the token limit (TRUNCATED); a smaller or unset
+  one is a changed model;
 - a changed checker or metric re-scores every saved item: the items are redone, and
   their generations come from the run's cache (``[run] cache``, on by default), so
   no model is called; the grades they replace are kept in ``results.jsonl.bak``;
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ape.schemas.errors import ApeError
+from ape.schemas.results import Outcome
 from ape.tasks.storage.save import SaveHandler
 
 log = logging.getLogger("ape")
@@ -48,6 +53,8 @@ def refuse_mixing(previous: dict[str, Any] | None, current: dict[str, Any], fold
         return
     before = previous.get("generation") or {}
     changed = [label for key, label in PARTS.items() if before.get(key) != current["generation"][key]]
+    if "model" in changed and budget_raised(previous, current) is not None:
+        changed.remove("model")
     if changed:
         raise ApeError(
             f"{folder} holds results made with a different {', '.join(changed)}; "
@@ -58,6 +65,17 @@ def refuse_mixing(previous: dict[str, Any] | None, current: dict[str, Any], fold
         )
 
 
+def budget_raised(previous: dict[str, Any], current: dict[str, Any]) -> tuple[int, int] | None:
+    """(old, new) ``max_tokens`` when the model changed only by a larger token budget, else None."""
+    before, now = previous.get("budget"), current.get("budget")
+    if not isinstance(before, dict) or not isinstance(now, dict) or before.get("model") != now.get("model"):
+        return None
+    old, new = before.get("max_tokens"), now.get("max_tokens")
+    if isinstance(old, int) and isinstance(new, int) and new > old:
+        return old, new
+    return None
+
+
 def apply_changes(
     saver: SaveHandler, previous: dict[str, Any] | None, current: dict[str, Any], model_id: str, cached: bool
 ) -> None:
@@ -65,6 +83,15 @@ def apply_changes(
     if not previous or not saver.completed:
         return
     refuse_mixing(previous, current, saver.folder)
+    raised = budget_raised(previous, current) if previous.get("generation") != current["generation"] else None
+    if raised is not None:
+        count = saver.discard(saver.ids_with_outcomes({Outcome.TRUNCATED}))
+        log.info(
+            "%s: [model] max_tokens grew from %d to %d: redoing %d item(s) whose answer was cut at the token limit",
+            model_id,
+            *raised,
+            count,
+        )
     source = "their cached generations" if cached else "new model calls ([run] cache is off)"
     if previous.get("checker") != current["checker"]:
         count = saver.discard(list(saver.completed))

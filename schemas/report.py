@@ -24,6 +24,7 @@ class OutcomeCounts(ReportModel):
     SOLVED: int = 0
     PARSING_FAILED: int = 0
     GAVE_UP: int = 0
+    TRUNCATED: int = 0
     ERROR: int = 0
 
 
@@ -233,6 +234,14 @@ class RegressionRow(ReportModel):
     new_items: int = Field(default=0, description="Items only the current run has; left out.")
     removed_items: int = Field(default=0, description="Items only the reference run has.")
     note: str | None = Field(default=None, description="Why the comparison is partial or void.")
+    truncated_share: float | None = Field(
+        default=None, description="Share of this run's sessions whose answer was cut at the token limit."
+    )
+    reference_truncated_share: float | None = Field(
+        default=None,
+        description="The same share in the reference run(s); when the two differ the note says so, since "
+        "a change in truncations is a change in the budget, not necessarily in ability.",
+    )
     statistic: float | None = Field(default=None, description="History: the run's standardized paired difference z.")
     threshold: float | None = Field(default=None, description="History: the single-run limit L on |z|.")
     cusum_down: float | None = Field(default=None, description="History: the downward cumulative sum (before reset).")
@@ -347,6 +356,13 @@ class HealthEntry(ReportModel):
         default=False, description="injection_share >= injection_threshold with at least 2 flagged sessions."
     )
     injection_threshold: float = Field(default=0.1, description="The share of flagged sessions that marks a model.")
+    truncated: int = Field(default=0, description="Sessions whose final answer was cut at the token limit.")
+    truncated_share: float = Field(default=0.0, description="truncated / sessions.")
+    truncating: bool = Field(
+        default=False,
+        description="truncated_share >= truncation_threshold with at least 2 cut sessions: raise [model] max_tokens.",
+    )
+    truncation_threshold: float = Field(default=0.1, description="The share of cut sessions that marks a model.")
 
 
 class StageChainsEntry(ReportModel):

@@ -23,11 +23,20 @@ class Record(BaseModel):
 
 
 class Outcome(str, Enum):
-    """The four ways a solver session ends."""
+    """The five ways a solver session ends.
+
+    TRUNCATED is an outcome of its own, not a flag on a wrong answer: an answer cut at the
+    token limit was never finished, so parsing and checking it would grade a prefix and
+    count the budget as the model's mistake. Scoring treats it like any unsolved session
+    (score 0, not correct), so accuracy stays what the model delivered under its budget;
+    the report, run health and the history count it apart, and ``ape retry --outcomes
+    TRUNCATED`` redoes it (after raising ``[model] max_tokens``).
+    """
 
     SOLVED = "SOLVED"  # a solution was parsed (whether it is correct is the checker's call)
     PARSING_FAILED = "PARSING_FAILED"  # every solution_adaption_attempt failed
     GAVE_UP = "GAVE_UP"  # the answer contained I_GIVE_UP
+    TRUNCATED = "TRUNCATED"  # the final answer stopped at the token limit (finish_reason "length")
     ERROR = "ERROR"  # a model or infrastructure failure that survived retries
 
 
@@ -135,6 +144,10 @@ class SessionResult(Record):
     cluster: str | None = None  # the item's [data] cluster_field value
     cost: float | None = None  # tokens x the model's prices; None without prices or tokens
     prompt_hash: str | None = None  # the rendered prompt's sha256, 16 hex digits (run health)
+    # why the final answer's generation stopped, as the provider said it (OpenAI's
+    # finish_reason "stop"/"length", Anthropic's stop_reason "end_turn"/"max_tokens"); None
+    # when the model reports none
+    stop_reason: str | None = None
 
 
 class OutputBatch(Record):

@@ -16,7 +16,7 @@ files in the output folder:
           "item_id": "q7",            # the DataModel id
           "run_index": 0,             # 0 .. runs_per_data - 1
           "model_id": "mock/rule",
-          "outcome": "SOLVED",        # SOLVED | PARSING_FAILED | GAVE_UP | ERROR
+          "outcome": "SOLVED",        # SOLVED | PARSING_FAILED | GAVE_UP | TRUNCATED | ERROR
           "score": 1.0,               # from the checker / metric, 0.0 without a solution
           "correct": true,
           "check_status": "PASSED",   # PASSED | FAILED | ERROR | null (nothing was checked)
@@ -27,6 +27,7 @@ files in the output folder:
           "input_tokens": 120,        # summed over the session's calls, null if unreported
           "output_tokens": 18,
           "latency_s": 1.42,          # wall time of solve + adapt
+          "stop_reason": "stop",      # why the final answer stopped (finish_reason / stop_reason)
           "written_at": "2025-01-01T12:00:00+00:00",
           "entries": [                # TranscriptEntry objects, in order
             {"kind": "PROMPT", "t": 0.0, "content": "What is 6*7?", "name": null,
@@ -49,7 +50,8 @@ SYSTEM             ``content``: the system prompt.
 PROMPT             ``content``: the rendered prompt (the first human message).
 MODEL_RESPONSE     ``content``: the answer text; ``data``: ``step``, ``tool_calls`` (name, id),
                    ``usage`` (input/output tokens when reported), ``confidence``, ``token_nll``,
-                   ``token_count`` when known.
+                   ``token_count`` when known, ``stop_reason`` (the provider's finish_reason /
+                   stop_reason, e.g. "stop", "length", "end_turn", "max_tokens") when reported.
 MODEL_ERROR        ``error``: the exception the model call raised; ``data.step``.
 TOOL_CALL          ``name``: the tool; ``data``: ``id`` and ``args``.
 TOOL_RESULT        ``name``, ``content``: what the tool returned (as sent to the model).
@@ -60,6 +62,8 @@ PARSED             ``data.solution``: what the adapter returned (JSON-encoded).
 PARSE_FAILED       ``error``: why the adapter rejected the text; ``data.attempt``.
 REFORMAT_PROMPT    ``content``: the reformat prompt sent after a failed parse.
 GAVE_UP            ``content``: the answer that contained the give-up token.
+TRUNCATED          ``content``: the final answer, cut at the token limit (not parsed);
+                   ``data.stop_reason``: what the provider said ("length", "max_tokens").
 CHOICE             A log-likelihood session ([choices]): one entry per choice, ``content``: its
                    continuation; ``data``: ``index``, ``label``, ``loglikelihood`` (summed over
                    its tokens), ``token_count``, ``chars`` (what acc_norm divides by),
@@ -102,6 +106,7 @@ class EntryKind(str, Enum):
     PARSE_FAILED = "PARSE_FAILED"
     REFORMAT_PROMPT = "REFORMAT_PROMPT"
     GAVE_UP = "GAVE_UP"
+    TRUNCATED = "TRUNCATED"
     CHOICE = "CHOICE"
     CHECK = "CHECK"
     SESSION_END = "SESSION_END"
@@ -136,6 +141,7 @@ class SolverState(BaseModel):
     answer: str | None = None
     gave_up: bool = False
     forced: bool = Field(default=False, description="True when the force-finish prompt was sent.")
+    stop_reason: str | None = Field(default=None, description="Why the last answer's generation stopped.")
     error: ErrorInfo | None = None
     steps: int = 0
     confidence: float | None = None
@@ -162,6 +168,7 @@ class SolveRecord(BaseModel):
     solution: Any = None
     raw_output: str | None = None
     error: ErrorInfo | None = None
+    stop_reason: str | None = None
     confidence: float | None = None
     token_nll: float | None = None
     token_count: int | None = None
@@ -210,5 +217,6 @@ class SessionTranscript(BaseModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     latency_s: float = 0.0
+    stop_reason: str | None = None
     written_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     entries: list[TranscriptEntry] = Field(default_factory=list)

@@ -26,8 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--outcomes",
+        "--outcome",
         default="ERROR",
-        help="comma-separated outcomes to redo: ERROR, PARSING_FAILED, GAVE_UP, SOLVED (default: ERROR)",
+        help="comma-separated outcomes to redo: "
+        + ", ".join(o.value for o in Outcome)
+        + " (default: ERROR; TRUNCATED after raising [model] max_tokens)",
     )
     p.add_argument(
         "--config", type=Path, default=None, help="config to use (default: the one recorded in the run's metadata file)"

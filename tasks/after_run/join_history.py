@@ -39,6 +39,7 @@ from ape.tasks.storage.run_files import metadata_by_model
 from ape.tasks.storage.runs import RunInfo, run_folder
 
 log = logging.getLogger("ape")
+TRUNCATION_MOVE = 0.01  # a change of a percentage point in cut answers is worth a note
 
 
 def item_hashes(config: ApeConfig) -> dict[str, str]:
@@ -105,6 +106,7 @@ def _summary(envelope: Envelope, model_id: str, sessions: pd.DataFrame) -> dict[
         "output_tokens": int(mine["output_tokens"].fillna(0).sum()),
         "cost": None,
         "errors": row.outcomes.ERROR,
+        "truncated": row.outcomes.TRUNCATED,
         "check_errors": row.check_errors,
     }
 
@@ -210,13 +212,16 @@ def join_history(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope
             rescore=regrade,
         )
         summary.update(record)
+        share = truncated_share(summary["truncated"], summary["n_sessions"])
         if verdict is not None:
+            verdict = with_truncations(verdict, share, before)
             comparisons.append(verdict)
             summary.update(_comparison_columns("history", verdict))
         ref = history.run_row(top, pinned, model_id) if pinned and pinned != info.run_id else None
         if ref is not None:
             alpha = _baseline_alpha(config, record["history_runs_per_year"])
             result = _against_baseline(config, top, info.run_id, model_id, ref, mine, prints, regrade, alpha)
+            result = with_truncations(result, share, before)
             baselines.append((len(rows), result))
         rows.append(summary)
     for (position, result), keep in zip(baselines, _holm([r for _, r in baselines])):
@@ -236,6 +241,45 @@ def join_history(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope
             describe(row),
         )
     return comparisons
+
+
+def truncated_share(truncated: Any, sessions: Any) -> float | None:
+    """Share of sessions cut at the token limit; None when the run did not record it."""
+    if truncated is None or pd.isna(truncated) or not sessions:
+        return None
+    return float(truncated) / float(sessions)
+
+
+def reference_truncations(row: RegressionRow, runs: pd.DataFrame) -> float | None:
+    """The share of cut sessions in ``row``'s reference: the pinned run, or the history's runs
+    from ``reference_from`` to ``reference_run_id``; None when one of them did not record it."""
+    mine = runs[runs["model_id"] == row.model_id] if "truncated" in runs.columns else runs.iloc[0:0]
+    if row.against == "history" and row.reference_from is not None:
+        ordered = mine.sort_values("finished_at", kind="stable").reset_index(drop=True)
+        ids = ordered["run_id"].tolist()
+        if row.reference_from not in ids or row.reference_run_id not in ids:
+            return None
+        chosen = ordered.iloc[ids.index(row.reference_from) : ids.index(row.reference_run_id) + 1]
+    else:
+        chosen = mine[mine["run_id"] == row.reference_run_id]
+    if chosen.empty or chosen["truncated"].isna().any():
+        return None
+    return truncated_share(chosen["truncated"].sum(), chosen["n_sessions"].sum())
+
+
+def with_truncations(row: RegressionRow, current: float | None, runs: pd.DataFrame) -> RegressionRow:
+    """``row`` with both runs' shares of cut answers and, when they differ, a note saying so:
+    answers cut at ``max_tokens`` score 0, so a change in them moves the score without any
+    change in what the model can do (a new budget, longer answers, a provider's new default)."""
+    reference = reference_truncations(row, runs)
+    update: dict[str, Any] = {"truncated_share": current, "reference_truncated_share": reference}
+    if current is not None and reference is not None and abs(current - reference) >= TRUNCATION_MOVE:
+        note = (
+            f"truncations moved from {reference:.0%} to {current:.0%} of sessions (answers cut at the token limit "
+            "score 0): part of this change is the token budget, not ability"
+        )
+        update["note"] = _join(row.note, note)
+    return row.model_copy(update=update)
 
 
 def _against_baseline(

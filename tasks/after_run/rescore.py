@@ -5,7 +5,8 @@ mark, a repaired checker), their scores are not comparable as saved. Every sessi
 earlier run that produced an answer is adapted again from its saved answer text and
 checked with the later run's adapter and checker, so both sides are graded the same way.
 Sessions that produced no answer (model errors, no final text) keep their outcome and
-score 0, as they would have under any checker.
+score 0, as they would have under any checker; so do sessions whose answer was cut at the
+token limit (TRUNCATED): a checker change does not finish a cut answer.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from ape.tasks.checking.check import run_check
 from ape.tasks.setup.model import ModelSetup, make_setup
 
 log = logging.getLogger("ape")
+# outcomes whose saved text is no answer to grade again
+_KEPT = frozenset({Outcome.ERROR.value, Outcome.TRUNCATED.value})
 
 
 def rescore(sessions: pd.DataFrame, config: ApeConfig, model_id: str) -> pd.DataFrame:
@@ -62,7 +65,7 @@ def _regrade(
     for position in np.flatnonzero((out["model_id"] == model_id).to_numpy()):
         item = items.get(str(ids[position]))
         text = texts[position]
-        if item is None or text is None or pd.isna(text) or outcomes[position] == Outcome.ERROR.value:
+        if item is None or text is None or pd.isna(text) or outcomes[position] in _KEPT:
             continue
         try:
             solution = setup.adapter(str(text))

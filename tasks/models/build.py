@@ -147,6 +147,8 @@ def _mock(cfg: ModelConfig, base_dir: Path) -> MockChatModel:
     if behaviour is not None:
         args["behaviour"] = behaviour  # `model = "echo"` reads naturally for a mock
     args.setdefault("name", cfg.model_id)
+    if cfg.max_tokens is not None:  # the mock cuts longer answers, as a provider would
+        args.setdefault("max_tokens", cfg.max_tokens)
     if args.get("call_log"):
         args["call_log"] = str(base_dir / Path(str(args["call_log"]).strip()))
     try:

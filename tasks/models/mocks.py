@@ -45,6 +45,14 @@ Behaviours:
   anywhere (inside the solution too) gets ``GRADE: PASS``. A judge that injected answers talk round, for
   testing and measuring the judge checker's defences.
 
+Cut-off answers, for every behaviour: with ``max_tokens`` (``[model] max_tokens``) a final
+answer longer than that many words is cut to them; with ``truncate`` > 0 a share of the
+prompts (drawn from ``seed`` and the session's first prompt, so an item is cut on every run)
+gets its final answer cut to half its words (a one-word answer to nothing: a reasoning
+model that spent its budget thinking). A cut answer reports ``finish_reason = "length"``,
+as OpenAI-compatible servers do; every other answer ``"stop"`` (``"tool_calls"`` for a
+tool call). Tool calls are never cut.
+
 Each answer carries ``response_metadata["confidence"]`` (high when right, a
 seeded value otherwise) and word-count ``usage_metadata``; with
 ``logprobs = true`` also OpenAI-shaped ``response_metadata["logprobs"]`` whose
@@ -266,6 +274,18 @@ class MockChatModel(BaseChatModel):
         "(each solver worker holds its own instance, so 4 workers fail 4N calls).",
     )
 
+    max_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="Cut a final answer to this many words, with finish_reason 'length' ([model] max_tokens).",
+    )
+    truncate: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of prompts whose final answer is cut to half its words, with finish_reason 'length'.",
+    )
+
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _instance_calls: int = PrivateAttr(default=0)
 
@@ -341,7 +361,7 @@ class MockChatModel(BaseChatModel):
             raise MockTransientError(
                 f"mock model '{self.model_key}': simulated dropped connection ({number} of {self.transient_failures})"
             )
-        message = self._answer(messages, _tool_names(kwargs.get("tools")), number)
+        message = self._cut(self._answer(messages, _tool_names(kwargs.get("tools")), number), messages)
         input_tokens = sum(_words(_text_of(m)) for m in messages)
         output_tokens = _words(_text_of(message)) or (1 if message.tool_calls else 0)
         message.usage_metadata = {
@@ -350,6 +370,23 @@ class MockChatModel(BaseChatModel):
             "total_tokens": input_tokens + output_tokens,
         }
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _cut(self, message: AIMessage, messages: list[BaseMessage]) -> AIMessage:
+        """The answer as a provider returns one that hit the token limit: its first words and
+        ``finish_reason = "length"`` (see the module docstring); other answers as they are."""
+        if message.tool_calls or (self.max_tokens is None and not self.truncate):
+            return message
+        words = _text_of(message).split()
+        limit = self.max_tokens if self.max_tokens is not None and len(words) > self.max_tokens else None
+        if limit is None and self.truncate:
+            first = next((_text_of(m) for m in messages if isinstance(m, HumanMessage)), "")
+            if _unit(self._seed(), first, "truncate") < self.truncate:
+                limit = len(words) // 2
+        if limit is None:
+            return message
+        message.content = " ".join(words[:limit])
+        message.response_metadata = {**message.response_metadata, "finish_reason": "length"}
+        return message
 
     def _answer(self, messages: list[BaseMessage], tools: set[str], number: int) -> AIMessage:
         humans = [m for m in messages if isinstance(m, HumanMessage)]

@@ -109,6 +109,13 @@ def mark_adapt(clock: StageClock, record: SolveRecord, solve_failed: bool, messa
         clock.failed("adapt", "parse failure" + (f": {error.message}" if error else ""))
     elif record.outcome is Outcome.GAVE_UP:
         clock.mark("adapt", state_name="Gave up", message="the answer contained I_GIVE_UP")
+    elif record.outcome is Outcome.TRUNCATED:
+        reason = f" ({record.stop_reason})" if record.stop_reason else ""
+        clock.mark(
+            "adapt",
+            state_name="Truncated",
+            message=f"the answer was cut at the token limit{reason}; raise [model] max_tokens",
+        )
     else:
         clock.mark("adapt", message=message)
 

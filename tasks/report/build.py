@@ -8,7 +8,7 @@ calls no model, and writes into the report folder:
     source (string): the results file the row came from; line (int64): its line number;
     saved_at (timestamp[us, UTC]): when the item's batch was saved;
     model_id, item_id (string); run_index (int64): which of the runs_per_data sessions;
-    outcome (string): SOLVED, PARSING_FAILED, GAVE_UP or ERROR;
+    outcome (string): SOLVED, PARSING_FAILED, GAVE_UP, TRUNCATED or ERROR;
     error_type, error_message (string, null): the solver failure, if any;
     check_status (string, null): PASSED, FAILED, ERROR, null when no check ran;
     check_score (float64, null), check_runtime_s (float64, null);
@@ -36,7 +36,8 @@ errored has no result: it is listed apart in ``report.json``'s ``unranked`` and 
     mean_score, score_se, ci_low, ci_high (float64, null): mean item score, its standard
     error and 95% interval (method in ci_method); pass_rate (float64): share of sessions
     correct; pass@K (float64, null): one column per reported k when runs_per_data > 1;
-    solved, parsing_failed, gave_up, error (int64): sessions per outcome;
+    solved, parsing_failed, gave_up, truncated, error (int64): sessions per outcome
+    (truncated: the final answer was cut at the token limit, ``[model] max_tokens``);
     check_errors, cached (int64); mean_latency_s, mean_input_tokens,
     mean_output_tokens (float64, null); ci_method (string): wilson, wilson-clustered,
     bca or bca-clustered; n_effective (float64); pass_rate_low, pass_rate_high (float64):

@@ -36,6 +36,15 @@ was graded FAIL without asking the judge, so the score is still a measurement (o
 that tries this); it shows in ``report.json`` (``health``), on the leaderboard's
 injection column and as a run-health line in ``leaderboard.md``.
 
+Run health also counts the sessions whose final answer was cut at the token limit
+(outcome TRUNCATED, :mod:`ape.tasks.solving.stops`). A model is marked **truncating** when
+at least :data:`MIN_TRUNCATED` of its sessions and a share of at least
+:data:`DEFAULT_TRUNCATION_SHARE` (10%) were cut: its score then measures its budget as much
+as its ability, and the line says to raise ``[model] max_tokens``. Like the injection mark it
+does not make the results suspect (a cut answer is what the model delivered under its
+budget); cut answers take no part in the ``identical answer`` signature, which is for
+answers the model finished.
+
 Everything here is a pure function of the sessions table (:mod:`ape.tasks.report.sessions_table`).
 """
 
@@ -55,6 +64,8 @@ DEFAULT_SHARE = 0.8
 DEFAULT_MIN_SESSIONS = 5
 DEFAULT_INJECTION_SHARE = 0.1  # a tenth of a model's sessions addressing the grader is a habit
 MIN_INJECTIONS = 2  # one flagged answer may be a false positive of the detector
+DEFAULT_TRUNCATION_SHARE = 0.1  # a tenth of a model's answers cut short: its budget is part of its score
+MIN_TRUNCATED = 2  # one long answer cut short is an item, not a budget
 SIGNATURE_CHARS = 160  # signatures are shown on one line
 _DIGITS = re.compile(r"\d+")
 PROMPT_HASH_CHARS = 16
@@ -126,7 +137,8 @@ def exit_before_tests(sessions: pd.DataFrame) -> pd.Series:
 
 def identical_answer(sessions: pd.DataFrame) -> pd.Series:
     """The answer text of sessions judged wrong (a correct answer is never a signature)."""
-    wrong = sessions[(sessions["outcome"] != "ERROR") & ~sessions["correct"].fillna(False).astype(bool)]
+    answered = ~sessions["outcome"].isin(["ERROR", "TRUNCATED"])  # a cut answer is counted apart
+    wrong = sessions[answered & ~sessions["correct"].fillna(False).astype(bool)]
     text = wrong["raw_output"].where(wrong["raw_output"].notna(), wrong["solution"]).dropna()
     return text.map(lambda value: _flat(repr(value)))
 
@@ -202,6 +214,8 @@ def model_health(
     total = len(sessions)
     flagged = int(injection_flagged(sessions).sum()) if total else 0
     flagged_share = flagged / total if total else 0.0
+    cut = int((sessions["outcome"].astype(str) == "TRUNCATED").sum()) if total else 0
+    cut_share = cut / total if total else 0.0
     best: tuple[str | None, str | None, int] = (None, None, 0)
     for name in KINDS:
         found, shared = top_signature(sessions, name)
@@ -222,6 +236,10 @@ def model_health(
         injection_share=round(flagged_share, 4),
         injecting=flagged >= MIN_INJECTIONS and flagged_share >= injection_share,
         injection_threshold=injection_share,
+        truncated=cut,
+        truncated_share=round(cut_share, 4),
+        truncating=cut >= MIN_TRUNCATED and cut_share >= DEFAULT_TRUNCATION_SHARE,
+        truncation_threshold=DEFAULT_TRUNCATION_SHARE,
     )
 
 
@@ -272,3 +290,17 @@ def injection_line(model_id: str, entry: HealthEntry, show: Callable[[str], str]
 
 def injection_lines(health: dict[str, HealthEntry], show: Callable[[str], str] = str) -> list[str]:
     return [injection_line(model_id, entry, show) for model_id, entry in sorted(health.items()) if entry.injecting]
+
+
+def truncation_line(model_id: str, entry: HealthEntry, show: Callable[[str], str] = str) -> str:
+    """One line for the terminal and leaderboard.md about a model whose answers were often cut short."""
+    name = _quoted(model_id) if show is str else show(model_id)
+    return (
+        f"answers of model {name} were cut at the token limit in {entry.truncated} of {entry.sessions} sessions "
+        f"({entry.truncated_share:.0%}, at least {entry.truncation_threshold:.0%} marks a model): "
+        "raise [model] max_tokens, then ape retry --outcomes TRUNCATED"
+    )
+
+
+def truncation_lines(health: dict[str, HealthEntry], show: Callable[[str], str] = str) -> list[str]:
+    return [truncation_line(model_id, entry, show) for model_id, entry in sorted(health.items()) if entry.truncating]

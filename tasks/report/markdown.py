@@ -9,7 +9,7 @@ from typing import Any
 from ape.schemas.report import Envelope, LeaderboardRow, RegressionRow
 from ape.tasks.common.inert import md_text
 from ape.tasks.common.words import count
-from ape.tasks.report.health import injection_lines, suspect_lines
+from ape.tasks.report.health import injection_lines, suspect_lines, truncation_lines
 from ape.tasks.report.judge_agreement import judge_markdown
 from ape.tasks.storage.stage_chains import record_line
 
@@ -133,7 +133,11 @@ def _health_lines(envelope: Envelope) -> list[str]:
     warnings are left out here; its injection flags are not."""
     unranked = {row.model_id for row in envelope.unranked}
     health = {model: entry for model, entry in envelope.health.items() if model not in unranked}
-    suspect = suspect_lines(health, md_text) + injection_lines(envelope.health, md_text)
+    suspect = (
+        suspect_lines(health, md_text)
+        + injection_lines(envelope.health, md_text)
+        + truncation_lines(envelope.health, md_text)
+    )
     return [*(f"**Run health:** {line}" for line in suspect), ""] if suspect else []
 
 
@@ -145,6 +149,7 @@ class _Columns:
     pass_at_k: bool
     cost: bool
     injection_flags: bool
+    truncated: bool
 
     @classmethod
     def of(cls, envelope: Envelope) -> _Columns:
@@ -154,12 +159,15 @@ class _Columns:
             cost=any(row.total_cost is not None for row in rows),
             # a judged run always shows the column, so "0" reads as checked, not as unknown
             injection_flags=envelope.judge is not None or any(row.injection_flags for row in rows),
+            truncated=any(row.outcomes.TRUNCATED for row in rows),
         )
 
     def header(self) -> list[str]:
         header = ["Rank (range)", "Group", "Model", "Items", "Mean score [95% CI]", "CI method", "Pass rate [95% CI]"]
         header += ["pass@k"] if self.pass_at_k else []
-        header += ["Solved", "Parse failed", "Gave up", "Error", "Check errors"]
+        header += ["Solved", "Parse failed", "Gave up"]
+        header += ["Truncated"] if self.truncated else []
+        header += ["Error", "Check errors"]
         header += ["Injection flags"] if self.injection_flags else []
         header += ["Latency s", "Tokens in/out"]
         header += ["Cost", "Cost/correct"] if self.cost else []
@@ -179,7 +187,9 @@ class _Columns:
         if self.pass_at_k:
             cells.append(", ".join(f"@{k} {v:.3f}" for k, v in row.pass_at_k.items()) or "-")
         outcomes = row.outcomes
-        cells += [str(outcomes.SOLVED), str(outcomes.PARSING_FAILED), str(outcomes.GAVE_UP), str(outcomes.ERROR)]
+        cells += [str(outcomes.SOLVED), str(outcomes.PARSING_FAILED), str(outcomes.GAVE_UP)]
+        cells += [str(outcomes.TRUNCATED)] if self.truncated else []
+        cells.append(str(outcomes.ERROR))
         cells.append(str(row.check_errors))
         cells += [str(row.injection_flags)] if self.injection_flags else []
         cells += [_cell(row.mean_latency_s, 2), f"{_cell(row.mean_input_tokens, 0)}/{_cell(row.mean_output_tokens, 0)}"]
@@ -202,6 +212,12 @@ def _leaderboard_lines(envelope: Envelope) -> list[str]:
         "tests; models in one group are not significantly different from its first.",
         "",
     ]
+    if columns.truncated:
+        lines += [
+            "Truncated: sessions whose final answer was cut at the token limit (counted as not correct, "
+            "never parsed); raise [model] max_tokens and redo them with ape retry --outcomes TRUNCATED.",
+            "",
+        ]
     if columns.injection_flags:
         lines += [
             "Injection flags: sessions whose answer addressed the judge (a forged tag or grade, "

@@ -329,8 +329,13 @@ def resume_fingerprints(setup: ModelSetup) -> dict[str, Any]:
         generation["choices"] = fingerprint_hash(fp["choices"])
 
     checker = checker_fingerprint(cfg, spec=setup.judge)  # a judge's model and rubric are part of it
+    model = dict(fp.get("model") or {})
+    budget = model.pop("max_tokens", None)
     return {
         "generation": generation,
+        # the model without its token budget, and the budget: a larger max_tokens changes no
+        # answer that finished under the smaller one, so resuming may keep those (ape.flows.resume)
+        "budget": {"model": fingerprint_hash(model), "max_tokens": budget},
         "checker": fingerprint_hash([checker, setup.metric]),
         "runs_per_data": cfg.run.runs_per_data,
     }

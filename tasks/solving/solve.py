@@ -5,11 +5,14 @@ optional system message); the model is called with the tools bound, the tool cal
 makes are executed and their results fed back, until it answers without tool calls or
 ``max_steps`` model calls were made. Then the force-finish prompt asks for a final answer,
 which is treated like any other. An answer containing ``I_GIVE_UP`` ends the session as
-GAVE_UP.
+GAVE_UP. A final answer whose generation stopped at the token limit (the provider's
+``finish_reason``/``stop_reason``, :mod:`ape.tasks.solving.stops`) ends the session as
+TRUNCATED, unparsed: a cut answer is not the model's finished answer.
 
 Adapt (:func:`run_adaption`): the adapter gets ``solution_adaption_attempts`` attempts: the
 first on the answer, then one after each reformat prompt, sent to the same model in the
-same conversation. If all fail, the session ends PARSING_FAILED.
+same conversation. If all fail, the session ends PARSING_FAILED; a reformatted answer cut
+at the token limit ends it TRUNCATED.
 
 Model, tool and parse failures never raise: they become outcomes (ERROR, a tool error
 message to the model, PARSING_FAILED) recorded in the transcript. The two stages exchange a
@@ -59,6 +62,7 @@ from ape.schemas.results import ErrorInfo, Outcome
 from ape.schemas.transcript import EntryKind, SolveRecord, SolverState, TranscriptEntry
 from ape.tasks.common.deadline import PluginTimeout, call_with_timeout
 from ape.tasks.models.adapter_chat import AdapterChatModel, is_model_adapter, takes_item
+from ape.tasks.solving.stops import is_cut, stop_reason
 
 NOT_EXECUTED = "Not executed: no more tool calls now. Reply with your final answer as text."
 
@@ -191,6 +195,7 @@ class _Stats:
         self.confidence = state.confidence if state else None
         self.token_nll = state.token_nll if state else None
         self.token_count = state.token_count if state else None
+        self.stop_reason = state.stop_reason if state else None  # of the last answer
 
     def add_usage(self, usage: dict[str, Any] | None) -> None:
         if not usage:
@@ -206,6 +211,7 @@ class _Stats:
             "confidence": self.confidence,
             "token_nll": self.token_nll,
             "token_count": self.token_count,
+            "stop_reason": self.stop_reason,
         }
 
 
@@ -265,6 +271,7 @@ class _ChatDialogue:
         self.stats.add_usage(reply.usage_metadata)  # type: ignore[arg-type]
         confidence, nll, count = answer_stats(reply)
         self.stats.confidence, self.stats.token_nll, self.stats.token_count = confidence, nll, count
+        self.stats.stop_reason = reason = stop_reason(reply.response_metadata)
         data: dict[str, Any] = {"step": step}
         calls = [*reply.tool_calls, *reply.invalid_tool_calls]
         if calls:
@@ -274,7 +281,8 @@ class _ChatDialogue:
                 "input_tokens": reply.usage_metadata.get("input_tokens"),
                 "output_tokens": reply.usage_metadata.get("output_tokens"),
             }
-        for key, value in (("confidence", confidence), ("token_nll", nll), ("token_count", count)):
+        known = (("confidence", confidence), ("token_nll", nll), ("token_count", count), ("stop_reason", reason))
+        for key, value in known:
             if value is not None:
                 data[key] = value
         self.rec.add(EntryKind.MODEL_RESPONSE, message_text(reply), data=data)
@@ -397,6 +405,8 @@ def run_solver(
     gave_up = error is None and answer is not None and GIVE_UP_TOKEN in answer
     if gave_up:
         rec.add(EntryKind.GAVE_UP, answer)
+    elif error is None and answer is not None and is_cut(stats.stop_reason):
+        rec.add(EntryKind.TRUNCATED, answer, data={"stop_reason": stats.stop_reason})
     return SolverState(
         prompt=prompt,
         system=system,
@@ -445,6 +455,8 @@ def run_adaption(
         return record(Outcome.ERROR, state.answer, state.error)
     if state.gave_up:
         return record(Outcome.GAVE_UP, state.answer)
+    if is_cut(state.stop_reason):  # cut at the token limit: a prefix, not an answer to parse
+        return record(Outcome.TRUNCATED, state.answer)
 
     dialogue = _ChatDialogue(
         model, tools, messages_from_dict(state.messages), rec, stats, settings.tool_timeout_s, item
@@ -472,6 +484,9 @@ def run_adaption(
             if GIVE_UP_TOKEN in answer:
                 rec.add(EntryKind.GAVE_UP, answer)
                 return record(Outcome.GAVE_UP, answer)
+            if is_cut(stats.stop_reason):
+                rec.add(EntryKind.TRUNCATED, answer, data={"stop_reason": stats.stop_reason})
+                return record(Outcome.TRUNCATED, answer)
             continue
         solution = _jsonable(value)
         rec.add(EntryKind.PARSED, data={"attempt": attempt, "solution": solution})

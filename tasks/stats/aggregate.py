@@ -34,6 +34,7 @@ OUTCOME_COLUMNS = {
     "SOLVED": "solved",
     "PARSING_FAILED": "parsing_failed",
     "GAVE_UP": "gave_up",
+    "TRUNCATED": "truncated",
     "ERROR": "error",
 }
 REQUIRED_COLUMNS = ("model_id", "item_id", "score", "correct")

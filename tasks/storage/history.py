@@ -149,6 +149,7 @@ RUNS_SCHEMA = pa.schema(
         ("output_tokens", pa.int64()),
         ("cost", pa.float64()),
         ("errors", pa.int64()),
+        ("truncated", pa.int64()),  # sessions cut at the token limit; null in runs recorded before it was
         ("check_errors", pa.int64()),
         ("config_fingerprint", pa.string()),
         ("data_fingerprint", pa.string()),

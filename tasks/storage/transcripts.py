@@ -100,6 +100,7 @@ def session_transcript(result: SessionResult, transcript: list[TranscriptEntry])
         input_tokens=result.input_tokens,
         output_tokens=result.output_tokens,
         latency_s=result.latency_s,
+        stop_reason=result.stop_reason,
         entries=[*transcript, *closing_entries(result, transcript)],
     )
 

@@ -31,8 +31,16 @@ Reply = tuple[int, dict[str, Any]] | str
 Respond = Callable[[Request], Reply]
 
 
-def completion(text: str, *, logprob: float = -0.1, prompt_tokens: int = 12, completion_tokens: int = 5) -> dict:
-    """The body of a successful answer ``text``, with one token's log-probability and usage."""
+def completion(
+    text: str,
+    *,
+    logprob: float = -0.1,
+    prompt_tokens: int = 12,
+    completion_tokens: int = 5,
+    finish_reason: str = "stop",
+) -> dict:
+    """The body of a successful answer ``text``, with one token's log-probability and usage;
+    ``finish_reason = "length"`` is an answer cut at the token limit."""
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion",
@@ -42,7 +50,7 @@ def completion(text: str, *, logprob: float = -0.1, prompt_tokens: int = 12, com
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
+                "finish_reason": finish_reason,
                 "logprobs": {"content": [{"token": text, "logprob": logprob, "bytes": None, "top_logprobs": []}]},
             }
         ],

@@ -164,7 +164,13 @@ def test_run_then_retry_recovers_failed_items(tmp_path: Path, prefect_server: st
     assert not rows["i2"]["sessions"][0]["cached"]
     assert report_errors(out) == 0
     envelope = json.loads((out / "report.json").read_text())
-    assert envelope["leaderboard"][0]["outcomes"] == {"SOLVED": 3, "PARSING_FAILED": 0, "GAVE_UP": 0, "ERROR": 0}
+    assert envelope["leaderboard"][0]["outcomes"] == {
+        "SOLVED": 3,
+        "PARSING_FAILED": 0,
+        "GAVE_UP": 0,
+        "TRUNCATED": 0,
+        "ERROR": 0,
+    }
 
 
 def test_retry_rejects_an_unknown_outcome(tmp_path: Path) -> None:

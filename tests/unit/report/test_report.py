@@ -185,7 +185,7 @@ def test_build_report_writes_every_output(run_dir: Path, tmp_path: Path):
     assert [row.model_id for row in board] == ["rules", "noisy"]
     rules, noisy = board
     assert rules.mean_score == pytest.approx(1.0) and noisy.mean_score == pytest.approx(1 / 6)
-    assert noisy.outcomes.model_dump() == {"SOLVED": 3, "PARSING_FAILED": 1, "GAVE_UP": 1, "ERROR": 1}
+    assert noisy.outcomes.model_dump() == {"SOLVED": 3, "PARSING_FAILED": 1, "GAVE_UP": 1, "TRUNCATED": 0, "ERROR": 1}
     assert noisy.by_category["math"].mean_score == pytest.approx(1 / 3)
     assert noisy.by_category["text"].n_items == 3
     assert rules.pass_at_k == {}
