@@ -90,6 +90,7 @@ def child(config: str) -> None:
     def speed_flow() -> dict:
         return Runner(make_setup(cfg, cfg.model[0])).run()
 
+    cpu0 = _cpu()
     state = speed_flow(return_state=True)
     summary = state.result()
     # as `ape run` does: the run is done when the server has recorded it (ape.tasks.recording.server)
@@ -99,6 +100,7 @@ def child(config: str) -> None:
     recorded = wait_until_recorded(None, on_progress=lambda _line: None)
     record_wait_s = time.perf_counter() - waited
     done = time.perf_counter()
+    cpu1 = _cpu()
     print(
         "RESULT "
         + json.dumps(
@@ -111,10 +113,19 @@ def child(config: str) -> None:
                 "record_wait_s": record_wait_s,
                 "recorded": None if recorded is None else [recorded.final, recorded.expected, recorded.open],
                 "flow_overhead_s": (done - imported) - summary["wall_seconds"],
+                # CPU seconds of this process: the run (flow, item loop, recording wait) and in all
+                "cpu_loop_s": cpu1 - cpu0,
+                "cpu_process_s": cpu1,
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             }
         )
     )
+
+
+def _cpu() -> float:
+    """User + system CPU seconds of this process so far."""
+    times = os.times()
+    return times.user + times.system
 
 
 def tree_cpu(pid: int) -> float:

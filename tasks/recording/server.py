@@ -47,6 +47,7 @@ from typing import Any
 
 from prefect.client.orchestration import get_client
 from prefect.events import emit_event
+from prefect.settings import get_current_settings
 
 from ape.tasks.recording.stage_runs import (
     StageClock,
@@ -122,10 +123,37 @@ def count_task_runs(
     if task_run_ids is not None:
         task_runs["id"] = {"any_": list(task_run_ids)}
     body = {"flow_runs": {"id": {"any_": list(flow_run_ids)}}, "task_runs": task_runs}
-    with get_client(sync_client=True) as client:
-        response = client.request("POST", "/task_runs/count", json=body)
-        response.raise_for_status()
-        return int(response.json())
+    response = _counting_client().request("POST", "/task_runs/count", json=body)
+    response.raise_for_status()
+    return int(response.json())
+
+
+_CLIENTS: dict[tuple[Any, ...], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _counting_client() -> Any:
+    """One started Prefect client per API address and credentials, kept for the process.
+
+    Why: the counts are polled several times a second at the end of a run and while the
+    server is behind, and each new client built its own TLS context and HTTP pool (a
+    fifth of the end-of-run wait's CPU under ``py-spy``, issue 46). httpx's client is safe
+    to share between threads. The key holds what decides where and how it connects, so a
+    changed ``PREFECT_API_URL`` (another server) gets its own client.
+    """
+    api = get_current_settings().api
+    auth = api.auth_string.get_secret_value() if api.auth_string is not None else None
+    token = api.key.get_secret_value() if api.key is not None else None
+    key = (api.url, auth, token, api.tls_insecure_skip_verify, api.ssl_cert_file)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            while len(_CLIENTS) >= 4:  # keep a few: the oldest goes
+                _CLIENTS.pop(next(iter(_CLIENTS))).__exit__(None, None, None)
+            client = get_client(sync_client=True)
+            client.__enter__()
+            _CLIENTS[key] = client
+    return client
 
 
 @dataclass

@@ -45,3 +45,44 @@ def test_only_prefects_plain_local_storage_is_replaced(tmp_path: Path) -> None:
     custom = Custom(basepath=str(tmp_path))
     assert resolved_once(custom) is custom
     assert resolved_once(None) is None
+
+
+def test_the_folder_and_absolute_paths_in_it_resolve_as_prefect_resolves_them(tmp_path: Path) -> None:
+    """Prefect's result store asks for the folder ("") and writes by the absolute path it made:
+    both are answered from the folder resolved once, equal to Prefect's own answers."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    base = str(tmp_path / "link")
+    fast, slow = ResolvedLocalFileSystem(basepath=base), LocalFileSystem(basepath=base)
+    assert fast._resolve_path("") == slow._resolve_path("") == tmp_path / "real"
+    inside = str(slow._resolve_path("96c0ab"))
+    assert fast._resolve_path(inside) == slow._resolve_path(inside) == tmp_path / "real" / "96c0ab"
+
+
+@pytest.mark.parametrize("suffix", ["/../escape", "x/../../escape", "/sub/key"])
+def test_absolute_paths_not_directly_in_the_folder_keep_prefects_checks(tmp_path: Path, suffix: str) -> None:
+    fast = ResolvedLocalFileSystem(basepath=str(tmp_path))
+    path = str(tmp_path.resolve()) + ("/" if not suffix.startswith("/") else "") + suffix.lstrip("/")
+    expected = LocalFileSystem(basepath=str(tmp_path))
+    try:
+        want = expected._resolve_path(path)
+    except ValueError:
+        with pytest.raises(ValueError, match="outside of the base path"):
+            fast._resolve_path(path)
+    else:
+        assert fast._resolve_path(path) == want
+
+
+def test_a_cache_write_through_the_result_store_resolves_nothing_again(tmp_path: Path, monkeypatch) -> None:
+    """The session cache's write path (Prefect's ResultStore with this storage) makes no
+    ``Path.resolve`` call per record: the folder was resolved once."""
+    from prefect.results import ResultStore
+
+    store = ResultStore(result_storage=resolved_once(LocalFileSystem(basepath=str(tmp_path))))
+    store.write({"a": 1}, key="first")  # resolves the folder once (cached)
+    calls = []
+    real = Path.resolve
+    monkeypatch.setattr(Path, "resolve", lambda self, *a, **k: calls.append(self) or real(self, *a, **k))
+    store.write({"a": 2}, key="second")
+    assert calls == []
+    assert (tmp_path / "second").exists()
