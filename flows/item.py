@@ -122,6 +122,7 @@ class ItemProcessor:
             cost=session_cost(setup.model_cfg, record.input_tokens, record.output_tokens),
             prompt_hash=prompt_hash(spec.prompt, spec.system),
             stop_reason=record.stop_reason,
+            batch=setup.model_cfg.batch and not cached,
         )
 
     def run_item(

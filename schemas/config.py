@@ -235,6 +235,35 @@ class ModelConfig(Section):
     price_output_per_mtok: float | None = Field(
         default=None, ge=0, description="Price of one million output (completion) tokens."
     )
+    batch: bool = Field(
+        default=False,
+        description="Send this model's requests through the provider's batch API (provider 'openai' or "
+        "'anthropic'): answers within the provider's window (24 h) at its batch price. Requests of the "
+        "solver workers are gathered into batches; batch ids are kept in the output folder (batches.jsonl), "
+        "so a run stopped while batches are in flight collects them when it resumes. Raise [run] "
+        "solver_workers to fill batches (each waiting session holds a worker).",
+    )
+    batch_size: int = Field(default=1000, ge=1, le=50_000, description="batch = true: most requests in one batch.")
+    batch_wait_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=3600,
+        description="batch = true: how long the first request of a batch waits for others before it is sent.",
+    )
+    batch_poll_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="batch = true: first wait between polls of a batch's state; each wait is 1.5x the "
+        "previous, up to 300 s (or batch_poll_s if larger).",
+    )
+    batch_price_factor: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="batch = true: the share of price_*_per_mtok a batched request costs (OpenAI and "
+        "Anthropic bill batches at half price).",
+    )
 
     _no_secrets = field_validator("args")(_refuse_secrets)
 

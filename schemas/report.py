@@ -55,6 +55,9 @@ class LeaderboardRow(ReportModel):
     outcomes: OutcomeCounts = Field(default_factory=OutcomeCounts)
     check_errors: int = Field(default=0, description="Sessions whose checker raised.")
     cached: int = Field(default=0, description="Sessions answered from the result cache.")
+    batched: int = Field(
+        default=0, description="Sessions answered through the provider's batch API ([model] batch), at the batch price."
+    )
     mean_latency_s: float | None = None
     mean_input_tokens: float | None = None
     mean_output_tokens: float | None = None

@@ -148,6 +148,7 @@ class SessionResult(Record):
     # finish_reason "stop"/"length", Anthropic's stop_reason "end_turn"/"max_tokens"); None
     # when the model reports none
     stop_reason: str | None = None
+    batch: bool = False  # True when the model answered through its provider's batch API ([model] batch)
 
 
 class OutputBatch(Record):

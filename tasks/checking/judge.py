@@ -388,7 +388,8 @@ class JudgeChecker:
         defence: bool = True,
     ):
 
-        self.model_cfg = model_cfg
+        # a judge answers interactively (a grade waits for it), also when its [[model]] batches
+        self.model_cfg = model_cfg.model_copy(update={"batch": False}) if model_cfg.batch else model_cfg
         self.args = args
         self.rubric = rubric
         self.scale = parse_scale(args.scale)

@@ -47,6 +47,8 @@ from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError, did_you_mean
 from ape.schemas.models import ModelAdapter
 from ape.tasks.models.adapter_chat import AdapterChatModel
+from ape.tasks.models.batch_chat import BatchChatModel, check_batchable
+from ape.tasks.models.batcher import BatchSettings
 from ape.tasks.models.limits import RetryPolicy, limiter_for
 from ape.tasks.models.llama_server import (
     ALIAS,
@@ -81,14 +83,23 @@ def _where(cfg: ModelConfig) -> str:
     return f"[model] '{cfg.model_id}'"
 
 
-def build_model(cfg: ModelConfig, base_dir: Path) -> ManagedChatModel:
+def build_model(cfg: ModelConfig, base_dir: Path, batch_dir: Path | None = None) -> ManagedChatModel:
     """Build the model of one ``[model]`` section, wrapped in retries and its rate limiter.
 
     ``base_dir`` is the config file's folder: plugins import from there and
     relative file arguments of the mock model resolve against it. Raises
     :class:`ApeError` naming the section for every configuration problem.
+
+    ``batch_dir``: the model's output folder, where a ``batch = true`` model keeps its
+    batch ledger (:mod:`ape.tasks.models.batcher`); a solver worker passes it. Without it
+    (``ape validate``, preflight, a judge) a batch model is only checked, and answers
+    interactively.
     """
     raw = _build_raw(cfg, base_dir)
+    check_batchable(cfg, raw)
+    if cfg.batch and batch_dir is not None:
+        settings = BatchSettings(size=cfg.batch_size, wait_s=cfg.batch_wait_s, poll_s=cfg.batch_poll_s)
+        raw = BatchChatModel(inner=raw, model_id=cfg.model_id, folder=batch_dir, settings=settings)
     retry = RetryPolicy.from_config(cfg)
     limiter = limiter_for(cfg.model_id, cfg)
     return ManagedChatModel(inner=raw, retry=retry, limiter=limiter, model_id=cfg.model_id)

@@ -26,7 +26,9 @@ calls no model, and writes into the report folder:
     cost (float64, null): the session's tokens at the model's prices;
     expected (string, null): for a failed check, the reference the checker compared with;
     prompt_hash (string, null): sha256 of the rendered prompt (system prompt first, when
-    there is one), 16 hex digits; what run health compares (:mod:`ape.tasks.report.health`).
+    there is one), 16 hex digits; what run health compares (:mod:`ape.tasks.report.health`);
+    batch (bool): answered through the provider's batch API (``[model] batch``), priced at
+    ``batch_price_factor``.
 
 ``leaderboard.parquet`` - one row per ranked model, best first (a model whose every session
 errored has no result: it is listed apart in ``report.json``'s ``unranked`` and in
@@ -38,7 +40,7 @@ errored has no result: it is listed apart in ``report.json``'s ``unranked`` and 
     correct; pass@K (float64, null): one column per reported k when runs_per_data > 1;
     solved, parsing_failed, gave_up, truncated, error (int64): sessions per outcome
     (truncated: the final answer was cut at the token limit, ``[model] max_tokens``);
-    check_errors, cached (int64); mean_latency_s, mean_input_tokens,
+    check_errors, cached, batched (int64); mean_latency_s, mean_input_tokens,
     mean_output_tokens (float64, null); ci_method (string): wilson, wilson-clustered,
     bca or bca-clustered; n_effective (float64); pass_rate_low, pass_rate_high (float64):
     Wilson interval of the pass rate; total_input_tokens, total_output_tokens,

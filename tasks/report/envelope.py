@@ -68,6 +68,7 @@ def leaderboard_rows(leaderboard: pd.DataFrame, categories: pd.DataFrame) -> lis
                 outcomes=OutcomeCounts(**{o: record[c] for o, c in OUTCOME_COLUMNS.items()}),
                 check_errors=record["check_errors"],
                 cached=record["cached"],
+                batched=record.get("batched", 0),
                 mean_latency_s=record["mean_latency_s"],
                 mean_input_tokens=record["mean_input_tokens"],
                 mean_output_tokens=record["mean_output_tokens"],

@@ -22,6 +22,7 @@ INT_LEADERBOARD = {
     "runs_per_data",
     "check_errors",
     "cached",
+    "batched",
     "rank_low",
     "rank_high",
     "tie_group",

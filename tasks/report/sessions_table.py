@@ -58,6 +58,7 @@ SESSIONS_SCHEMA = pa.schema(
         ("cost", pa.float64()),
         ("expected", pa.string()),
         ("prompt_hash", pa.string()),
+        ("batch", pa.bool_()),
     ]
 )
 
@@ -103,6 +104,7 @@ def session_row(session: SessionResult, batch: OutputBatch, source: Path, line: 
         "cost": session.cost,
         "expected": _expected(check),
         "prompt_hash": session.prompt_hash,
+        "batch": session.batch,
     }
 
 

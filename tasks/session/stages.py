@@ -88,6 +88,8 @@ class StagePlan(Protocol):
     def data_model(self) -> type[BaseModel]: ...
     @property
     def adapter(self) -> Callable[[str], Any]: ...
+    @property
+    def out_dir(self) -> Path: ...
 
 
 class Worker:
@@ -103,7 +105,8 @@ class Worker:
             self.scorer = build_scorer(setup.model_cfg, setup.config.base_dir)
             self.tools: list[Any] = []
             return
-        self.model = build_model(setup.model_cfg, setup.config.base_dir)
+        # a batch model keeps its batch ledger beside the model's results
+        self.model = build_model(setup.model_cfg, setup.config.base_dir, batch_dir=setup.out_dir)
         self.tools = load_tools(setup.config.tools, setup.config.base_dir)
 
     def item(self, spec: SessionSpec) -> BaseModel:

@@ -136,6 +136,7 @@ def _model_row(model_id: str, sessions: pd.DataFrame, items: pd.DataFrame) -> di
         int((sessions["check_status"].astype(str) == "ERROR").sum()) if "check_status" in sessions.columns else 0
     )
     row["cached"] = int(sessions["cached"].fillna(False).astype(bool).sum()) if "cached" in sessions.columns else 0
+    row["batched"] = int(sessions["batch"].fillna(False).astype(bool).sum()) if "batch" in sessions.columns else 0
     for column, name in (
         ("latency_s", "mean_latency_s"),
         ("input_tokens", "mean_input_tokens"),
@@ -180,6 +181,7 @@ LEADERBOARD_COLUMNS = [
     *OUTCOME_COLUMNS.values(),
     "check_errors",
     "cached",
+    "batched",
     "mean_latency_s",
     "mean_input_tokens",
     "mean_output_tokens",

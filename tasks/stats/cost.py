@@ -2,7 +2,8 @@
 
 Prices are per million tokens and per model (``[[model]] price_input_per_mtok`` and
 ``price_output_per_mtok``); a session's cost is ``input_tokens * input price +
-output_tokens * output price``, recorded in ``results.jsonl`` with the tokens it came
+output_tokens * output price`` (times ``batch_price_factor``, 0.5 by default, for a
+``batch = true`` model), recorded in ``results.jsonl`` with the tokens it came
 from. A model without prices, or a session whose model reported no token usage, has no
 cost (``null``), never a made-up zero.
 
@@ -32,13 +33,21 @@ def has_prices(model: ModelConfig) -> bool:
 
 
 def session_cost(model: ModelConfig, input_tokens: int | None, output_tokens: int | None) -> float | None:
-    """The price of one session's tokens; None without prices or without token counts."""
+    """The price of one session's tokens; None without prices or without token counts.
+
+    A ``batch = true`` model's tokens cost ``batch_price_factor`` of its prices (providers
+    bill batches at about half the interactive price)."""
     if not has_prices(model) or (input_tokens is None and output_tokens is None):
         return None
+    factor = model.batch_price_factor if model.batch else 1.0
     return (
-        (input_tokens or 0) * (model.price_input_per_mtok or 0.0)
-        + (output_tokens or 0) * (model.price_output_per_mtok or 0.0)
-    ) / MILLION
+        factor
+        * (
+            (input_tokens or 0) * (model.price_input_per_mtok or 0.0)
+            + (output_tokens or 0) * (model.price_output_per_mtok or 0.0)
+        )
+        / MILLION
+    )
 
 
 def spent(sessions: Iterable[SessionResult]) -> float:

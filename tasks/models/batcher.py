@@ -1,0 +1,326 @@
+"""Gather a model's requests into provider batches, wait for them, and hand each answer back.
+
+One :class:`Batcher` per model and output folder in a process (:func:`batcher_for`). The
+solver workers' sessions call :meth:`Batcher.ask` and block on the answer; the batcher
+collects requests until ``batch_size`` of them wait or the first has waited
+``batch_wait_s``, submits them as one batch, polls it with a growing interval (the
+first wait ``batch_poll_s``, each next 1.5x the last, capped at 300 s or ``batch_poll_s``)
+and resolves each request's future with the provider's answer or a
+:class:`BatchRequestError` carrying the provider's message.
+
+Never paying twice: every request has a ``custom_id`` derived from its content (the
+session's item, run index and the request body), and two files in the model's output
+folder record what was paid for, each line appended and fsynced:
+
+``batches.jsonl``
+    ``{"event": "submitted", "batch_id", "provider", "custom_ids", "at"}`` written as soon
+    as the provider has accepted a batch, before any session hears of it; ``{"event":
+    "ended", "batch_id", "status", "counts", "at"}`` once its results are collected.
+``batch_results.jsonl``
+    ``{"custom_id", "batch_id", "body"}`` for each answered request, as collected.
+
+A batcher that starts in a folder with batches submitted and not ended (a run killed
+while they were in flight) polls them again; a request whose ``custom_id`` is in one of
+them waits for that batch instead of being submitted, and one already answered
+(``batch_results.jsonl``) is answered at once. Failed and expired requests are not
+recorded as answers: ``ape retry`` redoes their items with a new batch.
+
+The only window left is between the provider accepting a batch and the ledger line's
+fsync (the length of one local write): a process killed exactly there leaves a batch
+the ledger does not know, which the next run submits again.
+
+Each state change of a batch (status or counts) is one log line with its id, counts and
+age, so a run that waits for a batch says so instead of showing a frozen bar.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ape.tasks.models.batch_clients import BatchClient, BatchState, RequestResult
+from ape.tasks.models.limits import classify_error
+from ape.tasks.storage.file_modes import created_file_mode
+
+__all__ = ["BatchRequestError", "Batcher", "BatchSettings", "batcher_for", "custom_id"]
+
+log = logging.getLogger("ape")
+
+LEDGER = "batches.jsonl"
+ANSWERS = "batch_results.jsonl"
+MAX_POLL_S = 300.0
+
+
+class BatchRequestError(RuntimeError):
+    """A request of a batch failed, expired, or its batch did: the provider's message.
+
+    Not transient for the retry policy: a retry would pay for another batch round at
+    once; ``ape retry`` redoes the item instead."""
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """How a model's requests are batched (the ``[model] batch_*`` keys)."""
+
+    size: int = 1000
+    wait_s: float = 5.0
+    poll_s: float = 10.0
+
+
+def custom_id(body: dict[str, Any], session: tuple[str, int] | None) -> str:
+    """A stable id for one request: the same session asking the same thing gets the same id.
+
+    The session (item id, run index) is part of it, so ``runs_per_data`` sessions with one
+    prompt are separate requests (separate samples), not one answer shared. 64 characters
+    at most from ``[A-Za-z0-9_-]``, as both providers accept.
+    """
+    text = json.dumps({"session": list(session) if session else None, "body": body}, sort_keys=True, default=str)
+    return "ape-" + hashlib.sha256(text.encode()).hexdigest()[:48]
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    """One fsynced line; the file is created with the run's modes (owner-only by default)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, created_file_mode())
+    try:
+        os.write(fd, (json.dumps(record, sort_keys=True) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    """The file's records; a damaged line (a write cut by a kill) is skipped with a warning."""
+    if not path.exists():
+        return []
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            log.warning("%s line %d is damaged; skipped", path, number)
+    return records
+
+
+@dataclass
+class _InFlight:
+    batch_id: str
+    custom_ids: set[str]
+    submitted_at: float
+    waiters: dict[str, list[Future[dict[str, Any]]]] = field(default_factory=dict)
+
+
+class Batcher:
+    """The batches of one model in one output folder (see the module docstring)."""
+
+    def __init__(self, model_id: str, folder: Path, client: BatchClient, settings: BatchSettings):
+        self.model_id = model_id
+        self.folder = folder
+        self.client = client
+        self.settings = settings
+        self.submissions = 0  # batches this batcher submitted (resumed ones not counted)
+        self._lock = threading.Condition()
+        self._queue: list[tuple[str, dict[str, Any], Future[dict[str, Any]]]] = []
+        self._first_at: float | None = None
+        self._in_flight: dict[str, _InFlight] = {}  # batch id -> batch
+        self._by_request: dict[str, str] = {}  # custom id -> batch id, for requests in flight
+        self._answers: dict[str, dict[str, Any]] = {}
+        self._resume()
+        threading.Thread(target=self._gather, name=f"ape-batch-{model_id}", daemon=True).start()
+
+    # -- the ledger --------------------------------------------------------------------------
+    def _resume(self) -> None:
+        """Load answers collected before, and poll again the batches submitted and not ended."""
+        for row in _read(self.folder / ANSWERS):
+            if isinstance(row.get("body"), dict):
+                self._answers[str(row["custom_id"])] = row["body"]
+        submitted: dict[str, dict[str, Any]] = {}
+        for row in _read(self.folder / LEDGER):
+            if row.get("event") == "submitted":
+                submitted[str(row["batch_id"])] = row
+            elif row.get("event") == "ended":
+                submitted.pop(str(row["batch_id"]), None)
+        for batch_id, row in submitted.items():
+            if row.get("provider") != self.client.provider:
+                continue
+            ids = {str(c) for c in row.get("custom_ids", [])}
+            log.info(
+                "batch %s of %s: in flight from an earlier run (%d requests); collecting it",
+                batch_id,
+                self.model_id,
+                len(ids),
+            )
+            self._track(_InFlight(batch_id, ids, time.monotonic()))
+
+    def _track(self, batch: _InFlight) -> None:
+        self._in_flight[batch.batch_id] = batch
+        for cid in batch.custom_ids:
+            self._by_request[cid] = batch.batch_id
+        threading.Thread(target=self._wait_for, args=(batch,), name=f"ape-batch-{batch.batch_id}", daemon=True).start()
+
+    # -- asking --------------------------------------------------------------------------------
+    def ask(self, cid: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The provider's answer body to request ``body`` (id ``cid``); blocks until it comes.
+
+        Raises :class:`BatchRequestError` for a failed or expired request, or the submit's
+        own error (an HTTP error, which the retry policy may retry)."""
+        future: Future[dict[str, Any]] = Future()
+        with self._lock:
+            if cid in self._answers:
+                return self._answers[cid]
+            batch_id = self._by_request.get(cid)
+            if batch_id is not None:
+                self._in_flight[batch_id].waiters.setdefault(cid, []).append(future)
+            else:
+                if not self._queue:
+                    self._first_at = time.monotonic()
+                self._queue.append((cid, body, future))
+                self._lock.notify_all()
+        return future.result()
+
+    def _gather(self) -> None:
+        while True:
+            with self._lock:
+                while True:
+                    if self._queue:
+                        assert self._first_at is not None
+                        left = self._first_at + self.settings.wait_s - time.monotonic()
+                        if len(self._queue) >= self.settings.size or left <= 0:
+                            break
+                        self._lock.wait(left)
+                    else:
+                        self._lock.wait()
+                taken, self._queue = self._queue[: self.settings.size], self._queue[self.settings.size :]
+                self._first_at = time.monotonic() if self._queue else None
+            self._submit(taken)
+
+    def _submit(self, taken: list[tuple[str, dict[str, Any], Future[dict[str, Any]]]]) -> None:
+        requests: dict[str, dict[str, Any]] = {}
+        for cid, body, _ in taken:
+            requests.setdefault(cid, body)  # the same request twice in a gathering: sent once
+        try:
+            batch_id = self.client.submit(list(requests.items()))
+        except Exception as exc:  # the sessions see the HTTP error; the retry policy decides
+            for _, _, future in taken:
+                future.set_exception(exc)
+            return
+        # recorded before any session hears of the batch: a kill from here on resumes it
+        _append(
+            self.folder / LEDGER,
+            {
+                "event": "submitted",
+                "batch_id": batch_id,
+                "provider": self.client.provider,
+                "model_id": self.model_id,
+                "custom_ids": sorted(requests),
+                "at": datetime.now(UTC).isoformat(),
+            },
+        )
+        self.submissions += 1
+        log.info("batch %s of %s: submitted, %d requests", batch_id, self.model_id, len(requests))
+        batch = _InFlight(batch_id, set(requests), time.monotonic())
+        for cid, _, future in taken:
+            batch.waiters.setdefault(cid, []).append(future)
+        with self._lock:
+            self._track(batch)
+
+    # -- waiting -------------------------------------------------------------------------------
+    def _wait_for(self, batch: _InFlight) -> None:
+        delay = self.settings.poll_s
+        cap = max(MAX_POLL_S, self.settings.poll_s)
+        shown: tuple[str, tuple[tuple[str, int], ...]] | None = None
+        while True:
+            time.sleep(delay)
+            delay = min(delay * 1.5, cap)
+            try:
+                state = self.client.poll(batch.batch_id)
+            except Exception as exc:
+                if classify_error(exc) == "transient":
+                    log.warning("batch %s of %s: polling failed (%s); trying again", batch.batch_id, self.model_id, exc)
+                    continue
+                self._finish(batch, None, f"polling the batch failed: {exc}")
+                return
+            now = (state.status, tuple(sorted(state.counts.items())))
+            if now != shown:
+                shown = now
+                counts = ", ".join(f"{k} {v}" for k, v in sorted(state.counts.items())) or "no counts"
+                age = time.monotonic() - batch.submitted_at
+                log.info(
+                    "batch %s of %s: %s (%s), age %.0f s", batch.batch_id, self.model_id, state.status, counts, age
+                )
+            if state.ended:
+                self._collect(batch, state)
+                return
+
+    def _collect(self, batch: _InFlight, state: BatchState) -> None:
+        try:
+            results = self.client.results(batch.batch_id)
+        except Exception as exc:
+            if classify_error(exc) == "transient":  # poll again, then ask for the results again
+                log.warning(
+                    "batch %s of %s: fetching results failed (%s); trying again", batch.batch_id, self.model_id, exc
+                )
+                threading.Thread(target=self._wait_for, args=(batch,), daemon=True).start()
+                return
+            self._finish(batch, None, f"fetching the batch's results failed: {exc}")
+            return
+        for cid, result in results.items():
+            if cid in batch.custom_ids and result.body is not None:
+                _append(self.folder / ANSWERS, {"custom_id": cid, "batch_id": batch.batch_id, "body": result.body})
+        _append(
+            self.folder / LEDGER,
+            {
+                "event": "ended",
+                "batch_id": batch.batch_id,
+                "status": state.status,
+                "counts": state.counts,
+                "at": datetime.now(UTC).isoformat(),
+            },
+        )
+        self._finish(batch, results, state.error or f"the batch ended '{state.status}' without this request")
+
+    def _finish(self, batch: _InFlight, results: dict[str, RequestResult] | None, missing: str) -> None:
+        """Resolve every waiter of ``batch``: answered, or failed with the provider's message."""
+        with self._lock:
+            self._in_flight.pop(batch.batch_id, None)
+            for cid in batch.custom_ids:
+                self._by_request.pop(cid, None)
+                result = (results or {}).get(cid)
+                if result is not None and result.body is not None:
+                    self._answers[cid] = result.body
+            waiters = dict(batch.waiters)
+        for cid, futures in waiters.items():
+            result = (results or {}).get(cid)
+            for future in futures:
+                if result is not None and result.body is not None:
+                    future.set_result(result.body)
+                else:
+                    reason = result.error if result is not None and result.error else missing
+                    note = " (ape retry redoes it)" if result is None or result.expired else ""
+                    future.set_exception(BatchRequestError(f"batch {batch.batch_id}: {reason}{note}"))
+
+
+_registry: dict[tuple[str, str], Batcher] = {}
+_registry_lock = threading.Lock()
+
+
+def batcher_for(model_id: str, folder: Path, make_client: Any, settings: BatchSettings) -> Batcher:
+    """The process's batcher of ``model_id`` writing into ``folder`` (made on first use), so
+    every solver worker's model instance feeds the same batches."""
+    key = (model_id, str(folder.resolve()))
+    with _registry_lock:
+        batcher = _registry.get(key)
+        if batcher is None:
+            folder.mkdir(parents=True, exist_ok=True)
+            batcher = _registry[key] = Batcher(model_id, folder, make_client(), settings)
+        return batcher

@@ -1,0 +1,164 @@
+"""``[model] batch = true`` through the real command line, against a loopback batch API.
+
+The stub (:mod:`tests.helpers.batch_stub`) speaks OpenAI's files + batches API and counts
+what is submitted. Shown here:
+
+- a run's requests go out as batches (none interactively), gathered up to ``batch_size``;
+  each session gets its own answer, costs the batch price, and says it went by batch;
+  a request the provider rejects is a session ERROR with the provider's message, an
+  expired one an ERROR that ``ape retry`` redoes with a new batch;
+- ``kill -9`` of ``ape run`` while its batch is in flight, then ``ape run`` again: the
+  batch is collected, nothing is submitted again, and every item is saved once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("langchain_openai", reason="batch mode for provider 'openai' needs the 'openai' extra")
+
+from tests.helpers.batch_stub import BatchStub  # noqa: E402
+from tests.helpers.paths import REPO_ROOT  # noqa: E402
+from tests.helpers.runner import make_benchmark, read_results  # noqa: E402
+
+MODEL = """[model]
+name = "batched"
+provider = "openai"
+model = "stub"
+base_url = "{base_url}"
+temperature = 0.0
+batch = true
+batch_size = {size}
+batch_wait_s = {wait}
+batch_poll_s = 0.2
+price_input_per_mtok = 1.0
+price_output_per_mtok = 2.0
+max_retries = 0
+"""
+INTERACTIVE_COST = (12 * 1.0 + 5 * 2.0) / 1e6  # the stub's usage at the config's prices
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, PYTHONPATH=path)
+
+
+def ape(*args: str, timeout: float = 240.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ape", *args], cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def saved(out: Path) -> dict[str, dict]:
+    rows = read_results(out / "results.jsonl")
+    ids = [row["item_id"] for row in rows]
+    assert len(ids) == len(set(ids)), f"an item was saved twice: {sorted(ids)}"
+    return {row["item_id"]: row["sessions"][0] for row in rows}
+
+
+def ledger(out: Path) -> list[dict]:
+    return read_results(out / "batches.jsonl")
+
+
+@pytest.fixture
+def stub() -> Iterator[BatchStub]:
+    # i1 ("3 + 4") is rejected by the provider until the test lets it through; i2 ("4 + 7") expires
+    server = BatchStub(delay_s=0.5)
+    yield server
+    server.close()
+
+
+@pytest.mark.slow
+def test_batch_run_errors_and_retry(tmp_path: Path, prefect_server: str, stub: BatchStub) -> None:
+    rejected = {"on": True}
+    stub.fail = lambda text: "prompt flagged by the provider's policy" if "3 + 4" in text and rejected["on"] else None
+    stub.expire = lambda text: "4 + 7" in text and rejected["on"]
+    model = MODEL.format(base_url=stub.base_url, size=4, wait=1.0)
+    config = make_benchmark(tmp_path / "bench", n=6, models=model, run="solver_workers = 6")
+    out = tmp_path / "bench" / "out"
+
+    first = ape("run", str(config), "--no-server")
+    assert first.returncode == 1, f"{first.stdout}\n{first.stderr}"  # two items errored
+    assert stub.chat_calls == 0  # nothing went interactively
+    assert (stub.submissions, stub.requests) == (2, 6)  # 6 requests, batch_size 4: two batches
+    sessions = saved(out)
+    assert {k: s["outcome"] for k, s in sessions.items()} == {
+        "i0": "SOLVED",
+        "i1": "ERROR",
+        "i2": "ERROR",
+        "i3": "SOLVED",
+        "i4": "SOLVED",
+        "i5": "SOLVED",
+    }
+    assert "prompt flagged by the provider's policy" in sessions["i1"]["error"]["message"]
+    assert "batch_expired" in sessions["i2"]["error"]["message"]
+    assert "ape retry" in sessions["i2"]["error"]["message"]
+    solved = [s for s in sessions.values() if s["outcome"] == "SOLVED"]
+    assert all(s["batch"] and s["cost"] == pytest.approx(INTERACTIVE_COST * 0.5) for s in solved)
+    # the ledger: two batches submitted and ended, owner-only like the other outputs
+    events = [(row["event"], row["batch_id"]) for row in ledger(out)]
+    assert sorted(e for e, _ in events) == ["ended", "ended", "submitted", "submitted"]
+    for name in ("batches.jsonl", "batch_results.jsonl"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
+    assert "submitted, 4 requests" in first.stderr and "completed" in first.stderr  # state lines, not a frozen bar
+    report = json.loads((out / "report.json").read_text())
+    assert report["leaderboard"][0]["batched"] == 6
+
+    # the provider lets them through now: `ape retry` redoes the two errored items in one new batch
+    rejected["on"] = False
+    second = ape("retry", str(out), "--no-server")
+    assert second.returncode == 0, f"{second.stdout}\n{second.stderr}"
+    assert (stub.submissions, stub.requests) == (3, 8)
+    assert all(s["outcome"] == "SOLVED" for s in saved(out).values())
+
+
+@pytest.mark.slow
+def test_kill_while_batch_in_flight_then_resume_submits_nothing(
+    tmp_path: Path, prefect_server: str, stub: BatchStub
+) -> None:
+    stub.delay_s = 3600.0  # the batch stays in progress while the run is killed
+    model = MODEL.format(base_url=stub.base_url, size=100, wait=1.0)
+    config = make_benchmark(tmp_path / "bench", n=4, models=model, run="solver_workers = 4")
+    out = tmp_path / "bench" / "out"
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ape", "run", str(config), "--no-server"],
+        cwd=REPO_ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not (out / "batches.jsonl").exists() or not ledger(out):
+            assert proc.poll() is None, "ape run ended before its batch was submitted"
+            assert time.monotonic() < deadline, "no batch was submitted"
+            time.sleep(0.1)
+        time.sleep(0.5)  # polling
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert (stub.submissions, stub.requests) == (1, 4)
+    assert [row["event"] for row in ledger(out)] == ["submitted"]
+    assert not (out / "results.jsonl").exists() or not saved(out)  # nothing was answered yet
+
+    stub.delay_s = 0.0  # the provider has finished the batch meanwhile
+    again = ape("run", str(config), "--no-server")
+    assert again.returncode == 0, f"{again.stdout}\n{again.stderr}"
+    assert (stub.submissions, stub.requests, stub.chat_calls) == (1, 4, 0)  # collected, never paid twice
+    assert "in flight from an earlier run" in again.stderr
+    sessions = saved(out)
+    assert sorted(sessions) == ["i0", "i1", "i2", "i3"]
+    assert all(s["outcome"] == "SOLVED" and s["batch"] for s in sessions.values())
+    assert [row["event"] for row in ledger(out)] == ["submitted", "ended"]

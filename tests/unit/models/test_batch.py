@@ -1,0 +1,182 @@
+"""Batch clients, the batcher and the batch chat model against the loopback stub of both APIs.
+
+No ``langchain-anthropic`` is needed: the Anthropic client is tested on its own, and the
+reply of a batch model backed by Anthropic is read by :func:`anthropic_result`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ape.schemas.config import ModelConfig
+from ape.schemas.errors import ApeError
+from ape.tasks.models.batch_chat import anthropic_result
+from ape.tasks.models.batch_clients import AnthropicBatchClient
+from ape.tasks.models.batcher import Batcher, BatchRequestError, BatchSettings, custom_id
+from ape.tasks.models.build import build_model
+from ape.tasks.stats.cost import session_cost
+from tests.helpers.batch_stub import BatchStub
+
+
+@pytest.fixture
+def stub() -> Iterator[BatchStub]:
+    server = BatchStub(
+        delay_s=0.2,
+        fail=lambda text: "overloaded prompt" if "9 + 9" in text else None,
+        expire=lambda text: "8 + 8" in text,
+    )
+    yield server
+    server.close()
+
+
+def _ask(question: str) -> dict:
+    return {"model": "stub", "max_tokens": 32, "messages": [{"role": "user", "content": f"What is {question}?"}]}
+
+
+def _wait(client: AnthropicBatchClient, batch_id: str) -> None:
+    deadline = time.monotonic() + 10
+    while not client.poll(batch_id).ended:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_anthropic_client_submits_polls_and_reads_every_kind_of_result(stub: BatchStub) -> None:
+    client = AnthropicBatchClient(api_key="test-key", base_url=stub.root_url)
+    batch_id = client.submit([("a", _ask("1 + 2")), ("b", _ask("9 + 9")), ("c", _ask("8 + 8"))])
+    first = client.poll(batch_id)
+    assert (first.status, first.ended, first.counts["processing"]) == ("in_progress", False, 3)
+    _wait(client, batch_id)
+    assert client.poll(batch_id).counts == {"processing": 0, "succeeded": 1, "errored": 1, "canceled": 0, "expired": 1}
+    results = client.results(batch_id)
+    reply = anthropic_result(results["a"].body or {}).generations[0].message
+    assert reply.text == "The answer is 3." and reply.usage_metadata["input_tokens"] == 12  # type: ignore[index]
+    assert results["b"].error == "invalid_request_error: overloaded prompt"
+    assert results["c"].expired and results["c"].body is None
+    assert stub.submissions == 1
+
+
+def test_anthropic_client_without_a_key_is_refused(stub: BatchStub) -> None:
+    client = AnthropicBatchClient(api_key="", base_url=stub.root_url)
+    with pytest.raises(Exception, match="401"):
+        client.submit([("a", _ask("1 + 2"))])
+
+
+def test_anthropic_reply_keeps_tool_calls() -> None:
+    message = {
+        "content": [
+            {"type": "text", "text": "Let me compute."},
+            {"type": "tool_use", "id": "tu_1", "name": "calculator", "input": {"expression": "2+2"}},
+        ],
+        "usage": {"input_tokens": 3, "output_tokens": 4},
+        "stop_reason": "tool_use",
+    }
+    reply = anthropic_result(message).generations[0].message
+    assert reply.tool_calls[0]["name"] == "calculator" and reply.tool_calls[0]["args"] == {"expression": "2+2"}  # type: ignore[attr-defined]
+
+
+def _openai_batcher(stub: BatchStub, folder: Path, **settings: float) -> Batcher:
+    import openai
+
+    from ape.tasks.models.batch_clients import OpenAIBatchClient
+
+    client = OpenAIBatchClient(openai.OpenAI(api_key="k", base_url=stub.base_url, max_retries=0))
+    return Batcher("m", folder, client, BatchSettings(**{"size": 10, "wait_s": 0.1, "poll_s": 0.05, **settings}))
+
+
+def _ask_all(batcher: Batcher, questions: list[str]) -> dict[str, object]:
+    answers: dict[str, object] = {}
+
+    def one(question: str) -> None:
+        body = _ask(question)
+        try:
+            answers[question] = batcher.ask(custom_id(body, (question, 0)), body)
+        except BatchRequestError as exc:
+            answers[question] = exc
+
+    threads = [threading.Thread(target=one, args=(q,)) for q in questions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return answers
+
+
+def test_batcher_gathers_by_size_and_hands_back_answers_and_errors(stub: BatchStub, tmp_path: Path) -> None:
+    batcher = _openai_batcher(stub, tmp_path, size=2, wait_s=0.5)
+    answers = _ask_all(batcher, ["1 + 2", "2 + 2", "9 + 9", "8 + 8", "3 + 3"])
+    assert (stub.submissions, stub.requests) == (3, 5)  # 2 + 2 + 1 after the wait window
+    text = {q: a["choices"][0]["message"]["content"] for q, a in answers.items() if isinstance(a, dict)}
+    assert text == {"1 + 2": "The answer is 3.", "2 + 2": "The answer is 4.", "3 + 3": "The answer is 6."}
+    assert "overloaded prompt" in str(answers["9 + 9"])
+    assert "batch_expired" in str(answers["8 + 8"]) and "ape retry" in str(answers["8 + 8"])
+
+
+def test_a_new_batcher_collects_batches_in_flight_and_answers_from_the_ledger(stub: BatchStub, tmp_path: Path) -> None:
+    stub.delay_s = 3600.0
+    first = _openai_batcher(stub, tmp_path, poll_s=3600.0)  # it never looks again, as if dead
+    body = _ask("1 + 2")
+    cid = custom_id(body, ("i0", 0))
+    threading.Thread(target=first.ask, args=(cid, body), daemon=True).start()  # a worker that will die waiting
+    deadline = time.monotonic() + 10
+    while stub.submissions == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.1)  # the ledger line is written right after the submit returns
+
+    stub.delay_s = 0.0  # "the process died; the provider finished meanwhile"
+    second = _openai_batcher(stub, tmp_path)
+    assert second.ask(cid, body)["choices"][0]["message"]["content"] == "The answer is 3."
+    assert stub.submissions == 1
+    third = _openai_batcher(stub, tmp_path)  # after it ended: answered from batch_results.jsonl
+    assert third.ask(cid, body)["choices"][0]["message"]["content"] == "The answer is 3."
+    assert stub.submissions == 1 and third.submissions == 0
+
+
+def test_custom_id_is_stable_per_session_and_request() -> None:
+    body = _ask("1 + 2")
+    assert custom_id(body, ("i0", 0)) == custom_id(dict(body), ("i0", 0))
+    assert custom_id(body, ("i0", 0)) != custom_id(body, ("i0", 1))  # runs_per_data: separate samples
+    assert custom_id(body, ("i0", 0)) != custom_id(_ask("1 + 3"), ("i0", 0))
+    assert len(custom_id(body, None)) <= 64
+
+
+def test_batch_price_factor_applies_to_batch_models_only() -> None:
+    plain = ModelConfig(provider="openai", model="x", price_input_per_mtok=2.0, price_output_per_mtok=4.0)
+    batched = plain.model_copy(update={"batch": True})
+    assert session_cost(plain, 1_000_000, 1_000_000) == pytest.approx(6.0)
+    assert session_cost(batched, 1_000_000, 1_000_000) == pytest.approx(3.0)
+    custom = plain.model_copy(update={"batch": True, "batch_price_factor": 0.25})
+    assert session_cost(custom, 1_000_000, 1_000_000) == pytest.approx(1.5)
+
+
+def test_batch_on_a_model_without_a_batch_api_names_the_key(tmp_path: Path) -> None:
+    cfg = ModelConfig(provider="mock", batch=True)
+    with pytest.raises(ApeError) as caught:
+        build_model(cfg, tmp_path)
+    assert "batch" in str(caught.value.where) and "openai" in str(caught.value.hint)
+
+
+def test_batch_model_answers_through_the_stub(stub: BatchStub, tmp_path: Path) -> None:
+    from langchain_core.messages import HumanMessage
+
+    cfg = ModelConfig(
+        provider="openai", model="stub", base_url=stub.base_url, batch=True, batch_wait_s=0.0, batch_poll_s=0.05
+    )
+    model = build_model(cfg, tmp_path, batch_dir=tmp_path / "out")
+    reply = model.invoke([HumanMessage("What is 20 + 22?")])
+    assert reply.text == "The answer is 42." and reply.response_metadata["batch"] is True
+    assert reply.usage_metadata["output_tokens"] == 5  # type: ignore[index]
+    assert (stub.submissions, stub.chat_calls) == (1, 0)
+    assert (tmp_path / "out" / "batches.jsonl").exists()
+
+
+def test_a_failed_batch_request_is_not_retried_within_the_run() -> None:
+    """Each retry would be another batch round (hours); ``ape retry`` redoes the item instead."""
+    from ape.tasks.models.limits import classify_error
+
+    assert classify_error(BatchRequestError("batch b1: HTTP 429: overloaded, rate limit")) == "permanent"
