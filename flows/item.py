@@ -123,6 +123,7 @@ class ItemProcessor:
             prompt_hash=prompt_hash(spec.prompt, spec.system),
             stop_reason=record.stop_reason,
             batch=setup.model_cfg.batch and not cached,
+            end_reason=record.end_reason,
         )
 
     def run_item(
