@@ -276,7 +276,7 @@ class AgentSandbox:
         if counted:
             self.used_s += seconds
         code = 124 if timed_out else process.returncode
-        if self.prefix and code == 1 and stderr.startswith(b"bwrap:"):
+        if self.prefix and _did_not_start(code, stderr, argv):
             raise SandboxError(f"the sandbox did not start: {stderr.decode('utf-8', 'replace').strip()[:500]}")
         result = CommandResult(
             exit_code=code,
@@ -332,3 +332,12 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
 
 def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)[:40]
+
+
+def _did_not_start(code: int, stderr: bytes, argv: list[str]) -> bool:
+    """Whether a command's namespace never started: bubblewrap's own failure (exit code 1,
+    its ``bwrap:`` message) or the cgroup wrapper's shell failing to run it (126, 127)."""
+    if code == 1 and stderr.startswith(b"bwrap:"):
+        return True
+    wrapper = next((word for word in argv if word.endswith("bwrap")), "bwrap")
+    return code in (126, 127) and wrapper.encode() in stderr[:300] and b"exec" in stderr[:300]
