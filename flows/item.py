@@ -124,6 +124,7 @@ class ItemProcessor:
             stop_reason=record.stop_reason,
             batch=setup.model_cfg.batch and not cached,
             end_reason=record.end_reason,
+            sandbox=record.sandbox,
         )
 
     def run_item(

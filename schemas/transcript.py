@@ -233,5 +233,6 @@ class SessionTranscript(BaseModel):
     output_tokens: int | None = None
     latency_s: float = 0.0
     stop_reason: str | None = None
+    end_reason: str | None = None  # why an agent's tool loop ended early (SessionResult.end_reason)
     written_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     entries: list[TranscriptEntry] = Field(default_factory=list)
