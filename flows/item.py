@@ -123,6 +123,8 @@ class ItemProcessor:
             prompt_hash=prompt_hash(spec.prompt, spec.system),
             stop_reason=record.stop_reason,
             batch=setup.model_cfg.batch and not cached,
+            end_reason=record.end_reason,
+            sandbox=record.sandbox,
         )
 
     def run_item(

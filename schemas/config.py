@@ -536,6 +536,73 @@ class MonitorConfig(Section):
     )
 
 
+class SandboxConfig(Section):
+    """``[sandbox]``: a working folder per session that the built-in ``bash``, ``python`` and
+    ``files`` tools act in, and the ``sandbox_state`` checker grades (docs/agents.md).
+
+    Every command runs in a fresh bubblewrap namespace (no network, a read-only system, the
+    working folder bound read-write at ``/task``), so no process outlives its command; the
+    folder itself persists across the session's tool calls and is removed when it ends.
+    The limits are part of the benchmark's definition: they are recorded in the report.
+    """
+
+    files_field: str | None = Field(
+        default=None,
+        description="Item field holding a table of relative path -> text, written into the working folder "
+        "at the start.",
+    )
+    seed_dir: Path | None = Field(
+        default=None,
+        description="Folder (relative to the config file) holding one folder per item id, copied into the "
+        "working folder at the start.",
+    )
+    test_files_field: str | None = Field(
+        default=None,
+        description="Item field holding a table of relative path -> text: the tests, written after the session "
+        "into a fresh read-only folder /tests that the agent never saw.",
+    )
+    tests_dir: Path | None = Field(
+        default=None,
+        description="Folder (relative to the config file) holding one folder per item id, copied after the session "
+        "into the fresh read-only /tests.",
+    )
+    isolation: Literal["bwrap", "none"] = Field(
+        default="bwrap",
+        description="bwrap: each command in a bubblewrap namespace (Linux; needs bubblewrap). none: limits only, "
+        "no isolation (trusted agents only).",
+    )
+    command_timeout_s: float = Field(
+        default=30.0, gt=0, le=3600, description="Wall-clock limit of one command; past it the command is killed."
+    )
+    session_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="Wall-clock limit of all the session's commands together; past it the session ends with "
+        "end_reason 'sandbox_time_limit'.",
+    )
+    cpu_seconds: int = Field(default=30, ge=1, description="CPU seconds of one command (RLIMIT_CPU).")
+    memory_bytes: int = Field(
+        default=2 * 1024**3, ge=64 * 1024**2, description="Address space of one process (RLIMIT_AS)."
+    )
+    processes: int = Field(default=64, ge=4, le=4096, description="Processes at once in one command.")
+    file_bytes: int = Field(
+        default=64 * 1024**2, ge=1024, description="Largest file a command may write (RLIMIT_FSIZE)."
+    )
+    output_bytes: int = Field(
+        default=16_000,
+        ge=256,
+        le=1_000_000,
+        description="Stdout and stderr of a tool call are each cut to this many bytes (head and tail kept).",
+    )
+    root: Path | None = Field(
+        default=None,
+        description="Folder in which the working folders are made (default: the system's temporary folder).",
+    )
+    keep: bool = Field(
+        default=False, description="Keep each session's working folder after it ends (for debugging); logged."
+    )
+
+
 class ApeConfig(Section):
     """One ``config.toml``: the top-level keys and one field per section."""
 
@@ -548,6 +615,10 @@ class ApeConfig(Section):
     adapter: AdapterConfig = Field(default_factory=AdapterConfig)
     solver: SolverConfig = Field(default_factory=SolverConfig)
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
+    sandbox: SandboxConfig | None = Field(
+        default=None,
+        description="A working folder per session with the bash, python and files tools (agent benchmarks).",
+    )
     checker: CheckerConfig
     choices: ChoicesConfig | None = Field(
         default=None,
@@ -582,6 +653,15 @@ class ApeConfig(Section):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise ValueError(f"model names must be unique; give each a 'name' (repeated: {dupes})")
+        return self
+
+    @model_validator(mode="after")
+    def _state_checker_needs_sandbox(self) -> ApeConfig:
+        if self.checker.implementation == "sandbox_state" and self.sandbox is None:
+            raise ValueError(
+                "[checker] implementation 'sandbox_state' grades the working folder of a session's sandbox; "
+                "add a [sandbox] section"
+            )
         return self
 
     def shown_file(self) -> str:

@@ -52,6 +52,11 @@ class LeaderboardRow(ReportModel):
     pass_at_k: dict[str, float] = Field(
         default_factory=dict, description="k -> unbiased pass@k (only when runs_per_data > 1)."
     )
+    pass_hat_k: dict[str, list[float | None]] = Field(
+        default_factory=dict,
+        description="k -> [pass^k, low, high]: the share of items whose k runs all pass (unbiased, "
+        "C(c,k)/C(n,k) per item, averaged), with its 95% interval over items (only when runs_per_data > 1).",
+    )
     outcomes: OutcomeCounts = Field(default_factory=OutcomeCounts)
     check_errors: int = Field(default=0, description="Sessions whose checker raised.")
     cached: int = Field(default=0, description="Sessions answered from the result cache.")

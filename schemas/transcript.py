@@ -87,7 +87,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from ape.schemas.results import CheckStatus, ErrorInfo, Outcome
+from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome
 
 
 class EntryKind(str, Enum):
@@ -110,6 +110,8 @@ class EntryKind(str, Enum):
     CHOICE = "CHOICE"
     CHECK = "CHECK"
     SESSION_END = "SESSION_END"
+    LIMIT = "LIMIT"  # the session's tool loop ended at a limit (data.reason: step_limit, sandbox_time_limit)
+    STATE_CHECK = "STATE_CHECK"  # the sandbox_state grade of the folder the session left (data: exit code)
 
 
 class TranscriptEntry(BaseModel):
@@ -150,6 +152,16 @@ class SolverState(BaseModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     elapsed_s: float = 0.0
+    end_reason: str | None = Field(
+        default=None,
+        description="Why the tool loop ended early: 'step_limit', 'sandbox_time_limit'; None: it answered.",
+    )
+    state_check: CheckResult | None = Field(
+        default=None, description="The sandbox_state grade, made before the session's sandbox was removed."
+    )
+    sandbox: dict[str, float] | None = Field(
+        default=None, description="Seconds of the session's sandbox: start_s, commands_s, grade_s, teardown_s."
+    )
     transcript: list[TranscriptEntry] = Field(default_factory=list)
 
 
@@ -176,6 +188,9 @@ class SolveRecord(BaseModel):
     output_tokens: int | None = None
     steps: int = 0
     latency_s: float = 0.0
+    end_reason: str | None = None  # SolverState.end_reason
+    state_check: CheckResult | None = None  # SolverState.state_check
+    sandbox: dict[str, float] | None = None  # SolverState.sandbox
     transcript: list[TranscriptEntry] = Field(default_factory=list)
 
     _value: Any = PrivateAttr(default=None)
@@ -218,5 +233,6 @@ class SessionTranscript(BaseModel):
     output_tokens: int | None = None
     latency_s: float = 0.0
     stop_reason: str | None = None
+    end_reason: str | None = None  # why an agent's tool loop ended early (SessionResult.end_reason)
     written_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     entries: list[TranscriptEntry] = Field(default_factory=list)

@@ -11,6 +11,8 @@ other in a circle):
 - ``models``: chat models from config, retries and rate limits, mocks, fingerprints
 - ``solving``: render, solve (the dialogue and its tools), adapt, log-likelihood choices
 - ``checking``: run a checker, metrics, built-in checkers, task specs, ``code`` (sandbox)
+- ``agent``: an agent session's sandbox (a working folder per session, built on ``code``'s
+  namespaces), the ``bash``, ``python`` and ``files`` tools, the ``sandbox_state`` grade
 - ``report``: the sessions table, leaderboard tables, envelope, markdown, chart, provenance
 
 Above them, the session and its mirror in the Prefect UI:

@@ -30,6 +30,10 @@ Behaviours:
   ``sampling``), a wrong value otherwise (``wrong``, else one made from the right one, another
   of the ``choices`` field's choices for multiple choice), written through the mustache
   ``template`` (default ``{{answer}}``) so the benchmark's adapter reads it.
+- ``agent``: a scripted agent for agent benchmarks (docs/agents.md). ``steps`` is a table
+  by item id of lists; the session's n-th model call answers the list's n-th entry: a table
+  ``{tool = "bash", args = {command = "..."}}`` is a tool call, a string the final answer.
+  Past the list's end it answers ``done``. An id without steps answers ``I_GIVE_UP``.
 - ``give_up``: answers ``I_GIVE_UP``.
 - ``grader``: a stand-in judge for demos of the ``judge`` checker. It reads the solution
   between the judge checker's markers (``<<<SOLUTION-T>>>`` ... ``<<<END-SOLUTION-T>>>``, the
@@ -86,7 +90,7 @@ from ape.tasks.models.oracle import format_value as format_answer
 from ape.tasks.models.oracle import is_right, item_field, render_answer, wrong_value
 from ape.tasks.models.session_item import SessionItem, current_session_item
 
-Behaviour = Literal["arithmetic", "echo", "scripted", "give_up", "grader", "obedient", "oracle"]
+Behaviour = Literal["arithmetic", "echo", "scripted", "agent", "give_up", "grader", "obedient", "oracle"]
 CALCULATOR_TOOL = "calculator"
 
 # Runs of characters that can form an arithmetic expression; parsed with ast afterwards.
@@ -239,6 +243,11 @@ class MockChatModel(BaseChatModel):
         default_factory=list,
         description="For behaviour 'scripted': a table of answers by item id, or a list answered in turn per instance.",
     )
+    steps: dict[str, list[str | dict[str, Any]]] = Field(
+        default_factory=dict,
+        description="For behaviour 'agent': by item id, the session's replies in order: a table "
+        "{tool, args} is a tool call, a string the final answer.",
+    )
     field: str | None = Field(default=None, description="For behaviour 'oracle': the item field holding the answer.")
     template: str = Field(
         default="{{answer}}",
@@ -293,6 +302,8 @@ class MockChatModel(BaseChatModel):
     def _behaviour_args(self) -> MockChatModel:
         if self.behaviour == "scripted" and not self.responses:
             raise ValueError("behaviour 'scripted' needs 'responses': a table by item id, or a non-empty list")
+        if self.behaviour == "agent" and not self.steps:
+            raise ValueError("behaviour 'agent' needs 'steps': a table by item id of lists of tool calls and answers")
         if self.behaviour == "oracle" and not self.field:
             raise ValueError("behaviour 'oracle' needs 'field', the item field that holds the right answer")
         oracle_args = [k for k in ("field", "wrong", "choices") if getattr(self, k) is not None]
@@ -397,6 +408,8 @@ class MockChatModel(BaseChatModel):
             return self._scripted(prompt, number)
         if self.behaviour == "oracle":
             return self._oracle()
+        if self.behaviour == "agent":
+            return self._agent(messages, number)
         if self.behaviour == "give_up":
             return self._reply(GIVE_UP_TOKEN, 0.05)
         if self.behaviour in ("grader", "obedient"):
@@ -461,6 +474,22 @@ class MockChatModel(BaseChatModel):
             )
         text = self.responses[current.item_id]
         return self._reply(text, _unit(self.seed, current.item_id, "scripted") * 0.5 + 0.5)
+
+    def _agent(self, messages: list[BaseMessage], number: int) -> AIMessage:
+        """Behaviour ``agent``: the item's next scripted step (module doc)."""
+        current = self._session()
+        script = self.steps.get(current.item_id)
+        if script is None:
+            return self._reply(GIVE_UP_TOKEN, 0.05)
+        made = sum(isinstance(m, AIMessage) for m in messages)  # model calls so far in this session
+        step = script[made] if made < len(script) else "done"
+        if isinstance(step, str):
+            return self._reply(step, 0.9)
+        name = str(step.get("tool", ""))
+        args = step.get("args", {})
+        call_id = f"call_{made + 1}_{hashlib.sha256(json.dumps(args, sort_keys=True).encode()).hexdigest()[:8]}"
+        message = AIMessage(content="", tool_calls=[{"name": name, "args": dict(args), "id": call_id}])
+        return self._with_metadata(message, 0.9, finish="tool_calls")
 
     def _oracle(self) -> AIMessage:
         """Behaviour ``oracle``: the item's field, right on a seeded share of the items."""

@@ -45,6 +45,7 @@ BUILTINS: dict[str, dict[str, str]] = {
         "taskspec": "ape.tasks.checking.taskspec:TaskSpecChecker",
         "judge": "ape.tasks.checking.judge:JudgeChecker",
         "choice": "ape.tasks.checking.choice:ChoiceChecker",
+        "sandbox_state": "ape.tasks.agent.grade:SandboxStateChecker",
     },
     "provider": {
         "mock": "ape.tasks.models.mocks:MockChatModel",
@@ -73,7 +74,12 @@ BUILTINS: dict[str, dict[str, str]] = {
         "biased": f"{_MODELS}:BiasedAdapter",
         "random": f"{_MODELS}:RandomAdapter",
     },
-    "tool": {"calculator": "ape.tasks.solving.tools:calculator"},
+    "tool": {
+        "calculator": "ape.tasks.solving.tools:calculator",
+        "bash": "ape.tasks.agent.tools:bash",
+        "python": "ape.tasks.agent.tools:python",
+        "files": "ape.tasks.agent.tools:files",
+    },
     "postprocess": {
         "none": "ape.tasks.checking.taskspec:unchanged",
         "strip": "ape.tasks.checking.taskspec:stripped",

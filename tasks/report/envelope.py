@@ -65,6 +65,11 @@ def leaderboard_rows(leaderboard: pd.DataFrame, categories: pd.DataFrame) -> lis
                     for key, value in record.items()
                     if key.startswith("pass@") and value is not None
                 },
+                pass_hat_k={
+                    key[5:]: [value, _finite(record.get(f"{key}_low")), _finite(record.get(f"{key}_high"))]
+                    for key, value in record.items()
+                    if key.startswith("pass^") and "_" not in key and value is not None
+                },
                 outcomes=OutcomeCounts(**{o: record[c] for o, c in OUTCOME_COLUMNS.items()}),
                 check_errors=record["check_errors"],
                 cached=record["cached"],
@@ -154,3 +159,11 @@ def write_envelope(path: Path, envelope: Envelope) -> Path:
     path = Path(path)
     atomic_write_text(path, envelope.model_dump_json(indent=2) + "\n")
     return path
+
+
+def _finite(value: object) -> float | None:
+    """A bound of an interval, None when there is none (NaN: too few items)."""
+    if value is None:
+        return None
+    number = float(value)  # type: ignore[arg-type]
+    return None if math.isnan(number) else number

@@ -164,7 +164,7 @@ class _Columns:
 
     def header(self) -> list[str]:
         header = ["Rank (range)", "Group", "Model", "Items", "Mean score [95% CI]", "CI method", "Pass rate [95% CI]"]
-        header += ["pass@k"] if self.pass_at_k else []
+        header += ["pass@k", "pass^k [95% CI]"] if self.pass_at_k else []
         header += ["Solved", "Parse failed", "Gave up"]
         header += ["Truncated"] if self.truncated else []
         header += ["Error", "Check errors"]
@@ -186,6 +186,7 @@ class _Columns:
         ]
         if self.pass_at_k:
             cells.append(", ".join(f"@{k} {v:.3f}" for k, v in row.pass_at_k.items()) or "-")
+            cells.append(", ".join(f"^{k} {_interval(v[0], v[1], v[2])}" for k, v in row.pass_hat_k.items()) or "-")
         outcomes = row.outcomes
         cells += [str(outcomes.SOLVED), str(outcomes.PARSING_FAILED), str(outcomes.GAVE_UP)]
         cells += [str(outcomes.TRUNCATED)] if self.truncated else []

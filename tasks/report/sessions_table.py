@@ -59,6 +59,7 @@ SESSIONS_SCHEMA = pa.schema(
         ("expected", pa.string()),
         ("prompt_hash", pa.string()),
         ("batch", pa.bool_()),
+        ("end_reason", pa.string()),
     ]
 )
 
@@ -105,6 +106,7 @@ def session_row(session: SessionResult, batch: OutputBatch, source: Path, line: 
         "expected": _expected(check),
         "prompt_hash": session.prompt_hash,
         "batch": session.batch,
+        "end_reason": session.end_reason,
     }
 
 

@@ -180,7 +180,12 @@ class InlineStages(_Stages):
 
     def check(self, item: BaseModel, record: SolveRecord, key: str, run_index: int) -> CheckResult | None:
         with current_report().stage("check") as end:
-            end.result = self.carousel.check(item, record.value) if record.outcome is Outcome.SOLVED else None
+            if record.outcome is not Outcome.SOLVED:
+                end.result = None
+            elif record.state_check is not None:  # graded in the session, on the state it left
+                end.result = record.state_check
+            else:
+                end.result = self.carousel.check(item, record.value)
         return end.result
 
     def score(
@@ -206,8 +211,11 @@ class TaskStages(_Stages):
 
     def check(self, item: BaseModel, record: SolveRecord, key: str, run_index: int) -> CheckResult | None:
         solved = record.outcome is Outcome.SOLVED
-        with current_report().stage("check", task_runs=1 if solved else 0) as end:
-            if solved:
+        live = solved and record.state_check is None
+        with current_report().stage("check", task_runs=1 if live else 0) as end:
+            if solved and record.state_check is not None:  # graded in the session, on the state it left
+                end.result = record.state_check
+            elif solved:
                 end.result = check_task(self.carousel, item, record.value, key, run_index)
         check: CheckResult | None = end.result
         return check

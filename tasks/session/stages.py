@@ -37,11 +37,12 @@ from ape.tasks.checking.check import checker_tool
 from ape.tasks.models.build import build_model
 from ape.tasks.models.scoring import build_scorer
 from ape.tasks.models.session_item import session_item
+from ape.tasks.session.agent import AgentPlan, agent_solve
 from ape.tasks.session.report import current_report
 from ape.tasks.solving.choices import score_choices
 from ape.tasks.solving.render import render
 from ape.tasks.solving.solve import run_adaption, run_solver
-from ape.tasks.solving.tools import load_tools
+from ape.tasks.solving.tools import load_tools, session_tools
 from ape.tasks.storage.cache_format import RecordSerializer
 from ape.tasks.storage.prefect_internals import CacheRecords
 
@@ -108,17 +109,23 @@ class Worker:
         # a batch model keeps its batch ledger beside the model's results
         self.model = build_model(setup.model_cfg, setup.config.base_dir, batch_dir=setup.out_dir)
         self.tools = load_tools(setup.config.tools, setup.config.base_dir)
+        self.agent = AgentPlan.of(setup.config) if setup.config.sandbox is not None else None
 
     def item(self, spec: SessionSpec) -> BaseModel:
         return self.setup.data_model.model_validate_json(spec.item)
 
-    def tools_for(self, item: BaseModel) -> list[Any]:
+    def tools_for(self, item: BaseModel, sandbox: Any = None) -> list[Any]:
+        """The session's tools: the worker's, those of sandbox factories bound to ``sandbox``."""
+        tools = list(self.tools)
+        if sandbox is not None:
+            config = self.setup.config
+            tools = session_tools(config.tools, config.base_dir, tools, sandbox)
         cfg = self.setup.config.checker
         if not cfg.expose_as_tool:
-            return list(self.tools)
+            return tools
 
         tool = checker_tool(self.carousel, item, self.setup.adapter, cfg.checker_tool)
-        return [*self.tools, tool]
+        return [*tools, tool]
 
 
 _local = threading.local()
@@ -144,13 +151,17 @@ def _checked(record: SolveRecord) -> SolveRecord:
 
 # -- model-calling stages (cached) ----------------------------------------------------------
 def _solve(worker: Worker, spec: SessionSpec, item: BaseModel, tools: list[Any]) -> SolverState:
-    """The solve stage on ``worker``; its end is reported to the session's recorder."""
+    """The solve stage on ``worker``; its end is reported to the session's recorder. With a
+    ``[sandbox]`` the stage runs in the session's own sandbox (:func:`agent_solve`)."""
 
     with current_report().stage("solve") as end, session_item(item, spec.item_id, spec.run_index):
         # the item is bound for the mocks that answer from it
-        state = end.result = run_solver(
-            worker.model, spec.prompt, spec.system, tools=tools, settings=worker.setup.config.solver, item=item
-        )
+        if worker.agent is not None:
+            state = end.result = agent_solve(worker, worker.agent, spec, item)
+        else:
+            state = end.result = run_solver(
+                worker.model, spec.prompt, spec.system, tools=tools, settings=worker.setup.config.solver, item=item
+            )
     return state
 
 

@@ -62,7 +62,7 @@ from ape.schemas.results import ErrorInfo, Outcome
 from ape.schemas.transcript import EntryKind, SolveRecord, SolverState, TranscriptEntry
 from ape.tasks.common.deadline import PluginTimeout, call_with_timeout
 from ape.tasks.models.adapter_chat import AdapterChatModel, is_model_adapter, takes_item
-from ape.tasks.solving.stops import is_cut, stop_reason
+from ape.tasks.solving.stops import InfrastructureError, SessionLimit, is_cut, stop_reason
 
 NOT_EXECUTED = "Not executed: no more tool calls now. Reply with your final answer as text."
 
@@ -323,8 +323,15 @@ class _ChatDialogue:
                     label=f"tool '{name}'",
                     key="[solver] tool_timeout_s",
                 )
-            except PluginTimeout as exc:  # a hung tool ends the session, with this reason
+            except (PluginTimeout, InfrastructureError) as exc:  # a hung tool or a broken sandbox ends the session
                 self.rec.add(EntryKind.TOOL_ERROR, name=name, data={"id": call_id}, error=ErrorInfo.from_exception(exc))
+                raise
+            except SessionLimit as exc:  # the session ends at a limit, with its reason
+                self.messages.append(
+                    ToolMessage(content=f"Stopped: {exc}", tool_call_id=call_id, name=name, status="error")
+                )
+                info = ErrorInfo.from_exception(exc)
+                self.rec.add(EntryKind.TOOL_ERROR, str(exc), name=name, data={"id": call_id}, error=info)
                 raise
             except Exception as exc:
                 info = ErrorInfo.from_exception(exc)
@@ -388,6 +395,7 @@ def run_solver(
     error: ErrorInfo | None = None
     answer: str | None = None
     forced = False
+    end_reason: str | None = None
     chat = _ChatDialogue(model, tools, build_messages(prompt, system), rec, stats, settings.tool_timeout_s, item)
     try:
         while True:
@@ -395,9 +403,17 @@ def run_solver(
             if not (reply.tool_calls or reply.invalid_tool_calls):
                 answer = message_text(reply)
                 break
-            chat.execute_tools(reply)
+            try:
+                chat.execute_tools(reply)
+            except SessionLimit as exc:  # no more tool calls: the session ends at its limit
+                end_reason = exc.reason
+                rec.add(EntryKind.LIMIT, str(exc), data={"reason": end_reason, "step": stats.steps})
+                answer = ""
+                break
             if stats.steps >= settings.max_steps:
                 forced = True
+                end_reason = "step_limit"
+                rec.add(EntryKind.LIMIT, data={"reason": end_reason, "step": stats.steps})
                 answer = chat.reply(settings.force_finish_prompt, EntryKind.FORCE_FINISH)
                 break
     except Exception as exc:
@@ -415,6 +431,7 @@ def run_solver(
         gave_up=gave_up,
         forced=forced,
         error=error,
+        end_reason=end_reason,
         elapsed_s=rec.now(),
         transcript=rec.entries,
         **stats.fields(),
@@ -447,6 +464,9 @@ def run_adaption(
             raw_output=answer,
             error=error,
             latency_s=rec.now(),
+            end_reason=state.end_reason,
+            state_check=state.state_check,
+            sandbox=state.sandbox,
             transcript=rec.entries,
             **stats.fields(),
         )

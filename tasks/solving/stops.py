@@ -49,3 +49,16 @@ def is_cut(reason: str | None) -> bool:
         return False
     name = reason.lower()
     return name in CUT_REASONS or name.rsplit(".", 1)[-1] in CUT_REASONS  # "FinishReason.MAX_TOKENS"
+
+
+class SessionLimit(Exception):  # noqa: N818 - a reason the session ends, not a failure
+    """Raised by a tool to end the session's tool loop at a limit; ``reason`` is recorded as
+    the session's ``end_reason`` and the session goes on to its answer and its grade."""
+
+    reason = "limit"
+
+
+class InfrastructureError(RuntimeError):
+    """Raised by a tool whose machinery failed (a sandbox that would not start): the session
+    ends ERROR with this error's type, apart from the model's mistakes, and ``ape retry``
+    redoes it; the model is not told and asked to go on."""

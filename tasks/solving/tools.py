@@ -9,6 +9,7 @@ calls :func:`load_tools` once, so a stateful tool is private to its worker.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,44 @@ from ape.tasks.common.arithmetic import calculate
 from ape.tasks.plugins.loader import call_plugin, load_object
 
 
-def load_tools(tools: dict[str, ToolConfig], base_dir: Path) -> list[BaseTool]:
-    """Build every configured tool; tool names must be unique across all sections."""
+def takes_sandbox(target: Any) -> bool:
+    """Whether a tool factory has a ``sandbox`` parameter: it is then called once per session
+    with that session's sandbox (:mod:`ape.tasks.agent.tools`)."""
+    if isinstance(target, BaseTool) or not callable(target):
+        return False
+    try:
+        return "sandbox" in inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def session_sections(tools: dict[str, ToolConfig], base_dir: Path) -> list[str]:
+    """The ``[tools.X]`` sections whose factory takes the session's sandbox."""
+    return [
+        section
+        for section, cfg in tools.items()
+        if takes_sandbox(load_object(cfg.factory, kind="tool", where=f"[tools.{section}] factory", base_dir=base_dir))
+    ]
+
+
+def session_tools(tools: dict[str, ToolConfig], base_dir: Path, loaded: list[BaseTool], sandbox: Any) -> list[BaseTool]:
+    """``loaded`` (the worker's tools, in section order) with the tools of every factory that
+    takes a sandbox built afresh for this session's ``sandbox``; the others are kept as
+    they are, so a stateful tool stays private to its worker, not to a session."""
+    fresh: dict[str, BaseTool] = {}
+    for section in session_sections(tools, base_dir):
+        for tool in tools_from_section(section, tools[section], base_dir, sandbox=sandbox):
+            fresh[tool.name] = tool
+    return [fresh.get(tool.name, tool) for tool in loaded]
+
+
+def load_tools(tools: dict[str, ToolConfig], base_dir: Path, sandbox: Any = None) -> list[BaseTool]:
+    """Build every configured tool; tool names must be unique across all sections. A factory
+    that takes a ``sandbox`` gets ``sandbox`` (None outside a session)."""
     loaded: list[BaseTool] = []
     owner: dict[str, str] = {}
     for section, cfg in tools.items():
-        for tool in tools_from_section(section, cfg, base_dir):
+        for tool in tools_from_section(section, cfg, base_dir, sandbox=sandbox):
             if tool.name in owner:
                 raise ApeError(
                     f"tool name '{tool.name}' is used twice (also by [tools.{owner[tool.name]}]); "
@@ -39,7 +72,7 @@ def load_tools(tools: dict[str, ToolConfig], base_dir: Path) -> list[BaseTool]:
     return loaded
 
 
-def tools_from_section(section: str, cfg: ToolConfig, base_dir: Path) -> list[BaseTool]:
+def tools_from_section(section: str, cfg: ToolConfig, base_dir: Path, sandbox: Any = None) -> list[BaseTool]:
     """Call one section's factory and normalise what it returns to a list of tools."""
     where = f"[tools.{section}] factory"
     target = load_object(cfg.factory, kind="tool", where=where, base_dir=base_dir)
@@ -56,7 +89,8 @@ def tools_from_section(section: str, cfg: ToolConfig, base_dir: Path) -> list[Ba
             f"'{cfg.factory}' is a {type(target).__name__}, not a callable that returns tools",
             where=where,
         )
-    produced = call_plugin(target, cfg.args, label=f"'{cfg.factory}'", where=where)
+    args = {**cfg.args, "sandbox": sandbox} if takes_sandbox(target) else cfg.args
+    produced = call_plugin(target, args, label=f"'{cfg.factory}'", where=where)
     return normalise_tools(produced, where=where)
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from ape.tasks.stats.estimators import pass_at_k
+from ape.tasks.stats.estimators import pass_at_k, pass_hat_k
 from ape.tasks.stats.intervals import Interval, rate_interval, score_interval
 from ape.tasks.stats.significance import detectable_difference, holm, item_correlation, mcnemar
 
@@ -129,6 +129,10 @@ def _model_row(model_id: str, sessions: pd.DataFrame, items: pd.DataFrame) -> di
     }
     for k in ks_for(items["n"]):
         row[f"pass@{k}"] = float(np.mean([pass_at_k(int(n), int(c), k) for n, c in zip(items["n"], items["c"])]))
+    for k in ks_for(items["n"]):  # every one of k runs passed, with its interval over items
+        hat = np.array([pass_hat_k(int(n), int(c), k) for n, c in zip(items["n"], items["c"])], dtype=float)
+        spread = score_interval(hat, _cluster_labels(items) if "cluster" in items.columns else None, binary=False)
+        row[f"pass^{k}"], row[f"pass^{k}_low"], row[f"pass^{k}_high"] = float(hat.mean()), spread.low, spread.high
     outcomes = sessions["outcome"].astype(str) if "outcome" in sessions.columns else None
     for outcome, column in OUTCOME_COLUMNS.items():
         row[column] = int((outcomes == outcome).sum()) if outcomes is not None else 0
@@ -223,6 +227,10 @@ def aggregate(sessions: pd.DataFrame) -> pd.DataFrame:
     for column in RANK_COLUMNS:  # filled in by rank_intervals once pairwise tests exist
         frame[column] = frame["rank"]
     pass_columns = sorted((c for c in frame.columns if c.startswith("pass@")), key=lambda c: int(c.split("@")[1]))
+    pass_columns += sorted(
+        (c for c in frame.columns if c.startswith("pass^")),
+        key=lambda c: (int(c[5:].split("_")[0]), c.count("_"), c),
+    )
     ordered = LEADERBOARD_COLUMNS[: LEADERBOARD_COLUMNS.index("pass_rate") + 1] + pass_columns
     ordered += LEADERBOARD_COLUMNS[LEADERBOARD_COLUMNS.index("pass_rate") + 1 :]
     return frame[ordered]

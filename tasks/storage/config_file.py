@@ -22,7 +22,15 @@ from ape.schemas.errors import ApeError, did_you_mean, more_problems, problem_me
 from ape.tasks.storage.toml_errors import toml_error
 
 # Config keys that hold paths, resolved against the config file's folder.
-_PATH_KEYS = (("data", "file"), ("prompt", "template_file"), ("prompt", "system_file"), ("run", "output"))
+_PATH_KEYS = (
+    ("data", "file"),
+    ("prompt", "template_file"),
+    ("prompt", "system_file"),
+    ("run", "output"),
+    ("sandbox", "seed_dir"),
+    ("sandbox", "tests_dir"),
+    ("sandbox", "root"),
+)
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ApeConfig:

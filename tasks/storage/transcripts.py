@@ -101,6 +101,7 @@ def session_transcript(result: SessionResult, transcript: list[TranscriptEntry])
         output_tokens=result.output_tokens,
         latency_s=result.latency_s,
         stop_reason=result.stop_reason,
+        end_reason=result.end_reason,
         entries=[*transcript, *closing_entries(result, transcript)],
     )
 

@@ -26,6 +26,7 @@ LAYERS = {
     "ape.tasks.models": 5,
     "ape.tasks.solving": 6,
     "ape.tasks.checking": 7,
+    "ape.tasks.agent": 7,  # an agent session's sandbox, tools and grade (on checking.code's namespaces)
     "ape.tasks.report": 8,
     "ape.tasks.recording": 9,  # the run's mirror in the Prefect UI
     "ape.tasks.session": 10,  # one session's chain: its stages, their cache; reports to the mirror

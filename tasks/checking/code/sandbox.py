@@ -159,12 +159,21 @@ def hidden_interpreter_folders() -> tuple[str, ...]:
     return tuple(path for path in interpreter_folders() if _inside(path, SANDBOX_HOME))
 
 
-def bwrap_argv(tmpfs_bytes: int = TMPFS_BYTES, *, disable_userns: bool = True) -> list[str]:
+def bwrap_argv(
+    tmpfs_bytes: int = TMPFS_BYTES,
+    *,
+    disable_userns: bool = True,
+    binds: tuple[tuple[str, str, bool], ...] = (),
+    chdir: str = SANDBOX_HOME,
+    env: dict[str, str] | None = None,
+) -> list[str]:
     """The bubblewrap command line that precedes the interpreter.
 
     The root is an empty tmpfs with only the system folders, two files of ``/etc``, the
     interpreter's folders, a fresh ``/proc``, a minimal read-only ``/dev`` with a capped
-    ``/dev/shm``, and the capped private ``/tmp``; it is made read-only last.
+    ``/dev/shm``, and the capped private ``/tmp``; it is made read-only last. ``binds``
+    (``(host folder, sandbox path, writable)``, used by the agent sandbox of
+    :mod:`ape.tasks.agent.sandbox`) are added before that, so their mount points can be made.
     """
     argv = [
         *("bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534"),
@@ -180,8 +189,10 @@ def bwrap_argv(tmpfs_bytes: int = TMPFS_BYTES, *, disable_userns: bool = True) -
     argv += ["--remount-ro", "/dev", "--size", str(tmpfs_bytes), "--tmpfs", SANDBOX_HOME]
     for folder in interpreter_folders():
         argv += ["--ro-bind", folder, folder]
-    argv += ["--remount-ro", "/", "--chdir", SANDBOX_HOME, "--clearenv"]
-    for name, value in base_env(SANDBOX_HOME).items():
+    for source, target, writable in binds:
+        argv += ["--bind" if writable else "--ro-bind", source, target]
+    argv += ["--remount-ro", "/", "--chdir", chdir, "--clearenv"]
+    for name, value in (env if env is not None else base_env(SANDBOX_HOME)).items():
         argv += ["--setenv", name, value]
     return argv + ["--"]
 

@@ -25,7 +25,8 @@ def test_the_registry_matches_the_implementations():
     from ape.tasks.checking.metrics import METRICS
     from ape.tasks.checking.taskspec import POSTPROCESSORS
 
-    assert set(names("checker")) == {*METRICS, "taskspec", "judge", "choice"}  # choice: log-likelihood runs
+    # choice: log-likelihood runs; sandbox_state: agent sessions (graded in the session)
+    assert set(names("checker")) == {*METRICS, "taskspec", "judge", "choice", "sandbox_state"}
     assert set(METRIC_NAMES) <= set(METRICS)
     assert set(names("postprocess")) == set(POSTPROCESS_NAMES) == set(POSTPROCESSORS)
 

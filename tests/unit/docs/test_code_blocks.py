@@ -40,7 +40,7 @@ def _block(language: str, text: str) -> Block:
         ("toml", "[run]\nsolver_workers = 0\n", "greater than or equal"),
         ("toml", '[adapter]\nimplementation = "regex"\nargs = { patern = "x" }\n', "patern"),
         ("toml", '[checker]\nimplementation = "exact_match"\nargs = { feild = "answer" }\n', "feild"),
-        ("toml", "[sandbox]\nx = 1\n", "not a config section"),
+        ("toml", "[sandbx]\nx = 1\n", "not a config section"),
         ("bash", "ape valdate config.toml\n", "argument parser refused"),
         ("bash", "ape run config.toml --new-runs\n", "argument parser refused"),
         ("bash", "python -m ape examples/nowhere/config.toml\n", "does not exist"),

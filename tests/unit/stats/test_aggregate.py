@@ -17,7 +17,7 @@ from ape.tasks.stats.aggregate import (
     category_breakdown,
     pairwise_diffs,
 )
-from ape.tasks.stats.estimators import pass_at_k
+from ape.tasks.stats.estimators import pass_at_k, pass_hat_k
 from ape.tasks.stats.intervals import bootstrap_mean_ci
 from ape.tasks.stats.significance import mcnemar
 
@@ -51,6 +51,24 @@ def test_pass_at_k_rejects_impossible_counts():
         pass_at_k(3, 1, 4)
     with pytest.raises(ValueError, match="k <= n"):
         pass_at_k(3, 1, 0)
+
+
+def brute_force_pass_hat_k(n: int, c: int, k: int) -> float:
+    """Share of all k-subsets of n samples (c of them correct) that are all correct."""
+    samples = [True] * c + [False] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    return sum(all(samples[i] for i in subset) for subset in subsets) / len(subsets)
+
+
+def test_pass_hat_k_matches_direct_enumeration_and_a_hand_computation():
+    assert pass_hat_k(5, 3, 2) == pytest.approx(3 / 10)  # C(3,2)/C(5,2)
+    assert pass_hat_k(4, 4, 4) == 1.0 and pass_hat_k(4, 3, 4) == 0.0
+    for n in range(1, 8):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                assert pass_hat_k(n, c, k) == pytest.approx(brute_force_pass_hat_k(n, c, k), abs=1e-12)
+    with pytest.raises(ValueError, match="k <= n"):
+        pass_hat_k(3, 1, 4)
 
 
 # --- fixtures ---------------------------------------------------------------------------------
@@ -107,6 +125,11 @@ def test_leaderboard_numbers():
     assert good["pass@2"] == pytest.approx((4 + 2 / 3) / 5)
     assert good["pass@3"] == pytest.approx(1.0)
     assert bad["pass@3"] == pytest.approx(1 / 4)
+    # pass^k by hand: good's items hold 3, 3, 2, 1, 3 of 3 runs correct
+    assert good["pass^1"] == pytest.approx(12 / 15)
+    assert good["pass^2"] == pytest.approx((1 + 1 + 1 / 3 + 0 + 1) / 5)  # C(2,2)/C(3,2) = 1/3
+    assert good["pass^3"] == pytest.approx(3 / 5) and bad["pass^3"] == 0.0
+    assert good["pass^2_low"] <= good["pass^2"] <= good["pass^2_high"]
     assert (bad["solved"], bad["parsing_failed"], bad["gave_up"], bad["error"]) == (9, 1, 1, 1)
     assert good["cached"] == 5
     assert good["mean_latency_s"] == pytest.approx(0.5)
@@ -119,14 +142,15 @@ def test_leaderboard_numbers():
 def test_leaderboard_columns_and_determinism():
     first, second = aggregate(sessions_frame()), aggregate(sessions_frame())
     pd.testing.assert_frame_equal(first, second)
-    expected = LEADERBOARD_COLUMNS[:10] + ["pass@1", "pass@2", "pass@3"] + LEADERBOARD_COLUMNS[10:]
+    hat = [f"pass^{k}{end}" for k in (1, 2, 3) for end in ("", "_high", "_low")]
+    expected = LEADERBOARD_COLUMNS[:10] + ["pass@1", "pass@2", "pass@3", *hat] + LEADERBOARD_COLUMNS[10:]
     assert list(first.columns) == expected
 
 
 def test_single_run_has_no_pass_at_k_and_needs_columns():
     frame = sessions_frame()
     board = aggregate(frame[frame.run_index == 0])
-    assert not [c for c in board.columns if c.startswith("pass@")]
+    assert not [c for c in board.columns if c.startswith(("pass@", "pass^"))]
     with pytest.raises(ValueError, match="lacks the columns"):
         aggregate(frame.drop(columns=["correct"]))
     assert aggregate(frame.iloc[0:0]).empty

@@ -65,7 +65,9 @@ def test_write_produces_readable_text_and_one_json_line(tmp_path):
 def test_a_real_session_transcript_round_trips(tmp_path):
     model = GenericFakeChatModel(messages=iter(["no idea", "It is 42"]))
     record = solve_session(model, "Q?", "Be brief", tools=[], adapter=LastNumberAdapter(), settings=SolverConfig())
-    session = result(**{name: getattr(record, name) for name in type(record).model_fields if name != "transcript"})
+    # the record's state_check becomes the session's check (the chain's check stage)
+    fields = [name for name in type(record).model_fields if name not in ("transcript", "state_check")]
+    session = result(**{name: getattr(record, name) for name in fields})
     with SessionLog(tmp_path) as log:
         log.write(session, record.transcript)
     saved = SessionTranscript.model_validate_json((tmp_path / JSONL_FILE).read_text())

@@ -1,0 +1,343 @@
+"""One agent session's sandbox: a working folder that persists across the session's commands.
+
+An :class:`AgentSandbox` is made when a session starts (``[sandbox]``,
+:class:`ape.schemas.config.SandboxConfig`): a fresh owner-only folder, seeded from the item
+(``files_field``, ``seed_dir/<item id>/``). Every command (:meth:`AgentSandbox.run`) starts
+its own bubblewrap namespace, built by :func:`ape.tasks.checking.code.sandbox.bwrap_argv`
+like code_exec's: no network, the system read-only, a private ``/tmp``, nothing of the
+home folder, APE_HOME, the config or the output folder, and the working folder bound
+read-write at ``/task``. When the command's first process ends, its PID namespace ends and
+the kernel kills whatever it left behind, so no process of the agent outlives its command:
+between two commands (and after the session) nothing of the agent runs, which is what lets
+the ``files`` tool and the grading step read the folder without a race.
+
+Limits per command: wall clock (``command_timeout_s``, then the namespace is killed), CPU
+seconds, address space, file size and open files through ``prlimit``, processes through
+``RLIMIT_NPROC`` and, as root (where the kernel ignores it), a pids cgroup. The session's
+commands together get ``session_timeout_s``; past it :class:`SandboxTimeLimit` ends the
+session with that reason. A sandbox that cannot be made or started raises
+:class:`SandboxError`: an infrastructure failure, recorded ERROR and redone by ``ape retry``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ape.schemas.config import SandboxConfig
+from ape.tasks.checking.code import sandbox as namespaces
+from ape.tasks.solving.stops import InfrastructureError, SessionLimit
+
+log = logging.getLogger("ape.agent")
+
+TASK_DIR = "/task"  # the working folder inside the sandbox
+TESTS_DIR = "/tests"  # the grading step's fresh, read-only tests
+OPEN_FILES = 256
+
+
+class SandboxError(InfrastructureError):
+    """The sandbox could not be made or started: an infrastructure error, not the agent's."""
+
+
+class SandboxTimeLimit(SessionLimit):
+    """The session's commands together ran past ``[sandbox] session_timeout_s``."""
+
+    reason = "sandbox_time_limit"
+
+
+@dataclass
+class CommandResult:
+    """What one command left: its exit code (124 when killed at its time limit) and output."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    seconds: float
+
+    def text(self) -> str:
+        """The tool's reply to the model: exit code, then stdout and stderr."""
+        parts = [f"exit code: {self.exit_code}" + (" (killed at the time limit)" if self.timed_out else "")]
+        if self.stdout:
+            parts.append(f"stdout:\n{self.stdout}")
+        if self.stderr:
+            parts.append(f"stderr:\n{self.stderr}")
+        return "\n".join(parts)
+
+
+def cut(data: bytes, limit: int) -> str:
+    """``data`` as text, at most ``limit`` bytes of it: the head and the tail, with the cut said."""
+    if len(data) <= limit:
+        return data.decode("utf-8", "replace")
+    half = limit // 2
+    dropped = len(data) - 2 * half
+    return (
+        data[:half].decode("utf-8", "replace")
+        + f"\n[... {dropped} bytes cut ...]\n"
+        + data[-half:].decode("utf-8", "replace")
+    )
+
+
+def _write_tree(root: Path, files: dict[str, Any], where: str) -> None:
+    """Write ``relative path -> text`` below ``root``; a path leaving it is a SandboxError."""
+    for name, content in files.items():
+        relative = Path(str(name))
+        if relative.is_absolute() or ".." in relative.parts:
+            raise SandboxError(f"{where}: the path {name!r} leaves the folder; use relative paths without '..'")
+        target = root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(str(content), encoding="utf-8")
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """Copy a folder's content (links copied as links, never followed out of it)."""
+    shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+
+
+def _field(item: Any, name: str) -> Any:
+    value = getattr(item, name, None)
+    if value is None and isinstance(item, dict):
+        value = item.get(name)
+    return value
+
+
+class AgentSandbox:
+    """One session's working folder and the commands run in it (module doc)."""
+
+    def __init__(self, cfg: SandboxConfig, item: Any, item_id: str, run_index: int = 0):
+        started = time.perf_counter()
+        self.cfg = cfg
+        self.item = item
+        self.item_id = item_id
+        self.used_s = 0.0
+        self.closed = False
+        self.prefix: tuple[str, ...] = ()
+        if cfg.isolation == "bwrap":
+            try:
+                self.prefix = namespaces.prefix("bwrap")
+            except namespaces.SandboxUnavailable as exc:
+                raise SandboxError(f"[sandbox] isolation = 'bwrap': {exc}") from None
+        base = cfg.root if cfg.root is not None else None
+        try:
+            if base is not None:
+                base.mkdir(parents=True, exist_ok=True)
+            self.home = Path(tempfile.mkdtemp(prefix=f"ape-agent-{_safe(item_id)}-{run_index}-", dir=base))
+            self.folder = self.home / "task"
+            self.folder.mkdir(mode=0o700)
+            self.seed()
+        except (SandboxError, OSError) as exc:
+            if hasattr(self, "home"):
+                shutil.rmtree(self.home, ignore_errors=True)
+            if isinstance(exc, SandboxError):
+                raise
+            raise SandboxError(f"cannot make the sandbox's working folder: {exc}") from None
+        self.start_s = time.perf_counter() - started
+        self.teardown_s = 0.0
+
+    # -- the folder ----------------------------------------------------------------------
+    def seed(self) -> None:
+        """The item's files: the ``files_field`` table, then ``seed_dir/<item id>/``."""
+        if self.cfg.files_field:
+            files = _field(self.item, self.cfg.files_field)
+            if not isinstance(files, dict):
+                raise SandboxError(
+                    f"[sandbox] files_field: the item's field '{self.cfg.files_field}' is "
+                    f"{type(files).__name__}, expected a table of relative path -> text"
+                )
+            _write_tree(self.folder, files, f"item '{self.item_id}' field '{self.cfg.files_field}'")
+        if self.cfg.seed_dir is not None:
+            source = self.cfg.seed_dir / self.item_id
+            if source.is_dir():
+                _copy_tree(source, self.folder)
+
+    def fresh_tests(self) -> Path | None:
+        """The item's tests, written now into a folder the agent never saw; None without tests."""
+        files = _field(self.item, self.cfg.test_files_field) if self.cfg.test_files_field else None
+        source = self.cfg.tests_dir / self.item_id if self.cfg.tests_dir is not None else None
+        if not files and not (source is not None and source.is_dir()):
+            return None
+        tests = self.home / "tests"
+        shutil.rmtree(tests, ignore_errors=True)
+        tests.mkdir(mode=0o700)
+        if isinstance(files, dict):
+            _write_tree(tests, files, f"item '{self.item_id}' field '{self.cfg.test_files_field}'")
+        if source is not None and source.is_dir():
+            _copy_tree(source, tests)
+        return tests
+
+    # -- commands ------------------------------------------------------------------------
+    def _env(self, tests: Path | None = None) -> dict[str, str]:
+        """The whole environment of a command: nothing of the run's; ``TESTS_DIR`` names the
+        grading step's tests (``/tests`` in a namespace)."""
+        home = TASK_DIR if self.prefix else str(self.folder)
+        env = {
+            "HOME": home,
+            "TMPDIR": "/tmp" if self.prefix else str(self.home),
+            "PATH": namespaces.SANDBOX_PATH,
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        if tests is not None:
+            env["TESTS_DIR"] = TESTS_DIR if self.prefix else str(tests)
+        return env
+
+    def _limits(self) -> list[str]:
+        cfg = self.cfg
+        return [
+            "prlimit",
+            f"--cpu={cfg.cpu_seconds}",
+            f"--as={cfg.memory_bytes}",
+            f"--fsize={cfg.file_bytes}",
+            f"--nofile={OPEN_FILES}",
+            f"--nproc={cfg.processes}",
+            "--core=0",
+            "--",
+        ]
+
+    def argv(self, command: list[str], tests: Path | None = None) -> list[str]:
+        """The whole command line: the namespace (when isolated), the limits, ``command``."""
+        if not self.prefix:
+            return [*self._limits(), *command]
+        binds: list[tuple[str, str, bool]] = [(str(self.folder), TASK_DIR, True)]
+        if tests is not None:
+            binds.append((str(tests), TESTS_DIR, False))
+        disable = "--disable-userns" in self.prefix
+        wrapper = namespaces.bwrap_argv(
+            disable_userns=disable, binds=tuple(binds), chdir=TASK_DIR, env=self._env(tests)
+        )
+        return [*wrapper, *self._limits(), *command]
+
+    def run(
+        self,
+        command: list[str],
+        *,
+        stdin: bytes = b"",
+        tests: Path | None = None,
+        timeout_s: float | None = None,
+        counted: bool = True,
+    ) -> CommandResult:
+        """Run ``command`` in the working folder, within the limits (module doc).
+
+        ``counted`` commands draw on the session's time (``session_timeout_s``); when that is
+        spent, :class:`SandboxTimeLimit` is raised, before or after the command.
+        """
+        if self.closed:
+            raise SandboxError("the session's sandbox is closed")
+        limit = timeout_s if timeout_s is not None else self.cfg.command_timeout_s
+        if counted:
+            left = self.cfg.session_timeout_s - self.used_s
+            if left <= 0:
+                raise SandboxTimeLimit(f"the session's commands ran {self.used_s:.1f} s, its limit")
+            limit = min(limit, left)
+        argv = self.argv(command, tests)
+        cgroup: namespaces.PidsCgroup | None = None
+        root = namespaces.pids_cgroup_root() if self.prefix else None
+        if root is not None:
+            cgroup = namespaces.PidsCgroup(root, self.cfg.processes + 8)
+            argv = cgroup.wrap(argv)
+        started = time.perf_counter()
+        with tempfile.TemporaryFile(dir=self.home) as out, tempfile.TemporaryFile(dir=self.home) as err:
+            try:
+                process = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=err,
+                    env=self._env(tests),
+                    cwd=None if self.prefix else str(self.folder),
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                if cgroup is not None:
+                    cgroup.close()
+                raise SandboxError(f"the sandbox did not start: {exc}") from None
+            timed_out = False
+            try:
+                process.communicate(stdin, timeout=limit)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                _kill(process)
+                if cgroup is not None:
+                    cgroup.close()
+            seconds = time.perf_counter() - started
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read(), err.read()
+        if counted:
+            self.used_s += seconds
+        code = 124 if timed_out else process.returncode
+        if self.prefix and _did_not_start(code, stderr, argv):
+            raise SandboxError(f"the sandbox did not start: {stderr.decode('utf-8', 'replace').strip()[:500]}")
+        result = CommandResult(
+            exit_code=code,
+            stdout=cut(stdout, self.cfg.output_bytes),
+            stderr=cut(stderr, self.cfg.output_bytes),
+            timed_out=timed_out,
+            seconds=seconds,
+        )
+        if counted and timed_out and self.used_s >= self.cfg.session_timeout_s:
+            raise SandboxTimeLimit(f"the session's commands ran {self.used_s:.1f} s, its limit")
+        return result
+
+    def bash(self, command: str) -> CommandResult:
+        return self.run(["bash", "-c", command])
+
+    def python(self, code: str) -> CommandResult:
+        # this interpreter: the sandbox binds in its folders; code on stdin, the folder on sys.path
+        return self.run([sys.executable, "-"], stdin=code.encode("utf-8"))
+
+    # -- the end -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Remove the working folder (kept with ``keep = true``, and said so)."""
+        if self.closed:
+            return
+        started = time.perf_counter()
+        self.closed = True
+        if self.cfg.keep:
+            log.info("sandbox of %s kept at %s ([sandbox] keep = true)", self.item_id, self.home)
+        else:
+            shutil.rmtree(self.home, ignore_errors=True)
+        self.teardown_s = time.perf_counter() - started
+
+    def __enter__(self) -> AgentSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """Kill a command's namespace and its process group; reap it."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            process.kill()
+        except OSError:
+            pass
+    process.wait()
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)[:40]
+
+
+def _did_not_start(code: int, stderr: bytes, argv: list[str]) -> bool:
+    """Whether a command's namespace never started: bubblewrap's own failure (exit code 1,
+    its ``bwrap:`` message) or the cgroup wrapper's shell failing to run it (126, 127)."""
+    if code == 1 and stderr.startswith(b"bwrap:"):
+        return True
+    wrapper = next((word for word in argv if word.endswith("bwrap")), "bwrap")
+    return code in (126, 127) and wrapper.encode() in stderr[:300] and b"exec" in stderr[:300]
