@@ -43,6 +43,7 @@ from tenacity import (
 
 from ape.schemas.config import ModelConfig
 from ape.tasks.common.console import CONSOLE_SKIP, Repeats
+from ape.tasks.models.limiter import Limiter
 
 log = logging.getLogger("ape.models")
 
@@ -300,24 +301,6 @@ class RetryPolicy:
             if note and note not in getattr(exc, "__notes__", ()):
                 exc.add_note(note)  # the session's error names the endpoint (ErrorInfo)
             raise
-
-
-class Limiter:
-    """What every model call goes through: ``with limiter.acquire(): request()``.
-
-    :class:`RateLimiter` holds the limits in this process;
-    :class:`ape.tasks.models.server_limits.SharedLimiter` takes them from the Prefect server.
-    """
-
-    peak_concurrency: int = 0  # most requests seen in flight at once in this process
-
-    @contextmanager
-    def acquire(self) -> Iterator[None]:  # pragma: no cover - overridden
-        raise NotImplementedError
-        yield
-
-    def close(self) -> None:
-        """Give back what the limiter holds outside this process (the server's slots)."""
 
 
 class RateLimiter(Limiter):

@@ -24,10 +24,13 @@ hands a lease back when
 
 - the process no longer needs it (all its slots free, nobody waiting, for :data:`IDLE_S`),
 - the server's limit went down below what this process holds (read every :data:`POLL_S`),
-- the limit is full (every slot taken, by anyone) and the lease is older than
-  :data:`HOLD_S`: someone else may be waiting, and Prefect does not say who waits, so runs
-  sharing a full limit take turns every :data:`HOLD_S` seconds. The lease with the most free
-  slots goes first, one per reading, so a process alone at its limit loses little.
+- the limit is full, another process waits for it and the lease is older than
+  :data:`HOLD_S`: runs sharing a full limit take turns. Prefect's API does not say who waits
+  (``denied_slots`` is not in its answers), so a process that holds no slot and is refused
+  says so in a Prefect variable, ``ape_waiting_<hash of the limit's name>`` (:func:`waiting_variable`);
+  holders read it only while the limit is full. The lease with the most free slots goes
+  first, one per reading, and the holder leaves its slots to the others for a moment. A
+  process alone at its limit never hands back a slot it needs.
 
 A slot is only ever lent while its lease is held, so the requests in flight across all
 processes never exceed the server's limit. A lease lasts :data:`LEASE_S` and is renewed
@@ -37,6 +40,7 @@ while held: a crashed process's slots come back when its leases expire.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import logging
 import math
 import random
@@ -50,10 +54,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from ape.schemas.config import ModelConfig
-from ape.tasks.models.limits import Limiter
+from ape.tasks.models.limiter import Limiter
 
 log = logging.getLogger("ape.models")
 
@@ -68,7 +72,9 @@ __all__ = [
 ]
 
 BLOCK = 16  # most slots one lease takes
-HOLD_S = 15.0  # a lease older than this is handed back when the limit is full (turns)
+HOLD_S = 5.0  # a lease older than this is handed back when another process waits (turns)
+WAIT_SIGNAL_S = 3.0  # how long a waiting process's signal counts
+TURN_S = 2.0  # after handing a lease back for a turn, the others have this long to take it
 IDLE_S = 0.5  # a lease no worker used for this long is handed back
 POLL_S = 0.5  # how often the limit is read and a refused acquisition asked again
 LEASE_S = 60.0  # a lease's time to live on the server (renewed while held; Prefect's least):
@@ -91,6 +97,12 @@ def limit_names(cfg: ModelConfig) -> tuple[str, str]:
     and the same with ``:per-second``; characters Prefect refuses in names (``/ % & < >``) become ``_``."""
     base = _BANNED.sub("_", f"ape:{_endpoint(cfg)}:{cfg.model or cfg.model_id}")
     return base, f"{base}:per-second"
+
+
+def waiting_variable(name: str) -> str:
+    """The Prefect variable in which processes waiting for the limit ``name`` say so (variable
+    names allow letters, digits, ``-`` and ``_`` only)."""
+    return "ape_waiting_" + hashlib.sha256(name.encode()).hexdigest()[:16]
 
 
 def server_limits_enabled() -> bool:
@@ -198,6 +210,7 @@ class _Lease:
     renewed_at: float
     free: int = 0
     retiring: bool = False
+    turn: bool = False  # handed back so that another process gets a turn
     idle_since: float = field(default_factory=time.monotonic)
 
 
@@ -217,11 +230,15 @@ class ServerSlots:
         self.peak_concurrency = 0
         self.limit: int | None = None  # the server's, as last read
         self._full = False  # every slot of the limit taken, as last read
+        self._others_wait = False  # ... and another process said it waits (waiting_variable)
+        self._token = uuid4().hex  # this limiter's own waiting signals are not others'
+        self._signalled = 0.0
         self._started = False
         self._closed = False
         self._error: BaseException | None = None
         self._wake = threading.Event()  # a worker found no free slot, or close()
         self._refused_until = 0.0  # the server said no: the next try waits till then
+        self._refused = False  # ... and the next try asks for one slot
 
     # -- the workers' side -----------------------------------------------------------------
     @contextmanager
@@ -309,6 +326,7 @@ class ServerSlots:
             current = _ensure(client, self.name, self.model_id, "max_concurrency", self.config_value, None)
         self._set_limit(current.limit if current.active else 10**9)
         self._full = current.active and current.active_slots >= current.limit
+        self._others_wait = self._full and bool(self._leases) and self._waiting_signal(client)
 
     def _held(self) -> int:
         return sum(le.slots for le in self._leases)
@@ -327,16 +345,17 @@ class ServerSlots:
                 elif lease.free == lease.slots and not self._waiting and now - lease.idle_since >= IDLE_S:
                     lease.retiring = True
             old = [le for le in self._leases if not le.retiring and now - le.taken_at >= HOLD_S]
-            if self._full and old:  # take turns: the one that drains soonest, one per reading
-                max(old, key=lambda le: le.free).retiring = True
-                self._full = False
-                # ... and others get the first chance at its slots (this process asks again later)
-                self._refused_until = now + 2 * POLL_S
+            if self._others_wait and old:  # take turns: the one that drains soonest, one per reading
+                turn = max(old, key=lambda le: le.free)
+                turn.retiring = turn.turn = True
+                self._others_wait = False
             for lease in self._leases:
                 if lease.retiring and lease.free == lease.slots:
                     release.append(lease)
             for lease in release:
                 self._leases.remove(lease)
+                if lease.turn:  # the others get the first chance at its slots: ask again later
+                    self._refused_until = time.monotonic() + TURN_S
         for lease in release:
             client.release_concurrency_slots_with_lease(lease.id)
 
@@ -354,9 +373,10 @@ class ServerSlots:
             lendable = sum(le.free for le in self._leases if not le.retiring)
             need = self._waiting - lendable
             limit = self.limit or 0
-        if need <= 0 or limit <= 0:
+        if need <= 0 or limit <= 0 or time.monotonic() < self._refused_until:
             return False
-        slots = max(1, min(need, BLOCK, limit))
+        # refused last time: one slot is what a turn frees first, and asks the server once
+        slots = 1 if self._refused else max(1, min(need, BLOCK, limit))
         while True:
             try:
                 response = client.increment_concurrency_slots_with_lease(
@@ -368,17 +388,43 @@ class ServerSlots:
                     slots //= 2
                     continue
                 if status in (422, 423):  # busy, or the limit went down below the block
+                    self._refused = True
                     self._refused_until = time.monotonic() + POLL_S * random.uniform(0.5, 1.0)
+                    if status == 423 and not self._leases:
+                        self._signal_waiting(client)
                     return False
                 raise
             body = response.json()
             if not body.get("limits"):  # switched off on the server: the lease holds nothing
                 slots = max(slots, self._waiting)
+            self._refused = False
             now = time.monotonic()
             with self._cond:
                 self._leases.append(_Lease(UUID(body["lease_id"]), slots, now, now, free=slots))
                 self._cond.notify_all()
             return True
+
+    def _waiting_signal(self, client: Any) -> bool:
+        """True when another process said, within :data:`WAIT_SIGNAL_S`, that it waits."""
+        variable = client.read_variable_by_name(waiting_variable(self.name))
+        value = getattr(variable, "value", None)
+        if not isinstance(value, dict) or value.get("token") == self._token:
+            return False
+        return time.time() - float(value.get("at", 0.0)) <= WAIT_SIGNAL_S
+
+    def _signal_waiting(self, client: Any) -> None:
+        """Say that this process waits for the limit and holds none of it (at most once a second)."""
+        from prefect.client.schemas.actions import VariableCreate, VariableUpdate  # noqa: PLC0415 - as above
+        from prefect.exceptions import ObjectAlreadyExists  # noqa: PLC0415 - as above
+
+        if time.monotonic() - self._signalled < 1.0:
+            return
+        self._signalled = time.monotonic()
+        name, value = waiting_variable(self.name), {"token": self._token, "at": time.time()}
+        try:
+            client.create_variable(VariableCreate(name=name, value=value, tags=["ape"]))
+        except ObjectAlreadyExists:
+            client.update_variable(VariableUpdate(name=name, value=value))
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Hand every lease back and stop the keeper (at the process's end: :func:`close_all`)."""

@@ -8,7 +8,9 @@ requests in flight across both runs as they arrive):
   second run's config asks for 6, and the server's 4 holds: one line says so and both runs'
   ``metadata.json`` records which value held and why;
 - while both runs go, never more than 4 requests are in flight together (before, each
-  process had its own limiter of 4 and 6: up to 10 at once);
+  process had its own limiter of 4 and 6: up to 10 at once): the second run is refused while
+  the first holds every slot (its calls held by the endpoint), and says so (a Prefect
+  variable, for turns);
 - ``prefect gcl update NAME --limit 8`` mid-run: 8 requests are in flight within seconds,
   without a restart, and the change is in the run's metadata.
 """
@@ -29,6 +31,7 @@ import pytest
 
 pytest.importorskip("langchain_openai", reason="an openai model needs the 'openai' extra")
 
+from ape.tasks.models.server_limits import waiting_variable  # noqa: E402
 from tests.helpers.fake_openai import LoopbackEndpoint, Request, completion  # noqa: E402
 from tests.helpers.paths import REPO_ROOT  # noqa: E402
 from tests.helpers.prefect_api import PrefectApi  # noqa: E402
@@ -36,7 +39,7 @@ from tests.helpers.processes import stop_group  # noqa: E402
 from tests.helpers.runner import make_benchmark  # noqa: E402
 
 LATENCY_S = 0.25
-ITEMS = 200  # per run: at 4 in flight together, about 25 s of requests
+ITEMS = 300  # per run: at 4 in flight together, about 40 s of requests
 MODEL = """[model]
 name = "{name}"
 provider = "openai"
@@ -50,8 +53,8 @@ timeout_s = 30
 
 class CountingEndpoint:
     """Answers every chat request right after ``LATENCY_S``, counting requests in flight: in
-    all, and per run (told apart by their API keys). Until both runs have sent a request, the
-    requests are held: the first run cannot finish before the second is there to share."""
+    all, and per run (told apart by their API keys). Requests are held until ``go`` is set:
+    the first run cannot finish before the second is there to share."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -59,7 +62,7 @@ class CountingEndpoint:
         self.peak = 0
         self.peaks: list[tuple[float, int]] = []  # (time, in flight) at each new high
         self.spans: dict[str, list[float]] = {}  # key -> [first request, last answer]
-        self.both = threading.Event()
+        self.go = threading.Event()
         self.endpoint = LoopbackEndpoint(self.respond)
 
     def respond(self, request: Request) -> tuple[int, dict]:
@@ -70,10 +73,8 @@ class CountingEndpoint:
                 self.peak = self.now
                 self.peaks.append((time.monotonic(), self.now))
             self.spans.setdefault(key, [time.monotonic(), 0.0])
-            if len(self.spans) == 2:
-                self.both.set()
         try:
-            self.both.wait(180)
+            self.go.wait(180)
             time.sleep(LATENCY_S)
             a, b = map(int, re.findall(r"What is (\d+) \+ (\d+)", json.dumps(request.body))[-1])
             return 200, completion(f"The answer is {a + b}")
@@ -99,7 +100,7 @@ def endpoint() -> Iterator[CountingEndpoint]:
     try:
         yield counting
     finally:
-        counting.both.set()
+        counting.go.set()
         counting.endpoint.close()
 
 
@@ -144,12 +145,13 @@ def test_two_runs_share_the_servers_limit_and_a_change_reaches_them_live(
             assert _limit(api, name)["limit"] == 4
             procs.append(_start(second, "key-b", prefect_server))
             deadline = time.monotonic() + 180
-            while "Bearer key-b" not in endpoint.spans:  # the second run's requests arrive
+            while api.get(f"/variables/name/{waiting_variable(name)}").status_code != 200:
+                # the second run is refused: the first holds every slot (its requests are held)
                 assert procs[1].poll() is None, procs[1].communicate()[0]
-                assert time.monotonic() < deadline, "the second run sent no request"
-                time.sleep(0.1)
-            assert endpoint.peak <= 4, endpoint.peaks  # both runs going: the server's 4 hold together
-            before = endpoint.peak
+                assert time.monotonic() < deadline, "the second run never said it waits"
+                time.sleep(0.2)
+            # both runs going, the second refused: the first holds the server's 4, held by the endpoint
+            assert endpoint.peak == 4 and "Bearer key-b" not in endpoint.spans, endpoint.peaks
             changed = subprocess.run(
                 [sys.executable, "-m", "prefect", "gcl", "update", name, "--limit", "8"],
                 env=dict(os.environ, PREFECT_API_URL=prefect_server),
@@ -158,11 +160,10 @@ def test_two_runs_share_the_servers_limit_and_a_change_reaches_them_live(
                 timeout=120,
             )
             assert changed.returncode == 0, changed.stdout + changed.stderr
-            assert all(proc.poll() is None for proc in procs), "a run ended before the update: make ITEMS larger"
+            assert all(proc.poll() is None for proc in procs), "a run ended before the update"
             reached = endpoint.wait_for(8, timeout_s=15)
-            assert reached is not None, (
-                f"8 in flight never reached after the update (peak {endpoint.peak}, before {before})"
-            )
+            assert reached is not None, f"8 in flight never reached after the update (peak {endpoint.peak})"
+            endpoint.go.set()  # the calls end; both runs go on to the end
             outputs = [proc.communicate(timeout=300)[0] for proc in procs]
         finally:
             for proc in procs:

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-from prefect.exceptions import ObjectNotFound
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
 from ape.schemas.config import ModelConfig
 from ape.tasks.models import server_limits
@@ -57,6 +57,8 @@ class FakeServer:
         self.leases: dict[uuid.UUID, int] = {}
         self.lock = threading.Lock()
         self.acquisitions = 0
+        self.releases = 0
+        self.variables: dict[str, Any] = {}
 
     def __enter__(self) -> FakeServer:
         return self
@@ -95,9 +97,21 @@ class FakeServer:
     def release_concurrency_slots_with_lease(self, lease_id: uuid.UUID) -> None:
         with self.lock:
             self.active -= self.leases.pop(lease_id)
+            self.releases += 1
 
     def renew_concurrency_lease(self, lease_id: uuid.UUID, lease_duration: float) -> None:
         pass
+
+    def read_variable_by_name(self, name: str) -> Any:
+        return self.variables.get(name)
+
+    def create_variable(self, variable: Any) -> None:
+        if variable.name in self.variables:
+            raise ObjectAlreadyExists(http_exc=self._refuse(409))
+        self.variables[variable.name] = variable
+
+    def update_variable(self, variable: Any) -> None:
+        self.variables[variable.name] = variable
 
 
 def _hammer(
@@ -164,3 +178,34 @@ def test_a_limit_someone_changed_holds_over_the_config(ape_log: pytest.LogCaptur
     ]
     (note,) = limit_notes(["ape:y:m"])
     assert note["holds"] == "server" and note["server_value"] == 3 and note["config_value"] == 5
+
+
+def test_a_process_that_waits_gets_a_turn_and_one_alone_keeps_its_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_limits, "POLL_S", 0.05)
+    monkeypatch.setattr(server_limits, "HOLD_S", 0.5)
+    server = FakeServer("ape:z:m", limit=4)
+    first = ServerSlots("ape:z:m", "m", 4, client=lambda: server)
+    stop, inside, peak = threading.Event(), [0], [0]
+    threads = _hammer(first, 8, stop, inside, peak)
+    second = ServerSlots("ape:z:m", "m", 4, client=lambda: server)
+    try:
+        time.sleep(1.5)  # alone at a full limit, past HOLD_S: nobody waits, so no lease went back
+        assert server.releases == 0 and first.peak_concurrency == 4
+        got = threading.Event()
+
+        def one_call() -> None:
+            with second.acquire():
+                got.set()
+
+        caller = threading.Thread(target=one_call)
+        caller.start()
+        assert got.wait(10), "the waiting process never got a turn"
+        caller.join()
+        assert server.active <= 4
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        first.close()
+        second.close()
+    assert server.active == 0
