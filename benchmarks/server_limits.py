@@ -54,6 +54,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="rounds (each runs both limiters)")
     parser.add_argument("--workers", default="64,256", help="comma list of worker counts")
     parser.add_argument("--latency", type=float, default=0.5)
+    parser.add_argument("--port", type=int, default=4252, help="of the Prefect server it starts")
     args = parser.parse_args()
     speed = _speed_module()
     sys.path.insert(0, str(ROOT))
@@ -61,7 +62,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="ape-limits-bench-"))
     os.environ["APE_HOME"] = str(work / "ape-home")
-    info = server.start(port=4252)
+    info = server.start(port=args.port)
     speed.SERVER_PID = info.pid
     env = dict(
         os.environ,

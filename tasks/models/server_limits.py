@@ -237,6 +237,7 @@ class ServerSlots:
         self._closed = False
         self._error: BaseException | None = None
         self._wake = threading.Event()  # a worker found no free slot, or close()
+        self._stop = threading.Event()  # close(): the keeper's waits end at once
         self._refused_until = 0.0  # the server said no: the next try waits till then
         self._refused = False  # ... and the next try asks for one slot
 
@@ -298,8 +299,8 @@ class ServerSlots:
                     self._renew(client)
                     if not self._fetch(client):  # nothing wanted, or refused: ask again later
                         self._wake.wait(POLL_S * random.uniform(0.5, 1.0))
-                        if not self._closed:  # a refusal waits out its time, whatever wakes it
-                            time.sleep(max(0.0, self._refused_until - time.monotonic()))
+                        if not self._closed:  # a refusal waits out its time, unless closed
+                            self._stop.wait(max(0.0, self._refused_until - time.monotonic()))
                     self._wake.clear()
                 for lease in self._leases:  # closed: hand everything back now
                     client.release_concurrency_slots_with_lease(lease.id)
@@ -426,17 +427,29 @@ class ServerSlots:
         except ObjectAlreadyExists:
             client.update_variable(VariableUpdate(name=name, value=value))
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Hand every lease back and stop the keeper (at the process's end: :func:`close_all`)."""
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Hand every lease back and stop the keeper (at the process's end: :func:`close_all`).
+        Waits for the keeper, whose last act is to hand the leases back: a process that ended
+        first would leave its slots taken until their leases expire."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         self._wake.set()
+        self._stop.set()
         if self._started:
             self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                log.warning(
+                    "%s: the server's limit %s: slots not handed back within %.0f s",
+                    self.model_id,
+                    self.name,
+                    timeout_s,
+                )
+                return  # the keeper hands them back when it gets there; it must not start again
         _OPEN.discard(self)
         with self._cond:  # the next request starts a new keeper (``ape serve`` runs on)
             self._started = self._closed = False
+            self._stop.clear()
 
 
 _OPEN: weakref.WeakSet[ServerSlots] = weakref.WeakSet()

@@ -174,10 +174,7 @@ def test_two_runs_share_the_servers_limit_and_a_change_reaches_them_live(
         # the second run's 6 did not override the server's 4: one line says which value holds
         assert "the server's limit" in outputs[1] and "is 4, [model] max_concurrency is 6" in outputs[1], outputs[1]
         assert "the server's value holds" in outputs[1]
-        meta = [
-            json.loads((cfg.parent / "out" / m / "metadata.json").read_text())
-            for cfg, m in ((first, "a"), (second, "b"))
-        ]
+        meta = [json.loads((cfg.parent / "out" / "metadata.json").read_text()) for cfg in (first, second)]
         (a_limit,) = meta[0]["server_limits"]
         (b_limit,) = meta[1]["server_limits"]
         assert a_limit["name"] == name and a_limit["holds"] == "config" and a_limit["config_value"] == 4
