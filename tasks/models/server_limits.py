@@ -74,6 +74,7 @@ __all__ = [
 BLOCK = 16  # most slots one lease takes
 HOLD_S = 5.0  # a lease older than this is handed back when another process waits (turns)
 WAIT_SIGNAL_S = 3.0  # how long a waiting process's signal counts
+FAILURES = 5  # the server failing this many times in a row (1 + 2 + ... s apart) fails the calls
 TURN_S = 2.0  # after handing a lease back for a turn, the others have this long to take it
 IDLE_S = 0.5  # a lease no worker used for this long is handed back
 POLL_S = 0.5  # how often the limit is read and a refused acquisition asked again
@@ -291,13 +292,30 @@ class ServerSlots:
                 self._set_limit(current.limit)
                 self._full = current.active_slots >= current.limit
                 read_at = time.monotonic()
+                failures = 0
                 while not self._closed:
-                    if time.monotonic() - read_at >= POLL_S:
-                        self._read(client)
-                        read_at = time.monotonic()
-                    self._hand_back(client)
-                    self._renew(client)
-                    if not self._fetch(client):  # nothing wanted, or refused: ask again later
+                    try:
+                        if time.monotonic() - read_at >= POLL_S:
+                            self._read(client)
+                            read_at = time.monotonic()
+                        self._hand_back(client)
+                        self._renew(client)
+                        fetched = self._fetch(client)
+                        failures = 0
+                    except Exception as exc:  # a busy or restarting server: a few tries, then the workers fail
+                        failures += 1
+                        if failures > FAILURES:
+                            raise
+                        log.warning(
+                            "%s: the server's limit %s: %s: %s; asking again",
+                            self.model_id,
+                            self.name,
+                            type(exc).__name__,
+                            exc,
+                        )
+                        self._stop.wait(failures)
+                        continue
+                    if not fetched:  # nothing wanted, or refused: ask again later
                         self._wake.wait(POLL_S * random.uniform(0.5, 1.0))
                         if not self._closed:  # a refusal waits out its time, unless closed
                             self._stop.wait(max(0.0, self._refused_until - time.monotonic()))
@@ -449,6 +467,7 @@ class ServerSlots:
         _OPEN.discard(self)
         with self._cond:  # the next request starts a new keeper (``ape serve`` runs on)
             self._started = self._closed = False
+            self._error = None
             self._stop.clear()
 
 

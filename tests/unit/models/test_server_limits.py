@@ -114,6 +114,14 @@ class FakeServer:
         self.variables[variable.name] = variable
 
 
+def _until(condition: Any, timeout_s: float = 20.0) -> None:
+    """Wait for ``condition()``; a generous timeout that only a broken limiter runs into."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
 def _hammer(
     slots: ServerSlots, workers: int, stop: threading.Event, inside: list[int], peak: list[int]
 ) -> list[threading.Thread]:
@@ -142,18 +150,18 @@ def test_slots_come_in_blocks_follow_the_servers_limit_and_go_back(monkeypatch: 
     stop, inside, peak = threading.Event(), [0], [0]
     threads = _hammer(slots, 20, stop, inside, peak)
     try:
-        time.sleep(1.0)
+        _until(lambda: peak[0] == 6)
         assert server.limit == 6  # created with the config's value
-        assert peak[0] == 6 and server.active <= 6
+        assert server.active <= 6
         assert server.acquisitions <= 4, server.acquisitions  # blocks, not one acquisition per call
         server.limit = 2  # lowered on the server: the process hands slots back
-        time.sleep(1.0)
+        _until(lambda: server.active <= 2 and slots.limit == 2)
+        time.sleep(0.3)
         peak[0] = 0
         time.sleep(0.5)
         assert peak[0] <= 2 and server.active <= 2
         server.limit = 12  # raised: reached without a restart
-        time.sleep(1.0)
-        assert peak[0] == 12
+        _until(lambda: peak[0] == 12)
     finally:
         stop.set()
         for thread in threads:
