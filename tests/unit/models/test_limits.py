@@ -20,6 +20,17 @@ from ape.tasks.models.limits import (
 )
 from tests.helpers.concurrency import TIMEOUT_S, Gate
 
+
+@pytest.fixture(autouse=True)
+def in_process_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These are the in-process limiter's tests: as with no Prefect server configured (a server
+    test earlier in the session leaves one set, and threads do not see a temporary setting),
+    else a limited model takes the server's limits (:func:`ape.tasks.models.limits.uses_server_limits`)."""
+    from ape.tasks.models import server_limits
+
+    monkeypatch.setattr(server_limits, "server_limits_enabled", lambda: False)
+
+
 REQUEST = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
 
 
