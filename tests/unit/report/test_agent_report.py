@@ -97,3 +97,27 @@ def test_the_limit_mark_follows_the_runs_health_thresholds(tmp_path: Path) -> No
     assert not model_health(frame(["step_limit"] * 4)).limiting  # 4 sessions < min_sessions 5
     assert model_health(frame(["step_limit"] * 4), min_sessions=4).limiting
     assert model_health(frame([None] * 10)).limited == {}
+
+
+def test_the_sandboxs_limits_are_recorded_spelled_out_in_the_provenance(tmp_path: Path) -> None:
+    """The limits are part of the benchmark's definition: a reader of report.json sees each
+    one by name, not only a hash of a config they may not have."""
+    from ape.tasks.report.provenance import run_provenance
+    from ape.tasks.storage.config_file import load_config
+    from tests.helpers.paths import REPO_ROOT
+
+    config = load_config(REPO_ROOT / "examples" / "agent" / "config.toml", {"sandbox.cpu_seconds": 7})
+    recorded = run_provenance(config)["agent_sandbox"]
+    assert recorded == {
+        "isolation": "bwrap",
+        "command_timeout_s": 20.0,
+        "session_timeout_s": 120.0,
+        "cpu_seconds": 7,
+        "memory_bytes": 2 * 1024**3,
+        "processes": 64,
+        "file_bytes": 64 * 1024**2,
+        "output_bytes": 16_000,
+        "network": "none",
+    }
+    plain = load_config(REPO_ROOT / "examples" / "agent" / "config.toml")
+    assert run_provenance(plain.model_copy(update={"sandbox": None}))["agent_sandbox"] is None
