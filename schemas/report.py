@@ -94,6 +94,11 @@ class LeaderboardRow(ReportModel):
         description="Sessions whose answer the judge checker flagged as addressed to the grader "
         "(ape.tasks.checking.injection).",
     )
+    infrastructure_errors: int = Field(
+        default=0,
+        description="Sessions that ended with an infrastructure error (a sandbox that would not start): "
+        "left out of every score and count above; ape retry redoes them.",
+    )
 
 
 class PairwiseRow(ReportModel):
@@ -187,6 +192,11 @@ class Summary(BaseModel):
     )
     injection_flags: int = Field(
         default=0, description="Sessions of all models whose answer the judge checker flagged as prompt injection."
+    )
+    infrastructure_errors: int = Field(
+        default=0,
+        description="Sessions of all models that ended with an infrastructure error (a sandbox that would not "
+        "start), scored nowhere; ape retry redoes them.",
     )
     provenance: dict[str, Any] = Field(
         default_factory=dict,

@@ -139,7 +139,15 @@ def _health_lines(envelope: Envelope) -> list[str]:
         + truncation_lines(envelope.health, md_text)
         + limit_lines(envelope.health, md_text)
     )
-    return [*(f"**Run health:** {line}" for line in suspect), ""] if suspect else []
+    infrastructure = [
+        f"**Infrastructure errors:** {row.infrastructure_errors} sessions of model {md_text(row.model_id)} "
+        "ended with an infrastructure error (a sandbox that would not start) and are scored nowhere; "
+        "`ape retry OUTPUT` redoes them"
+        for row in envelope.leaderboard
+        if row.infrastructure_errors
+    ]
+    lines = [*(f"**Run health:** {line}" for line in suspect), *infrastructure]
+    return [*lines, ""] if lines else []
 
 
 @dataclass(frozen=True)
