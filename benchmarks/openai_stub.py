@@ -12,7 +12,7 @@ second a framework's per-request cost would be the same order as the harness's u
   tokens (whitespace-led words) with ``text_offset`` and ``token_logprobs`` (null for the
   first, then a value from the token's length), plus one generated token.
 - ``GET /v1/models``: the one model.
-- ``GET /stats``: requests answered, the most open at once, the first request's and the last
+- ``GET /stats``: requests answered, TCP connections accepted, the most open at once, the first request's and the last
   answer's time (``time.time()``: a harness's start-up to its first call) and the stub's CPU
   seconds;
   ``POST /reset`` zeroes them between rows (a body ``{"latency": s}`` sets the latency).
@@ -45,6 +45,7 @@ class Stats:
 
     def reset(self) -> None:
         self.answered = 0
+        self.connections = 0  # TCP connections accepted: a client that reuses its pool opens few
         self.open = 0
         self.most_open = 0
         self.first: float | None = None
@@ -56,6 +57,7 @@ class Stats:
         times = os.times()
         return {
             "answered": self.answered,
+            "connections": self.connections,
             "open": self.open,
             "most_open": self.most_open,
             "first_request": self.first,
@@ -145,6 +147,7 @@ class StubProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        self.stats.connections += 1
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data

@@ -40,6 +40,8 @@ from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.common.words import count
+from ape.tasks.models.limits import limiter_for, uses_server_limits
+from ape.tasks.models.server_limits import limit_names, limit_notes
 from ape.tasks.recording import RunRecording
 from ape.tasks.report.provenance import run_provenance
 from ape.tasks.setup.model import ModelSetup, make_setup, resume_fingerprints, run_label
@@ -81,8 +83,11 @@ class Runner:
     def run(self) -> dict[str, Any]:
         setup = self.setup
         started = time.perf_counter()
-        with OutputLock(setup.out_dir):  # one writer per output folder (see ape.tasks.storage.outdir)
-            return self._run_locked(started)
+        try:
+            with OutputLock(setup.out_dir):  # one writer per output folder (see ape.tasks.storage.outdir)
+                return self._run_locked(started)
+        finally:  # the server's slots this run holds go back now, not when their leases expire
+            limiter_for(setup.model_id, setup.model_cfg).close()
 
     def _run_locked(self, started: float) -> dict[str, Any]:
         setup, cfg = self.setup, self.setup.config
@@ -214,6 +219,14 @@ class Runner:
                     if setup.hook is not None:
                         self._call_hook(batch)
                 view.update()
+            self._note_limits(saver)
+
+    def _note_limits(self, saver: SaveHandler) -> None:
+        """The Prefect server's limits this model's calls took (which value held, changes seen
+        mid-run) go to metadata.json's ``server_limits`` (:mod:`ape.tasks.models.server_limits`)."""
+        model_cfg = self.setup.model_cfg
+        if uses_server_limits(model_cfg):
+            saver.note("server_limits", limit_notes(limit_names(model_cfg)))
 
     def _finish(self, saver: SaveHandler, tally: Tally, started: float) -> dict[str, Any]:
         setup, cfg = self.setup, self.setup.config

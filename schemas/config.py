@@ -226,6 +226,13 @@ class ModelConfig(Section):
     max_concurrency: int | None = Field(
         default=None, ge=1, description="Most calls to this model at once, across workers (unset: no limit)."
     )
+    shared_limits: bool = Field(
+        default=True,
+        description="With a real Prefect server, max_concurrency and requests_per_second are the server's "
+        "global concurrency limits 'ape:<host:port>:<model>' (and ':per-second'), shared by every run on "
+        "that server and editable live on its Concurrency page; the config's value only creates them. "
+        "false keeps them per process.",
+    )
     logprobs: bool | None = Field(
         default=None, description="Ask for token log-probabilities (default: hosted 'openai' endpoints only)."
     )

@@ -25,7 +25,9 @@ Whatever the source, the result goes through one retry policy and one
 per-model rate limiter: it is wrapped in
 :class:`ape.tasks.models.managed.ManagedChatModel`. Provider clients are built
 with ``max_retries=0`` so their own retries do not multiply ours or ignore the
-user's backoff settings. What identifies a model's answers (for cache keys) is
+user's backoff settings. An ``openai`` model's client is built once per process for
+its exact arguments and shared by every worker (:mod:`ape.tasks.models.shared_clients`);
+the wrapper around it stays per worker. What identifies a model's answers (for cache keys) is
 :func:`ape.tasks.models.fingerprint.model_fingerprint`.
 """
 
@@ -60,6 +62,7 @@ from ape.tasks.models.llama_server import (
 )
 from ape.tasks.models.managed import ManagedChatModel
 from ape.tasks.models.mocks import Behaviour, MockChatModel
+from ape.tasks.models.shared_clients import shared_client
 from ape.tasks.plugins.loader import describe_exception, load_object
 from ape.tasks.plugins.registry import BUILTINS, PROVIDER_PACKAGES
 
@@ -223,7 +226,8 @@ def _openai(cfg: ModelConfig) -> BaseChatModel:
         # args.extra_body replaces this where a server rejects it.
         kwargs["extra_body"] = {"max_tokens": cfg.max_tokens}
     kwargs.update(cfg.args)
-    return _construct(ChatOpenAI, kwargs, cfg)
+    # one client per section and process, shared by every worker (shared_clients)
+    return shared_client(ChatOpenAI, kwargs, lambda: _construct(ChatOpenAI, kwargs, cfg))
 
 
 def hosted_endpoint(base_url: str | None) -> bool:

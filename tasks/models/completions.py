@@ -26,7 +26,7 @@ from typing import Any
 
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
-from ape.tasks.models.limits import RateLimiter, RetryPolicy, limiter_for
+from ape.tasks.models.limits import Limiter, RetryPolicy, limiter_for
 from ape.tasks.models.score_types import ContinuationScore, Scored, ScoreRequest
 
 __all__ = ["CompletionsScorer", "EchoLogprobs", "LogprobsMissing", "completions_scorer", "continuation_score"]
@@ -96,7 +96,7 @@ def _as_dict(value: Any) -> dict[str, Any]:
 class CompletionsScorer:
     """Scores continuations through ``/v1/completions`` (module docstring)."""
 
-    def __init__(self, client: Any, model: str, retry: RetryPolicy, limiter: RateLimiter, model_id: str):
+    def __init__(self, client: Any, model: str, retry: RetryPolicy, limiter: Limiter, model_id: str):
         self.client = client
         self.model = model
         self.retry = retry

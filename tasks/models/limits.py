@@ -43,6 +43,7 @@ from tenacity import (
 
 from ape.schemas.config import ModelConfig
 from ape.tasks.common.console import CONSOLE_SKIP, Repeats
+from ape.tasks.models.limiter import Limiter
 
 log = logging.getLogger("ape.models")
 
@@ -302,7 +303,7 @@ class RetryPolicy:
             raise
 
 
-class RateLimiter:
+class RateLimiter(Limiter):
     """Requests per second (token bucket) and concurrent requests (semaphore).
 
     Thread-safe and process-local, so it works without a Prefect server. The
@@ -377,21 +378,43 @@ class RateLimiter:
                 self._slots.release()
 
 
-_LIMITERS: dict[tuple[str, float | None, int | None], RateLimiter] = {}
+_LIMITERS: dict[tuple[str, float | None, int | None, bool], Limiter] = {}
 _LIMITERS_LOCK = threading.Lock()
 
 
-def limiter_for(model_id: str, cfg: ModelConfig) -> RateLimiter:
+def uses_server_limits(cfg: ModelConfig) -> bool:
+    """True when the model's limits are the Prefect server's (:mod:`ape.tasks.models.server_limits`):
+    a real server is configured, the section sets a limit and does not opt out with
+    ``shared_limits = false``, and the endpoint is not one APE serves for this run alone
+    (``llama-cpp``)."""
+    from ape.tasks.models.server_limits import server_limits_enabled  # noqa: PLC0415 - imports this module
+
+    if not cfg.shared_limits or (cfg.max_concurrency is None and cfg.requests_per_second is None):
+        return False
+    if (cfg.provider or "").strip().lower() == "llama-cpp" or cfg.model_path is not None:
+        return False
+    return server_limits_enabled()
+
+
+def limiter_for(model_id: str, cfg: ModelConfig) -> Limiter:
     """The process-wide limiter of one model, shared by every worker thread.
 
     Keyed by the model id and its limits, so every model built from the same
     ``[model]`` section (one per worker, one per session) draws from the same
-    bucket. Separate processes (Dask workers) each get their own.
+    bucket. In-process limits hold per process (each Dask worker its own); with a real
+    Prefect server they are the server's, shared by every process and run
+    (:func:`uses_server_limits`).
     """
-    key = (model_id, cfg.requests_per_second, cfg.max_concurrency)
+    shared = uses_server_limits(cfg)
+    key = (model_id, cfg.requests_per_second, cfg.max_concurrency, shared)
     with _LIMITERS_LOCK:
         limiter = _LIMITERS.get(key)
         if limiter is None:
-            limiter = RateLimiter(cfg.requests_per_second, cfg.max_concurrency)
+            if shared:
+                from ape.tasks.models.server_limits import SharedLimiter  # noqa: PLC0415 - imports this module
+
+                limiter = SharedLimiter(cfg)
+            else:
+                limiter = RateLimiter(cfg.requests_per_second, cfg.max_concurrency)
             _LIMITERS[key] = limiter
         return limiter

@@ -19,7 +19,7 @@ from langchain_core.runnables import Runnable, RunnableBinding
 from pydantic import ConfigDict
 
 from ape.schemas.errors import ApeError
-from ape.tasks.models.limits import RateLimiter, RetryPolicy
+from ape.tasks.models.limits import Limiter, RetryPolicy
 
 __all__ = ["ManagedChatModel"]
 
@@ -38,7 +38,7 @@ class ManagedChatModel(BaseChatModel):
 
     inner: BaseChatModel
     retry: RetryPolicy
-    limiter: RateLimiter
+    limiter: Limiter
     model_id: str
 
     @property

@@ -309,6 +309,13 @@ class SaveHandler:
         if time.monotonic() - self._meta_at >= self._interval:
             self._write_metadata()
 
+    def note(self, key: str, value: Any) -> None:
+        """Record ``value`` under ``key`` in metadata.json (written with the next save or at close),
+        for what the run learns while it goes (the server limits that held)."""
+        if self.run_info.get(key) != value:
+            self.run_info[key] = value
+            self._meta_dirty = True
+
     def _write_metadata(self) -> None:
         self._meta_at = time.monotonic()
         self._meta_dirty = False

@@ -105,13 +105,24 @@ def test_metadata_passes_through_the_wrapper() -> None:
 # --- limits ---------------------------------------------------------------------------
 
 
-def test_same_config_shares_one_limiter() -> None:
+def test_same_config_shares_one_limiter(in_process_limits: None) -> None:
     config = cfg(provider="mock", requests_per_second=100, max_concurrency=3)
     first, second = build_model(config, Path(".")), build_model(config, Path("."))
     assert first.limiter is second.limiter
     assert (first.limiter.requests_per_second, first.limiter.max_concurrency) == (100, 3)
     other = build_model(cfg(provider="mock", name="other", requests_per_second=100), Path("."))
     assert other.limiter is not first.limiter
+
+
+@pytest.fixture
+def in_process_limits() -> Iterator[None]:
+    """No Prefect server configured (a server test earlier in the session sets one), so the
+    limits hold in the process (:func:`ape.tasks.models.limits.uses_server_limits`)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: None}), pytest.MonkeyPatch.context() as patch:
+        patch.delenv("PREFECT_API_URL", raising=False)
+        yield
 
 
 @pytest.fixture
@@ -128,7 +139,7 @@ def gated_mock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
         yield gate
 
 
-def test_max_concurrency_holds_across_models_of_one_config(gated_mock: Gate) -> None:
+def test_max_concurrency_holds_across_models_of_one_config(gated_mock: Gate, in_process_limits: None) -> None:
     config = cfg(provider="mock", max_concurrency=1)
     with ThreadPoolExecutor(4) as pool:  # one model per worker, as a run builds them
         futures = [pool.submit(lambda i: build_model(config, Path(".")).invoke(f"{i} + 1"), i) for i in range(4)]

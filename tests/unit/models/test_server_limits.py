@@ -1,0 +1,228 @@
+"""Which limiter a model gets, the names of its server limits, and how slots are lent
+(ape.tasks.models.server_limits). The server here is a small fake that counts slots as
+Prefect's does; the real server is in tests/integration/test_server_limits.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+
+from ape.schemas.config import ModelConfig
+from ape.tasks.models import server_limits
+from ape.tasks.models.limits import RateLimiter, limiter_for, uses_server_limits
+from ape.tasks.models.server_limits import ServerSlots, SharedLimiter, limit_names, limit_notes
+
+
+def test_names_are_valid_prefect_names_and_name_endpoint_and_model() -> None:
+    cfg = ModelConfig(provider="openai", model="Qwen/Qwen2-7B<x>", base_url="http://gpu-1:8000/v1", max_concurrency=2)
+    slots, rate = limit_names(cfg)
+    assert slots == "ape:gpu-1:8000:Qwen_Qwen2-7B_x_"
+    assert rate == slots + ":per-second"
+    for name in (slots, rate):
+        GlobalConcurrencyLimitCreate(name=name, limit=1)  # Prefect refuses / % & < > in names
+    assert limit_names(ModelConfig(provider="mock", model="echo"))[0] == "ape:mock:echo"
+
+
+def test_without_a_real_server_the_in_process_limiter_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    cfg = ModelConfig(provider="mock", model="echo", max_concurrency=3)
+    with temporary_settings({PREFECT_API_URL: None}):
+        assert not uses_server_limits(cfg)
+        assert isinstance(limiter_for(cfg.model_id, cfg), RateLimiter)
+    with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:1/api"}):
+        assert uses_server_limits(cfg)
+        assert not uses_server_limits(cfg.model_copy(update={"shared_limits": False}))
+        assert not uses_server_limits(ModelConfig(provider="mock", model="echo"))  # no limit set: none taken
+        assert not uses_server_limits(ModelConfig(provider="llama-cpp", model="x", max_concurrency=2))
+        assert isinstance(limiter_for("other", cfg), SharedLimiter)
+
+
+class FakeServer:
+    """Counts slots of one limit like Prefect's server: an acquisition of more than are free is
+    refused (423), more than the limit is refused (422)."""
+
+    def __init__(self, name: str, limit: int | None) -> None:
+        self.name = name
+        self.limit = limit
+        self.active = 0
+        self.leases: dict[uuid.UUID, int] = {}
+        self.lock = threading.Lock()
+        self.acquisitions = 0
+        self.releases = 0
+        self.variables: dict[str, Any] = {}
+
+    def __enter__(self) -> FakeServer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def _refuse(self, status: int) -> httpx.HTTPStatusError:
+        request = httpx.Request("POST", "http://fake")
+        return httpx.HTTPStatusError("no", request=request, response=httpx.Response(status, request=request))
+
+    def read_global_concurrency_limit_by_name(self, name: str) -> Any:
+        if self.limit is None:
+            raise ObjectNotFound(http_exc=self._refuse(404))
+        return SimpleNamespace(limit=self.limit, active=True, active_slots=self.active, slot_decay_per_second=0.0)
+
+    def create_global_concurrency_limit(self, create: GlobalConcurrencyLimitCreate) -> uuid.UUID:
+        self.limit = create.limit
+        return uuid.uuid4()
+
+    def increment_concurrency_slots_with_lease(
+        self, names: list[str], slots: int, mode: str, lease_duration: float
+    ) -> Any:
+        with self.lock:
+            assert self.limit is not None
+            if slots > self.limit:
+                raise self._refuse(422)
+            if self.active + slots > self.limit:
+                raise self._refuse(423)
+            self.active += slots
+            self.acquisitions += 1
+            lease = uuid.uuid4()
+            self.leases[lease] = slots
+        return SimpleNamespace(json=lambda: {"lease_id": str(lease), "limits": [{"name": self.name}]})
+
+    def release_concurrency_slots_with_lease(self, lease_id: uuid.UUID) -> None:
+        with self.lock:
+            self.active -= self.leases.pop(lease_id)
+            self.releases += 1
+
+    def renew_concurrency_lease(self, lease_id: uuid.UUID, lease_duration: float) -> None:
+        pass
+
+    def read_variable_by_name(self, name: str) -> Any:
+        return self.variables.get(name)
+
+    def create_variable(self, variable: Any) -> None:
+        if variable.name in self.variables:
+            raise ObjectAlreadyExists(http_exc=self._refuse(409))
+        self.variables[variable.name] = variable
+
+    def update_variable(self, variable: Any) -> None:
+        self.variables[variable.name] = variable
+
+
+def _until(condition: Any, timeout_s: float = 20.0) -> None:
+    """Wait for ``condition()``; a generous timeout that only a broken limiter runs into."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+CALLS = [0]  # calls made inside a slot by _hammer's workers, all tests together
+
+
+def _hammer(
+    slots: ServerSlots, workers: int, stop: threading.Event, inside: list[int], peak: list[int]
+) -> list[threading.Thread]:
+    lock = threading.Lock()
+    calls = CALLS
+
+    def work() -> None:
+        while not stop.is_set():
+            with slots.acquire():
+                with lock:
+                    inside[0] += 1
+                    peak[0] = max(peak[0], inside[0])
+                    calls[0] += 1
+                time.sleep(0.01)
+                with lock:
+                    inside[0] -= 1
+
+    threads = [threading.Thread(target=work) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def test_slots_come_in_blocks_follow_the_servers_limit_and_go_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_limits, "POLL_S", 0.05)
+    server = FakeServer("ape:x:m", limit=None)
+    slots = ServerSlots("ape:x:m", "m", 6, client=lambda: server)
+    stop, inside, peak = threading.Event(), [0], [0]
+    threads = _hammer(slots, 20, stop, inside, peak)
+    try:
+        _until(lambda: peak[0] == 6)
+        CALLS[0] = 0
+        before = server.acquisitions
+        _until(lambda: CALLS[0] >= 120)
+        assert server.limit == 6  # created with the config's value
+        assert server.active <= 6
+        # blocks, not one acquisition per call (timing on a busy machine may hand a lease back and take it again)
+        assert server.acquisitions - before <= CALLS[0] // 10, (server.acquisitions - before, CALLS[0])
+        server.limit = 2  # lowered on the server: the process hands slots back
+        _until(lambda: server.active <= 2 and slots.limit == 2)
+        time.sleep(0.3)
+        peak[0] = 0
+        time.sleep(0.5)
+        assert peak[0] <= 2 and server.active <= 2
+        server.limit = 12  # raised: reached without a restart
+        _until(lambda: peak[0] == 12)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        slots.close()
+    assert server.active == 0  # closed: every lease handed back
+    (note,) = limit_notes(["ape:x:m"])
+    assert note["holds"] == "config" and [(c["from"], c["to"]) for c in note["changes"]] == [(6, 2), (2, 12)]
+
+
+def test_a_limit_someone_changed_holds_over_the_config(ape_log: pytest.LogCaptureFixture) -> None:
+    server = FakeServer("ape:y:m", limit=3)
+    slots = ServerSlots("ape:y:m", "m", 5, client=lambda: server)
+    with slots.acquire():
+        assert server.active <= 3
+    slots.close()
+    lines = [r.getMessage() for r in ape_log.records if "holds" in r.getMessage()]
+    assert lines == [
+        "m: the server's limit ape:y:m is 3, [model] max_concurrency is 5: the server's value holds (the server "
+        "owns the limit once created; update it there (Concurrency page or `prefect gcl update`) or delete it "
+        "to take the config's value)"
+    ]
+    (note,) = limit_notes(["ape:y:m"])
+    assert note["holds"] == "server" and note["server_value"] == 3 and note["config_value"] == 5
+
+
+def test_a_process_that_waits_gets_a_turn_and_one_alone_keeps_its_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_limits, "POLL_S", 0.05)
+    monkeypatch.setattr(server_limits, "HOLD_S", 0.5)
+    server = FakeServer("ape:z:m", limit=4)
+    first = ServerSlots("ape:z:m", "m", 4, client=lambda: server)
+    stop, inside, peak = threading.Event(), [0], [0]
+    threads = _hammer(first, 8, stop, inside, peak)
+    second = ServerSlots("ape:z:m", "m", 4, client=lambda: server)
+    try:
+        time.sleep(1.5)  # alone at a full limit, past HOLD_S: nobody waits, so no lease went back
+        assert server.releases == 0 and first.peak_concurrency == 4
+        got = threading.Event()
+
+        def one_call() -> None:
+            with second.acquire():
+                got.set()
+
+        caller = threading.Thread(target=one_call)
+        caller.start()
+        assert got.wait(10), "the waiting process never got a turn"
+        caller.join()
+        assert server.active <= 4
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        first.close()
+        second.close()
+    assert server.active == 0
