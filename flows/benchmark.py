@@ -35,7 +35,7 @@ from ape.tasks.common.home import password_hint, ui_password_file
 from ape.tasks.models.limits import RETRY_LINES
 from ape.tasks.models.llama_server import local_model_servers, with_base_urls
 from ape.tasks.recording import wait_for_server
-from ape.tasks.report.health import suspect_lines, truncation_lines
+from ape.tasks.report.health import limit_lines, suspect_lines, truncation_lines
 from ape.tasks.setup.judge_agreement import judge_agreement_task
 from ape.tasks.setup.model import run_label
 from ape.tasks.storage.file_modes import modes_for, private_outputs
@@ -118,6 +118,8 @@ def _suspect(config: ApeConfig, envelope: dict[str, Any]) -> str | None:
 
     health = {model: HealthEntry.model_validate(entry) for model, entry in (envelope.get("health") or {}).items()}
     for line in truncation_lines(health):  # a warning: the results measure the budget, not a failure
+        log.warning("run health: %s", line)
+    for line in limit_lines(health):  # a warning too: a stopped session is still graded on its state
         log.warning("run health: %s", line)
     lines = suspect_lines(health)
     if not lines:

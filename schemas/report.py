@@ -94,6 +94,11 @@ class LeaderboardRow(ReportModel):
         description="Sessions whose answer the judge checker flagged as addressed to the grader "
         "(ape.tasks.checking.injection).",
     )
+    infrastructure_errors: int = Field(
+        default=0,
+        description="Sessions that ended with an infrastructure error (a sandbox that would not start): "
+        "left out of every score and count above; ape retry redoes them.",
+    )
 
 
 class PairwiseRow(ReportModel):
@@ -187,6 +192,11 @@ class Summary(BaseModel):
     )
     injection_flags: int = Field(
         default=0, description="Sessions of all models whose answer the judge checker flagged as prompt injection."
+    )
+    infrastructure_errors: int = Field(
+        default=0,
+        description="Sessions of all models that ended with an infrastructure error (a sandbox that would not "
+        "start), scored nowhere; ape retry redoes them.",
     )
     provenance: dict[str, Any] = Field(
         default_factory=dict,
@@ -371,6 +381,17 @@ class HealthEntry(ReportModel):
         description="truncated_share >= truncation_threshold with at least 2 cut sessions: raise [model] max_tokens.",
     )
     truncation_threshold: float = Field(default=0.1, description="The share of cut sessions that marks a model.")
+    limited: dict[str, int] = Field(
+        default_factory=dict,
+        description="Sessions that ended at a limit, per end_reason (step_limit, sandbox_time_limit); "
+        "empty when none did.",
+    )
+    limited_share: float = Field(default=0.0, description="Sessions with any end_reason / sessions.")
+    limiting: bool = Field(
+        default=False,
+        description="limited_share >= threshold with at least min_sessions sessions: the score measures the "
+        "limits as much as the model; raise [solver] max_steps or the [sandbox] limits.",
+    )
 
 
 class StageChainsEntry(ReportModel):

@@ -42,6 +42,8 @@ log = logging.getLogger("ape.agent")
 TASK_DIR = "/task"  # the working folder inside the sandbox
 TESTS_DIR = "/tests"  # the grading step's fresh, read-only tests
 OPEN_FILES = 256
+PREFIX = "ape-agent-"  # every working folder's name starts so
+OWNER_FILE = ".ape-owner"  # beside the working folder: "pid start-time" of the process that made it
 
 
 class SandboxError(InfrastructureError):
@@ -130,7 +132,9 @@ class AgentSandbox:
         try:
             if base is not None:
                 base.mkdir(parents=True, exist_ok=True)
-            self.home = Path(tempfile.mkdtemp(prefix=f"ape-agent-{_safe(item_id)}-{run_index}-", dir=base))
+            sweep_stale(base)
+            self.home = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{_safe(item_id)}-{run_index}-", dir=base))
+            (self.home / OWNER_FILE).write_text(_owner(os.getpid()) or "", encoding="utf-8")
             self.folder = self.home / "task"
             self.folder.mkdir(mode=0o700)
             self.seed()
@@ -304,6 +308,7 @@ class AgentSandbox:
         started = time.perf_counter()
         self.closed = True
         if self.cfg.keep:
+            (self.home / OWNER_FILE).unlink(missing_ok=True)  # kept on purpose: no sweep removes it
             log.info("sandbox of %s kept at %s ([sandbox] keep = true)", self.item_id, self.home)
         else:
             shutil.rmtree(self.home, ignore_errors=True)
@@ -314,6 +319,56 @@ class AgentSandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _owner(pid: int) -> str | None:
+    """``pid start-time`` of a live process (the start time tells a reused pid apart), or
+    None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return f"{pid} {fields[19]}" if len(fields) > 19 else str(pid)
+
+
+def _stale(home: Path) -> bool:
+    """Whether ``home`` is a working folder whose maker is gone (killed before its session's end)."""
+    try:
+        owner = (home / OWNER_FILE).read_text(encoding="utf-8").split()
+    except OSError:
+        return False  # not ours, or kept on purpose
+    if not owner or not owner[0].isdigit():
+        return False
+    return _owner(int(owner[0])) != " ".join(owner)
+
+
+_swept: set[str] = set()
+
+
+def sweep_stale(base: Path | None) -> list[Path]:
+    """Remove the working folders under ``base`` (the system's temporary folder for None) left by
+    a process that died mid-session (``kill -9``, a power cut): a session's own ``close`` never
+    ran for them. Done once per process and folder, when its first sandbox is made, so a rerun
+    that resumes a killed run leaves none behind. Only folders carrying an owner file whose
+    process is gone are touched: a kept folder (``keep``) has none, a live run's owner lives."""
+    where = Path(base) if base is not None else Path(tempfile.gettempdir())
+    key = str(where)
+    if key in _swept:
+        return []
+    _swept.add(key)
+    removed = []
+    try:
+        candidates = [path for path in where.iterdir() if path.name.startswith(PREFIX) and path.is_dir()]
+    except OSError:
+        return []
+    for home in candidates:
+        if not home.is_symlink() and _stale(home):
+            shutil.rmtree(home, ignore_errors=True)
+            removed.append(home)
+    if removed:
+        log.info("removed %d working folder(s) left by a killed run under %s", len(removed), where)
+    return removed
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:

@@ -265,7 +265,7 @@ NOT_STARTED_URL = "http://127.0.0.1:9/v1"
 def _llama_cpp(cfg: ModelConfig) -> BaseChatModel:
     """A local GGUF model; the run's :func:`local_model_servers` fills in ``base_url``."""
     try:
-        from langchain_openai import ChatOpenAI
+        import langchain_openai  # noqa: F401  (its absence is the error below)
     except ImportError:
         raise ApeError(
             "provider 'llama-cpp' needs the langchain-openai package",
@@ -294,7 +294,9 @@ def _llama_cpp(cfg: ModelConfig) -> BaseChatModel:
         # server ignores (it would generate to the end of the context); send the old name
         kwargs["extra_body"] = {"max_tokens": cfg.max_tokens}
     kwargs.update({k: v for k, v in cfg.args.items() if k not in SERVER_ARGS})
-    return _construct(ChatOpenAI, kwargs, cfg)
+    from ape.tasks.models.llama_chat import LlamaChatOpenAI  # the server's tool-calling quirks
+
+    return _construct(LlamaChatOpenAI, kwargs, cfg)
 
 
 def _add_sampling(cfg: ModelConfig, kwargs: dict[str, Any]) -> None:

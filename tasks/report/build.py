@@ -47,7 +47,9 @@ errored has no result: it is listed apart in ``report.json``'s ``unranked`` and 
     total_cost, cost_per_session, cost_per_correct (float64, null); rank_low, rank_high
     (int64): the rank interval; tie_group (int64): models that cannot be told apart;
     injection_flags (int64): sessions whose answer the judge checker flagged as addressed to
-    the grader (:mod:`ape.tasks.checking.injection`).
+    the grader (:mod:`ape.tasks.checking.injection`); infrastructure_errors (int64): sessions
+    that ended with an infrastructure error (a sandbox that would not start), left out of
+    every other column (:mod:`ape.tasks.report.infrastructure`).
 
 ``categories.parquet`` - per model and category (empty without categories)
     model_id, category (string), n_items (int64), mean_score, pass_rate (float64).
@@ -87,6 +89,7 @@ from ape.schemas.report import CalibrationEntry, Envelope, StageChainsEntry
 from ape.tasks.report.chart import write_summary_chart
 from ape.tasks.report.envelope import error_envelope, leaderboard_rows, pairwise_rows, summary_of, write_envelope
 from ape.tasks.report.health import DEFAULT_MIN_SESSIONS, DEFAULT_SHARE, injection_counts, run_health
+from ape.tasks.report.infrastructure import infrastructure_counts, infrastructure_mask
 from ape.tasks.report.judge_agreement import find_calibration, judge_report
 from ape.tasks.report.markdown import markdown_table
 from ape.tasks.report.parquet_tables import INT_LEADERBOARD, INT_PAIRWISE, write_frame
@@ -193,7 +196,15 @@ def build_report(
         # a model whose every session errored has no result: listed apart, never ranked
         # (ape.tasks.report.unranked); everything below that compares models uses `ranked`
         ranked, partial["unranked"] = split_unranked(sessions)
+        # infrastructure errors (a sandbox that would not start) are counted apart and scored
+        # nowhere (ape.tasks.report.infrastructure); ape retry redoes them
+        infrastructure = infrastructure_counts(ranked)
+        summary.infrastructure_errors = int(infrastructure_mask(sessions).sum())
+        ranked = ranked[~infrastructure_mask(ranked)]
         leaderboard = with_injection_flags(aggregate(ranked), injection_counts(ranked))
+        leaderboard["infrastructure_errors"] = (
+            leaderboard["model_id"].astype(str).map(infrastructure).fillna(0).astype("int64")
+        )
         summary.injection_flags = int(leaderboard["injection_flags"].sum()) if len(leaderboard) else 0
         categories = category_breakdown(ranked)
         write_frame(categories[CATEGORY_COLUMNS], report_dir / "categories.parquet", {"n_items"})

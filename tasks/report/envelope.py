@@ -79,6 +79,7 @@ def leaderboard_rows(leaderboard: pd.DataFrame, categories: pd.DataFrame) -> lis
                 mean_output_tokens=record["mean_output_tokens"],
                 by_category=by_category,
                 injection_flags=int(record.get("injection_flags") or 0),
+                infrastructure_errors=int(record.get("infrastructure_errors") or 0),
                 **{key: record.get(key) for key in _EXTRA_LEADERBOARD},
             )
         )

@@ -45,6 +45,15 @@ does not make the results suspect (a cut answer is what the model delivered unde
 budget); cut answers take no part in the ``identical answer`` signature, which is for
 answers the model finished.
 
+Run health also counts the sessions of an agent benchmark that ended at a limit (their
+``end_reason``: ``step_limit``, ``sandbox_time_limit``; docs/agents.md), per reason. A model
+is marked **limiting** when the sessions with any ``end_reason`` make at least ``share`` of
+its sessions (the same ``[run] health_share`` as the signatures) and it has at least
+``min_sessions`` sessions: most of its sessions were stopped, not finished, so its score
+measures the limits as much as the model. The line names each reason and the setting to
+raise (:data:`LIMIT_SETTINGS`). Like truncation it is a warning, not a suspect mark: a
+stopped session is still graded on the state it left.
+
 Everything here is a pure function of the sessions table (:mod:`ape.tasks.report.sessions_table`).
 """
 
@@ -66,6 +75,11 @@ DEFAULT_INJECTION_SHARE = 0.1  # a tenth of a model's sessions addressing the gr
 MIN_INJECTIONS = 2  # one flagged answer may be a false positive of the detector
 DEFAULT_TRUNCATION_SHARE = 0.1  # a tenth of a model's answers cut short: its budget is part of its score
 MIN_TRUNCATED = 2  # one long answer cut short is an item, not a budget
+# end_reason -> the setting that moves it (docs/agents.md)
+LIMIT_SETTINGS = {
+    "step_limit": "[solver] max_steps",
+    "sandbox_time_limit": "[sandbox] session_timeout_s (and command_timeout_s)",
+}
 SIGNATURE_CHARS = 160  # signatures are shown on one line
 _DIGITS = re.compile(r"\d+")
 PROMPT_HASH_CHARS = 16
@@ -202,6 +216,13 @@ def top_signature(sessions: pd.DataFrame, kind: str) -> tuple[str | None, int]:
     return str(best.name), int(best["count"])
 
 
+def limit_counts(sessions: pd.DataFrame) -> dict[str, int]:
+    """Sessions that ended at a limit, per ``end_reason`` (none: an empty table)."""
+    reasons = _column(sessions, "end_reason").dropna().astype(str)
+    reasons = reasons[reasons != ""]
+    return {str(reason): int(count) for reason, count in sorted(reasons.value_counts().items())}
+
+
 def model_health(
     sessions: pd.DataFrame,
     *,
@@ -222,6 +243,8 @@ def model_health(
         if shared > best[2]:
             best = (name, found, shared)
     kind, signature, count = best
+    limited = limit_counts(sessions) if total else {}
+    limited_share = sum(limited.values()) / total if total else 0.0
     ratio = count / total if total else 0.0
     return HealthEntry(
         sessions=total,
@@ -240,6 +263,9 @@ def model_health(
         truncated_share=round(cut_share, 4),
         truncating=cut >= MIN_TRUNCATED and cut_share >= DEFAULT_TRUNCATION_SHARE,
         truncation_threshold=DEFAULT_TRUNCATION_SHARE,
+        limited=limited,
+        limited_share=round(limited_share, 4),
+        limiting=total >= min_sessions and bool(limited) and limited_share >= share,
     )
 
 
@@ -304,3 +330,23 @@ def truncation_line(model_id: str, entry: HealthEntry, show: Callable[[str], str
 
 def truncation_lines(health: dict[str, HealthEntry], show: Callable[[str], str] = str) -> list[str]:
     return [truncation_line(model_id, entry, show) for model_id, entry in sorted(health.items()) if entry.truncating]
+
+
+def limit_line(model_id: str, entry: HealthEntry, show: Callable[[str], str] = str) -> str:
+    """One line for the terminal and leaderboard.md about a model whose sessions mostly ended
+    at a limit: each reason with its count, and the setting to raise."""
+    name = _quoted(model_id) if show is str else show(model_id)
+    stopped = sum(entry.limited.values())
+    reasons = "; ".join(
+        f"{reason} in {count} (raise {LIMIT_SETTINGS.get(reason, 'the limit it names')})"
+        for reason, count in sorted(entry.limited.items(), key=lambda pair: (-pair[1], pair[0]))
+    )
+    return (
+        f"sessions of model {name} ended at a limit in {stopped} of {entry.sessions} "
+        f"({entry.limited_share:.0%}, at least {entry.threshold:.0%} marks a model): {show(reasons)}; "
+        "then ape run --no-load-save, since a stopped session keeps its grade"
+    )
+
+
+def limit_lines(health: dict[str, HealthEntry], show: Callable[[str], str] = str) -> list[str]:
+    return [limit_line(model_id, entry, show) for model_id, entry in sorted(health.items()) if entry.limiting]

@@ -9,7 +9,7 @@ from typing import Any
 from ape.schemas.report import Envelope, LeaderboardRow, RegressionRow
 from ape.tasks.common.inert import md_text
 from ape.tasks.common.words import count
-from ape.tasks.report.health import injection_lines, suspect_lines, truncation_lines
+from ape.tasks.report.health import injection_lines, limit_lines, suspect_lines, truncation_lines
 from ape.tasks.report.judge_agreement import judge_markdown
 from ape.tasks.storage.stage_chains import record_line
 
@@ -137,8 +137,17 @@ def _health_lines(envelope: Envelope) -> list[str]:
         suspect_lines(health, md_text)
         + injection_lines(envelope.health, md_text)
         + truncation_lines(envelope.health, md_text)
+        + limit_lines(envelope.health, md_text)
     )
-    return [*(f"**Run health:** {line}" for line in suspect), ""] if suspect else []
+    infrastructure = [
+        f"**Infrastructure errors:** {row.infrastructure_errors} sessions of model {md_text(row.model_id)} "
+        "ended with an infrastructure error (a sandbox that would not start) and are scored nowhere; "
+        "`ape retry OUTPUT` redoes them"
+        for row in envelope.leaderboard
+        if row.infrastructure_errors
+    ]
+    lines = [*(f"**Run health:** {line}" for line in suspect), *infrastructure]
+    return [*lines, ""] if lines else []
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ INT_LEADERBOARD = {
     "rank_high",
     "tie_group",
     "injection_flags",
+    "infrastructure_errors",
     *OUTCOME_COLUMNS.values(),
 }
 INT_PAIRWISE = {"n_items", "wins", "ties", "losses", "a_only", "b_only"}

@@ -11,7 +11,9 @@ libraries that shape results); ``config_file``, ``config_sha256`` (the file's by
 ``data_file``, ``data_sha256``; ``git_commit`` and ``git_dirty`` of the config's
 folder when it is inside a git work tree (else null); ``seeds`` (the report's bootstrap
 seed and every model's ``seed`` argument); ``models`` (model id -> its fingerprint and
-the fingerprint's hash); ``sandbox`` (how ``code_exec`` runs candidate code).
+the fingerprint's hash); ``sandbox`` (how ``code_exec`` runs candidate code);
+``agent_sandbox`` (an agent benchmark's ``[sandbox]``: its isolation and every limit, spelled
+out, since they are part of the benchmark's definition; null without one).
 """
 
 from __future__ import annotations
@@ -129,7 +131,32 @@ def run_provenance(config: ApeConfig) -> dict[str, Any]:
         },
         "models": models,
         "sandbox": sandbox_of(config),
+        "agent_sandbox": agent_sandbox_of(config),
     }
+
+
+# what an agent's score depends on: the isolation and the limits (the seeding is the data's
+# part, covered by the config's and the data's hashes; root and keep change no result)
+AGENT_SANDBOX_KEYS = (
+    "isolation",
+    "command_timeout_s",
+    "session_timeout_s",
+    "cpu_seconds",
+    "memory_bytes",
+    "processes",
+    "file_bytes",
+    "output_bytes",
+)
+
+
+def agent_sandbox_of(config: ApeConfig) -> dict[str, Any] | None:
+    """The ``[sandbox]`` section's isolation and limits, by key, plus the network the commands
+    have (none under bwrap: no host is reachable); None for a run without a sandbox."""
+    if config.sandbox is None:
+        return None
+    values = config.sandbox.model_dump(mode="json")
+    network = "none" if config.sandbox.isolation == "bwrap" else "host (isolation none)"
+    return {**{key: values[key] for key in AGENT_SANDBOX_KEYS}, "network": network}
 
 
 def sandbox_of(config: ApeConfig) -> str | None:

@@ -41,3 +41,5 @@ def test_the_agent_example_runs_with_the_mock_agent(prefect_server: str, tmp_pat
     assert by_item["spelling"]["outcome"] == "GAVE_UP"
     assert "pass^k" in (example / "output" / "leaderboard.md").read_text()
     assert not list(root.iterdir())  # every session's folder removed
+    limits = report["summary"]["provenance"]["runs"]["mock-agent"]["agent_sandbox"]
+    assert limits["command_timeout_s"] == 20 and limits["session_timeout_s"] == 120 and limits["network"] == "none"

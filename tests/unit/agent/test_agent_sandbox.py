@@ -73,6 +73,33 @@ def test_keep_leaves_the_folder_for_debugging(tmp_path: Path) -> None:
     assert (sandbox.folder / "k.txt").read_text().strip() == "kept"
 
 
+def test_a_folder_left_by_a_dead_process_is_swept_and_no_other(tmp_path: Path) -> None:
+    """What a kill -9 leaves (an owner file naming a process that is gone) is removed when the
+    next process makes its first sandbox there; a live owner's and a kept folder stay."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = tmp_path / "ape-agent-x-0-dead"
+    (orphan / "task").mkdir(parents=True)
+    (orphan / agent_sandbox.OWNER_FILE).write_text(f"{dead.stdout.strip()} 1")
+    reused = tmp_path / "ape-agent-x-0-reused"  # our own pid, but another process's start time
+    reused.mkdir()
+    (reused / agent_sandbox.OWNER_FILE).write_text(f"{os.getpid()} 1")
+    live = tmp_path / "ape-agent-x-0-live"
+    live.mkdir()
+    (live / agent_sandbox.OWNER_FILE).write_text(agent_sandbox._owner(os.getpid()) or "")
+    with box(keep=True, root=tmp_path) as kept:
+        pass
+    other = tmp_path / "ape-agent-not-ours"  # no owner file: not made by a sandbox
+    other.mkdir()
+    assert not orphan.exists() and not reused.exists()
+    assert live.exists() and kept.home.exists() and other.exists()
+    assert not (kept.home / agent_sandbox.OWNER_FILE).exists()
+    agent_sandbox._swept.discard(str(tmp_path))
+    assert agent_sandbox.sweep_stale(tmp_path) == []  # a second sweep finds nothing of the living
+
+
 def test_no_network_not_even_the_hosts_loopback() -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))

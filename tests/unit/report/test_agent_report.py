@@ -1,0 +1,123 @@
+"""Agent runs in the report: sessions that ended at a limit are counted per reason and mark a
+model when they are most of its sessions; infrastructure errors are counted apart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ape.schemas.report import Envelope
+from ape.schemas.results import CheckResult, CheckStatus, Outcome, OutputBatch, SessionResult
+from ape.tasks.report.build import build_report
+from ape.tasks.report.health import limit_lines, model_health
+
+N = 10
+
+
+def session(model_id: str, i: int, end_reason: str | None) -> SessionResult:
+    """A graded agent session (passed on even items), stopped at ``end_reason`` or finished."""
+    passed = i % 2 == 0
+    return SessionResult(
+        item_id=f"i{i}",
+        run_index=0,
+        model_id=model_id,
+        outcome=Outcome.SOLVED,
+        solution="done",
+        raw_output=f"done {i}",
+        check=CheckResult(status=CheckStatus.PASSED if passed else CheckStatus.FAILED, score=float(passed)),
+        metric="sandbox_state",
+        score=float(passed),
+        correct=passed,
+        steps=3,
+        end_reason=end_reason,
+    )
+
+
+def write_run(folder: Path, reasons: dict[str, list[str | None]]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "results.jsonl").open("w", encoding="utf-8") as handle:
+        for model_id, ends in reasons.items():
+            for i, end in enumerate(ends):
+                batch = OutputBatch(item_id=f"i{i}", model_id=model_id, sessions=[session(model_id, i, end)])
+                handle.write(batch.model_dump_json() + "\n")
+    return folder
+
+
+def test_a_model_whose_sessions_mostly_end_at_a_limit_is_flagged_with_what_to_raise(tmp_path: Path) -> None:
+    stopped = ["step_limit"] * 6 + ["sandbox_time_limit"] * 3 + [None]
+    fine = ["step_limit"] * 2 + [None] * 8
+    run = write_run(tmp_path / "run", {"stopped": stopped, "fine": fine})
+    envelope = build_report([run], tmp_path / "report")
+
+    saved = json.loads((tmp_path / "report" / "report.json").read_text(encoding="utf-8"))
+    health = saved["health"]
+    assert health["stopped"]["limited"] == {"sandbox_time_limit": 3, "step_limit": 6}
+    assert health["stopped"]["limited_share"] == 0.9 and health["stopped"]["limiting"] is True
+    assert health["fine"]["limited"] == {"step_limit": 2} and health["fine"]["limiting"] is False
+    # a stopped session is graded on its state, so it is not a suspect result
+    assert health["stopped"]["suspect"] is False
+
+    lines = limit_lines(Envelope.model_validate(saved).health)
+    assert len(lines) == 1
+    line = lines[0]
+    assert "'stopped'" in line and "9 of 10" in line
+    assert "step_limit in 6 (raise [solver] max_steps)" in line
+    assert "sandbox_time_limit in 3 (raise [sandbox] session_timeout_s" in line
+    board = (tmp_path / "report" / "leaderboard.md").read_text(encoding="utf-8")
+    assert "**Run health:** sessions of model" in board and "[solver] max_steps" in board
+    assert envelope.health["stopped"].limiting
+
+
+def test_the_limit_mark_follows_the_runs_health_thresholds(tmp_path: Path) -> None:
+    import pandas as pd
+
+    def frame(ends: list[str | None]) -> pd.DataFrame:
+        rows = [session("m", i, end) for i, end in enumerate(ends)]
+        return pd.DataFrame(
+            {
+                "model_id": [r.model_id for r in rows],
+                "item_id": [r.item_id for r in rows],
+                "outcome": ["SOLVED"] * len(rows),
+                "check_status": ["PASSED"] * len(rows),
+                "check_metadata": [None] * len(rows),
+                "correct": [r.correct for r in rows],
+                "raw_output": [r.raw_output for r in rows],
+                "solution": [r.solution for r in rows],
+                "error_type": [None] * len(rows),
+                "error_message": [None] * len(rows),
+                "check_error_type": [None] * len(rows),
+                "check_error_message": [None] * len(rows),
+                "end_reason": ends,
+            }
+        )
+
+    seven = ["step_limit"] * 7 + [None] * 3
+    assert not model_health(frame(seven)).limiting  # 70% < the default 80%
+    assert model_health(frame(seven), share=0.7).limiting
+    assert not model_health(frame(["step_limit"] * 4)).limiting  # 4 sessions < min_sessions 5
+    assert model_health(frame(["step_limit"] * 4), min_sessions=4).limiting
+    assert model_health(frame([None] * 10)).limited == {}
+
+
+def test_the_sandboxs_limits_are_recorded_spelled_out_in_the_provenance(tmp_path: Path) -> None:
+    """The limits are part of the benchmark's definition: a reader of report.json sees each
+    one by name, not only a hash of a config they may not have."""
+    from ape.tasks.report.provenance import run_provenance
+    from ape.tasks.storage.config_file import load_config
+    from tests.helpers.paths import REPO_ROOT
+
+    config = load_config(REPO_ROOT / "examples" / "agent" / "config.toml", {"sandbox.cpu_seconds": 7})
+    recorded = run_provenance(config)["agent_sandbox"]
+    assert recorded == {
+        "isolation": "bwrap",
+        "command_timeout_s": 20.0,
+        "session_timeout_s": 120.0,
+        "cpu_seconds": 7,
+        "memory_bytes": 2 * 1024**3,
+        "processes": 64,
+        "file_bytes": 64 * 1024**2,
+        "output_bytes": 16_000,
+        "network": "none",
+    }
+    plain = load_config(REPO_ROOT / "examples" / "agent" / "config.toml")
+    assert run_provenance(plain.model_copy(update={"sandbox": None}))["agent_sandbox"] is None
