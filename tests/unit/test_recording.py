@@ -197,6 +197,9 @@ def _counts(monkeypatch: pytest.MonkeyPatch, lag: int = 0) -> TaskRunCounts:
     """A fresh process-wide count for the test (no poller), its lag fixed at ``lag``."""
     counts = TaskRunCounts(counter=lambda ids, types: 0, background=False)
     monkeypatch.setattr(counts, "lag", lambda: lag)
+    # no solver wait: with a lag past MAX_LAG the throttle would hold each session for its
+    # whole minute (it has its own tests above)
+    monkeypatch.setattr(counts, "throttle", lambda *args, **kwargs: 0.0)
     monkeypatch.setattr(recording, "TASK_RUN_COUNTS", counts)
     return counts
 
