@@ -458,10 +458,12 @@ class ServerSlots:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 log.warning(
-                    "%s: the server's limit %s: slots not handed back within %.0f s",
+                    "%s: the server's limit %s: slots not handed back within %.0f s (the server "
+                    "frees them when their leases expire, within %.0f s)",
                     self.model_id,
                     self.name,
                     timeout_s,
+                    LEASE_S,
                 )
                 return  # the keeper hands them back when it gets there; it must not start again
         _OPEN.discard(self)
@@ -474,12 +476,18 @@ class ServerSlots:
 _OPEN: weakref.WeakSet[ServerSlots] = weakref.WeakSet()
 
 
+EXIT_WAIT_S = 10.0  # at the interpreter's exit: a server gone away must not hold the process
+
+
 @atexit.register
-def close_all() -> None:
+def close_all(timeout_s: float | None = None) -> None:
     """Hand back the slots this process holds, so other runs need not wait for the leases to
-    expire; runs at the interpreter's exit (``ape run`` ends) and after each evaluation."""
+    expire; runs at the interpreter's exit (``ape run`` ends) and after each evaluation. The
+    wait is short: a server that no longer answers frees the slots itself when their leases
+    expire, and the process should not sit a minute at its end for it."""
+    wait_s = EXIT_WAIT_S if timeout_s is None else timeout_s
     for slots in list(_OPEN):
-        slots.close()
+        slots.close(wait_s)
 
 
 class ServerRate:

@@ -226,3 +226,31 @@ def test_a_process_that_waits_gets_a_turn_and_one_alone_keeps_its_slots(monkeypa
         first.close()
         second.close()
     assert server.active == 0
+
+
+def test_the_process_does_not_sit_at_its_end_for_a_server_that_stopped_answering(
+    monkeypatch: pytest.MonkeyPatch, ape_log: pytest.LogCaptureFixture
+) -> None:
+    """Handing the slots back at exit waits briefly: a server that no longer answers frees
+    them itself when their leases expire (it used to hold the process a whole minute)."""
+    assert server_limits.EXIT_WAIT_S <= 10.0
+    monkeypatch.setattr(server_limits, "EXIT_WAIT_S", 0.3)
+    answer = threading.Event()
+
+    class Gone(FakeServer):
+        def release_concurrency_slots_with_lease(self, lease_id: uuid.UUID) -> None:
+            answer.wait(30)  # the request hangs: nothing answers
+            super().release_concurrency_slots_with_lease(lease_id)
+
+    server = Gone("ape:x:gone", limit=2)
+    slots = ServerSlots("ape:x:gone", "m", 2, client=lambda: server)
+    try:
+        with slots.acquire():
+            pass
+        started = time.monotonic()
+        server_limits.close_all()
+        assert time.monotonic() - started < 5.0
+        assert "frees them when their leases expire" in ape_log.text
+    finally:
+        answer.set()
+        slots._thread.join(30)
