@@ -289,11 +289,26 @@ def _quoted(text: str) -> str:
     return f"'{text}'"
 
 
+def _shown_name(model_id: str, show: Callable[[str], str]) -> str:
+    """The model's name in a health line: quoted for the terminal, ``show``-n for markdown."""
+    return _quoted(model_id) if show is str else show(model_id)
+
+
+def _lines_of(
+    health: dict[str, HealthEntry],
+    line: Callable[[str, HealthEntry, Callable[[str], str]], str],
+    flag: str,
+    show: Callable[[str], str],
+) -> list[str]:
+    """``line`` for each model (sorted) whose entry has ``flag`` set."""
+    return [line(model_id, entry, show) for model_id, entry in sorted(health.items()) if getattr(entry, flag)]
+
+
 def health_line(model_id: str, entry: HealthEntry, show: Callable[[str], str] = str) -> str:
     """One line for the terminal and leaderboard.md about a suspect model. ``show`` sets the
     model id and the signature (a model's answer or error text): leaderboard.md passes
     :func:`~ape.tasks.common.inert.md_text`, the terminal line is cleaned by the log handlers."""
-    name = _quoted(model_id) if show is str else show(model_id)
+    name = _shown_name(model_id, show)
     return (
         f"suspect results for model {name}: {entry.count} of {entry.sessions} sessions "
         f"({entry.share:.0%}) ended with the same {entry.kind}: {show(str(entry.signature))}"
@@ -301,12 +316,12 @@ def health_line(model_id: str, entry: HealthEntry, show: Callable[[str], str] = 
 
 
 def suspect_lines(health: dict[str, HealthEntry], show: Callable[[str], str] = str) -> list[str]:
-    return [health_line(model_id, entry, show) for model_id, entry in sorted(health.items()) if entry.suspect]
+    return _lines_of(health, health_line, "suspect", show)
 
 
 def injection_line(model_id: str, entry: HealthEntry, show: Callable[[str], str] = str) -> str:
     """One line for the terminal and leaderboard.md about a model whose answers address the grader."""
-    name = _quoted(model_id) if show is str else show(model_id)
+    name = _shown_name(model_id, show)
     return (
         f"answers of model {name} addressed the grader in {entry.injections} of {entry.sessions} sessions "
         f"({entry.injection_share:.0%}, at least {entry.injection_threshold:.0%} marks a model): prompt injection, "
@@ -315,12 +330,12 @@ def injection_line(model_id: str, entry: HealthEntry, show: Callable[[str], str]
 
 
 def injection_lines(health: dict[str, HealthEntry], show: Callable[[str], str] = str) -> list[str]:
-    return [injection_line(model_id, entry, show) for model_id, entry in sorted(health.items()) if entry.injecting]
+    return _lines_of(health, injection_line, "injecting", show)
 
 
 def truncation_line(model_id: str, entry: HealthEntry, show: Callable[[str], str] = str) -> str:
     """One line for the terminal and leaderboard.md about a model whose answers were often cut short."""
-    name = _quoted(model_id) if show is str else show(model_id)
+    name = _shown_name(model_id, show)
     return (
         f"answers of model {name} were cut at the token limit in {entry.truncated} of {entry.sessions} sessions "
         f"({entry.truncated_share:.0%}, at least {entry.truncation_threshold:.0%} marks a model): "
@@ -329,13 +344,13 @@ def truncation_line(model_id: str, entry: HealthEntry, show: Callable[[str], str
 
 
 def truncation_lines(health: dict[str, HealthEntry], show: Callable[[str], str] = str) -> list[str]:
-    return [truncation_line(model_id, entry, show) for model_id, entry in sorted(health.items()) if entry.truncating]
+    return _lines_of(health, truncation_line, "truncating", show)
 
 
 def limit_line(model_id: str, entry: HealthEntry, show: Callable[[str], str] = str) -> str:
     """One line for the terminal and leaderboard.md about a model whose sessions mostly ended
     at a limit: each reason with its count, and the setting to raise."""
-    name = _quoted(model_id) if show is str else show(model_id)
+    name = _shown_name(model_id, show)
     stopped = sum(entry.limited.values())
     reasons = "; ".join(
         f"{reason} in {count} (raise {LIMIT_SETTINGS.get(reason, 'the limit it names')})"
@@ -349,4 +364,4 @@ def limit_line(model_id: str, entry: HealthEntry, show: Callable[[str], str] = s
 
 
 def limit_lines(health: dict[str, HealthEntry], show: Callable[[str], str] = str) -> list[str]:
-    return [limit_line(model_id, entry, show) for model_id, entry in sorted(health.items()) if entry.limiting]
+    return _lines_of(health, limit_line, "limiting", show)
