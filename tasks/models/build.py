@@ -25,7 +25,7 @@ Whatever the source, the result goes through one retry policy and one
 per-model rate limiter: it is wrapped in
 :class:`ape.tasks.models.managed.ManagedChatModel`. Provider clients are built
 with ``max_retries=0`` so their own retries do not multiply ours or ignore the
-user's backoff settings. An ``openai`` model's client is built once per process for
+user's backoff settings. An ``openai`` or ``llama-cpp`` model's client is built once per process for
 its exact arguments and shared by every worker (:mod:`ape.tasks.models.shared_clients`);
 the wrapper around it stays per worker. What identifies a model's answers (for cache keys) is
 :func:`ape.tasks.models.fingerprint.model_fingerprint`.
@@ -282,8 +282,6 @@ def _llama_cpp(cfg: ModelConfig) -> BaseChatModel:
         "base_url": cfg.base_url or NOT_STARTED_URL,
         "timeout": cfg.timeout_s,
         "max_retries": 0,
-        # every request first checks that APE's server still runs and holds its port
-        **guarded_clients(cfg.timeout_s),
     }
     if cfg.logprobs:
         kwargs.update(logprobs=True, top_logprobs=1)
@@ -296,7 +294,14 @@ def _llama_cpp(cfg: ModelConfig) -> BaseChatModel:
     kwargs.update({k: v for k, v in cfg.args.items() if k not in SERVER_ARGS})
     from ape.tasks.models.llama_chat import LlamaChatOpenAI  # the server's tool-calling quirks
 
-    return _construct(LlamaChatOpenAI, kwargs, cfg)
+    def build() -> Any:
+        # every request first checks that APE's server still runs and holds its port
+        return _construct(LlamaChatOpenAI, {**kwargs, **guarded_clients(cfg.timeout_s)}, cfg)
+
+    # one client per section, server address and process, shared by every worker as for
+    # provider "openai"; the guarded httpx clients are built once with it, so they stay out
+    # of the key (a new object each time would never match)
+    return shared_client(LlamaChatOpenAI, kwargs, build)
 
 
 def _add_sampling(cfg: ModelConfig, kwargs: dict[str, Any]) -> None:

@@ -119,6 +119,26 @@ def test_built_before_the_run_points_nowhere_and_asks_no_logprobs() -> None:
 
 
 @pytest.mark.skipif(not HAVE_SMOLLM2, reason="needs the 'llm' extra")
+def test_workers_share_one_guarded_client_per_server_address() -> None:
+    from ape.tasks.models.shared_clients import clear_shared_clients
+
+    clear_shared_clients()
+    try:
+        first = build_model(local(base_url="http://127.0.0.1:1111/v1"), Path("."))
+        second = build_model(local(base_url="http://127.0.0.1:1111/v1"), Path("."))
+        elsewhere = build_model(local(base_url="http://127.0.0.1:2222/v1"), Path("."))
+        inner: Any = first.inner  # type: ignore[union-attr]
+        assert first is not second  # the retry and rate-limit wrapper stays per worker
+        assert inner is second.inner  # type: ignore[union-attr]
+        assert elsewhere.inner is not inner  # type: ignore[union-attr]
+        # the shared client still checks, before every request, that APE's server holds the port
+        hooks = inner.root_client._client.event_hooks["request"]
+        assert any(getattr(hook, "__name__", "") == "guard_request" for hook in hooks)
+    finally:
+        clear_shared_clients()
+
+
+@pytest.mark.skipif(not HAVE_SMOLLM2, reason="needs the 'llm' extra")
 def test_fingerprint_follows_the_file_not_the_port() -> None:
     first = model_fingerprint(local(base_url="http://127.0.0.1:1111/v1"))
     second = model_fingerprint(local(base_url="http://127.0.0.1:2222/v1"))
