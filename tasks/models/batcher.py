@@ -30,7 +30,10 @@ fsync (the length of one local write): a process killed exactly there leaves a b
 the ledger does not know, which the next run submits again.
 
 Each state change of a batch (status or counts) is one log line with its id, counts and
-age, so a run that waits for a batch says so instead of showing a frozen bar.
+age, and every submit, poll and end goes to the model's
+:class:`~ape.tasks.models.batch_status.BatchBoard` (the progress bar's batch column and
+the flow run's ``<model>-batches`` artifact), so a run that waits for a batch says so
+instead of showing a frozen bar.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from ape.tasks.models.batch_clients import BatchClient, BatchState, RequestResult
+from ape.tasks.models.batch_status import board_for, current_flow_run_id
 from ape.tasks.models.limits import classify_error
 from ape.tasks.storage.file_modes import created_file_mode
 
@@ -112,11 +116,19 @@ def _read(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def _wall(at: Any) -> float | None:
+    """A ledger line's ISO time as wall-clock seconds (None when absent or unreadable)."""
+    try:
+        return datetime.fromisoformat(str(at)).timestamp()
+    except ValueError:
+        return None
+
+
 @dataclass
 class _InFlight:
     batch_id: str
     custom_ids: set[str]
-    submitted_at: float
+    submitted_at: float  # monotonic, for the log's age
     waiters: dict[str, list[Future[dict[str, Any]]]] = field(default_factory=dict)
 
 
@@ -135,6 +147,7 @@ class Batcher:
         self._in_flight: dict[str, _InFlight] = {}  # batch id -> batch
         self._by_request: dict[str, str] = {}  # custom id -> batch id, for requests in flight
         self._answers: dict[str, dict[str, Any]] = {}
+        self.board = board_for(model_id)
         self._resume()
         threading.Thread(target=self._gather, name=f"ape-batch-{model_id}", daemon=True).start()
 
@@ -160,6 +173,7 @@ class Batcher:
                 self.model_id,
                 len(ids),
             )
+            self.board.submitted(batch_id, len(ids), _wall(row.get("at")))
             self._track(_InFlight(batch_id, ids, time.monotonic()))
 
     def _track(self, batch: _InFlight) -> None:
@@ -175,6 +189,7 @@ class Batcher:
         Raises :class:`BatchRequestError` for a failed or expired request, or the submit's
         own error (an HTTP error, which the retry policy may retry)."""
         future: Future[dict[str, Any]] = Future()
+        self.board.asked_from(current_flow_run_id())
         with self._lock:
             if cid in self._answers:
                 return self._answers[cid]
@@ -228,6 +243,7 @@ class Batcher:
         )
         self.submissions += 1
         log.info("batch %s of %s: submitted, %d requests", batch_id, self.model_id, len(requests))
+        self.board.submitted(batch_id, len(requests))
         batch = _InFlight(batch_id, set(requests), time.monotonic())
         for cid, _, future in taken:
             batch.waiters.setdefault(cid, []).append(future)
@@ -251,6 +267,7 @@ class Batcher:
                 self._finish(batch, None, f"polling the batch failed: {exc}")
                 return
             now = (state.status, tuple(sorted(state.counts.items())))
+            self.board.polled(batch.batch_id, state.status, state.counts, ended=False)
             if now != shown:
                 shown = now
                 counts = ", ".join(f"{k} {v}" for k, v in sorted(state.counts.items())) or "no counts"
@@ -291,6 +308,7 @@ class Batcher:
 
     def _finish(self, batch: _InFlight, results: dict[str, RequestResult] | None, missing: str) -> None:
         """Resolve every waiter of ``batch``: answered, or failed with the provider's message."""
+        self.board.ended(batch.batch_id)
         with self._lock:
             self._in_flight.pop(batch.batch_id, None)
             for cid in batch.custom_ids:

@@ -162,3 +162,52 @@ def test_kill_while_batch_in_flight_then_resume_submits_nothing(
     assert sorted(sessions) == ["i0", "i1", "i2", "i3"]
     assert all(s["outcome"] == "SOLVED" and s["batch"] for s in sessions.values())
     assert [row["event"] for row in ledger(out)] == ["submitted", "ended"]
+
+
+@pytest.mark.slow
+def test_waiting_batch_is_an_artifact_on_the_flow_run(tmp_path: Path, prefect_server: str, stub: BatchStub) -> None:
+    """While the batch waits, the Prefect server holds the model's ``batched-batches`` artifact
+    on the run's flow run, with the batch's id and counts; once it ended, the same artifact
+    (updated in place) says done."""
+    from tests.helpers.prefect_api import PrefectApi
+
+    stub.delay_s = 3600.0  # in progress until the test lets it end
+    model = MODEL.format(base_url=stub.base_url, size=100, wait=0.5)
+    config = make_benchmark(tmp_path / "bench", n=3, models=model, run="solver_workers = 3")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ape", "run", str(config), "--no-server"],
+        cwd=REPO_ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    api = PrefectApi(prefect_server)
+
+    def latest() -> dict | None:
+        response = api.get("/artifacts/batched-batches/latest")
+        return response.json() if response.status_code == 200 else None
+
+    try:
+        deadline = time.monotonic() + 180
+        while not ((found := latest()) and "in_progress" in found["data"]):
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, f"no waiting batch in the artifact: {found}"
+            time.sleep(0.3)
+        batch_id = ledger(tmp_path / "bench" / "out")[0]["batch_id"]
+        assert found["data"].startswith("**waiting** for 1 of 1 batch(es)")
+        assert f"`{batch_id}`" in found["data"] and "completed 0, failed 0, total 3" in found["data"]
+        assert found["flow_run_id"] is not None and found["type"] == "markdown"
+        run = api.get(f"/flow_runs/{found['flow_run_id']}").json()
+        assert run["state"]["type"] == "RUNNING"  # shown while the run waits, not after
+
+        stub.delay_s = 0.0  # the provider finishes
+        output, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, output
+    done = latest()
+    assert done is not None and done["id"] == found["id"]  # the same artifact, updated in place
+    assert done["data"].startswith("**done**: all 1 batch(es)") and "completed 3, failed 0, total 3" in done["data"]
