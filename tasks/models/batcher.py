@@ -13,9 +13,14 @@ session's item, run index and the request body), and two files in the model's ou
 folder record what was paid for, each line appended and fsynced:
 
 ``batches.jsonl``
-    ``{"event": "submitted", "batch_id", "provider", "custom_ids", "at"}`` written as soon
-    as the provider has accepted a batch, before any session hears of it; ``{"event":
-    "ended", "batch_id", "status", "counts", "at"}`` once its results are collected.
+    ``{"event": "submitting", "tag", "provider", "custom_ids", "at"}`` before a batch is
+    sent (``tag``: a random id the batch carries at the provider, see
+    :meth:`~ape.tasks.models.batch_clients.BatchClient.find`); ``{"event": "submitted",
+    "batch_id", "tag", "provider", "custom_ids", "at"}`` as soon as the provider has
+    accepted it, before any session hears of it (``"adopted": true`` when it was found
+    at the provider instead); ``{"event": "unsent", "tag"}`` when a submit is known not to
+    have made a batch; ``{"event": "ended", "batch_id", "status", "counts", "at"}`` once
+    its results are collected.
 ``batch_results.jsonl``
     ``{"custom_id", "batch_id", "body"}`` for each answered request, as collected.
 
@@ -25,9 +30,13 @@ them waits for that batch instead of being submitted, and one already answered
 (``batch_results.jsonl``) is answered at once. Failed and expired requests are not
 recorded as answers: ``ape retry`` redoes their items with a new batch.
 
-The only window left is between the provider accepting a batch and the ledger line's
-fsync (the length of one local write): a process killed exactly there leaves a batch
-the ledger does not know, which the next run submits again.
+A submit whose ``submitting`` line has no ``submitted`` line after it (the process was
+killed between the provider accepting the batch and the ledger's fsync, or the submit's
+answer was lost to a timeout) is looked for at the provider by its tag: found, the
+batch is adopted (recorded and collected); not found, the line is closed as ``unsent``
+and its requests are submitted when a session asks again. :envvar:`APE_BATCH_KILL_AFTER_SUBMIT`
+(tests only) makes the process kill itself with SIGKILL right after a submit returns,
+to show exactly that window.
 
 Each state change of a batch (status or counts) is one log line with its id, counts and
 age, and every submit, poll and end goes to the model's
@@ -42,8 +51,10 @@ import hashlib
 import json
 import logging
 import os
+import signal
 import threading
 import time
+import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -62,6 +73,7 @@ log = logging.getLogger("ape")
 LEDGER = "batches.jsonl"
 ANSWERS = "batch_results.jsonl"
 MAX_POLL_S = 300.0
+KILL_AFTER_SUBMIT = "APE_BATCH_KILL_AFTER_SUBMIT"  # tests: die between the provider's accept and the ledger
 
 
 class BatchRequestError(RuntimeError):
@@ -157,6 +169,13 @@ class Batcher:
         for row in _read(self.folder / ANSWERS):
             if isinstance(row.get("body"), dict):
                 self._answers[str(row["custom_id"])] = row["body"]
+        rows = _read(self.folder / LEDGER)
+        known = {str(row["batch_id"]) for row in rows if row.get("batch_id")}
+        closed = {str(row.get("tag")) for row in rows if row.get("event") in {"submitted", "unsent"}}
+        for row in rows:  # submits of a killed process that never heard (or wrote) the batch id
+            tag = row.get("tag")
+            if row.get("event") == "submitting" and tag not in closed and row.get("provider") == self.client.provider:
+                self._settle(row, known)
         submitted: dict[str, dict[str, Any]] = {}
         for row in _read(self.folder / LEDGER):
             if row.get("event") == "submitted":
@@ -175,6 +194,42 @@ class Batcher:
             )
             self.board.submitted(batch_id, len(ids), _wall(row.get("at")))
             self._track(_InFlight(batch_id, ids, time.monotonic()))
+
+    def _settle(self, intent: dict[str, Any], known: set[str]) -> str | None:
+        """Find the batch a ``submitting`` line's submit made, and record it (``submitted``,
+        adopted) or record that there is none (``unsent``). Returns the batch id found."""
+        tag = str(intent["tag"])
+        ids = [str(c) for c in intent.get("custom_ids", [])]
+        since = _wall(intent.get("at")) or time.time()
+        try:
+            batch_id = self.client.find(tag, len(ids), since, known)
+        except Exception as exc:  # cannot tell: leave the line open, look again next time
+            log.warning("batch submit %s of %s: could not look for it at the provider (%s)", tag, self.model_id, exc)
+            return None
+        if batch_id is None:
+            _append(self.folder / LEDGER, {"event": "unsent", "tag": tag, "at": datetime.now(UTC).isoformat()})
+            log.info("batch submit %s of %s: no batch at the provider; its requests go again", tag, self.model_id)
+            return None
+        _append(
+            self.folder / LEDGER,
+            {
+                "event": "submitted",
+                "batch_id": batch_id,
+                "tag": tag,
+                "provider": self.client.provider,
+                "model_id": self.model_id,
+                "custom_ids": sorted(ids),
+                "at": intent.get("at") or datetime.now(UTC).isoformat(),
+                "adopted": True,
+            },
+        )
+        known.add(batch_id)
+        log.info(
+            "batch %s of %s: accepted by the provider but not recorded (the run was stopped); adopted",
+            batch_id,
+            self.model_id,
+        )
+        return batch_id
 
     def _track(self, batch: _InFlight) -> None:
         self._in_flight[batch.batch_id] = batch
@@ -223,24 +278,36 @@ class Batcher:
         requests: dict[str, dict[str, Any]] = {}
         for cid, body, _ in taken:
             requests.setdefault(cid, body)  # the same request twice in a gathering: sent once
+        tag = "ape-" + uuid.uuid4().hex
+        intent = {
+            "event": "submitting",
+            "tag": tag,
+            "provider": self.client.provider,
+            "model_id": self.model_id,
+            "custom_ids": sorted(requests),
+            "at": datetime.now(UTC).isoformat(),
+        }
+        # recorded before the provider hears of it: a kill after its accept is found by the tag
+        _append(self.folder / LEDGER, intent)
         try:
-            batch_id = self.client.submit(list(requests.items()))
+            batch_id = self.client.submit(list(requests.items()), tag)
         except Exception as exc:  # the sessions see the HTTP error; the retry policy decides
-            for _, _, future in taken:
-                future.set_exception(exc)
-            return
-        # recorded before any session hears of the batch: a kill from here on resumes it
-        _append(
-            self.folder / LEDGER,
-            {
-                "event": "submitted",
-                "batch_id": batch_id,
-                "provider": self.client.provider,
-                "model_id": self.model_id,
-                "custom_ids": sorted(requests),
-                "at": datetime.now(UTC).isoformat(),
-            },
-        )
+            # an answer lost to a timeout may hide an accepted batch: look before anyone retries
+            found = None
+            if classify_error(exc) == "transient":
+                known = {str(row["batch_id"]) for row in _read(self.folder / LEDGER) if row.get("batch_id")}
+                found = self._settle(intent, known)
+            else:  # refused (a 400, a 401): no batch was made
+                _append(self.folder / LEDGER, {"event": "unsent", "tag": tag, "at": datetime.now(UTC).isoformat()})
+            if found is None:
+                for _, _, future in taken:
+                    future.set_exception(exc)
+                return
+            batch_id = found
+        else:
+            if os.environ.get(KILL_AFTER_SUBMIT):
+                os.kill(os.getpid(), signal.SIGKILL)
+            self._record_submitted(batch_id, tag, requests)
         self.submissions += 1
         log.info("batch %s of %s: submitted, %d requests", batch_id, self.model_id, len(requests))
         self.board.submitted(batch_id, len(requests))
@@ -249,6 +316,21 @@ class Batcher:
             batch.waiters.setdefault(cid, []).append(future)
         with self._lock:
             self._track(batch)
+
+    def _record_submitted(self, batch_id: str, tag: str, requests: dict[str, dict[str, Any]]) -> None:
+        # recorded before any session hears of the batch: a kill from here on resumes it
+        _append(
+            self.folder / LEDGER,
+            {
+                "event": "submitted",
+                "batch_id": batch_id,
+                "tag": tag,
+                "provider": self.client.provider,
+                "model_id": self.model_id,
+                "custom_ids": sorted(requests),
+                "at": datetime.now(UTC).isoformat(),
+            },
+        )
 
     # -- waiting -------------------------------------------------------------------------------
     def _wait_for(self, batch: _InFlight) -> None:
