@@ -13,9 +13,10 @@ session's item, run index and the request body), and two files in the model's ou
 folder record what was paid for, each line appended and fsynced:
 
 ``batches.jsonl``
-    ``{"event": "submitting", "tag", "provider", "custom_ids", "at"}`` before a batch is
-    sent (``tag``: a random id the batch carries at the provider, see
-    :meth:`~ape.tasks.models.batch_clients.BatchClient.find`); ``{"event": "submitted",
+    ``{"event": "submitting", "tag", "provider", "custom_ids", "at", "owner"}`` before a
+    batch is sent (``tag``: a random id the batch carries at the provider, see
+    :meth:`~ape.tasks.models.batch_clients.BatchClient.find`; ``owner``: the submitting
+    process's pid and start time); ``{"event": "submitted",
     "batch_id", "tag", "provider", "custom_ids", "at"}`` as soon as the provider has
     accepted it, before any session hears of it (``"adopted": true`` when it was found
     at the provider instead); ``{"event": "unsent", "tag"}`` when a submit is known not to
@@ -32,9 +33,10 @@ recorded as answers: ``ape retry`` redoes their items with a new batch.
 
 A submit whose ``submitting`` line has no ``submitted`` line after it (the process was
 killed between the provider accepting the batch and the ledger's fsync, or the submit's
-answer was lost to a timeout) is looked for at the provider by its tag: found, the
-batch is adopted (recorded and collected); not found, the line is closed as ``unsent``
-and its requests are submitted when a session asks again. :envvar:`APE_BATCH_KILL_AFTER_SUBMIT`
+answer was lost to a timeout), and whose owner process is gone, is looked for at the
+provider by its tag (a live owner, another Dask worker's process, records it itself):
+found, the batch is adopted (recorded and collected); not found, the line is closed as
+``unsent`` and its requests are submitted when a session asks again. :envvar:`APE_BATCH_KILL_AFTER_SUBMIT`
 (tests only) makes the process kill itself with SIGKILL right after a submit returns,
 to show exactly that window.
 
@@ -128,6 +130,17 @@ def _read(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def _owner(pid: int) -> str | None:
+    """``pid start-time`` of a live process (the start time tells a reused pid apart), or None
+    when there is no such process (or no ``/proc`` to ask)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return f"{pid} {fields[19]}" if len(fields) > 19 else str(pid)
+
+
 def _wall(at: Any) -> float | None:
     """A ledger line's ISO time as wall-clock seconds (None when absent or unreadable)."""
     try:
@@ -174,8 +187,11 @@ class Batcher:
         closed = {str(row.get("tag")) for row in rows if row.get("event") in {"submitted", "unsent"}}
         for row in rows:  # submits of a killed process that never heard (or wrote) the batch id
             tag = row.get("tag")
-            if row.get("event") == "submitting" and tag not in closed and row.get("provider") == self.client.provider:
-                self._settle(row, known)
+            if row.get("event") != "submitting" or tag in closed or row.get("provider") != self.client.provider:
+                continue
+            if row.get("owner") and _owner(int(str(row["owner"]).split()[0])) == row["owner"]:
+                continue  # a live process (another Dask worker) is submitting it: it records it itself
+            self._settle(row, known)
         submitted: dict[str, dict[str, Any]] = {}
         for row in _read(self.folder / LEDGER):
             if row.get("event") == "submitted":
@@ -286,6 +302,7 @@ class Batcher:
             "model_id": self.model_id,
             "custom_ids": sorted(requests),
             "at": datetime.now(UTC).isoformat(),
+            "owner": _owner(os.getpid()),
         }
         # recorded before the provider hears of it: a kill after its accept is found by the tag
         _append(self.folder / LEDGER, intent)

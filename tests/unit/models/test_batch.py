@@ -262,3 +262,23 @@ def test_anthropic_find_refuses_an_ambiguous_listing(stub: BatchStub) -> None:
     assert client.find("t1", 1, now, known=set()) is None  # two of that size: cannot tell which
     assert client.find("t1", 1, now, known={second}) == first
     assert client.find("t1", 1, now - 3600, known=set()) is None  # outside the window
+
+
+def test_a_live_process_submit_is_left_to_it(stub: BatchStub, tmp_path: Path) -> None:
+    """Another Dask worker's process, alive, wrote the intent and is submitting: a batcher
+    starting now must neither adopt nor close it (it would close a submit about to succeed)."""
+    import json
+    import os
+
+    from ape.tasks.models.batcher import _owner
+
+    _intent(tmp_path, "openai", ["x"], "ape-live")
+    rows = _events(tmp_path)
+    rows[0]["owner"] = _owner(os.getpid())
+    (tmp_path / "batches.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    _openai_batcher(stub, tmp_path)
+    assert stub.lists == 0 and [e["event"] for e in _events(tmp_path)] == ["submitting"]
+    rows[0]["owner"] = "999999999 1"  # gone: looked for, found nowhere, closed
+    (tmp_path / "batches.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    _openai_batcher(stub, tmp_path)
+    assert stub.lists == 1 and [e["event"] for e in _events(tmp_path)] == ["submitting", "unsent"]
