@@ -225,11 +225,15 @@ def waiting_text(model_id: str) -> str:
 
 
 def current_flow_run_id() -> UUID | None:
-    """The flow run of the calling thread's context (a solver worker's copied context)."""
+    """The flow run of the calling thread's context: a solver worker's copied context, or on a
+    Dask worker the item task's run, which names its flow run."""
     try:
-        from prefect.context import FlowRunContext  # noqa: PLC0415 - APE sets Prefect's settings first
+        from prefect.context import FlowRunContext, TaskRunContext  # noqa: PLC0415 - settings first
 
         context: Any = FlowRunContext.get()
-        return context.flow_run.id if context is not None and context.flow_run is not None else None
+        if context is not None and context.flow_run is not None:
+            return context.flow_run.id
+        task: Any = TaskRunContext.get()
+        return task.task_run.flow_run_id if task is not None else None
     except Exception:
         return None
