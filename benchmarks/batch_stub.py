@@ -1,7 +1,7 @@
 """Batch mode against a loopback batch API: requests, batches, wall time and cost beside an
 interactive run of the same items.
 
-    python benchmarks/batch_stub.py [--items 200] [--latency 0.5] [--batch-delay 5]
+    python benchmarks/batch_stub.py [--items 200] [--latency 0.5] [--batch-delay 5] [--dask-workers 2] [--port 4256]
 
 Starts a local Prefect server (state in a temp folder) and the stub of
 ``tests/helpers/batch_stub.py``, which answers interactive chat calls after ``--latency``
@@ -11,7 +11,9 @@ prices 1.0 / 2.0 per million input / output tokens:
 
 - interactive: ``solver_workers = 16``;
 - batch: ``batch = true``, ``batch_size = 100``, ``batch_wait_s = 2``, ``batch_poll_s = 1``,
-  ``solver_workers`` = the number of items (a waiting session holds a worker).
+  ``solver_workers`` = the number of items (a waiting session holds a worker);
+- with ``--dask-workers K``, the batch run again with ``task_runner = "dask"`` and K
+  worker processes: each process gathers its own batches (one batcher per process).
 
 Prints one row per mode: model calls (interactive calls, batched requests), batches, polls,
 wall time, the run's cost, and the batch run's cost as a share of the interactive one.
@@ -42,7 +44,7 @@ price_output_per_mtok = 2.0
 """
 
 
-def workload(folder: Path, n: int, model: str, workers: int) -> Path:
+def workload(folder: Path, n: int, model: str, workers: int, run_extra: str = "") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "schema.py").write_text(
         "from pydantic import BaseModel\n\n\nclass Item(BaseModel):\n    id: str\n    question: str\n    answer: int\n"
@@ -56,7 +58,7 @@ def workload(folder: Path, n: int, model: str, workers: int) -> Path:
         f'name = "batch-bench"\n[data]\nfile = "data.jsonl"\nschema = "schema:Item"\n\n'
         f'[prompt]\ntemplate = "What is {{{{ question }}}}?"\n\n{model}\n'
         f'[adapter]\nimplementation = "last_number"\n\n[checker]\nimplementation = "exact_match"\n\n'
-        f'[run]\nsolver_workers = {workers}\noutput = "out"\n\n[cli]\nprogress = false\n'
+        f'[run]\nsolver_workers = {workers}\noutput = "out"\n{run_extra}\n[cli]\nprogress = false\n'
     )
     return config
 
@@ -84,6 +86,8 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=200)
     parser.add_argument("--latency", type=float, default=0.5, help="seconds per interactive call")
     parser.add_argument("--batch-delay", type=float, default=5.0, help="seconds until a batch ends")
+    parser.add_argument("--dask-workers", type=int, default=0, help="also a batch run on Dask, this many processes")
+    parser.add_argument("--port", type=int, default=4256, help="the local Prefect server's port")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from ape import server
@@ -91,7 +95,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="ape-batch-bench-"))
     os.environ["APE_HOME"] = str(work / "ape-home")
-    info = server.start(port=4256)
+    info = server.start(port=args.port)
     env = dict(os.environ, **server.client_env(info), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     stub = BatchStub(delay_s=args.batch_delay, chat_latency_s=args.latency)
@@ -115,6 +119,21 @@ def main() -> None:
             f"| batch ({args.items} workers) | {stub.requests} requests | {stub.submissions} | "
             f"{stub.polls - polls_before} | {solved_b} | {wall_b:.1f} | {cost_b:.6f} |"
         )
+        if args.dask_workers:
+            dask = workload(
+                work / "dask",
+                args.items,
+                MODEL.format(name="dask", base_url=stub.base_url, extra=extra),
+                args.items,
+                f'task_runner = "dask"\ndask_workers = {args.dask_workers}\n',
+            )
+            before = (stub.submissions, stub.requests, stub.polls)
+            wall_d, cost_d, solved_d = run(dask, env)
+            print(
+                f"| batch on Dask ({args.dask_workers} processes, {args.items} workers) | "
+                f"{stub.requests - before[1]} requests | {stub.submissions - before[0]} | "
+                f"{stub.polls - before[2]} | {solved_d} | {wall_d:.1f} | {cost_d:.6f} |"
+            )
         print(
             f"batch cost / interactive cost = {cost_b / cost_i:.3f}; extra chat calls in the batch run: "
             f"{stub.chat_calls - calls}"

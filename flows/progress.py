@@ -27,6 +27,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ape.flows.batch_view import BatchColumn
 from ape.flows.logs import CONSOLE_SKIP
 from ape.schemas.results import CheckStatus, Outcome, OutputBatch
 from ape.tasks.common.console import Repeats
@@ -171,6 +172,7 @@ class ProgressView:
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
+                BatchColumn(self.name),  # a waiting provider batch, live (empty otherwise)
                 console=Console(stderr=True),
                 transient=False,
             )

@@ -141,13 +141,16 @@ class CalibrationBin(ReportModel):
 
 
 class CalibrationEntry(ReportModel):
-    """One model's calibration. ``missing`` counts sessions without a confidence."""
+    """One model's calibration. ``missing`` counts sessions without a confidence;
+    ``truncated`` the sessions cut at the token limit, left out of every number (their
+    confidence is a prefix's, their miss a budget's)."""
 
     ece: float | None = None
     brier: float | None = None
     populated_bins: int = 0
     n: int = 0
     missing: int = 0
+    truncated: int = 0
     n_bins: int = 10
     bins: list[CalibrationBin] = Field(default_factory=list)
 

@@ -57,7 +57,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -87,6 +87,23 @@ GRADE_LINE = re.compile(r"^\s*\**\s*GRADE\s*\**\s*:\s*\**\s*(?P<value>[^*\s]+)\s
 
 class JudgeError(Exception):
     """The judge could not grade a solution (model failure or no parsable grade)."""
+
+
+class JudgeTruncated(JudgeError):
+    """The judge's own answer was cut at its token limit, also when asked again: no verdict.
+
+    A cut answer is a prefix; a ``GRADE:`` line in it (or a grade the reformat prompt
+    would pull out of it) is not the judge's finished verdict, so it never becomes a score.
+    It is a check error of its own type, counted with the run's check errors and shown by
+    run health with its hint, and ``ape retry`` re-grades it (after the judge's
+    ``[model] max_tokens`` is raised)."""
+
+
+# asked once more, after a cut answer: the verdict first, within the same budget
+CUT_RETRY_LINE = (
+    "Your previous answer to this was cut off at the token limit before it gave the grade. "
+    "Answer again, briefly: give the GRADE line first, then at most one sentence of reason."
+)
 
 
 @dataclass(frozen=True)
@@ -473,10 +490,26 @@ class JudgeChecker:
     def _ask(self, prompt: str) -> dict[str, Any]:
 
         scale = self.scale
+        model_id = self.model_cfg.model_id
         record = solve_session(
             self.model, prompt, None, adapter=lambda text: parse_grade(text, scale), settings=self.settings
         )
-        model_id = self.model_cfg.model_id
+        asked = [record]
+        if record.outcome is Outcome.TRUNCATED:  # a prefix is no verdict: ask once more, verdict first
+            record = solve_session(
+                self.model,
+                prompt + "\n\n" + CUT_RETRY_LINE,
+                None,
+                adapter=lambda text: parse_grade(text, scale),
+                settings=self.settings,
+            )
+            asked.append(record)
+        if record.outcome is Outcome.TRUNCATED:
+            raise JudgeTruncated(
+                f"judge '{model_id}' answer was cut at its token limit (stop reason {record.stop_reason}) "
+                f"before a verdict, {len(asked)} time(s): not a grade; raise the judge's [model] max_tokens, "
+                f"then ape retry re-grades it; cut answer: {(record.raw_output or '')[:200]!r}"
+            )
         if record.outcome is not Outcome.SOLVED:
             error = record.error
             detail = f"{error.type}: {error.message}" if error else record.outcome.value
@@ -489,6 +522,8 @@ class JudgeChecker:
                 raise JudgeError(f"judge '{model_id}' gave up instead of grading")
             raise JudgeError(f"judge '{model_id}' failed: {detail}")
         label = str(record.solution)
+        input_tokens = _total(r.input_tokens for r in asked)  # the cut answer was paid for too
+        output_tokens = _total(r.output_tokens for r in asked)
         attempts = sum(1 for entry in record.transcript if entry.kind.value == "PARSE_ATTEMPT")
         return {
             "model": model_id,
@@ -498,9 +533,10 @@ class JudgeChecker:
             "grade": label,
             "score": scale.score(label),
             "attempts": attempts,
-            "input_tokens": record.input_tokens,
-            "output_tokens": record.output_tokens,
-            "cost": session_cost(self.model_cfg, record.input_tokens, record.output_tokens),
+            "cut_retries": len(asked) - 1,  # answers cut at the token limit before this one
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cost": session_cost(self.model_cfg, input_tokens, output_tokens),
         }
 
     # -- the judgement cache ---------------------------------------------------------------
@@ -527,6 +563,12 @@ class JudgeChecker:
         path = self._path(key)
         if path is not None:
             atomic_write_text(path, json.dumps(graded, default=str))
+
+
+def _total(counts: Iterable[int | None]) -> int | None:
+    """The sum of the known token counts; None when no answer reported any."""
+    known = [c for c in counts if c is not None]
+    return sum(known) if known else None
 
 
 def judge_factory(

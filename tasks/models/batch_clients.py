@@ -1,12 +1,25 @@
 """The two batch APIs APE speaks: OpenAI-compatible ``/v1/files`` + ``/v1/batches``, and
 Anthropic's ``/v1/messages/batches``.
 
-Each client does three things and nothing else: :meth:`BatchClient.submit` sends a list
-of requests (each with its ``custom_id`` and its request body) and returns the batch id;
-:meth:`BatchClient.poll` returns the batch's :class:`BatchState`; :meth:`BatchClient.results`
-returns what each request came to, by ``custom_id``: the provider's answer body, or the
-provider's error message. Gathering, the ledger and waiting are
-:mod:`ape.tasks.models.batcher`'s job.
+Each client does four things and nothing else: :meth:`BatchClient.submit` sends a list
+of requests (each with its ``custom_id`` and its request body) under a client-chosen tag
+and returns the batch id; :meth:`BatchClient.poll` returns the batch's :class:`BatchState`;
+:meth:`BatchClient.results` returns what each request came to, by ``custom_id``: the
+provider's answer body, or the provider's error message; :meth:`BatchClient.find` looks
+among the provider's batches for the one a submit with a given tag created (the submit of
+a process killed before it could record the batch id). Gathering, the ledger and waiting
+are :mod:`ape.tasks.models.batcher`'s job.
+
+Finding a batch by its tag:
+
+- OpenAI: the tag goes in the batch's ``metadata`` (``{"ape_tag": tag}``), which
+  ``GET /v1/batches`` lists; a match is certain.
+- Anthropic's Message Batches take no batch-level metadata and do not show a batch's
+  requests before it ends, so a batch is recognised by what the listing shows: created
+  within :data:`FIND_WINDOW_S` of the submit's start (either side, for clock skew) with
+  exactly the submit's number of requests, and not a batch the ledger already knows.
+  One such batch is adopted; none or several (an ambiguity) find nothing, and the requests
+  are submitted again as before. Its results are still matched by ``custom_id``.
 
 The OpenAI client goes through the ``openai`` SDK (the one ``langchain-openai`` already
 holds, with its key and ``base_url``); there is no Anthropic SDK among APE's
@@ -30,7 +43,9 @@ What the providers say (and the stub in the tests imitates):
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 import httpx
@@ -46,6 +61,9 @@ __all__ = [
 CHAT_ENDPOINT = "/v1/chat/completions"
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_ANTHROPIC_URL = "https://api.anthropic.com"
+TAG_KEY = "ape_tag"  # the batch metadata key that holds the submit's tag (OpenAI)
+FIND_WINDOW_S = 600.0  # how far from a submit's start a batch it created may be dated
+FIND_PAGES = 10  # listing pages (100 batches each) looked through, newest first
 
 
 @dataclass(frozen=True)
@@ -73,13 +91,22 @@ class BatchClient(Protocol):
 
     provider: str
 
-    def submit(self, requests: list[tuple[str, dict[str, Any]]]) -> str: ...
+    def submit(self, requests: list[tuple[str, dict[str, Any]]], tag: str) -> str: ...
     def poll(self, batch_id: str) -> BatchState: ...
     def results(self, batch_id: str) -> dict[str, RequestResult]: ...
+    def find(self, tag: str, requests: int, since: float, known: Collection[str]) -> str | None: ...
 
 
 def _jsonl(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _epoch(text: Any) -> float | None:
+    """An RFC 3339 time (Anthropic's ``created_at``) as epoch seconds; None when unreadable."""
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _error_text(error: Any) -> str:
@@ -101,16 +128,30 @@ class OpenAIBatchClient:
         self.client = client
         self.completion_window = completion_window
 
-    def submit(self, requests: list[tuple[str, dict[str, Any]]]) -> str:
+    def submit(self, requests: list[tuple[str, dict[str, Any]]], tag: str) -> str:
         lines = "".join(
             json.dumps({"custom_id": cid, "method": "POST", "url": CHAT_ENDPOINT, "body": body}) + "\n"
             for cid, body in requests
         )
         uploaded = self.client.files.create(file=("ape-batch.jsonl", lines.encode()), purpose="batch")
         batch = self.client.batches.create(
-            input_file_id=uploaded.id, endpoint=CHAT_ENDPOINT, completion_window=self.completion_window
+            input_file_id=uploaded.id,
+            endpoint=CHAT_ENDPOINT,
+            completion_window=self.completion_window,
+            metadata={TAG_KEY: tag},
         )
         return str(batch.id)
+
+    def find(self, tag: str, requests: int, since: float, known: Collection[str]) -> str | None:
+        """The batch whose metadata carries ``tag``, looking back to ``since`` (epoch s)."""
+        seen = 0
+        for batch in self.client.batches.list(limit=100):
+            if (batch.metadata or {}).get(TAG_KEY) == tag:
+                return str(batch.id)
+            seen += 1
+            if batch.created_at < since - FIND_WINDOW_S or seen >= 100 * FIND_PAGES:
+                break  # newest first: older ones cannot be it
+        return None
 
     def poll(self, batch_id: str) -> BatchState:
         batch = self.client.batches.retrieve(batch_id)
@@ -169,7 +210,8 @@ class AnthropicBatchClient:
         response.raise_for_status()
         return response
 
-    def submit(self, requests: list[tuple[str, dict[str, Any]]]) -> str:
+    def submit(self, requests: list[tuple[str, dict[str, Any]]], tag: str) -> str:
+        """``tag`` has no place in this API (see the module docstring: :meth:`find`)."""
         payload = {"requests": [{"custom_id": cid, "params": body} for cid, body in requests]}
         response = self.http.post(f"{self.base_url}/v1/messages/batches", json=payload)
         response.raise_for_status()
@@ -180,6 +222,28 @@ class AnthropicBatchClient:
         counts = {k: int(v) for k, v in (data.get("request_counts") or {}).items()}
         status = str(data.get("processing_status"))
         return BatchState(status=status, ended=status == "ended", counts=counts)
+
+    def find(self, tag: str, requests: int, since: float, known: Collection[str]) -> str | None:
+        """The one batch not in ``known`` created within the window around ``since`` with
+        ``requests`` requests; None when there is none or more than one."""
+        found: list[str] = []
+        after: str | None = None
+        for _ in range(FIND_PAGES):
+            page = self._get(f"/v1/messages/batches?limit=100{f'&after_id={after}' if after else ''}").json()
+            for batch in page.get("data") or []:
+                created = _epoch(batch.get("created_at"))
+                total = sum(int(v) for v in (batch.get("request_counts") or {}).values())
+                if created is None or abs(created - since) > FIND_WINDOW_S:
+                    continue
+                if total == requests and str(batch.get("id")) not in known:
+                    found.append(str(batch["id"]))
+            if not page.get("has_more") or not page.get("last_id"):
+                break
+            oldest = _epoch((page.get("data") or [{}])[-1].get("created_at"))
+            if oldest is not None and oldest < since - FIND_WINDOW_S:
+                break
+            after = str(page["last_id"])
+        return found[0] if len(found) == 1 else None
 
     def results(self, batch_id: str) -> dict[str, RequestResult]:
         data = self._get(f"/v1/messages/batches/{batch_id}").json()

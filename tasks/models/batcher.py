@@ -13,9 +13,15 @@ session's item, run index and the request body), and two files in the model's ou
 folder record what was paid for, each line appended and fsynced:
 
 ``batches.jsonl``
-    ``{"event": "submitted", "batch_id", "provider", "custom_ids", "at"}`` written as soon
-    as the provider has accepted a batch, before any session hears of it; ``{"event":
-    "ended", "batch_id", "status", "counts", "at"}`` once its results are collected.
+    ``{"event": "submitting", "tag", "provider", "custom_ids", "at", "owner"}`` before a
+    batch is sent (``tag``: a random id the batch carries at the provider, see
+    :meth:`~ape.tasks.models.batch_clients.BatchClient.find`; ``owner``: the submitting
+    process's pid and start time); ``{"event": "submitted",
+    "batch_id", "tag", "provider", "custom_ids", "at"}`` as soon as the provider has
+    accepted it, before any session hears of it (``"adopted": true`` when it was found
+    at the provider instead); ``{"event": "unsent", "tag"}`` when a submit is known not to
+    have made a batch; ``{"event": "ended", "batch_id", "status", "counts", "at"}`` once
+    its results are collected.
 ``batch_results.jsonl``
     ``{"custom_id", "batch_id", "body"}`` for each answered request, as collected.
 
@@ -25,12 +31,20 @@ them waits for that batch instead of being submitted, and one already answered
 (``batch_results.jsonl``) is answered at once. Failed and expired requests are not
 recorded as answers: ``ape retry`` redoes their items with a new batch.
 
-The only window left is between the provider accepting a batch and the ledger line's
-fsync (the length of one local write): a process killed exactly there leaves a batch
-the ledger does not know, which the next run submits again.
+A submit whose ``submitting`` line has no ``submitted`` line after it (the process was
+killed between the provider accepting the batch and the ledger's fsync, or the submit's
+answer was lost to a timeout), and whose owner process is gone, is looked for at the
+provider by its tag (a live owner, another Dask worker's process, records it itself):
+found, the batch is adopted (recorded and collected); not found, the line is closed as
+``unsent`` and its requests are submitted when a session asks again. :envvar:`APE_BATCH_KILL_AFTER_SUBMIT`
+(tests only) makes the process kill itself with SIGKILL right after a submit returns,
+to show exactly that window.
 
 Each state change of a batch (status or counts) is one log line with its id, counts and
-age, so a run that waits for a batch says so instead of showing a frozen bar.
+age, and every submit, poll and end goes to the model's
+:class:`~ape.tasks.models.batch_status.BatchBoard` (the progress bar's batch column and
+the flow run's ``<model>-batches`` artifact), so a run that waits for a batch says so
+instead of showing a frozen bar.
 """
 
 from __future__ import annotations
@@ -39,8 +53,10 @@ import hashlib
 import json
 import logging
 import os
+import signal
 import threading
 import time
+import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from ape.tasks.models.batch_clients import BatchClient, BatchState, RequestResult
+from ape.tasks.models.batch_status import board_for, current_flow_run_id
 from ape.tasks.models.limits import classify_error
 from ape.tasks.storage.file_modes import created_file_mode
 
@@ -58,6 +75,7 @@ log = logging.getLogger("ape")
 LEDGER = "batches.jsonl"
 ANSWERS = "batch_results.jsonl"
 MAX_POLL_S = 300.0
+KILL_AFTER_SUBMIT = "APE_BATCH_KILL_AFTER_SUBMIT"  # tests: die between the provider's accept and the ledger
 
 
 class BatchRequestError(RuntimeError):
@@ -112,11 +130,30 @@ def _read(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def _owner(pid: int) -> str | None:
+    """``pid start-time`` of a live process (the start time tells a reused pid apart), or None
+    when there is no such process (or no ``/proc`` to ask)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return f"{pid} {fields[19]}" if len(fields) > 19 else str(pid)
+
+
+def _wall(at: Any) -> float | None:
+    """A ledger line's ISO time as wall-clock seconds (None when absent or unreadable)."""
+    try:
+        return datetime.fromisoformat(str(at)).timestamp()
+    except ValueError:
+        return None
+
+
 @dataclass
 class _InFlight:
     batch_id: str
     custom_ids: set[str]
-    submitted_at: float
+    submitted_at: float  # monotonic, for the log's age
     waiters: dict[str, list[Future[dict[str, Any]]]] = field(default_factory=dict)
 
 
@@ -135,6 +172,7 @@ class Batcher:
         self._in_flight: dict[str, _InFlight] = {}  # batch id -> batch
         self._by_request: dict[str, str] = {}  # custom id -> batch id, for requests in flight
         self._answers: dict[str, dict[str, Any]] = {}
+        self.board = board_for(model_id)
         self._resume()
         threading.Thread(target=self._gather, name=f"ape-batch-{model_id}", daemon=True).start()
 
@@ -144,6 +182,16 @@ class Batcher:
         for row in _read(self.folder / ANSWERS):
             if isinstance(row.get("body"), dict):
                 self._answers[str(row["custom_id"])] = row["body"]
+        rows = _read(self.folder / LEDGER)
+        known = {str(row["batch_id"]) for row in rows if row.get("batch_id")}
+        closed = {str(row.get("tag")) for row in rows if row.get("event") in {"submitted", "unsent"}}
+        for row in rows:  # submits of a killed process that never heard (or wrote) the batch id
+            tag = row.get("tag")
+            if row.get("event") != "submitting" or tag in closed or row.get("provider") != self.client.provider:
+                continue
+            if row.get("owner") and _owner(int(str(row["owner"]).split()[0])) == row["owner"]:
+                continue  # a live process (another Dask worker) is submitting it: it records it itself
+            self._settle(row, known)
         submitted: dict[str, dict[str, Any]] = {}
         for row in _read(self.folder / LEDGER):
             if row.get("event") == "submitted":
@@ -160,7 +208,44 @@ class Batcher:
                 self.model_id,
                 len(ids),
             )
+            self.board.submitted(batch_id, len(ids), _wall(row.get("at")))
             self._track(_InFlight(batch_id, ids, time.monotonic()))
+
+    def _settle(self, intent: dict[str, Any], known: set[str]) -> str | None:
+        """Find the batch a ``submitting`` line's submit made, and record it (``submitted``,
+        adopted) or record that there is none (``unsent``). Returns the batch id found."""
+        tag = str(intent["tag"])
+        ids = [str(c) for c in intent.get("custom_ids", [])]
+        since = _wall(intent.get("at")) or time.time()
+        try:
+            batch_id = self.client.find(tag, len(ids), since, known)
+        except Exception as exc:  # cannot tell: leave the line open, look again next time
+            log.warning("batch submit %s of %s: could not look for it at the provider (%s)", tag, self.model_id, exc)
+            return None
+        if batch_id is None:
+            _append(self.folder / LEDGER, {"event": "unsent", "tag": tag, "at": datetime.now(UTC).isoformat()})
+            log.info("batch submit %s of %s: no batch at the provider; its requests go again", tag, self.model_id)
+            return None
+        _append(
+            self.folder / LEDGER,
+            {
+                "event": "submitted",
+                "batch_id": batch_id,
+                "tag": tag,
+                "provider": self.client.provider,
+                "model_id": self.model_id,
+                "custom_ids": sorted(ids),
+                "at": intent.get("at") or datetime.now(UTC).isoformat(),
+                "adopted": True,
+            },
+        )
+        known.add(batch_id)
+        log.info(
+            "batch %s of %s: accepted by the provider but not recorded (the run was stopped); adopted",
+            batch_id,
+            self.model_id,
+        )
+        return batch_id
 
     def _track(self, batch: _InFlight) -> None:
         self._in_flight[batch.batch_id] = batch
@@ -175,6 +260,7 @@ class Batcher:
         Raises :class:`BatchRequestError` for a failed or expired request, or the submit's
         own error (an HTTP error, which the retry policy may retry)."""
         future: Future[dict[str, Any]] = Future()
+        self.board.asked_from(current_flow_run_id())
         with self._lock:
             if cid in self._answers:
                 return self._answers[cid]
@@ -208,31 +294,60 @@ class Batcher:
         requests: dict[str, dict[str, Any]] = {}
         for cid, body, _ in taken:
             requests.setdefault(cid, body)  # the same request twice in a gathering: sent once
+        tag = "ape-" + uuid.uuid4().hex
+        intent = {
+            "event": "submitting",
+            "tag": tag,
+            "provider": self.client.provider,
+            "model_id": self.model_id,
+            "custom_ids": sorted(requests),
+            "at": datetime.now(UTC).isoformat(),
+            "owner": _owner(os.getpid()),
+        }
+        # recorded before the provider hears of it: a kill after its accept is found by the tag
+        _append(self.folder / LEDGER, intent)
         try:
-            batch_id = self.client.submit(list(requests.items()))
+            batch_id = self.client.submit(list(requests.items()), tag)
         except Exception as exc:  # the sessions see the HTTP error; the retry policy decides
-            for _, _, future in taken:
-                future.set_exception(exc)
-            return
+            # an answer lost to a timeout may hide an accepted batch: look before anyone retries
+            found = None
+            if classify_error(exc) == "transient":
+                known = {str(row["batch_id"]) for row in _read(self.folder / LEDGER) if row.get("batch_id")}
+                found = self._settle(intent, known)
+            else:  # refused (a 400, a 401): no batch was made
+                _append(self.folder / LEDGER, {"event": "unsent", "tag": tag, "at": datetime.now(UTC).isoformat()})
+            if found is None:
+                for _, _, future in taken:
+                    future.set_exception(exc)
+                return
+            batch_id = found
+        else:
+            if os.environ.get(KILL_AFTER_SUBMIT):
+                os.kill(os.getpid(), signal.SIGKILL)
+            self._record_submitted(batch_id, tag, requests)
+        self.submissions += 1
+        log.info("batch %s of %s: submitted, %d requests", batch_id, self.model_id, len(requests))
+        self.board.submitted(batch_id, len(requests))
+        batch = _InFlight(batch_id, set(requests), time.monotonic())
+        for cid, _, future in taken:
+            batch.waiters.setdefault(cid, []).append(future)
+        with self._lock:
+            self._track(batch)
+
+    def _record_submitted(self, batch_id: str, tag: str, requests: dict[str, dict[str, Any]]) -> None:
         # recorded before any session hears of the batch: a kill from here on resumes it
         _append(
             self.folder / LEDGER,
             {
                 "event": "submitted",
                 "batch_id": batch_id,
+                "tag": tag,
                 "provider": self.client.provider,
                 "model_id": self.model_id,
                 "custom_ids": sorted(requests),
                 "at": datetime.now(UTC).isoformat(),
             },
         )
-        self.submissions += 1
-        log.info("batch %s of %s: submitted, %d requests", batch_id, self.model_id, len(requests))
-        batch = _InFlight(batch_id, set(requests), time.monotonic())
-        for cid, _, future in taken:
-            batch.waiters.setdefault(cid, []).append(future)
-        with self._lock:
-            self._track(batch)
 
     # -- waiting -------------------------------------------------------------------------------
     def _wait_for(self, batch: _InFlight) -> None:
@@ -251,6 +366,7 @@ class Batcher:
                 self._finish(batch, None, f"polling the batch failed: {exc}")
                 return
             now = (state.status, tuple(sorted(state.counts.items())))
+            self.board.polled(batch.batch_id, state.status, state.counts, ended=False)
             if now != shown:
                 shown = now
                 counts = ", ".join(f"{k} {v}" for k, v in sorted(state.counts.items())) or "no counts"
@@ -291,6 +407,7 @@ class Batcher:
 
     def _finish(self, batch: _InFlight, results: dict[str, RequestResult] | None, missing: str) -> None:
         """Resolve every waiter of ``batch``: answered, or failed with the provider's message."""
+        self.board.ended(batch.batch_id)
         with self._lock:
             self._in_flight.pop(batch.batch_id, None)
             for cid in batch.custom_ids:

@@ -64,6 +64,10 @@ def calibration_table(envelope: Envelope) -> list[str]:
         [_cell(model_id), _cell(c.ece), _cell(c.brier), f"{c.populated_bins}/{c.n_bins}", str(c.n), str(c.missing)]
         for model_id, c in envelope.calibration.items()
     ]
+    if any(c.truncated for c in envelope.calibration.values()):  # cut sessions: counted, never scored
+        header.append("Cut (left out)")
+        for row, c in zip(rows, envelope.calibration.values()):
+            row.append(str(c.truncated))
     return _table(header, rows)
 
 

@@ -10,6 +10,12 @@ sessions that report one, split over equal-width bins ``[0, 0.1), ..., [0.9, 1.0
 - ``populated_bins`` = bins holding at least one session
 
 and each bin keeps its count, accuracy and mean confidence for a reliability diagram.
+
+Sessions cut at the token limit (outcome TRUNCATED) are left out too, and counted in
+``truncated``: the confidence such a session reports is the one of an unfinished prefix,
+and its "wrong" is a budget, not the model's answer. Counted in, a model that runs out of
+tokens would look confidently wrong (overconfident) for what ``max_tokens`` did; raising
+it and ``ape retry --outcomes TRUNCATED`` brings those sessions into the numbers.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Iterable, Mapping
 import pandas as pd
 
 from ape.schemas.report import CalibrationBin, CalibrationEntry
+from ape.schemas.results import Outcome
 
 
 def _is_missing(value: float | None) -> bool:
@@ -98,16 +105,22 @@ class CalibrationReport(CalibrationEntry):
         )
 
 
+TRUNCATED = Outcome.TRUNCATED.value  # a session cut at the token limit
+
+
 def calibration_by_model(sessions: pd.DataFrame, n_bins: int = 10) -> dict[str, CalibrationReport]:
-    """One report per model from a sessions table (columns model_id, confidence, correct)."""
+    """One report per model from a sessions table (columns model_id, confidence, correct, and
+    outcome when there is one: TRUNCATED sessions are left out, counted in ``truncated``)."""
     reports: dict[str, CalibrationReport] = {}
     if sessions.empty:
         return reports
     for model_id, group in sessions.groupby("model_id", sort=True):
-        confidences = [None if _is_missing(v) else float(v) for v in group["confidence"].tolist()]
-        reports[str(model_id)] = CalibrationReport.from_predictions(
-            confidences, group["correct"].astype(bool).tolist(), n_bins=n_bins
-        )
+        cut = group["outcome"].astype(str) == TRUNCATED if "outcome" in group else pd.Series(False, index=group.index)
+        kept = group[~cut]
+        confidences = [None if _is_missing(v) else float(v) for v in kept["confidence"].tolist()]
+        report = CalibrationReport.from_predictions(confidences, kept["correct"].astype(bool).tolist(), n_bins=n_bins)
+        report.truncated = int(cut.sum())
+        reports[str(model_id)] = report
     return reports
 
 

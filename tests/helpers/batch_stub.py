@@ -2,10 +2,12 @@
 
 A real ``ThreadingHTTPServer`` on 127.0.0.1 (any free port):
 
-- OpenAI-compatible: ``POST /v1/files`` (multipart, ``purpose=batch``), ``POST /v1/batches``,
+- OpenAI-compatible: ``POST /v1/files`` (multipart, ``purpose=batch``), ``POST /v1/batches``
+  (keeping its ``metadata``), ``GET /v1/batches`` (the list, newest first, one page),
   ``GET /v1/batches/{id}``, ``GET /v1/files/{id}/content``; and ``POST /v1/chat/completions``
   for the interactive run beside a batch run.
-- Anthropic: ``POST /v1/messages/batches``, ``GET /v1/messages/batches/{id}``,
+- Anthropic: ``POST /v1/messages/batches``, ``GET /v1/messages/batches`` (the list, newest
+  first, one page, ``created_at`` in RFC 3339), ``GET /v1/messages/batches/{id}``,
   ``GET /v1/messages/batches/{id}/results``.
 
 A batch is in progress until ``delay_s`` after it was created, then ends: each request is
@@ -14,7 +16,8 @@ message, "The answer is N."), or fails with the message ``fail(text)`` returns, 
 ``expire(text)`` is true, is left unanswered as the provider does when a batch's window
 closes (OpenAI: status ``expired``, code ``batch_expired`` in the error file; Anthropic:
 result type ``expired``). ``submissions`` counts the batches created (what is paid for),
-``requests`` the requests in them, ``chat_calls`` the interactive calls.
+``requests`` the requests in them, ``chat_calls`` the interactive calls, ``lists`` the
+listings asked for.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ import json
 import re
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -98,6 +103,7 @@ class BatchStub:
         self.requests = 0
         self.chat_calls = 0
         self.polls = 0
+        self.lists = 0
         self._ids = itertools.count(1)
         stub = self
 
@@ -138,8 +144,12 @@ class BatchStub:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
 
             def do_GET(self) -> None:
-                path = self.path
-                if match := re.fullmatch(r"/v1/batches/([\w-]+)", path):
+                path = urllib.parse.urlsplit(self.path).path
+                if path == "/v1/batches":
+                    self._send(200, stub._list("openai"))
+                elif path == "/v1/messages/batches":
+                    self._send(200, stub._list("anthropic"))
+                elif match := re.fullmatch(r"/v1/batches/([\w-]+)", path):
                     self._send(*stub._openai_batch(match.group(1)))
                 elif match := re.fullmatch(r"/v1/files/([\w-]+)/content", path):
                     content = stub.files.get(match.group(1))
@@ -203,7 +213,13 @@ class BatchStub:
         requests = [(row["custom_id"], row["body"]) for row in rows]
         with self.lock:
             batch_id = self._new_id("batch")
-            self.batches[batch_id] = {"kind": "openai", "created": time.monotonic(), "requests": requests}
+            self.batches[batch_id] = {
+                "kind": "openai",
+                "created": time.monotonic(),
+                "created_at": time.time(),
+                "metadata": body.get("metadata"),
+                "requests": requests,
+            }
             self.submissions += 1
             self.requests += len(requests)
         return self._openai_batch(batch_id)
@@ -274,18 +290,35 @@ class BatchStub:
             "input_file_id": "file_in",
             "completion_window": "24h",
             "status": status,
-            "created_at": 0,
+            "created_at": int(batch["created_at"]),
+            "metadata": batch.get("metadata"),
             "output_file_id": output_id,
             "error_file_id": error_id,
             "request_counts": {"total": n, "completed": done, "failed": failed},
         }
+
+    def _list(self, kind: str) -> dict[str, Any]:
+        """One page of every batch of ``kind``, newest first, as each provider lists them."""
+        with self.lock:
+            self.lists += 1
+            ids = [i for i, b in self.batches.items() if b["kind"] == kind]
+        ids.sort(key=lambda i: self.batches[i]["created_at"], reverse=True)
+        data = [self._openai_batch(i)[1] if kind == "openai" else self._anthropic_batch(i) for i in ids]
+        if kind == "openai":
+            return {"object": "list", "data": data, "has_more": False, "first_id": None, "last_id": None}
+        return {"data": data, "has_more": False, "first_id": None, "last_id": None}
 
     # -- Anthropic -----------------------------------------------------------------------------
     def _create_anthropic(self, body: dict[str, Any]) -> dict[str, Any]:
         requests = [(r["custom_id"], r["params"]) for r in body.get("requests", [])]
         with self.lock:
             batch_id = self._new_id("msgbatch")
-            self.batches[batch_id] = {"kind": "anthropic", "created": time.monotonic(), "requests": requests}
+            self.batches[batch_id] = {
+                "kind": "anthropic",
+                "created": time.monotonic(),
+                "created_at": time.time(),
+                "requests": requests,
+            }
             self.submissions += 1
             self.requests += len(requests)
         return self._anthropic_batch(batch_id)
@@ -306,6 +339,7 @@ class BatchStub:
             "id": batch_id,
             "type": "message_batch",
             "processing_status": status,
+            "created_at": datetime.fromtimestamp(batch["created_at"], UTC).isoformat().replace("+00:00", "Z"),
             "request_counts": counts,
             "results_url": f"{self.root_url}/v1/messages/batches/{batch_id}/results" if status == "ended" else None,
         }

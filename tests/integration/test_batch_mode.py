@@ -106,8 +106,8 @@ def test_batch_run_errors_and_retry(tmp_path: Path, prefect_server: str, stub: B
     solved = [s for s in sessions.values() if s["outcome"] == "SOLVED"]
     assert all(s["batch"] and s["cost"] == pytest.approx(INTERACTIVE_COST * 0.5) for s in solved)
     # the ledger: two batches submitted and ended, owner-only like the other outputs
-    events = [(row["event"], row["batch_id"]) for row in ledger(out)]
-    assert sorted(e for e, _ in events) == ["ended", "ended", "submitted", "submitted"]
+    events = [row["event"] for row in ledger(out)]
+    assert sorted(events) == ["ended", "ended", "submitted", "submitted", "submitting", "submitting"]
     for name in ("batches.jsonl", "batch_results.jsonl"):
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
     assert "submitted, 4 requests" in first.stderr and "completed" in first.stderr  # state lines, not a frozen bar
@@ -140,7 +140,7 @@ def test_kill_while_batch_in_flight_then_resume_submits_nothing(
     )
     try:
         deadline = time.monotonic() + 180
-        while not (out / "batches.jsonl").exists() or not ledger(out):
+        while not (out / "batches.jsonl").exists() or len(ledger(out)) < 2:
             assert proc.poll() is None, "ape run ended before its batch was submitted"
             assert time.monotonic() < deadline, "no batch was submitted"
             time.sleep(0.1)
@@ -150,7 +150,7 @@ def test_kill_while_batch_in_flight_then_resume_submits_nothing(
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     assert (stub.submissions, stub.requests) == (1, 4)
-    assert [row["event"] for row in ledger(out)] == ["submitted"]
+    assert [row["event"] for row in ledger(out)] == ["submitting", "submitted"]
     assert not (out / "results.jsonl").exists() or not saved(out)  # nothing was answered yet
 
     stub.delay_s = 0.0  # the provider has finished the batch meanwhile
@@ -161,4 +161,88 @@ def test_kill_while_batch_in_flight_then_resume_submits_nothing(
     sessions = saved(out)
     assert sorted(sessions) == ["i0", "i1", "i2", "i3"]
     assert all(s["outcome"] == "SOLVED" and s["batch"] for s in sessions.values())
-    assert [row["event"] for row in ledger(out)] == ["submitted", "ended"]
+    assert [row["event"] for row in ledger(out)] == ["submitting", "submitted", "ended"]
+
+
+@pytest.mark.slow
+def test_waiting_batch_is_an_artifact_on_the_flow_run(tmp_path: Path, prefect_server: str, stub: BatchStub) -> None:
+    """While the batch waits, the Prefect server holds the model's ``batched-batches`` artifact
+    on the run's flow run, with the batch's id and counts; once it ended, the same artifact
+    (updated in place) says done."""
+    from tests.helpers.prefect_api import PrefectApi
+
+    stub.delay_s = 3600.0  # in progress until the test lets it end
+    model = MODEL.format(base_url=stub.base_url, size=100, wait=0.5)
+    config = make_benchmark(tmp_path / "bench", n=3, models=model, run="solver_workers = 3")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ape", "run", str(config), "--no-server"],
+        cwd=REPO_ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    api = PrefectApi(prefect_server)
+
+    def latest() -> dict | None:
+        response = api.get("/artifacts/batched-batches/latest")
+        return response.json() if response.status_code == 200 else None
+
+    try:
+        deadline = time.monotonic() + 180
+        while not ((found := latest()) and "in_progress" in found["data"]):
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, f"no waiting batch in the artifact: {found}"
+            time.sleep(0.3)
+        batch_id = next(row["batch_id"] for row in ledger(tmp_path / "bench" / "out") if "batch_id" in row)
+        assert found["data"].startswith("**waiting** for 1 of 1 batch(es)")
+        assert f"`{batch_id}`" in found["data"] and "completed 0, failed 0, total 3" in found["data"]
+        assert found["flow_run_id"] is not None and found["type"] == "markdown"
+        run = api.get(f"/flow_runs/{found['flow_run_id']}").json()
+        assert run["state"]["type"] == "RUNNING"  # shown while the run waits, not after
+
+        stub.delay_s = 0.0  # the provider finishes
+        output, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, output
+    done = latest()
+    assert done is not None and done["id"] == found["id"]  # the same artifact, updated in place
+    assert done["data"].startswith("**done**: all 1 batch(es)") and "completed 3, failed 0, total 3" in done["data"]
+
+
+@pytest.mark.slow
+def test_kill_between_accept_and_ledger_then_resume_adopts_the_batch(
+    tmp_path: Path, prefect_server: str, stub: BatchStub
+) -> None:
+    """The process dies (SIGKILL, by the test hook) right after the provider accepted its batch,
+    before the batch id reached the ledger. The next run finds the batch at the provider by
+    the tag in its metadata and collects it: zero new submissions."""
+    model = MODEL.format(base_url=stub.base_url, size=100, wait=1.0)
+    config = make_benchmark(tmp_path / "bench", n=4, models=model, run="solver_workers = 4")
+    out = tmp_path / "bench" / "out"
+    env = dict(_env(), APE_BATCH_KILL_AFTER_SUBMIT="1")
+    killed = subprocess.run(
+        [sys.executable, "-m", "ape", "run", str(config), "--no-server"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert killed.returncode == -signal.SIGKILL, f"{killed.stdout}\n{killed.stderr}"
+    assert (stub.submissions, stub.requests) == (1, 4)  # the provider has it, paid for
+    assert [row["event"] for row in ledger(out)] == ["submitting"]  # the ledger has only the intent
+
+    again = ape("run", str(config), "--no-server")
+    assert again.returncode == 0, f"{again.stdout}\n{again.stderr}"
+    assert (stub.submissions, stub.requests, stub.chat_calls) == (1, 4, 0)  # adopted, never paid twice
+    assert "accepted by the provider but not recorded" in again.stderr
+    sessions = saved(out)
+    assert sorted(sessions) == ["i0", "i1", "i2", "i3"]
+    assert all(s["outcome"] == "SOLVED" and s["batch"] for s in sessions.values())
+    events = ledger(out)
+    assert [row["event"] for row in events] == ["submitting", "submitted", "ended"]
+    assert events[1]["adopted"] is True and events[1]["tag"] == events[0]["tag"]

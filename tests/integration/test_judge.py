@@ -157,3 +157,46 @@ def test_the_smollm2_judge_example_runs(tmp_path, prefect_server):
     assert done.returncode in (0, 1), done.stdout + done.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["judge"]["agreement"]["n"] + report["judge"]["agreement"]["not_graded"] == 24
+
+
+@pytest.mark.slow
+def test_a_judge_cut_at_its_token_limit_gives_counted_check_errors_and_retry_regrades(tmp_path, prefect_server):
+    """The mock judge cuts every answer (``truncate = 1.0``: half its words, finish_reason
+    "length"), also the one asked again grade-first: no cut answer becomes a grade; each
+    check is a JudgeTruncated check error, counted in the report; with the budget mended,
+    ``ape retry`` re-grades them without asking the solved model again."""
+    from tests.helpers.runner import make_benchmark, read_results
+
+    solver_log = tmp_path / "solver.log"
+    checker = """implementation = "judge"
+args = { rubric = "Q: {{ question }} <reference>{{ answer }}</reference> <solution>{{ solution }}</solution>" }
+
+[checker.judge]
+name = "judge"
+provider = "mock"
+model = "grader"
+max_retries = 0
+args = { truncate = 1.0 }
+"""
+    config = make_benchmark(
+        tmp_path, n=4, checker=checker, model_args=f'behaviour = "arithmetic", call_log = "{solver_log}"'
+    )
+    first = ape("run", str(config), "--no-server", api=prefect_server)
+    out = first.stdout + first.stderr
+    assert first.returncode == 1, out  # check errors: the items are to be redone
+    assert "check error: JudgeTruncated: judge 'judge' answer was cut at its token limit" in first.stderr, out
+    assert "raise the judge's [model] max_tokens" in first.stderr, out
+    rows = read_results(tmp_path / "out" / "results.jsonl")
+    checks = [s["check"] for r in rows for s in r["sessions"]]
+    assert [c["status"] for c in checks] == ["ERROR"] * 4 and all(c["score"] is None for c in checks)
+    assert all(c["error"]["type"] == "JudgeTruncated" for c in checks)
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["leaderboard"][0]["check_errors"] == 4
+    solver_calls = lines(solver_log)
+
+    config.write_text(config.read_text().replace("args = { truncate = 1.0 }", "args = { truncate = 0.0 }"))
+    retry = ape("retry", str(tmp_path / "out"), "--no-server", api=prefect_server)
+    assert retry.returncode == 0, retry.stdout + retry.stderr
+    assert lines(solver_log) == solver_calls, "re-grading called the solved model"
+    checks = [s["check"] for r in read_results(tmp_path / "out" / "results.jsonl") for s in r["sessions"]]
+    assert all(c["status"] == "PASSED" and c["metadata"]["judge"]["cut_retries"] == 0 for c in checks), checks

@@ -189,3 +189,30 @@ def test_config_errors_name_the_key(tmp_path):
         judge_factory(_config(tmp_path, judge=None), Item, None)
     with pytest.raises(ApeError, match="cannot use provider 'llama-cpp'"):
         judge_factory(_config(tmp_path, judge={"provider": "llama-cpp"}), Item, None)
+
+
+def test_a_cut_judge_answer_is_no_verdict_and_is_asked_again_grade_first(tmp_path):
+    # the mock cuts answers longer than 6 words (finish_reason "length"): the first answer's
+    # reasoning runs past it, with the grade still to come; asked again, it grades first
+    long = "The answer names Rayleigh scattering, which is what the reference says, so GRADE: PASS"
+    checker = judge(tmp_path, args={"behaviour": "scripted", "responses": [long, "GRADE: FAIL"], "max_tokens": 6})
+    verdict = checker(ITEM, "rayleigh scattering")
+    assert isinstance(verdict, Failed) and verdict.score == 0.0  # the finished verdict, not the cut one
+    graded = verdict.metadata["judge"]
+    assert graded["cut_retries"] == 1 and graded["answer"] == "GRADE: FAIL"
+    assert graded["output_tokens"] == 6 + 2  # the cut answer was paid for too
+    assert graded["prompt"] == checker.prompt(ITEM, "rayleigh scattering")  # cached under the original prompt
+
+
+def test_a_judge_cut_every_time_is_a_counted_check_error_never_a_grade(tmp_path):
+    # truncate = 1.0: every answer is cut to half its words, its GRADE line included or not
+    cut = judge(tmp_path, args={"behaviour": "grader", "truncate": 1.0}, name="terse")
+    result = run_check(cut, ITEM, "rayleigh scattering")
+    assert result.status is CheckStatus.ERROR and result.score is None
+    assert result.error is not None and result.error.type == "JudgeTruncated"
+    assert "cut at its token limit (stop reason length) before a verdict, 2 time(s)" in result.error.message
+    assert "raise the judge's [model] max_tokens" in result.error.message
+    assert not list((tmp_path / ".cache").rglob("*.json")), "a cut judgement must not be cached"
+    # fixed budget: the same check is asked again (ape retry re-grades check errors) and grades
+    fixed = judge(tmp_path, args={"behaviour": "grader"}, name="terse")
+    assert run_check(fixed, ITEM, "rayleigh scattering").status is CheckStatus.PASSED

@@ -47,7 +47,7 @@ def _wait(client: AnthropicBatchClient, batch_id: str) -> None:
 
 def test_anthropic_client_submits_polls_and_reads_every_kind_of_result(stub: BatchStub) -> None:
     client = AnthropicBatchClient(api_key="test-key", base_url=stub.root_url)
-    batch_id = client.submit([("a", _ask("1 + 2")), ("b", _ask("9 + 9")), ("c", _ask("8 + 8"))])
+    batch_id = client.submit([("a", _ask("1 + 2")), ("b", _ask("9 + 9")), ("c", _ask("8 + 8"))], "t")
     first = client.poll(batch_id)
     assert (first.status, first.ended, first.counts["processing"]) == ("in_progress", False, 3)
     _wait(client, batch_id)
@@ -63,7 +63,7 @@ def test_anthropic_client_submits_polls_and_reads_every_kind_of_result(stub: Bat
 def test_anthropic_client_without_a_key_is_refused(stub: BatchStub) -> None:
     client = AnthropicBatchClient(api_key="", base_url=stub.root_url)
     with pytest.raises(Exception, match="401"):
-        client.submit([("a", _ask("1 + 2"))])
+        client.submit([("a", _ask("1 + 2"))], "t")
 
 
 def test_anthropic_reply_keeps_tool_calls() -> None:
@@ -180,3 +180,105 @@ def test_a_failed_batch_request_is_not_retried_within_the_run() -> None:
     from ape.tasks.models.limits import classify_error
 
     assert classify_error(BatchRequestError("batch b1: HTTP 429: overloaded, rate limit")) == "permanent"
+
+
+# -- the window between the provider's accept and the ledger's fsync ------------------------------
+
+
+def _intent(folder: Path, provider: str, cids: list[str], tag: str) -> None:
+    """The ``submitting`` line a killed process wrote before its submit (and nothing after)."""
+    import json
+    from datetime import UTC, datetime
+
+    line = {"event": "submitting", "tag": tag, "provider": provider, "custom_ids": sorted(cids)}
+    line["at"] = datetime.now(UTC).isoformat()
+    with open(folder / "batches.jsonl", "a") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
+def _events(folder: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in (folder / "batches.jsonl").read_text().splitlines()]
+
+
+def _anthropic_batcher(stub: BatchStub, folder: Path) -> Batcher:
+    client = AnthropicBatchClient(api_key="k", base_url=stub.root_url)
+    return Batcher("m", folder, client, BatchSettings(size=10, wait_s=0.1, poll_s=0.05))
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_batch_accepted_but_not_recorded_is_adopted_not_sent_again(
+    stub: BatchStub, tmp_path: Path, provider: str
+) -> None:
+    from ape.tasks.models.batch_clients import OpenAIBatchClient
+
+    bodies = {q: _ask(q) for q in ("1 + 2", "2 + 3")}
+    cids = {q: custom_id(body, (q, 0)) for q, body in bodies.items()}
+    if provider == "openai":
+        import openai
+
+        client: object = OpenAIBatchClient(openai.OpenAI(api_key="k", base_url=stub.base_url, max_retries=0))
+    else:
+        client = AnthropicBatchClient(api_key="k", base_url=stub.root_url)
+    _intent(tmp_path, provider, list(cids.values()), "ape-dead")
+    accepted = client.submit([(cids[q], bodies[q]) for q in bodies], "ape-dead")  # type: ignore[attr-defined]
+    if provider == "anthropic":  # another batch of another size, the same minute: not taken for it
+        client.submit([("other", _ask("5 + 5"))], "ape-other")  # type: ignore[attr-defined]
+    before = stub.submissions
+
+    batcher = _openai_batcher(stub, tmp_path) if provider == "openai" else _anthropic_batcher(stub, tmp_path)
+    answers = _ask_all(batcher, list(bodies))
+    assert stub.submissions == before and batcher.submissions == 0  # nothing paid twice
+    assert stub.lists == 1
+    if provider == "openai":
+        texts = {q: a["choices"][0]["message"]["content"] for q, a in answers.items()}  # type: ignore[index]
+    else:
+        texts = {q: a["content"][0]["text"] for q, a in answers.items()}  # type: ignore[index]
+    assert texts == {"1 + 2": "The answer is 3.", "2 + 3": "The answer is 5."}  # answered by the adopted batch
+    adopted = [e for e in _events(tmp_path) if e["event"] == "submitted"]
+    assert [(e["batch_id"], e["tag"], e.get("adopted")) for e in adopted] == [(accepted, "ape-dead", True)]
+
+
+def test_a_submit_that_made_no_batch_is_closed_and_its_requests_go_again(stub: BatchStub, tmp_path: Path) -> None:
+    body = _ask("1 + 2")
+    cid = custom_id(body, ("i0", 0))
+    _intent(tmp_path, "openai", [cid], "ape-never-sent")
+    batcher = _openai_batcher(stub, tmp_path)
+    assert batcher.ask(cid, body)["choices"][0]["message"]["content"] == "The answer is 3."
+    assert stub.submissions == 1
+    events = [(e["event"], e.get("tag")) for e in _events(tmp_path)]
+    assert events[:2] == [("submitting", "ape-never-sent"), ("unsent", "ape-never-sent")]
+    assert [e for e, _ in events[2:]] == ["submitting", "submitted", "ended"]
+    _openai_batcher(stub, tmp_path)  # a closed intent is not looked for again
+    assert stub.lists == 1
+
+
+def test_anthropic_find_refuses_an_ambiguous_listing(stub: BatchStub) -> None:
+    client = AnthropicBatchClient(api_key="k", base_url=stub.root_url)
+    first = client.submit([("a", _ask("1 + 2"))], "t1")
+    second = client.submit([("b", _ask("1 + 3"))], "t2")
+    now = time.time()
+    assert client.find("t1", 1, now, known=set()) is None  # two of that size: cannot tell which
+    assert client.find("t1", 1, now, known={second}) == first
+    assert client.find("t1", 1, now - 3600, known=set()) is None  # outside the window
+
+
+def test_a_live_process_submit_is_left_to_it(stub: BatchStub, tmp_path: Path) -> None:
+    """Another Dask worker's process, alive, wrote the intent and is submitting: a batcher
+    starting now must neither adopt nor close it (it would close a submit about to succeed)."""
+    import json
+    import os
+
+    from ape.tasks.models.batcher import _owner
+
+    _intent(tmp_path, "openai", ["x"], "ape-live")
+    rows = _events(tmp_path)
+    rows[0]["owner"] = _owner(os.getpid())
+    (tmp_path / "batches.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    _openai_batcher(stub, tmp_path)
+    assert stub.lists == 0 and [e["event"] for e in _events(tmp_path)] == ["submitting"]
+    rows[0]["owner"] = "999999999 1"  # gone: looked for, found nowhere, closed
+    (tmp_path / "batches.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    _openai_batcher(stub, tmp_path)
+    assert stub.lists == 1 and [e["event"] for e in _events(tmp_path)] == ["submitting", "unsent"]

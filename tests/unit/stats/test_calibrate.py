@@ -77,3 +77,36 @@ def test_calibration_by_model_and_bins_frame():
     assert list(frame.columns) == ["model_id", "index", "lower", "upper", "count", "accuracy", "mean_confidence"]
     assert frame["count"].sum() == 3
     assert frame.loc[(frame.model_id == "b") & (frame["index"] == 4), "accuracy"].item() == 1.0
+
+
+def test_cut_sessions_are_left_out_of_calibration_and_counted_apart():
+    # "b" ran out of tokens twice, each time with a confident prefix: counted in, it would
+    # look overconfident (two 0.95s that were "wrong") for what max_tokens did
+    sessions = pd.DataFrame(
+        {
+            "model_id": ["b"] * 4,
+            "confidence": [0.9, 0.2, 0.95, 0.95],
+            "correct": [True, False, False, False],
+            "outcome": ["SOLVED", "SOLVED", "TRUNCATED", "TRUNCATED"],
+        }
+    )
+    report = calibration_by_model(sessions)["b"]
+    finished = CalibrationReport.from_predictions([0.9, 0.2], [True, False])
+    assert (report.n, report.missing, report.truncated) == (2, 0, 2)
+    assert report.ece == pytest.approx(finished.ece) and report.brier == pytest.approx(finished.brier)
+    assert report.brier == pytest.approx((0.1**2 + 0.2**2) / 2)  # counted in it would be 0.464
+    assert calibration_by_model(sessions.drop(columns="outcome"))["b"].n == 4  # a table without outcomes
+
+
+def test_the_calibration_table_shows_the_cut_sessions_only_when_there_are_some():
+    from ape.schemas.report import Envelope
+    from ape.tasks.report.markdown import calibration_table
+
+    cut = CalibrationReport.from_predictions([0.9], [True])
+    cut.truncated = 3
+    lines = calibration_table(Envelope(calibration={"b": cut}))
+    assert "Cut (left out)" in lines[0] and lines[-1].rstrip().endswith("| 3 |")
+    assert (
+        "Cut"
+        not in calibration_table(Envelope(calibration={"b": CalibrationReport.from_predictions([0.9], [True])}))[0]
+    )

@@ -1,0 +1,85 @@
+"""The batch board: what the progress bar's batch column and the ``<model>-batches`` artifact
+show while a batch waits, fed by a real batcher against the loopback stub."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+from rich.progress import Progress
+
+from ape.flows.batch_view import BatchColumn
+from ape.tasks.models.batch_status import BatchBoard, artifact_key_for, board_for, waiting_text
+from ape.tasks.models.batcher import Batcher, BatchSettings, custom_id
+from tests.helpers.batch_stub import BatchStub
+
+pytest.importorskip("openai")
+
+
+@pytest.fixture
+def stub() -> Iterator[BatchStub]:
+    server = BatchStub(delay_s=3600.0)
+    yield server
+    server.close()
+
+
+def _until(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def test_a_waiting_batch_shows_in_the_bar_and_the_table_then_done(stub: BatchStub, tmp_path: Path) -> None:
+    import openai
+
+    from ape.tasks.models.batch_clients import OpenAIBatchClient
+
+    model = f"m-{uuid4().hex[:8]}"
+    client = OpenAIBatchClient(openai.OpenAI(api_key="k", base_url=stub.base_url, max_retries=0))
+    batcher = Batcher(model, tmp_path, client, BatchSettings(size=10, wait_s=0.05, poll_s=0.05))
+    assert waiting_text(model) == ""  # nothing waits: the column is empty
+    body = {"model": "stub", "messages": [{"role": "user", "content": "What is 1 + 2?"}]}
+    answer: dict = {}
+    asker = threading.Thread(target=lambda: answer.update(batcher.ask(custom_id(body, ("i0", 0)), body)))
+    asker.start()
+    _until(lambda: "in_progress" in waiting_text(model))
+
+    line = waiting_text(model)
+    assert line.startswith("batch batch_") and "in_progress 0/1" in line and line.endswith(" s")
+    bar = Progress(BatchColumn(model))
+    bar.add_task("bench · model", total=1)
+    assert bar.columns[0].render(bar.tasks[0]).plain == line  # type: ignore[union-attr]
+    table = board_for(model).markdown()
+    assert table.startswith("**waiting** for 1 of 1 batch(es)")
+    assert "in_progress" in table and "completed 0, failed 0, total 1" in table
+
+    stub.delay_s = 0.0  # the provider finishes
+    asker.join(30)
+    assert answer["choices"][0]["message"]["content"] == "The answer is 3."
+    assert waiting_text(model) == ""
+    table = board_for(model).markdown()
+    assert table.startswith("**done**: all 1 batch(es)") and "completed" in table and "(ended)" in table
+
+
+def test_artifact_writes_are_throttled_with_a_trailing_write() -> None:
+    board = BatchBoard("throttled", publish_every_s=0.3)
+    writes: list[str] = []
+    board._write = lambda: writes.append(board.markdown())  # type: ignore[method-assign]
+    board.asked_from(uuid4())
+    board.submitted("b1", 3)  # at once
+    for n in range(20):  # polls faster than the interval: held back, the last one written later
+        board.polled("b1", "in_progress", {"completed": n, "total": 3}, ended=False)
+    assert len(writes) == 1
+    _until(lambda: len(writes) == 2, timeout=5)
+    assert "completed 19" in writes[-1]
+    board.ended("b1", "completed")  # an end is written at once
+    assert len(writes) == 3 and writes[-1].startswith("**done**")
+
+
+def test_artifact_key_is_a_prefect_key() -> None:
+    assert artifact_key_for("GPT 4o/mini") == "gpt-4o-mini-batches"
