@@ -327,6 +327,13 @@ class SolverConfig(Section):
     tool_timeout_s: float = Field(
         default=300.0, gt=0, le=MAX_TIMEOUT_S, description="Time limit of one tool call; a hung tool ends the session."
     )
+    max_session_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tokens (input and output, summed over the session's model calls, as the model reports "
+        "them) after which no further model call is made: the session ends with end_reason 'token_limit' "
+        "and is graded on what it left. Unset: no limit.",
+    )
 
 
 class ToolConfig(Section):

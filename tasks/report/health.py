@@ -46,7 +46,7 @@ budget); cut answers take no part in the ``identical answer`` signature, which i
 answers the model finished.
 
 Run health also counts the sessions of an agent benchmark that ended at a limit (their
-``end_reason``: ``step_limit``, ``sandbox_time_limit``; docs/agents.md), per reason. A model
+``end_reason``: ``step_limit``, ``token_limit``, ``sandbox_time_limit``; docs/agents.md), per reason. A model
 is marked **limiting** when the sessions with any ``end_reason`` make at least ``share`` of
 its sessions (the same ``[run] health_share`` as the signatures) and it has at least
 ``min_sessions`` sessions: most of its sessions were stopped, not finished, so its score
@@ -79,6 +79,7 @@ MIN_TRUNCATED = 2  # one long answer cut short is an item, not a budget
 LIMIT_SETTINGS = {
     "step_limit": "[solver] max_steps",
     "sandbox_time_limit": "[sandbox] session_timeout_s (and command_timeout_s)",
+    "token_limit": "[solver] max_session_tokens",
 }
 SIGNATURE_CHARS = 160  # signatures are shown on one line
 _DIGITS = re.compile(r"\d+")

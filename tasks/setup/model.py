@@ -196,7 +196,11 @@ def make_setup(config: ApeConfig, model_cfg: ModelConfig, judge: JudgeSpec | Non
         "model": model_fingerprint(model_cfg),
         "system": system,
         # time limits change no answer, so they stay out of the key
-        "solver": config.solver.model_dump(mode="json", exclude={"tool_timeout_s"}),
+        # a token limit changes answers when set; unset it is left out, so older keys still hold
+        "solver": config.solver.model_dump(
+            mode="json",
+            exclude={"tool_timeout_s"} | (set() if config.solver.max_session_tokens else {"max_session_tokens"}),
+        ),
         "adapter": config.adapter.model_dump(mode="json", exclude={"timeout_s"}),
         "tools": {k: v.model_dump(mode="json") for k, v in sorted(config.tools.items())},
         # the checker shapes the conversation only when the model can call it
