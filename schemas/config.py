@@ -594,9 +594,14 @@ class SandboxConfig(Section):
         description="Wall-clock limit of all the session's commands together; past it the session ends with "
         "end_reason 'sandbox_time_limit'.",
     )
-    cpu_seconds: int = Field(default=30, ge=1, description="CPU seconds of one command (RLIMIT_CPU).")
+    cpu_seconds: int = Field(
+        default=30, ge=1, description="CPU seconds of one process (RLIMIT_CPU: SIGXCPU, then SIGKILL a second later)."
+    )
     memory_bytes: int = Field(
-        default=2 * 1024**3, ge=64 * 1024**2, description="Address space of one process (RLIMIT_AS)."
+        default=2 * 1024**3,
+        ge=64 * 1024**2,
+        description="Address space of one process (RLIMIT_AS) and, as root, memory of all one command's processes "
+        "together (a memory cgroup, no swap); an OOM kill is told to the agent as such.",
     )
     processes: int = Field(default=64, ge=4, le=4096, description="Processes at once in one command.")
     file_bytes: int = Field(

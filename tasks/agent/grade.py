@@ -92,6 +92,7 @@ def grade_state(sandbox: AgentSandbox, args: StateCheckArgs) -> CheckResult:
         metadata={
             "exit_code": result.exit_code,
             "timed_out": result.timed_out,
+            "killed": result.killed,
             "stdout": result.stdout[-2000:],
             "stderr": result.stderr[-2000:],
         },

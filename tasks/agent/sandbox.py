@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ape.schemas.config import SandboxConfig
+from ape.tasks.agent.limits import REASONS, MemoryCgroup, classify
 from ape.tasks.checking.code import sandbox as namespaces
 from ape.tasks.solving.stops import InfrastructureError, SessionLimit
 
@@ -58,17 +59,23 @@ class SandboxTimeLimit(SessionLimit):
 
 @dataclass
 class CommandResult:
-    """What one command left: its exit code (124 when killed at its time limit) and output."""
+    """What one command left: its exit code (124 when killed at its time limit), its output,
+    and the limit that killed one of its processes (a key of
+    :data:`ape.tasks.agent.limits.REASONS`), if one did."""
 
     exit_code: int
     stdout: str
     stderr: str
     timed_out: bool
     seconds: float
+    killed: str | None = None
 
     def text(self) -> str:
-        """The tool's reply to the model: exit code, then stdout and stderr."""
-        parts = [f"exit code: {self.exit_code}" + (" (killed at the time limit)" if self.timed_out else "")]
+        """The tool's reply to the model: exit code (and what killed it), then stdout and stderr."""
+        said = " (killed at the time limit)" if self.timed_out else ""
+        if self.killed is not None and not self.timed_out:
+            said = f" ({REASONS[self.killed]})"
+        parts = [f"exit code: {self.exit_code}{said}"]
         if self.stdout:
             parts.append(f"stdout:\n{self.stdout}")
         if self.stderr:
@@ -121,6 +128,7 @@ class AgentSandbox:
         self.item = item
         self.item_id = item_id
         self.used_s = 0.0
+        self.limits_hit: dict[str, int] = {}  # limit -> commands of this session it killed
         self.closed = False
         self.prefix: tuple[str, ...] = ()
         if cfg.isolation == "bwrap":
@@ -198,7 +206,7 @@ class AgentSandbox:
         cfg = self.cfg
         return [
             "prlimit",
-            f"--cpu={cfg.cpu_seconds}",
+            f"--cpu={cfg.cpu_seconds}:{cfg.cpu_seconds + 1}",  # SIGXCPU first: it names the limit
             f"--as={cfg.memory_bytes}",
             f"--fsize={cfg.file_bytes}",
             f"--nofile={OPEN_FILES}",
@@ -245,8 +253,15 @@ class AgentSandbox:
         argv = self.argv(command, tests)
         cgroup: namespaces.PidsCgroup | None = None
         root = namespaces.pids_cgroup_root() if self.prefix else None
+        memory: MemoryCgroup | None = None
+        oom: tuple[int, int] | None = None
         if root is not None:
             cgroup = namespaces.PidsCgroup(root, self.cfg.processes + 8)
+        if self.prefix:  # as root: the memory of all the command's processes together, OOM kills counted
+            memory = MemoryCgroup.make(self.cfg.memory_bytes, cgroup.path if cgroup is not None else None)
+        if memory is not None:
+            argv = memory.wrap(argv)
+        if cgroup is not None:
             argv = cgroup.wrap(argv)
         started = time.perf_counter()
         with tempfile.TemporaryFile(dir=self.home) as out, tempfile.TemporaryFile(dir=self.home) as err:
@@ -263,6 +278,8 @@ class AgentSandbox:
             except OSError as exc:
                 if cgroup is not None:
                     cgroup.close()
+                if memory is not None:
+                    memory.close()
                 raise SandboxError(f"the sandbox did not start: {exc}") from None
             timed_out = False
             try:
@@ -271,8 +288,11 @@ class AgentSandbox:
                 timed_out = True
             finally:
                 _kill(process)
+                oom = memory.events() if memory is not None else None
                 if cgroup is not None:
                     cgroup.close()
+                if memory is not None:
+                    memory.close()
             seconds = time.perf_counter() - started
             out.seek(0)
             err.seek(0)
@@ -282,12 +302,25 @@ class AgentSandbox:
         code = 124 if timed_out else process.returncode
         if self.prefix and _did_not_start(code, stderr, argv):
             raise SandboxError(f"the sandbox did not start: {stderr.decode('utf-8', 'replace').strip()[:500]}")
+        if self.prefix and code < 0 and not timed_out:
+            # the namespace's outer process, out of the agent's sight (another PID namespace),
+            # was killed: by the machine or an operator, not by the agent
+            raise SandboxError(f"the sandbox was killed from outside (signal {-code}) while running a command")
+        killed = None if timed_out else classify(code, oom)
+        if killed == "machine_oom":
+            raise SandboxError(
+                "the machine ran out of memory and its OOM killer killed a process of the sandbox "
+                "(the command's own memory limit was not reached)"
+            )
+        if killed is not None and killed != "sigkill":
+            self.limits_hit[killed] = self.limits_hit.get(killed, 0) + 1
         result = CommandResult(
             exit_code=code,
             stdout=cut(stdout, self.cfg.output_bytes),
             stderr=cut(stderr, self.cfg.output_bytes),
             timed_out=timed_out,
             seconds=seconds,
+            killed=killed,
         )
         if counted and timed_out and self.used_s >= self.cfg.session_timeout_s:
             raise SandboxTimeLimit(f"the session's commands ran {self.used_s:.1f} s, its limit")

@@ -87,5 +87,7 @@ def agent_solve(worker: Any, plan: AgentPlan, spec: Any, item: BaseModel) -> Sol
         "commands_s": sandbox.used_s,
         "grade_s": grade_s,
         "teardown_s": sandbox.teardown_s,
+        # commands a limit killed, by limit (killed_memory, killed_cpu, killed_file_size)
+        **{f"killed_{limit}": float(count) for limit, count in sandbox.limits_hit.items()},
     }
     return state
