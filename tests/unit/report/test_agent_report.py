@@ -121,3 +121,30 @@ def test_the_sandboxs_limits_are_recorded_spelled_out_in_the_provenance(tmp_path
     }
     plain = load_config(REPO_ROOT / "examples" / "agent" / "config.toml")
     assert run_provenance(plain.model_copy(update={"sandbox": None}))["agent_sandbox"] is None
+    limited = load_config(REPO_ROOT / "examples" / "agent" / "config.toml", {"solver.max_session_tokens": 9000})
+    assert run_provenance(limited)["session_limits"] == {"max_steps": 6, "max_session_tokens": 9000}
+    assert run_provenance(plain)["session_limits"] == {"max_steps": 6, "max_session_tokens": None}
+
+
+def test_a_model_that_changed_nothing_is_not_suspect_of_a_harness_that_never_started(tmp_path: Path) -> None:
+    """Every item's test fails the same way when the agent changed nothing (and it says "done"
+    each time): that is the grade, not a checker that never ran nor an answer repeated, so run
+    health does not mark the results suspect (which would fail the run without
+    accept_unhealthy). code_exec's own early exit is still caught."""
+    idle = {"exit_code": 1, "timed_out": False, "killed": None, "stdout": "", "stderr": "AssertionError\n"}
+    harness = {"exit_code": 1, "timed_out": False, "passed": 0, "total": 3, "stderr_tail": "python: not found\n"}
+    folder = tmp_path / "run"
+    folder.mkdir()
+    with (folder / "results.jsonl").open("w", encoding="utf-8") as handle:
+        for model_id, meta, metric in (("idle", idle, "sandbox_state"), ("broken", harness, "code_exec")):
+            for i in range(N):
+                changes = {"item_id": f"i{i}", "raw_output": "done", "metric": metric}
+                item = session(model_id, 1, None).model_copy(update=changes)
+                item.check = CheckResult(status=CheckStatus.FAILED, score=0.0, metadata=meta)
+                item.correct, item.score = False, 0.0
+                batch = OutputBatch(item_id=item.item_id, model_id=model_id, sessions=[item])
+                handle.write(batch.model_dump_json() + "\n")
+    build_report([folder], tmp_path / "report")
+    health = json.loads((tmp_path / "report" / "report.json").read_text(encoding="utf-8"))["health"]
+    assert health["idle"]["suspect"] is False and health["idle"]["kind"] is None
+    assert health["broken"]["suspect"] is True and health["broken"]["kind"] == "exit before tests"
