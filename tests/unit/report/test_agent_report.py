@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ape.schemas.report import Envelope
 from ape.schemas.results import CheckResult, CheckStatus, Outcome, OutputBatch, SessionResult
 from ape.tasks.report.build import build_report
@@ -148,3 +150,33 @@ def test_a_model_that_changed_nothing_is_not_suspect_of_a_harness_that_never_sta
     health = json.loads((tmp_path / "report" / "report.json").read_text(encoding="utf-8"))["health"]
     assert health["idle"]["suspect"] is False and health["idle"]["kind"] is None
     assert health["broken"]["suspect"] is True and health["broken"]["kind"] == "exit before tests"
+
+
+def test_the_leaderboard_shows_pass_hat_k_from_k_2_and_report_json_keeps_every_k(tmp_path: Path) -> None:
+    """pass^1 is pass@1 (both the mean of c/n): the leaderboard shows it once, as @1; the
+    pass^k cell starts at k = 2. report.json keeps pass^1 with its interval."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    with (folder / "results.jsonl").open("w", encoding="utf-8") as handle:
+        for i in range(N):
+            runs = []
+            for run in range(3):
+                passed = run < i % 4  # items with 0, 1, 2 or 3 of 3 runs passed
+                runs.append(
+                    session("m", i, None).model_copy(
+                        update={
+                            "run_index": run,
+                            "correct": passed,
+                            "score": float(passed),
+                            "check": CheckResult(status=CheckStatus.PASSED if passed else CheckStatus.FAILED),
+                        }
+                    )
+                )
+            handle.write(OutputBatch(item_id=f"i{i}", model_id="m", sessions=runs).model_dump_json() + "\n")
+    build_report([folder], tmp_path / "report")
+    board = (tmp_path / "report" / "leaderboard.md").read_text(encoding="utf-8")
+    row = next(line for line in board.splitlines() if "| `m` |" in line)
+    assert "@1 " in row and "^2 " in row and "^3 " in row and "^1 " not in row
+    saved = json.loads((tmp_path / "report" / "report.json").read_text(encoding="utf-8"))["leaderboard"][0]
+    assert sorted(saved["pass_hat_k"]) == ["1", "2", "3"]
+    assert saved["pass_hat_k"]["1"][0] == pytest.approx(saved["pass_at_k"]["1"])
