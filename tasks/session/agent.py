@@ -17,6 +17,7 @@ answers, not cached, and redone by ``ape retry``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from pydantic import BaseModel
 from ape.schemas.results import ErrorInfo
 from ape.schemas.transcript import EntryKind, SolverState, TranscriptEntry
 from ape.tasks.agent.grade import NAME as STATE_CHECKER
-from ape.tasks.agent.grade import StateCheckArgs, grade_state
+from ape.tasks.agent.grade import StateCheckArgs, grade_state, load_check_function
 from ape.tasks.agent.sandbox import AgentSandbox, SandboxError
 from ape.tasks.solving.solve import run_solver
 
@@ -39,13 +40,17 @@ class AgentPlan:
 
     sandbox: SandboxConfig
     grade: StateCheckArgs | None
+    check_function: Callable[..., Any] | None = None  # [checker] args.check_function, loaded
 
     @classmethod
     def of(cls, config: ApeConfig) -> AgentPlan:
+        """The plan of a run with a ``[sandbox]``; a check function that cannot be loaded is a
+        config error (exit 2), raised here, before any model call."""
         assert config.sandbox is not None
         checker = config.checker
         grade = StateCheckArgs.model_validate(checker.args) if checker.implementation == STATE_CHECKER else None
-        return cls(config.sandbox, grade)
+        function = load_check_function(grade, config.base_dir) if grade is not None else None
+        return cls(config.sandbox, grade, function)
 
 
 def _failed(spec: Any, exc: BaseException, started: float) -> SolverState:
@@ -70,7 +75,7 @@ def agent_solve(worker: Any, plan: AgentPlan, spec: Any, item: BaseModel) -> Sol
         if state.error is None and plan.grade is not None:
             graded = time.perf_counter()
             try:
-                check = grade_state(sandbox, plan.grade)
+                check = grade_state(sandbox, plan.grade, plan.check_function)
             except SandboxError as exc:
                 state.error = ErrorInfo.from_exception(exc)
             else:
