@@ -570,6 +570,17 @@ class SandboxConfig(Section):
         description="Folder (relative to the config file) holding one folder per item id, copied into the "
         "working folder at the start.",
     )
+    archive_dir: Path | None = Field(
+        default=None,
+        description="Folder (relative to the config file) holding one archive per item, <item id>.tar, .tar.gz, "
+        ".tgz, .tar.bz2, .tar.xz or .zip, unpacked into the working folder at the start; a member leaving the "
+        "folder, a link out of it, a device or a size past the limits refuses the archive.",
+    )
+    archive_bytes: int = Field(
+        default=256 * 1024**2,
+        ge=1024,
+        description="Bytes an item's archive may unpack to in all (each member at most file_bytes).",
+    )
     test_files_field: str | None = Field(
         default=None,
         description="Item field holding a table of relative path -> text: the tests, written after the session "

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ape.schemas.config import SandboxConfig
+from ape.tasks.agent.archive import ArchiveError, find_archive, unpack
 from ape.tasks.agent.limits import REASONS, MemoryCgroup, classify
 from ape.tasks.checking.code import sandbox as namespaces
 from ape.tasks.solving.stops import InfrastructureError, SessionLimit
@@ -157,7 +158,8 @@ class AgentSandbox:
 
     # -- the folder ----------------------------------------------------------------------
     def seed(self) -> None:
-        """The item's files: the ``files_field`` table, then ``seed_dir/<item id>/``."""
+        """The item's files: the ``files_field`` table, then its archive in ``archive_dir``
+        (:mod:`ape.tasks.agent.archive`), then ``seed_dir/<item id>/``."""
         if self.cfg.files_field:
             files = _field(self.item, self.cfg.files_field)
             if not isinstance(files, dict):
@@ -166,6 +168,13 @@ class AgentSandbox:
                     f"{type(files).__name__}, expected a table of relative path -> text"
                 )
             _write_tree(self.folder, files, f"item '{self.item_id}' field '{self.cfg.files_field}'")
+        if self.cfg.archive_dir is not None:
+            try:
+                archive = find_archive(self.cfg.archive_dir, self.item_id)
+                if archive is not None:
+                    unpack(archive, self.folder, file_bytes=self.cfg.file_bytes, total_bytes=self.cfg.archive_bytes)
+            except ArchiveError as exc:
+                raise SandboxError(str(exc)) from None
         if self.cfg.seed_dir is not None:
             source = self.cfg.seed_dir / self.item_id
             if source.is_dir():

@@ -99,7 +99,7 @@ def test_a_fifo_neither_hangs_the_check_nor_the_files_tool() -> None:
 
 def test_a_verdict_file_or_a_printed_pass_changes_nothing() -> None:
     with box() as sandbox:
-        sandbox.bash("echo 41 > answer.txt; echo PASSED > verdict.json; echo '{\"status\": \"PASSED\"}' > .check")
+        sandbox.bash('echo 41 > answer.txt; echo PASSED > verdict.json; echo \'{"status": "PASSED"}\' > .check')
         assert grade(sandbox).status is CheckStatus.FAILED
 
 
