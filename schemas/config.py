@@ -618,6 +618,13 @@ class SandboxConfig(Section):
     file_bytes: int = Field(
         default=64 * 1024**2, ge=1024, description="Largest file a command may write (RLIMIT_FSIZE)."
     )
+    disk_bytes: int | None = Field(
+        default=None,
+        ge=1024**2,
+        description="Bytes the whole working folder may hold. As root a tmpfs of that size (a write past it fails "
+        "with 'No space left on device'); otherwise measured after each command, and past it the session ends "
+        "with end_reason 'disk_limit'. Unset: only file_bytes per file.",
+    )
     output_bytes: int = Field(
         default=16_000,
         ge=256,

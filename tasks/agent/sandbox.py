@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ape.schemas.config import SandboxConfig
+from ape.tasks.agent import quota
 from ape.tasks.agent.archive import ArchiveError, find_archive, unpack
 from ape.tasks.agent.limits import REASONS, MemoryCgroup, classify
 from ape.tasks.checking.code import sandbox as namespaces
@@ -58,6 +59,13 @@ class SandboxTimeLimit(SessionLimit):
     reason = "sandbox_time_limit"
 
 
+class SandboxDiskLimit(SessionLimit):
+    """The working folder holds more than ``[sandbox] disk_bytes`` where the quota is only
+    measured (:mod:`ape.tasks.agent.quota`)."""
+
+    reason = "disk_limit"
+
+
 @dataclass
 class CommandResult:
     """What one command left: its exit code (124 when killed at its time limit), its output,
@@ -70,6 +78,7 @@ class CommandResult:
     timed_out: bool
     seconds: float
     killed: str | None = None
+    disk_full: bool = False  # the working folder's quota (disk_bytes) has no room left
 
     def text(self) -> str:
         """The tool's reply to the model: exit code (and what killed it), then stdout and stderr."""
@@ -81,6 +90,8 @@ class CommandResult:
             parts.append(f"stdout:\n{self.stdout}")
         if self.stderr:
             parts.append(f"stderr:\n{self.stderr}")
+        if self.disk_full:
+            parts.append("note: the working folder is full ([sandbox] disk_bytes); writes past it fail")
         return "\n".join(parts)
 
 
@@ -146,9 +157,13 @@ class AgentSandbox:
             (self.home / OWNER_FILE).write_text(_owner(os.getpid()) or "", encoding="utf-8")
             self.folder = self.home / "task"
             self.folder.mkdir(mode=0o700)
+            self.quota = "none"  # none, enforced (a tmpfs of disk_bytes) or measured
+            if cfg.disk_bytes is not None:
+                self.quota = "enforced" if quota.mount(self.folder, cfg.disk_bytes) else "measured"
             self.seed()
         except (SandboxError, OSError) as exc:
             if hasattr(self, "home"):
+                quota.unmount(self.home / "task")
                 shutil.rmtree(self.home, ignore_errors=True)
             if isinstance(exc, SandboxError):
                 raise
@@ -333,7 +348,20 @@ class AgentSandbox:
         )
         if counted and timed_out and self.used_s >= self.cfg.session_timeout_s:
             raise SandboxTimeLimit(f"the session's commands ran {self.used_s:.1f} s, its limit")
+        self._check_disk(result, counted)
         return result
+
+    def _check_disk(self, result: CommandResult, counted: bool) -> None:
+        """Say a full quota to the agent (enforced) or end the session past it (measured)."""
+        if self.quota == "enforced" and quota.full(self.folder):
+            result.disk_full = True
+            self.limits_hit["disk"] = self.limits_hit.get("disk", 0) + 1
+        elif self.quota == "measured" and counted:
+            size = quota.used(self.folder)
+            if self.cfg.disk_bytes is not None and size > self.cfg.disk_bytes:
+                self.limits_hit["disk"] = self.limits_hit.get("disk", 0) + 1
+                limit = self.cfg.disk_bytes
+                raise SandboxDiskLimit(f"the working folder holds {size} bytes, over [sandbox] disk_bytes ({limit})")
 
     def bash(self, command: str) -> CommandResult:
         return self.run(["bash", "-c", command])
@@ -351,8 +379,15 @@ class AgentSandbox:
         self.closed = True
         if self.cfg.keep:
             (self.home / OWNER_FILE).unlink(missing_ok=True)  # kept on purpose: no sweep removes it
+            if self.quota == "enforced":  # the tmpfs goes with its mount: keep a copy on disk
+                kept = self.home / "task-kept"
+                shutil.copytree(self.folder, kept, symlinks=True)
+                quota.unmount(self.folder)
+                shutil.rmtree(self.folder, ignore_errors=True)
+                kept.rename(self.folder)
             log.info("sandbox of %s kept at %s ([sandbox] keep = true)", self.item_id, self.home)
         else:
+            quota.unmount(self.folder)
             shutil.rmtree(self.home, ignore_errors=True)
         self.teardown_s = time.perf_counter() - started
 
@@ -406,6 +441,7 @@ def sweep_stale(base: Path | None) -> list[Path]:
         return []
     for home in candidates:
         if not home.is_symlink() and _stale(home):
+            quota.unmount(home / "task")  # a tmpfs quota the killed run left mounted
             shutil.rmtree(home, ignore_errors=True)
             removed.append(home)
     if removed:

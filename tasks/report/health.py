@@ -82,6 +82,7 @@ LIMIT_SETTINGS = {
     "step_limit": "[solver] max_steps",
     "sandbox_time_limit": "[sandbox] session_timeout_s (and command_timeout_s)",
     "token_limit": "[solver] max_session_tokens",
+    "disk_limit": "[sandbox] disk_bytes",
 }
 STATE_METRIC = "sandbox_state"  # ape.tasks.agent.grade.NAME: a grade of the state, not of the answer
 SIGNATURE_CHARS = 160  # signatures are shown on one line

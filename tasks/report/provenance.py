@@ -148,6 +148,7 @@ AGENT_SANDBOX_KEYS = (
     "memory_bytes",
     "processes",
     "file_bytes",
+    "disk_bytes",
     "output_bytes",
 )
 

@@ -59,6 +59,10 @@ def _failed(spec: Any, exc: BaseException, started: float) -> SolverState:
     return SolverState(prompt=spec.prompt, system=spec.system, error=error, transcript=[entry])
 
 
+def _hit_key(limit: str) -> str:
+    return "disk_full" if limit == "disk" else f"killed_{limit}"
+
+
 def agent_solve(worker: Any, plan: AgentPlan, spec: Any, item: BaseModel) -> SolverState:
     """The solve stage in a sandbox of its own, graded before the sandbox goes (module doc)."""
     started = time.perf_counter()
@@ -92,7 +96,8 @@ def agent_solve(worker: Any, plan: AgentPlan, spec: Any, item: BaseModel) -> Sol
         "commands_s": sandbox.used_s,
         "grade_s": grade_s,
         "teardown_s": sandbox.teardown_s,
-        # commands a limit killed, by limit (killed_memory, killed_cpu, killed_file_size)
-        **{f"killed_{limit}": float(count) for limit, count in sandbox.limits_hit.items()},
+        # commands a limit killed, by limit (killed_memory, killed_cpu, killed_file_size), and those
+        # that left the disk quota full or passed a measured one (disk_full)
+        **{_hit_key(limit): float(count) for limit, count in sandbox.limits_hit.items()},
     }
     return state

@@ -118,6 +118,7 @@ def test_the_sandboxs_limits_are_recorded_spelled_out_in_the_provenance(tmp_path
         "memory_bytes": 2 * 1024**3,
         "processes": 64,
         "file_bytes": 64 * 1024**2,
+        "disk_bytes": None,
         "output_bytes": 16_000,
         "network": "none",
     }
