@@ -150,7 +150,7 @@ def load_check_function(args: StateCheckArgs, base_dir: Path) -> Callable[..., A
     """The ``check_function`` the args name (a config error, exit 2, when it cannot be loaded)."""
     if args.check_function is None:
         return None
-    return load_object(args.check_function, where="[checker] args.check_function", base_dir=base_dir)  # type: ignore[no-any-return]
+    return load_object(args.check_function, where="[checker] args.check_function", base_dir=base_dir)
 
 
 def grade_state(sandbox: AgentSandbox, args: StateCheckArgs, function: Callable[..., Any] | None = None) -> CheckResult:
