@@ -13,10 +13,14 @@ the ``files`` tool and the grading step read the folder without a race.
 
 Limits per command: wall clock (``command_timeout_s``, then the namespace is killed), CPU
 seconds, address space, file size and open files through ``prlimit``, processes through
-``RLIMIT_NPROC`` and, as root (where the kernel ignores it), a pids cgroup. The session's
+``RLIMIT_NPROC`` and, as root (where the kernel ignores it), a pids cgroup; as root also a
+memory cgroup, whose OOM kills are told to the agent as such (:mod:`ape.tasks.agent.limits`).
+Per session: the working folder's ``disk_bytes`` (:mod:`ape.tasks.agent.quota`). The session's
 commands together get ``session_timeout_s``; past it :class:`SandboxTimeLimit` ends the
-session with that reason. A sandbox that cannot be made or started raises
-:class:`SandboxError`: an infrastructure failure, recorded ERROR and redone by ``ape retry``.
+session with that reason. A sandbox that cannot be made or started, or is killed from
+outside the agent's reach (its outer process by a signal, a process by the machine's OOM
+killer), raises :class:`SandboxError`: an infrastructure failure, recorded ERROR and redone
+by ``ape retry``.
 """
 
 from __future__ import annotations
