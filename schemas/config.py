@@ -327,6 +327,13 @@ class SolverConfig(Section):
     tool_timeout_s: float = Field(
         default=300.0, gt=0, le=MAX_TIMEOUT_S, description="Time limit of one tool call; a hung tool ends the session."
     )
+    max_session_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tokens (input and output, summed over the session's model calls, as the model reports "
+        "them) after which no further model call is made: the session ends with end_reason 'token_limit' "
+        "and is graded on what it left. Unset: no limit.",
+    )
 
 
 class ToolConfig(Section):
@@ -563,6 +570,17 @@ class SandboxConfig(Section):
         description="Folder (relative to the config file) holding one folder per item id, copied into the "
         "working folder at the start.",
     )
+    archive_dir: Path | None = Field(
+        default=None,
+        description="Folder (relative to the config file) holding one archive per item, <item id>.tar, .tar.gz, "
+        ".tgz, .tar.bz2, .tar.xz or .zip, unpacked into the working folder at the start; a member leaving the "
+        "folder, a link out of it, a device or a size past the limits refuses the archive.",
+    )
+    archive_bytes: int = Field(
+        default=256 * 1024**2,
+        ge=1024,
+        description="Bytes an item's archive may unpack to in all (each member at most file_bytes).",
+    )
     test_files_field: str | None = Field(
         default=None,
         description="Item field holding a table of relative path -> text: the tests, written after the session "
@@ -587,13 +605,25 @@ class SandboxConfig(Section):
         description="Wall-clock limit of all the session's commands together; past it the session ends with "
         "end_reason 'sandbox_time_limit'.",
     )
-    cpu_seconds: int = Field(default=30, ge=1, description="CPU seconds of one command (RLIMIT_CPU).")
+    cpu_seconds: int = Field(
+        default=30, ge=1, description="CPU seconds of one process (RLIMIT_CPU: SIGXCPU, then SIGKILL a second later)."
+    )
     memory_bytes: int = Field(
-        default=2 * 1024**3, ge=64 * 1024**2, description="Address space of one process (RLIMIT_AS)."
+        default=2 * 1024**3,
+        ge=64 * 1024**2,
+        description="Address space of one process (RLIMIT_AS) and, as root, memory of all one command's processes "
+        "together (a memory cgroup, no swap); an OOM kill is told to the agent as such.",
     )
     processes: int = Field(default=64, ge=4, le=4096, description="Processes at once in one command.")
     file_bytes: int = Field(
         default=64 * 1024**2, ge=1024, description="Largest file a command may write (RLIMIT_FSIZE)."
+    )
+    disk_bytes: int | None = Field(
+        default=None,
+        ge=1024**2,
+        description="Bytes the whole working folder may hold. As root a tmpfs of that size (a write past it fails "
+        "with 'No space left on device'); otherwise measured after each command, and past it the session ends "
+        "with end_reason 'disk_limit'. Unset: only file_bytes per file.",
     )
     output_bytes: int = Field(
         default=16_000,

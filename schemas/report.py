@@ -386,8 +386,8 @@ class HealthEntry(ReportModel):
     truncation_threshold: float = Field(default=0.1, description="The share of cut sessions that marks a model.")
     limited: dict[str, int] = Field(
         default_factory=dict,
-        description="Sessions that ended at a limit, per end_reason (step_limit, sandbox_time_limit); "
-        "empty when none did.",
+        description="Sessions that ended at a limit, per end_reason (step_limit, token_limit, "
+        "sandbox_time_limit, ...); empty when none did.",
     )
     limited_share: float = Field(default=0.0, description="Sessions with any end_reason / sessions.")
     limiting: bool = Field(

@@ -149,9 +149,10 @@ class SessionResult(Record):
     # when the model reports none
     stop_reason: str | None = None
     batch: bool = False  # True when the model answered through its provider's batch API ([model] batch)
-    # why an agent's tool loop ended early ("step_limit", "sandbox_time_limit"); None when it answered
+    # why an agent's tool loop ended early ("step_limit", "token_limit", "sandbox_time_limit"); None when it answered
     end_reason: str | None = None
-    # seconds of an agent session's sandbox: start_s, commands_s, grade_s, teardown_s ([sandbox])
+    # seconds of an agent session's sandbox: start_s, commands_s, grade_s, teardown_s ([sandbox]);
+    # killed_memory, killed_cpu, killed_file_size: commands a limit killed (absent: none)
     sandbox: dict[str, float] | None = None
 
 

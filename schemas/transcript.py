@@ -110,7 +110,8 @@ class EntryKind(str, Enum):
     CHOICE = "CHOICE"
     CHECK = "CHECK"
     SESSION_END = "SESSION_END"
-    LIMIT = "LIMIT"  # the session's tool loop ended at a limit (data.reason: step_limit, sandbox_time_limit)
+    # the session's tool loop ended at a limit (data.reason: step_limit, token_limit, sandbox_time_limit)
+    LIMIT = "LIMIT"
     STATE_CHECK = "STATE_CHECK"  # the sandbox_state grade of the folder the session left (data: exit code)
 
 
@@ -154,13 +155,16 @@ class SolverState(BaseModel):
     elapsed_s: float = 0.0
     end_reason: str | None = Field(
         default=None,
-        description="Why the tool loop ended early: 'step_limit', 'sandbox_time_limit'; None: it answered.",
+        description="Why the tool loop ended early: 'step_limit', 'token_limit', 'sandbox_time_limit'; "
+        "None: it answered.",
     )
     state_check: CheckResult | None = Field(
         default=None, description="The sandbox_state grade, made before the session's sandbox was removed."
     )
     sandbox: dict[str, float] | None = Field(
-        default=None, description="Seconds of the session's sandbox: start_s, commands_s, grade_s, teardown_s."
+        default=None,
+        description="Seconds of the session's sandbox: start_s, commands_s, grade_s, teardown_s; and "
+        "killed_memory, killed_cpu, killed_file_size: how many of its commands a limit killed (absent: none).",
     )
     transcript: list[TranscriptEntry] = Field(default_factory=list)
 

@@ -12,7 +12,9 @@ other in a circle):
 - ``solving``: render, solve (the dialogue and its tools), adapt, log-likelihood choices
 - ``checking``: run a checker, metrics, built-in checkers, task specs, ``code`` (sandbox)
 - ``agent``: an agent session's sandbox (a working folder per session, built on ``code``'s
-  namespaces), the ``bash``, ``python`` and ``files`` tools, the ``sandbox_state`` grade
+  namespaces, seeded from the item or its archive, under a disk quota), what killed a
+  command (its limits), the ``bash``, ``python`` and ``files`` tools, the ``sandbox_state``
+  grade (a test command or a user check function)
 - ``report``: the sessions table, leaderboard tables, envelope, markdown, chart, provenance
 
 Above them, the session and its mirror in the Prefect UI:

@@ -13,10 +13,14 @@ the ``files`` tool and the grading step read the folder without a race.
 
 Limits per command: wall clock (``command_timeout_s``, then the namespace is killed), CPU
 seconds, address space, file size and open files through ``prlimit``, processes through
-``RLIMIT_NPROC`` and, as root (where the kernel ignores it), a pids cgroup. The session's
+``RLIMIT_NPROC`` and, as root (where the kernel ignores it), a pids cgroup; as root also a
+memory cgroup, whose OOM kills are told to the agent as such (:mod:`ape.tasks.agent.limits`).
+Per session: the working folder's ``disk_bytes`` (:mod:`ape.tasks.agent.quota`). The session's
 commands together get ``session_timeout_s``; past it :class:`SandboxTimeLimit` ends the
-session with that reason. A sandbox that cannot be made or started raises
-:class:`SandboxError`: an infrastructure failure, recorded ERROR and redone by ``ape retry``.
+session with that reason. A sandbox that cannot be made or started, or is killed from
+outside the agent's reach (its outer process by a signal, a process by the machine's OOM
+killer), raises :class:`SandboxError`: an infrastructure failure, recorded ERROR and redone
+by ``ape retry``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from ape.schemas.config import SandboxConfig
+from ape.tasks.agent import quota
+from ape.tasks.agent.archive import ArchiveError, find_archive, unpack
+from ape.tasks.agent.limits import REASONS, MemoryCgroup, classify
 from ape.tasks.checking.code import sandbox as namespaces
 from ape.tasks.solving.stops import InfrastructureError, SessionLimit
 
@@ -56,23 +63,39 @@ class SandboxTimeLimit(SessionLimit):
     reason = "sandbox_time_limit"
 
 
+class SandboxDiskLimit(SessionLimit):
+    """The working folder holds more than ``[sandbox] disk_bytes`` where the quota is only
+    measured (:mod:`ape.tasks.agent.quota`)."""
+
+    reason = "disk_limit"
+
+
 @dataclass
 class CommandResult:
-    """What one command left: its exit code (124 when killed at its time limit) and output."""
+    """What one command left: its exit code (124 when killed at its time limit), its output,
+    and the limit that killed one of its processes (a key of
+    :data:`ape.tasks.agent.limits.REASONS`), if one did."""
 
     exit_code: int
     stdout: str
     stderr: str
     timed_out: bool
     seconds: float
+    killed: str | None = None
+    disk_full: bool = False  # the working folder's quota (disk_bytes) has no room left
 
     def text(self) -> str:
-        """The tool's reply to the model: exit code, then stdout and stderr."""
-        parts = [f"exit code: {self.exit_code}" + (" (killed at the time limit)" if self.timed_out else "")]
+        """The tool's reply to the model: exit code (and what killed it), then stdout and stderr."""
+        said = " (killed at the time limit)" if self.timed_out else ""
+        if self.killed is not None and not self.timed_out:
+            said = f" ({REASONS[self.killed]})"
+        parts = [f"exit code: {self.exit_code}{said}"]
         if self.stdout:
             parts.append(f"stdout:\n{self.stdout}")
         if self.stderr:
             parts.append(f"stderr:\n{self.stderr}")
+        if self.disk_full:
+            parts.append("note: the working folder is full ([sandbox] disk_bytes); writes past it fail")
         return "\n".join(parts)
 
 
@@ -121,6 +144,7 @@ class AgentSandbox:
         self.item = item
         self.item_id = item_id
         self.used_s = 0.0
+        self.limits_hit: dict[str, int] = {}  # limit -> commands of this session it killed
         self.closed = False
         self.prefix: tuple[str, ...] = ()
         if cfg.isolation == "bwrap":
@@ -137,9 +161,13 @@ class AgentSandbox:
             (self.home / OWNER_FILE).write_text(_owner(os.getpid()) or "", encoding="utf-8")
             self.folder = self.home / "task"
             self.folder.mkdir(mode=0o700)
+            self.quota = "none"  # none, enforced (a tmpfs of disk_bytes) or measured
+            if cfg.disk_bytes is not None:
+                self.quota = "enforced" if quota.mount(self.folder, cfg.disk_bytes) else "measured"
             self.seed()
         except (SandboxError, OSError) as exc:
             if hasattr(self, "home"):
+                quota.unmount(self.home / "task")
                 shutil.rmtree(self.home, ignore_errors=True)
             if isinstance(exc, SandboxError):
                 raise
@@ -149,7 +177,8 @@ class AgentSandbox:
 
     # -- the folder ----------------------------------------------------------------------
     def seed(self) -> None:
-        """The item's files: the ``files_field`` table, then ``seed_dir/<item id>/``."""
+        """The item's files: the ``files_field`` table, then its archive in ``archive_dir``
+        (:mod:`ape.tasks.agent.archive`), then ``seed_dir/<item id>/``."""
         if self.cfg.files_field:
             files = _field(self.item, self.cfg.files_field)
             if not isinstance(files, dict):
@@ -158,6 +187,13 @@ class AgentSandbox:
                     f"{type(files).__name__}, expected a table of relative path -> text"
                 )
             _write_tree(self.folder, files, f"item '{self.item_id}' field '{self.cfg.files_field}'")
+        if self.cfg.archive_dir is not None:
+            try:
+                archive = find_archive(self.cfg.archive_dir, self.item_id)
+                if archive is not None:
+                    unpack(archive, self.folder, file_bytes=self.cfg.file_bytes, total_bytes=self.cfg.archive_bytes)
+            except ArchiveError as exc:
+                raise SandboxError(str(exc)) from None
         if self.cfg.seed_dir is not None:
             source = self.cfg.seed_dir / self.item_id
             if source.is_dir():
@@ -198,7 +234,7 @@ class AgentSandbox:
         cfg = self.cfg
         return [
             "prlimit",
-            f"--cpu={cfg.cpu_seconds}",
+            f"--cpu={cfg.cpu_seconds}:{cfg.cpu_seconds + 1}",  # SIGXCPU first: it names the limit
             f"--as={cfg.memory_bytes}",
             f"--fsize={cfg.file_bytes}",
             f"--nofile={OPEN_FILES}",
@@ -245,8 +281,15 @@ class AgentSandbox:
         argv = self.argv(command, tests)
         cgroup: namespaces.PidsCgroup | None = None
         root = namespaces.pids_cgroup_root() if self.prefix else None
+        memory: MemoryCgroup | None = None
+        oom: tuple[int, int] | None = None
         if root is not None:
             cgroup = namespaces.PidsCgroup(root, self.cfg.processes + 8)
+        if self.prefix:  # as root: the memory of all the command's processes together, OOM kills counted
+            memory = MemoryCgroup.make(self.cfg.memory_bytes, cgroup.path if cgroup is not None else None)
+        if memory is not None:
+            argv = memory.wrap(argv)
+        if cgroup is not None:
             argv = cgroup.wrap(argv)
         started = time.perf_counter()
         with tempfile.TemporaryFile(dir=self.home) as out, tempfile.TemporaryFile(dir=self.home) as err:
@@ -263,6 +306,8 @@ class AgentSandbox:
             except OSError as exc:
                 if cgroup is not None:
                     cgroup.close()
+                if memory is not None:
+                    memory.close()
                 raise SandboxError(f"the sandbox did not start: {exc}") from None
             timed_out = False
             try:
@@ -271,8 +316,11 @@ class AgentSandbox:
                 timed_out = True
             finally:
                 _kill(process)
+                oom = memory.events() if memory is not None else None
                 if cgroup is not None:
                     cgroup.close()
+                if memory is not None:
+                    memory.close()
             seconds = time.perf_counter() - started
             out.seek(0)
             err.seek(0)
@@ -282,16 +330,42 @@ class AgentSandbox:
         code = 124 if timed_out else process.returncode
         if self.prefix and _did_not_start(code, stderr, argv):
             raise SandboxError(f"the sandbox did not start: {stderr.decode('utf-8', 'replace').strip()[:500]}")
+        if self.prefix and code < 0 and not timed_out:
+            # the namespace's outer process, out of the agent's sight (another PID namespace),
+            # was killed: by the machine or an operator, not by the agent
+            raise SandboxError(f"the sandbox was killed from outside (signal {-code}) while running a command")
+        killed = None if timed_out else classify(code, oom)
+        if killed == "machine_oom":
+            raise SandboxError(
+                "the machine ran out of memory and its OOM killer killed a process of the sandbox "
+                "(the command's own memory limit was not reached)"
+            )
+        if killed is not None and killed != "sigkill":
+            self.limits_hit[killed] = self.limits_hit.get(killed, 0) + 1
         result = CommandResult(
             exit_code=code,
             stdout=cut(stdout, self.cfg.output_bytes),
             stderr=cut(stderr, self.cfg.output_bytes),
             timed_out=timed_out,
             seconds=seconds,
+            killed=killed,
         )
         if counted and timed_out and self.used_s >= self.cfg.session_timeout_s:
             raise SandboxTimeLimit(f"the session's commands ran {self.used_s:.1f} s, its limit")
+        self._check_disk(result, counted)
         return result
+
+    def _check_disk(self, result: CommandResult, counted: bool) -> None:
+        """Say a full quota to the agent (enforced) or end the session past it (measured)."""
+        if self.quota == "enforced" and quota.full(self.folder):
+            result.disk_full = True
+            self.limits_hit["disk"] = self.limits_hit.get("disk", 0) + 1
+        elif self.quota == "measured" and counted:
+            size = quota.used(self.folder)
+            if self.cfg.disk_bytes is not None and size > self.cfg.disk_bytes:
+                self.limits_hit["disk"] = self.limits_hit.get("disk", 0) + 1
+                limit = self.cfg.disk_bytes
+                raise SandboxDiskLimit(f"the working folder holds {size} bytes, over [sandbox] disk_bytes ({limit})")
 
     def bash(self, command: str) -> CommandResult:
         return self.run(["bash", "-c", command])
@@ -309,8 +383,15 @@ class AgentSandbox:
         self.closed = True
         if self.cfg.keep:
             (self.home / OWNER_FILE).unlink(missing_ok=True)  # kept on purpose: no sweep removes it
+            if self.quota == "enforced":  # the tmpfs goes with its mount: keep a copy on disk
+                kept = self.home / "task-kept"
+                shutil.copytree(self.folder, kept, symlinks=True)
+                quota.unmount(self.folder)
+                shutil.rmtree(self.folder, ignore_errors=True)
+                kept.rename(self.folder)
             log.info("sandbox of %s kept at %s ([sandbox] keep = true)", self.item_id, self.home)
         else:
+            quota.unmount(self.folder)
             shutil.rmtree(self.home, ignore_errors=True)
         self.teardown_s = time.perf_counter() - started
 
@@ -364,6 +445,7 @@ def sweep_stale(base: Path | None) -> list[Path]:
         return []
     for home in candidates:
         if not home.is_symlink() and _stale(home):
+            quota.unmount(home / "task")  # a tmpfs quota the killed run left mounted
             shutil.rmtree(home, ignore_errors=True)
             removed.append(home)
     if removed:

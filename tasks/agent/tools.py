@@ -138,7 +138,8 @@ def list_folder(root: Path, target: Path) -> str:
 
 def read_file(target: Path, limit: int) -> str:
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+        # never blocks: a FIFO the agent left would wait for a writer that is gone
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         raise ToolException(f"there is no file '{target.name}'") from None
     except OSError as exc:

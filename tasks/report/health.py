@@ -11,9 +11,11 @@ every session the *non-answer signatures* it shows, of five kinds:
   as ``#``);
 - ``exit before tests``: ``code_exec`` ran none of the tests because the process ended
   first; the exit code and the last line of stderr (an interpreter that is not there,
-  a harness that could not start);
+  a harness that could not start). Only code_exec's metadata (its ``stderr_tail``) counts:
+  ``sandbox_state``'s exit code is the test's verdict, not a harness that failed;
 - ``identical answer``: the same answer text (the model's last answer) judged wrong on
-  two or more different items; a model that says "42" to everything;
+  two or more different items; a model that says "42" to everything (not for
+  ``sandbox_state``, which grades the state an agent left, not its closing words);
 - ``identical prompt``: the same rendered prompt for two or more different items, or an
   empty rendered prompt (a template that uses no item field, or fields that are empty).
 
@@ -46,7 +48,7 @@ budget); cut answers take no part in the ``identical answer`` signature, which i
 answers the model finished.
 
 Run health also counts the sessions of an agent benchmark that ended at a limit (their
-``end_reason``: ``step_limit``, ``sandbox_time_limit``; docs/agents.md), per reason. A model
+``end_reason``: ``step_limit``, ``token_limit``, ``sandbox_time_limit``; docs/agents.md), per reason. A model
 is marked **limiting** when the sessions with any ``end_reason`` make at least ``share`` of
 its sessions (the same ``[run] health_share`` as the signatures) and it has at least
 ``min_sessions`` sessions: most of its sessions were stopped, not finished, so its score
@@ -79,7 +81,10 @@ MIN_TRUNCATED = 2  # one long answer cut short is an item, not a budget
 LIMIT_SETTINGS = {
     "step_limit": "[solver] max_steps",
     "sandbox_time_limit": "[sandbox] session_timeout_s (and command_timeout_s)",
+    "token_limit": "[solver] max_session_tokens",
+    "disk_limit": "[sandbox] disk_bytes",
 }
+STATE_METRIC = "sandbox_state"  # ape.tasks.agent.grade.NAME: a grade of the state, not of the answer
 SIGNATURE_CHARS = 160  # signatures are shown on one line
 _DIGITS = re.compile(r"\d+")
 PROMPT_HASH_CHARS = 16
@@ -137,6 +142,10 @@ def _exit_signature(metadata: Any) -> str | None:
         return None
     if not isinstance(meta, dict) or meta.get("timed_out") or meta.get("exit_code") is None:
         return None
+    if "stderr_tail" not in meta:
+        # not code_exec's harness: sandbox_state's exit code is the test command's verdict on
+        # the state, so a model that changed nothing fails every item alike, and rightly
+        return None
     if meta.get("passed") or meta.get("failures"):
         return None
     stderr = str(meta.get("stderr_tail") or "").strip().splitlines()
@@ -152,6 +161,8 @@ def exit_before_tests(sessions: pd.DataFrame) -> pd.Series:
 def identical_answer(sessions: pd.DataFrame) -> pd.Series:
     """The answer text of sessions judged wrong (a correct answer is never a signature)."""
     answered = ~sessions["outcome"].isin(["ERROR", "TRUNCATED"])  # a cut answer is counted apart
+    # an agent graded on the state it left is not graded on its words ("done" on every item)
+    answered &= _column(sessions, "metric").astype(object).ne(STATE_METRIC)
     wrong = sessions[answered & ~sessions["correct"].fillna(False).astype(bool)]
     text = wrong["raw_output"].where(wrong["raw_output"].notna(), wrong["solution"]).dropna()
     return text.map(lambda value: _flat(repr(value)))

@@ -199,7 +199,9 @@ class _Columns:
         ]
         if self.pass_at_k:
             cells.append(", ".join(f"@{k} {v:.3f}" for k, v in row.pass_at_k.items()) or "-")
-            cells.append(", ".join(f"^{k} {_interval(v[0], v[1], v[2])}" for k, v in row.pass_hat_k.items()) or "-")
+            # pass^1 is pass@1 (the mean of c/n either way): shown once, as @1
+            hat = {k: v for k, v in row.pass_hat_k.items() if k != "1"}
+            cells.append(", ".join(f"^{k} {_interval(v[0], v[1], v[2])}" for k, v in hat.items()) or "-")
         outcomes = row.outcomes
         cells += [str(outcomes.SOLVED), str(outcomes.PARSING_FAILED), str(outcomes.GAVE_UP)]
         cells += [str(outcomes.TRUNCATED)] if self.truncated else []

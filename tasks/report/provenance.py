@@ -13,7 +13,9 @@ folder when it is inside a git work tree (else null); ``seeds`` (the report's bo
 seed and every model's ``seed`` argument); ``models`` (model id -> its fingerprint and
 the fingerprint's hash); ``sandbox`` (how ``code_exec`` runs candidate code);
 ``agent_sandbox`` (an agent benchmark's ``[sandbox]``: its isolation and every limit, spelled
-out, since they are part of the benchmark's definition; null without one).
+out, since they are part of the benchmark's definition; null without one);
+``session_limits`` (``[solver]`` ``max_steps`` and ``max_session_tokens``, the limits that end
+a session's tool loop).
 """
 
 from __future__ import annotations
@@ -132,6 +134,7 @@ def run_provenance(config: ApeConfig) -> dict[str, Any]:
         "models": models,
         "sandbox": sandbox_of(config),
         "agent_sandbox": agent_sandbox_of(config),
+        "session_limits": session_limits_of(config),
     }
 
 
@@ -145,6 +148,7 @@ AGENT_SANDBOX_KEYS = (
     "memory_bytes",
     "processes",
     "file_bytes",
+    "disk_bytes",
     "output_bytes",
 )
 
@@ -157,6 +161,12 @@ def agent_sandbox_of(config: ApeConfig) -> dict[str, Any] | None:
     values = config.sandbox.model_dump(mode="json")
     network = "none" if config.sandbox.isolation == "bwrap" else "host (isolation none)"
     return {**{key: values[key] for key in AGENT_SANDBOX_KEYS}, "network": network}
+
+
+def session_limits_of(config: ApeConfig) -> dict[str, Any]:
+    """The limits that end a session's tool loop (``[solver]``): model calls and tokens. An agent's
+    score depends on them as on the sandbox's, so they are recorded by name (null: no limit)."""
+    return {"max_steps": config.solver.max_steps, "max_session_tokens": config.solver.max_session_tokens}
 
 
 def sandbox_of(config: ApeConfig) -> str | None:

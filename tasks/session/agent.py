@@ -17,6 +17,7 @@ answers, not cached, and redone by ``ape retry``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from pydantic import BaseModel
 from ape.schemas.results import ErrorInfo
 from ape.schemas.transcript import EntryKind, SolverState, TranscriptEntry
 from ape.tasks.agent.grade import NAME as STATE_CHECKER
-from ape.tasks.agent.grade import StateCheckArgs, grade_state
+from ape.tasks.agent.grade import StateCheckArgs, grade_state, load_check_function
 from ape.tasks.agent.sandbox import AgentSandbox, SandboxError
 from ape.tasks.solving.solve import run_solver
 
@@ -39,19 +40,27 @@ class AgentPlan:
 
     sandbox: SandboxConfig
     grade: StateCheckArgs | None
+    check_function: Callable[..., Any] | None = None  # [checker] args.check_function, loaded
 
     @classmethod
     def of(cls, config: ApeConfig) -> AgentPlan:
+        """The plan of a run with a ``[sandbox]``; a check function that cannot be loaded is a
+        config error (exit 2), raised here, before any model call."""
         assert config.sandbox is not None
         checker = config.checker
         grade = StateCheckArgs.model_validate(checker.args) if checker.implementation == STATE_CHECKER else None
-        return cls(config.sandbox, grade)
+        function = load_check_function(grade, config.base_dir) if grade is not None else None
+        return cls(config.sandbox, grade, function)
 
 
 def _failed(spec: Any, exc: BaseException, started: float) -> SolverState:
     error = ErrorInfo.from_exception(exc)
     entry = TranscriptEntry(kind=EntryKind.SESSION_END, t=time.perf_counter() - started, error=error)
     return SolverState(prompt=spec.prompt, system=spec.system, error=error, transcript=[entry])
+
+
+def _hit_key(limit: str) -> str:
+    return "disk_full" if limit == "disk" else f"killed_{limit}"
 
 
 def agent_solve(worker: Any, plan: AgentPlan, spec: Any, item: BaseModel) -> SolverState:
@@ -70,7 +79,7 @@ def agent_solve(worker: Any, plan: AgentPlan, spec: Any, item: BaseModel) -> Sol
         if state.error is None and plan.grade is not None:
             graded = time.perf_counter()
             try:
-                check = grade_state(sandbox, plan.grade)
+                check = grade_state(sandbox, plan.grade, plan.check_function)
             except SandboxError as exc:
                 state.error = ErrorInfo.from_exception(exc)
             else:
@@ -87,5 +96,8 @@ def agent_solve(worker: Any, plan: AgentPlan, spec: Any, item: BaseModel) -> Sol
         "commands_s": sandbox.used_s,
         "grade_s": grade_s,
         "teardown_s": sandbox.teardown_s,
+        # commands a limit killed, by limit (killed_memory, killed_cpu, killed_file_size), and those
+        # that left the disk quota full or passed a measured one (disk_full)
+        **{_hit_key(limit): float(count) for limit, count in sandbox.limits_hit.items()},
     }
     return state

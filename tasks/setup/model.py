@@ -34,6 +34,7 @@ from ape.tasks.models.llama_server import with_base_urls
 from ape.tasks.models.scoring import check_can_score
 from ape.tasks.plugins.hooks import load_hook
 from ape.tasks.plugins.loader import load_object
+from ape.tasks.session.agent import AgentPlan
 from ape.tasks.solving.adapt import load_adapter
 from ape.tasks.solving.render import check_template
 from ape.tasks.storage.data import DataProvider
@@ -189,6 +190,8 @@ def make_setup(config: ApeConfig, model_cfg: ModelConfig, judge: JudgeSpec | Non
     checker_factory = run_checker_factory(config, data_model, judge)
     probe = checker_factory()  # fail now on a bad checker, not in a worker thread
     check_checker_fields(probe, data_model, where=f"{src} [checker] args")
+    if config.sandbox is not None:  # an agent's check function: loaded now, not in a worker
+        AgentPlan.of(config)
     hook = load_hook(config, "on_batch_saved")
     load_hook(config, "on_regression")  # fail now, not after the run
     fingerprint = {
@@ -196,7 +199,11 @@ def make_setup(config: ApeConfig, model_cfg: ModelConfig, judge: JudgeSpec | Non
         "model": model_fingerprint(model_cfg),
         "system": system,
         # time limits change no answer, so they stay out of the key
-        "solver": config.solver.model_dump(mode="json", exclude={"tool_timeout_s"}),
+        # a token limit changes answers when set; unset it is left out, so older keys still hold
+        "solver": config.solver.model_dump(
+            mode="json",
+            exclude={"tool_timeout_s"} | (set() if config.solver.max_session_tokens else {"max_session_tokens"}),
+        ),
         "adapter": config.adapter.model_dump(mode="json", exclude={"timeout_s"}),
         "tools": {k: v.model_dump(mode="json") for k, v in sorted(config.tools.items())},
         # the checker shapes the conversation only when the model can call it

@@ -377,6 +377,18 @@ class _ChatDialogue:
         self.rec.add(EntryKind.TOOL_ERROR, text, name=name, data={"id": call_id}, error=info)
 
 
+TOKEN_LIMIT = "token_limit"
+
+
+def _over_budget(stats: _Stats, settings: SolverConfig) -> bool:
+    """Whether the session's tokens so far reach ``[solver] max_session_tokens`` (checked before
+    each model call: the call that crosses it cannot be undone, the next one is not made)."""
+    cap = settings.max_session_tokens
+    if cap is None or stats.steps == 0:
+        return False
+    return (stats.input_tokens or 0) + (stats.output_tokens or 0) >= cap
+
+
 def run_solver(
     model: Any,
     prompt: str,
@@ -399,6 +411,14 @@ def run_solver(
     chat = _ChatDialogue(model, tools, build_messages(prompt, system), rec, stats, settings.tool_timeout_s, item)
     try:
         while True:
+            if _over_budget(stats, settings):  # no further model call: the session ends at its token limit
+                end_reason = TOKEN_LIMIT
+                used = (stats.input_tokens or 0) + (stats.output_tokens or 0)
+                cap = settings.max_session_tokens
+                message = f"the session used {used} tokens, its limit ([solver] max_session_tokens) is {cap}"
+                rec.add(EntryKind.LIMIT, message, data={"reason": end_reason, "step": stats.steps, "tokens": used})
+                answer = ""
+                break
             reply = chat.call()
             if not (reply.tool_calls or reply.invalid_tool_calls):
                 answer = message_text(reply)
@@ -410,7 +430,7 @@ def run_solver(
                 rec.add(EntryKind.LIMIT, str(exc), data={"reason": end_reason, "step": stats.steps})
                 answer = ""
                 break
-            if stats.steps >= settings.max_steps:
+            if stats.steps >= settings.max_steps and not _over_budget(stats, settings):
                 forced = True
                 end_reason = "step_limit"
                 rec.add(EntryKind.LIMIT, data={"reason": end_reason, "step": stats.steps})
@@ -483,7 +503,8 @@ def run_adaption(
     )
 
     answer = state.answer or ""
-    attempts = settings.solution_adaption_attempts
+    # past the token limit no reformat prompt is sent: each would be one more model call
+    attempts = 1 if state.end_reason == TOKEN_LIMIT else settings.solution_adaption_attempts
     last_error = ErrorInfo(type="ValueError", message="no parse attempt was made")
     for attempt in range(1, attempts + 1):
         rec.add(EntryKind.PARSE_ATTEMPT, answer, data={"attempt": attempt, "of": attempts})

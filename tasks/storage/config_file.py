@@ -28,6 +28,7 @@ _PATH_KEYS = (
     ("prompt", "system_file"),
     ("run", "output"),
     ("sandbox", "seed_dir"),
+    ("sandbox", "archive_dir"),
     ("sandbox", "tests_dir"),
     ("sandbox", "root"),
 )

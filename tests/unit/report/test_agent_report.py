@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ape.schemas.report import Envelope
 from ape.schemas.results import CheckResult, CheckStatus, Outcome, OutputBatch, SessionResult
 from ape.tasks.report.build import build_report
@@ -116,8 +118,66 @@ def test_the_sandboxs_limits_are_recorded_spelled_out_in_the_provenance(tmp_path
         "memory_bytes": 2 * 1024**3,
         "processes": 64,
         "file_bytes": 64 * 1024**2,
+        "disk_bytes": None,
         "output_bytes": 16_000,
         "network": "none",
     }
     plain = load_config(REPO_ROOT / "examples" / "agent" / "config.toml")
     assert run_provenance(plain.model_copy(update={"sandbox": None}))["agent_sandbox"] is None
+    limited = load_config(REPO_ROOT / "examples" / "agent" / "config.toml", {"solver.max_session_tokens": 9000})
+    assert run_provenance(limited)["session_limits"] == {"max_steps": 6, "max_session_tokens": 9000}
+    assert run_provenance(plain)["session_limits"] == {"max_steps": 6, "max_session_tokens": None}
+
+
+def test_a_model_that_changed_nothing_is_not_suspect_of_a_harness_that_never_started(tmp_path: Path) -> None:
+    """Every item's test fails the same way when the agent changed nothing (and it says "done"
+    each time): that is the grade, not a checker that never ran nor an answer repeated, so run
+    health does not mark the results suspect (which would fail the run without
+    accept_unhealthy). code_exec's own early exit is still caught."""
+    idle = {"exit_code": 1, "timed_out": False, "killed": None, "stdout": "", "stderr": "AssertionError\n"}
+    harness = {"exit_code": 1, "timed_out": False, "passed": 0, "total": 3, "stderr_tail": "python: not found\n"}
+    folder = tmp_path / "run"
+    folder.mkdir()
+    with (folder / "results.jsonl").open("w", encoding="utf-8") as handle:
+        for model_id, meta, metric in (("idle", idle, "sandbox_state"), ("broken", harness, "code_exec")):
+            for i in range(N):
+                changes = {"item_id": f"i{i}", "raw_output": "done", "metric": metric}
+                item = session(model_id, 1, None).model_copy(update=changes)
+                item.check = CheckResult(status=CheckStatus.FAILED, score=0.0, metadata=meta)
+                item.correct, item.score = False, 0.0
+                batch = OutputBatch(item_id=item.item_id, model_id=model_id, sessions=[item])
+                handle.write(batch.model_dump_json() + "\n")
+    build_report([folder], tmp_path / "report")
+    health = json.loads((tmp_path / "report" / "report.json").read_text(encoding="utf-8"))["health"]
+    assert health["idle"]["suspect"] is False and health["idle"]["kind"] is None
+    assert health["broken"]["suspect"] is True and health["broken"]["kind"] == "exit before tests"
+
+
+def test_the_leaderboard_shows_pass_hat_k_from_k_2_and_report_json_keeps_every_k(tmp_path: Path) -> None:
+    """pass^1 is pass@1 (both the mean of c/n): the leaderboard shows it once, as @1; the
+    pass^k cell starts at k = 2. report.json keeps pass^1 with its interval."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    with (folder / "results.jsonl").open("w", encoding="utf-8") as handle:
+        for i in range(N):
+            runs = []
+            for run in range(3):
+                passed = run < i % 4  # items with 0, 1, 2 or 3 of 3 runs passed
+                runs.append(
+                    session("m", i, None).model_copy(
+                        update={
+                            "run_index": run,
+                            "correct": passed,
+                            "score": float(passed),
+                            "check": CheckResult(status=CheckStatus.PASSED if passed else CheckStatus.FAILED),
+                        }
+                    )
+                )
+            handle.write(OutputBatch(item_id=f"i{i}", model_id="m", sessions=runs).model_dump_json() + "\n")
+    build_report([folder], tmp_path / "report")
+    board = (tmp_path / "report" / "leaderboard.md").read_text(encoding="utf-8")
+    row = next(line for line in board.splitlines() if "| `m` |" in line)
+    assert "@1 " in row and "^2 " in row and "^3 " in row and "^1 " not in row
+    saved = json.loads((tmp_path / "report" / "report.json").read_text(encoding="utf-8"))["leaderboard"][0]
+    assert sorted(saved["pass_hat_k"]) == ["1", "2", "3"]
+    assert saved["pass_hat_k"]["1"][0] == pytest.approx(saved["pass_at_k"]["1"])
