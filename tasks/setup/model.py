@@ -212,6 +212,16 @@ def make_setup(config: ApeConfig, model_cfg: ModelConfig, judge: JudgeSpec | Non
         else None,
         "cache_scope": cache_scope_key(config),  # a new run calls the model afresh
     }
+    if config.sandbox is not None:
+        # An agent session is cached with its grade (the folder it was graded on is gone), so
+        # what shapes the tools' replies and the grade is part of the key: the sandbox's
+        # limits and seeding, and the checker (its test command). Where the folders are made,
+        # keeping them, and the seed folders' own paths (a copied config folder keeps its cache)
+        # are not; a seed folder's changed contents are not seen (docs/agents.md).
+        fingerprint["sandbox"] = config.sandbox.model_dump(
+            mode="json", exclude={"root", "keep", "seed_dir", "archive_dir", "tests_dir"}
+        )
+        fingerprint["checker"] = config.checker.model_dump(mode="json", exclude={"timeout_s"})
     if config.choices is not None:  # log-likelihood scoring; the metric is applied after the cache
         fingerprint["choices"] = config.choices.model_dump(mode="json", exclude={"metric"})
     return ModelSetup(
