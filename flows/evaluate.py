@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Iterator
 from typing import Any
+from uuid import UUID
 
 from prefect import State, flow
 from prefect.runtime import flow_run
@@ -31,6 +32,7 @@ from pydantic import BaseModel
 
 from ape.flows.feeders import DaskFeeder, Feeder, ThreadFeeder, dask_task_runner
 from ape.flows.item import ItemProcessor
+from ape.flows.live_view import LiveView
 from ape.flows.logs import CONSOLE_SKIP, run_logs
 from ape.flows.preflight import handed
 from ape.flows.progress import ProgressView, Tally, repeated_errors, report_errors
@@ -41,6 +43,7 @@ from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.common.words import count
 from ape.tasks.models.limits import limiter_for, uses_server_limits
+from ape.tasks.models.meter import meter_for
 from ape.tasks.models.server_limits import limit_names, limit_notes
 from ape.tasks.recording import RunRecording
 from ape.tasks.report.provenance import run_provenance
@@ -103,9 +106,9 @@ class Runner:
         ids = provider.scan()
         skip = set(saver.completed)
         tally = Tally(total=len(ids))
-        for key in ids:
-            if key in skip:
-                tally.resumed(saver.counts.get(key, (0, 0)))
+        resumed = [key for key in ids if key in skip]
+        for key in resumed:
+            tally.resumed(saver.counts.get(key, (0, 0)))
         if tally.done:
             log.info("%s: resuming, %d of %d items already saved", setup.model_id, tally.done, tally.total)
         window = cfg.run.window or 4 * cfg.run.solver_workers
@@ -125,10 +128,11 @@ class Runner:
             feeder = DaskFeeder(setup, self.refresh, self.session_log, recording)
         else:
             feeder = ThreadFeeder(self.processor, self.refresh, self.session_log, recording)
+        live = self._live_view(saver, tally.total, resumed, feeder, recording, label)
         items = (item for item in provider if item_id(item) not in skip)
         budget = Budget.for_run(cfg)  # [run] max_cost: checked before each item starts
         try:
-            self._loop(saver, feeder, items, window, tally, label, budget)
+            self._loop(saver, feeder, items, window, tally, label, budget, live)
         except OSError as exc:  # a transcript or log write failed (disk full, folder gone)
             raise SaveFailed(
                 f"writing to {setup.out_dir} failed: {exc.strerror or exc}; the "
@@ -192,11 +196,13 @@ class Runner:
         tally: Tally,
         label: str,
         budget: Budget,
+        live: LiveView,
     ) -> None:
         setup, cfg = self.setup, self.setup.config
         assert self.session_log is not None  # opened by run() before the loop
-        progress = ProgressView(label, tally, enabled=cfg.cli.progress, name=setup.model_id)
-        with saver, self.session_log, progress as view:
+        # the UI's progress artifact is the live view's, published off this thread
+        progress = ProgressView(label, tally, enabled=cfg.cli.progress, name=setup.model_id, artifact=False)
+        with saver, self.session_log, progress as view, live:
             exhausted = False
             while feeder.pending or not exhausted:
                 while not exhausted and len(feeder.pending) < window:
@@ -215,11 +221,30 @@ class Runner:
                 budget.add(batches)
                 for batch in batches:
                     tally.add(batch)
+                    live.add(batch)
                     report_errors(batch, tally)
                     if setup.hook is not None:
                         self._call_hook(batch)
                 view.update()
             self._note_limits(saver)
+
+    def _live_view(
+        self, saver: SaveHandler, total: int, resumed: list[str], feeder: Feeder, recording: RunRecording, label: str
+    ) -> LiveView:
+        """The live view of this run (:mod:`ape.flows.live_view`): live.json and the flow run's artifacts."""
+        setup, cfg = self.setup, self.setup.config
+        return LiveView(
+            out_dir=setup.out_dir,
+            benchmark=cfg.name,
+            model=setup.model_id,
+            label=label,
+            total=total,
+            results_path=saver.results_path,
+            resumed=resumed,
+            meter=None if cfg.run.task_runner == "dask" else meter_for(setup.model_id),  # Dask: in its workers
+            items_in_flight=lambda: len(feeder.pending),
+            flow_run_id=UUID(recording.flow_run_id) if recording.flow_run_id else None,
+        )
 
     def _note_limits(self, saver: SaveHandler) -> None:
         """The Prefect server's limits this model's calls took (which value held, changes seen

@@ -26,16 +26,14 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 
 @pytest.fixture(scope="session")
-def prefect_server() -> Iterator[str]:
-    """A real ``prefect server start`` on a free loopback port; yields its API URL.
+def prefect_server_process() -> Iterator[str]:
+    """A real ``prefect server start`` on a free loopback port, started once per session;
+    yields its API URL and changes nothing in this process (see :func:`prefect_server`).
 
-    Also sets PREFECT_API_URL for the test process, so flows run against it. The
-    variable and Prefect's settings are restored and the server is stopped even when
-    a test (or this teardown) fails. The server must hold its port (:func:`wait_server`):
-    one that lost the port to another process fails the fixture at once, naming it.
+    The server is stopped even when a test (or this teardown) fails. It must hold its port
+    (:func:`wait_server`): one that lost the port to another process fails the fixture at
+    once, naming it.
     """
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
     port = free_port()
     home = Path(tempfile.mkdtemp(prefix="ape-test-server-"))
     env = dict(os.environ, PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
@@ -53,10 +51,32 @@ def prefect_server() -> Iterator[str]:
         )
         stack.callback(stop_group, proc, 20)
         wait_server(proc, port, f"{api}/health", log=home / "server.log")
-        patch = stack.enter_context(pytest.MonkeyPatch.context())
-        patch.setenv("PREFECT_API_URL", api)
-        stack.enter_context(temporary_settings({PREFECT_API_URL: api}))
         yield api
+
+
+@contextlib.contextmanager
+def pointing_at(api: str) -> Iterator[None]:
+    """``PREFECT_API_URL`` (the variable and Prefect's setting) set to ``api`` inside the block,
+    and what was there before put back after it, also when the block fails."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with pytest.MonkeyPatch.context() as patch, temporary_settings({PREFECT_API_URL: api}):
+        patch.setenv("PREFECT_API_URL", api)
+        yield
+
+
+@pytest.fixture(scope="module")
+def prefect_server(prefect_server_process: str) -> Iterator[str]:
+    """The session's real Prefect server (:func:`prefect_server_process`); yields its API URL.
+
+    Also sets PREFECT_API_URL for the test process, so flows run against it: for the tests of
+    the module that asks for it (module-scoped, so a module's own module-scoped fixtures can
+    use it too), and no further. The variable and Prefect's setting are put back when the
+    module ends: a server test no longer leaves later tests of the session running as if a
+    server were configured (the server-held limiter, flows reporting to a server).
+    """
+    with pointing_at(prefect_server_process):
+        yield prefect_server_process
 
 
 @pytest.fixture

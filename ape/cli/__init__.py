@@ -35,6 +35,7 @@ from ape.cli import (
     schema,
     serve,
     server,
+    status,
     validate,
 )
 from ape.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSED
@@ -46,6 +47,7 @@ __all__ = ["COMMANDS", "EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "EXIT_REGRESS
 # the commands, in the order `ape --help` lists them
 REGISTRY: tuple[ModuleType, ...] = (
     run,
+    status,
     validate,
     plan,
     report,

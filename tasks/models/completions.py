@@ -27,6 +27,7 @@ from typing import Any
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.models.limits import Limiter, RetryPolicy, limiter_for
+from ape.tasks.models.meter import meter_for
 from ape.tasks.models.score_types import ContinuationScore, Scored, ScoreRequest
 
 __all__ = ["CompletionsScorer", "EchoLogprobs", "LogprobsMissing", "completions_scorer", "continuation_score"]
@@ -107,7 +108,7 @@ class CompletionsScorer:
         """One completions request of one token at temperature 0, with log-probabilities."""
 
         def attempt() -> dict[str, Any]:
-            with self.limiter.acquire():
+            with self.limiter.acquire(), meter_for(self.model_id).request():  # counted for the live view
                 answer = self.client.completions.create(
                     model=self.model, prompt=prompt, max_tokens=1, temperature=0, logprobs=1, echo=echo
                 )

@@ -20,6 +20,7 @@ from pydantic import ConfigDict
 
 from ape.schemas.errors import ApeError
 from ape.tasks.models.limits import Limiter, RetryPolicy
+from ape.tasks.models.meter import meter_for
 
 __all__ = ["ManagedChatModel"]
 
@@ -57,7 +58,7 @@ class ManagedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         def attempt() -> ChatResult:
-            with self.limiter.acquire():
+            with self.limiter.acquire(), meter_for(self.model_id).request():  # counted for the live view
                 return self.inner._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
 
         return self.retry.call(attempt)

@@ -136,6 +136,25 @@ def limit_notes(names: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
         return [{**_NOTES[name], "changes": list(_NOTES[name]["changes"])} for name in names if name in _NOTES]
 
 
+SWITCHED_OFF = 10**9  # what a limit switched off (inactive) on the server lends: no limit
+
+
+def shown_limit(value: int) -> int | str:
+    """A limit as the log and ``metadata.json`` show it: its number, or "switched off" for a
+    limit made inactive on the server (lent internally as :data:`SWITCHED_OFF` slots, a number
+    nobody set)."""
+    return "switched off" if value >= SWITCHED_OFF else value
+
+
+def change_line(name: str, before: int, after: int) -> str:
+    """The log line of a limit changed on the server while a run goes."""
+    if after >= SWITCHED_OFF:
+        return f"the server's limit {name} was switched off (it was {before}): it no longer limits the calls"
+    if before >= SWITCHED_OFF:
+        return f"the server's limit {name} was switched on again, at {after}"
+    return f"the server's limit {name} changed from {before} to {after}"
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -331,9 +350,10 @@ class ServerSlots:
 
     def _set_limit(self, value: int) -> None:
         if self.limit is not None and value != self.limit:
-            log.warning("%s: the server's limit %s changed from %s to %s", self.model_id, self.name, self.limit, value)
-            _note_change(self.name, {"at": _now(), "from": self.limit, "to": value, "by": "the Prefect server"})
-            _note(self.name, server_value=value)
+            log.warning("%s: %s", self.model_id, change_line(self.name, self.limit, value))
+            was, now = shown_limit(self.limit), shown_limit(value)
+            _note_change(self.name, {"at": _now(), "from": was, "to": now, "by": "the Prefect server"})
+            _note(self.name, server_value=now)
         self.limit = value
 
     def _read(self, client: Any) -> None:
@@ -343,7 +363,7 @@ class ServerSlots:
             current = client.read_global_concurrency_limit_by_name(self.name)
         except ObjectNotFound:  # deleted mid-run: created again with the config's value
             current = _ensure(client, self.name, self.model_id, "max_concurrency", self.config_value, None)
-        self._set_limit(current.limit if current.active else 10**9)
+        self._set_limit(current.limit if current.active else SWITCHED_OFF)
         self._full = current.active and current.active_slots >= current.limit
         self._others_wait = self._full and bool(self._leases) and self._waiting_signal(client)
 

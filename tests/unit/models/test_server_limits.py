@@ -59,6 +59,7 @@ class FakeServer:
         self.acquisitions = 0
         self.releases = 0
         self.variables: dict[str, Any] = {}
+        self.switched_on = True  # False: made inactive (the UI's toggle, `prefect gcl disable`)
 
     def __enter__(self) -> FakeServer:
         return self
@@ -73,7 +74,9 @@ class FakeServer:
     def read_global_concurrency_limit_by_name(self, name: str) -> Any:
         if self.limit is None:
             raise ObjectNotFound(http_exc=self._refuse(404))
-        return SimpleNamespace(limit=self.limit, active=True, active_slots=self.active, slot_decay_per_second=0.0)
+        return SimpleNamespace(
+            limit=self.limit, active=self.switched_on, active_slots=self.active, slot_decay_per_second=0.0
+        )
 
     def create_global_concurrency_limit(self, create: GlobalConcurrencyLimitCreate) -> uuid.UUID:
         self.limit = create.limit
@@ -179,6 +182,32 @@ def test_slots_come_in_blocks_follow_the_servers_limit_and_go_back(monkeypatch: 
     assert server.active == 0  # closed: every lease handed back
     (note,) = limit_notes(["ape:x:m"])
     assert note["holds"] == "config" and [(c["from"], c["to"]) for c in note["changes"]] == [(6, 2), (2, 12)]
+
+
+def test_a_limit_switched_off_and_on_is_said_so_not_shown_as_a_number(
+    monkeypatch: pytest.MonkeyPatch, ape_log: pytest.LogCaptureFixture
+) -> None:
+    """A limit made inactive on the server no longer limits; the log and metadata.json said it
+    "changed from 3 to 1000000000" (the number lent internally), now "switched off"."""
+    monkeypatch.setattr(server_limits, "POLL_S", 0.05)
+    server = FakeServer("ape:off:m", limit=3)
+    slots = ServerSlots("ape:off:m", "m", 3, client=lambda: server)
+    try:
+        with slots.acquire():
+            pass
+        server.switched_on = False
+        _until(lambda: slots.limit == server_limits.SWITCHED_OFF)
+        server.switched_on, server.limit = True, 5
+        _until(lambda: slots.limit == 5)
+    finally:
+        slots.close()
+    lines = [r.getMessage() for r in ape_log.records if "ape:off:m" in r.getMessage()]
+    assert "m: the server's limit ape:off:m was switched off (it was 3): it no longer limits the calls" in lines
+    assert "m: the server's limit ape:off:m was switched on again, at 5" in lines
+    assert not any("1000000000" in line for line in lines), lines
+    (note,) = limit_notes(["ape:off:m"])
+    assert [(c["from"], c["to"]) for c in note["changes"]] == [(3, "switched off"), ("switched off", 5)]
+    assert note["server_value"] == 5
 
 
 def test_a_limit_someone_changed_holds_over_the_config(ape_log: pytest.LogCaptureFixture) -> None:

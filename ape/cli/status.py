@@ -1,0 +1,67 @@
+"""``ape status RUN``: how far a run has got, per model; while it goes and after it ended.
+
+RUN is an output folder: the ``[run] output`` folder of a run by hand, a run folder under
+its ``runs/`` (a scheduled or served run; the folder itself shows its newest run), or one
+model's folder. The numbers are the live view's (:mod:`ape.flows.live_view`), read from each
+model's ``live.json`` (validated: :mod:`ape.tasks.storage.live_files`): the same the flow
+run's artifacts show in the Prefect UI. Reading a folder needs no server, so it works with
+``--no-server`` runs, and after the server is gone. Not a flow-run id: the flow run's page
+shows its live view as an artifact already.
+"""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from pathlib import Path
+
+from ape.schemas.errors import ApeError
+from ape.tasks.common.inert import terminal_safe
+
+NAME = "status"
+HELP = "how far a run has got, per model (items, pass rate, errors, pace, time left): while it goes and after"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "run",
+        type=Path,
+        metavar="RUN",
+        help="the run's output folder ([run] output), a run folder under its runs/, or one model's folder",
+    )
+    p.add_argument("--json", action="store_true", help="print the models' live.json, validated, as one JSON list")
+
+
+def main(args: argparse.Namespace) -> int:
+    return status(args.run, as_json=args.json)
+
+
+def status(run: Path, *, as_json: bool = False) -> int:
+    from ape.tasks.report.live import describe
+    from ape.tasks.storage.live_files import find_live, read_live
+
+    if not run.exists() and _is_uuid(str(run)):
+        raise ApeError(
+            "ape status takes an output folder, not a flow run id",
+            where=str(run),
+            hint="the flow run's page in the Prefect UI shows the live view as an artifact",
+        )
+    statuses = [read_live(path) for path in find_live(run)]
+    if as_json:
+        print("[" + ",\n".join(s.model_dump_json(indent=2) for s in statuses) + "]")
+        return 0
+    blocks = []
+    for live in statuses:
+        lines = [f"{live.benchmark} · {live.model}"]
+        lines += [f"  {what:<19} {value}" for what, value in describe(live)]
+        blocks.append("\n".join(lines))
+    print(terminal_safe("\n\n".join(blocks)))  # names come from the config (and the file)
+    return 0
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True

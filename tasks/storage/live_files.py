@@ -1,0 +1,78 @@
+"""Finding and reading the ``live.json`` files of a run (:mod:`ape.schemas.live`), for ``ape status``.
+
+What is read is untrusted: anyone who can write an output folder can put a ``live.json``
+there. So a file is read up to :data:`MAX_BYTES` (a link to an endless device cannot hang
+the command), parsed by pydantic against :class:`ape.schemas.live.LiveStatus` (unknown keys,
+wrong types, negative counts, non-finite numbers refused), and a bad one is one error line
+naming the file and the key. Nothing is ever unpickled or evaluated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ape.schemas.errors import ApeError, problem_key, problem_message
+from ape.schemas.live import LIVE_FILE, LiveStatus
+from ape.tasks.storage.runs import RUN_ID_PATTERN, runs_root
+
+__all__ = ["MAX_BYTES", "find_live", "read_live"]
+
+MAX_BYTES = 1_000_000  # a live.json is under 2 kB
+
+
+def _here(folder: Path) -> list[Path]:
+    """The live files of ``folder`` itself (one model) or of its model folders (several)."""
+    own = folder / LIVE_FILE
+    if own.is_file():
+        return [own]
+    return sorted(p / LIVE_FILE for p in folder.iterdir() if p.is_dir() and (p / LIVE_FILE).is_file())
+
+
+def find_live(folder: Path) -> list[Path]:
+    """The ``live.json`` files ``ape status FOLDER`` shows: the folder's own (a model's folder),
+    else its model folders', else those of its newest run under ``runs/`` (a folder of new
+    runs: scheduled, served, ``--new-run``; the newest is the one going, or the last).
+    Raises :class:`ApeError` for a folder that is not there or holds none."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ApeError(
+            "no such output folder",
+            where=str(folder),
+            hint="give the [run] output folder of the run, a run folder under its runs/, or one model's folder",
+        )
+    found = _here(folder)
+    if not found and runs_root(folder).is_dir():
+        runs = sorted((p for p in runs_root(folder).iterdir() if RUN_ID_PATTERN.match(p.name)), reverse=True)
+        for run in runs:
+            found = _here(run)
+            if found:
+                break
+    if not found:
+        raise ApeError(
+            f"no {LIVE_FILE} here: not the output folder of a run, or one that has not started an item yet",
+            where=str(folder),
+            hint="give the [run] output folder of the run, a run folder under its runs/, or one model's folder",
+        )
+    return found
+
+
+def read_live(path: Path) -> LiveStatus:
+    """One ``live.json``, validated; :class:`ApeError` naming the file (and key) when it is not one."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise ApeError(f"cannot read it: {exc.strerror or exc}", where=str(path)) from None
+    if len(raw) > MAX_BYTES:
+        raise ApeError(f"larger than {MAX_BYTES:,} bytes: not a live view APE wrote", where=str(path))
+    try:
+        return LiveStatus.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = problem_key(first)
+        raise ApeError(
+            f"not a live view APE wrote: {problem_message(first)}",
+            where=f"{path}" + (f" key {key}" if key else ""),
+        ) from None
