@@ -21,7 +21,8 @@ from prefect.runtime import deployment, flow_run
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.states import Failed
 
-from ape.flows.evaluate import ItemsFailed, dask_task_runner, evaluate
+from ape.flows.control import control_log
+from ape.flows.evaluate import Drained, ItemsFailed, dask_task_runner, evaluate
 from ape.flows.logs import run_logs
 from ape.flows.preflight import Checked, graded_canary, hand_over, handed
 from ape.flows.progress import RUN_ERROR_LINES
@@ -165,6 +166,7 @@ def _evaluate_all(
         checked = handed(preflight)
         judge_agreement_task(config, checked.judge if checked is not None else None)
     failures: list[str] = []
+    drained: Drained | None = None
     summaries = []
     subflow_runs: list[str] = []
     runner = evaluate
@@ -184,12 +186,18 @@ def _evaluate_all(
             summaries.append(state.result())
         else:
             failures.append(str(failed))
+        if isinstance(failed, Drained):  # drained: no further model starts either
+            drained = failed
+            break
     # by hand, in place, the cache lives as long as the output folder does (as runs by hand always did)
-    extra = {
+    extra: dict[str, Any] = {
         "cache_scope": config.run.cache_scope if info is not None or config.run.cache_scope == "shared" else IN_PLACE
     }
     if info is not None:
         extra["run_id"] = info.run_id
+    control = control_log(config)
+    if control:  # who paused, resumed or drained a model, when, what changed
+        extra["control"] = control
     envelope = report_task(config, round(time.perf_counter() - started, 3), extra)
     result = {
         "models": summaries,
@@ -199,6 +207,8 @@ def _evaluate_all(
     }
     # before the regression events go out, so they don't queue behind the run's own
     _wait_recorded(subflow_runs)
+    if drained is not None:  # ended resumably: its own exit code, not "items failed"
+        return Failed(message="; ".join(failures), data=Drained("; ".join(failures)))
     if failures:
         return Failed(message="; ".join(failures), data=ItemsFailed("; ".join(failures)))
     suspect = _suspect(config, envelope)

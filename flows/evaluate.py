@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
@@ -30,6 +31,7 @@ from prefect.runtime import flow_run
 from prefect.states import Failed
 from pydantic import BaseModel
 
+from ape.flows.control import RunControl
 from ape.flows.feeders import DaskFeeder, Feeder, ThreadFeeder, dask_task_runner
 from ape.flows.item import ItemProcessor
 from ape.flows.live_view import LiveView
@@ -44,7 +46,7 @@ from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.common.words import count
 from ape.tasks.models.limits import limiter_for, uses_server_limits
 from ape.tasks.models.meter import meter_for
-from ape.tasks.models.server_limits import limit_names, limit_notes
+from ape.tasks.models.server_limits import limit_names, limit_notes, server_limits_enabled
 from ape.tasks.recording import RunRecording
 from ape.tasks.report.provenance import run_provenance
 from ape.tasks.setup.model import ModelSetup, make_setup, resume_fingerprints, run_label
@@ -56,7 +58,7 @@ from ape.tasks.storage.save import SaveFailed, SaveHandler
 from ape.tasks.storage.stage_chains import note_flow_run, record_command, record_line
 from ape.tasks.storage.transcripts import JSONL_FILE, LOG_FILE, SessionLog
 
-__all__ = ["ItemsFailed", "ItemProcessor", "Runner", "dask_task_runner", "evaluate"]
+__all__ = ["Drained", "ItemsFailed", "ItemProcessor", "Runner", "dask_task_runner", "evaluate"]
 
 log = logging.getLogger("ape")
 
@@ -67,6 +69,11 @@ class ItemsFailed(Exception):
 
 class BudgetReached(ItemsFailed):
     """``[run] max_cost`` was spent before every item ran; the saved items are kept."""
+
+
+class Drained(ItemsFailed):
+    """Drained (``ape ctl drain``): no new item started, those in flight were saved, and the
+    run ended resumably; the next ``ape run`` (or ``ape retry``) goes on. Exit code 4."""
 
 
 class Runner:
@@ -131,8 +138,14 @@ class Runner:
         live = self._live_view(saver, tally.total, resumed, feeder, recording, label)
         items = (item for item in provider if item_id(item) not in skip)
         budget = Budget.for_run(cfg)  # [run] max_cost: checked before each item starts
+        control = RunControl(
+            out_dir=setup.out_dir,
+            model=setup.model_id,
+            flow_run_id=UUID(recording.flow_run_id) if recording.flow_run_id else None,
+            server=server_limits_enabled(),  # a real server: the variable, the Paused state
+        )
         try:
-            self._loop(saver, feeder, items, window, tally, label, budget, live)
+            self._loop(saver, feeder, items, window, tally, label, budget, live, control)
         except OSError as exc:  # a transcript or log write failed (disk full, folder gone)
             raise SaveFailed(
                 f"writing to {setup.out_dir} failed: {exc.strerror or exc}; the "
@@ -144,6 +157,11 @@ class Runner:
             self.chains = self._stage_chains(recording)
         if budget.stopped and tally.done < tally.total:
             raise BudgetReached(budget.message(setup.model_id, tally.total - tally.done))
+        if control.mode == "drain" and tally.done < tally.total:
+            raise Drained(
+                f"{setup.model_id}: drained with {tally.done} of {tally.total} items saved; "
+                f"run the same command again (or `ape retry {cfg.run.output}`) to go on from there"
+            )
         return self._finish(saver, tally, started)
 
     def _saver(self, fingerprints: dict[str, Any]) -> SaveHandler:
@@ -197,24 +215,36 @@ class Runner:
         label: str,
         budget: Budget,
         live: LiveView,
+        control: RunControl,
     ) -> None:
         setup, cfg = self.setup, self.setup.config
         assert self.session_log is not None  # opened by run() before the loop
         # the UI's progress artifact is the live view's, published off this thread
         progress = ProgressView(label, tally, enabled=cfg.cli.progress, name=setup.model_id, artifact=False)
-        with saver, self.session_log, progress as view, live:
+        with saver, self.session_log, progress as view, live, control:
             exhausted = False
-            while feeder.pending or not exhausted:
-                while not exhausted and len(feeder.pending) < window:
+            held: deque[BaseModel] = deque()  # items a pause took back before they started
+            while feeder.pending or held or not exhausted:
+                if control.mode != "run":  # read off the hot path (ape.flows.control)
+                    held.extend(feeder.withdraw())  # queued, not started: only sessions going finish
+                if control.mode == "drain":
+                    exhausted = True
+                    held.clear()  # not run now: the next run takes them
+                while not exhausted and control.mode == "run" and len(feeder.pending) < window:
                     if not budget.allow(len(feeder.pending)):
                         exhausted = budget.stopped  # else: wait for items in flight, ask again
                         break
-                    item = next(items, None)
+                    item = held.popleft() if held else next(items, None)
                     if item is None:
                         exhausted = True
                         break
                     feeder.submit(item)
                 if not feeder.pending:
+                    if control.mode == "pause" and (held or not exhausted):  # in flight all saved: wait
+                        saver.note("control", [e.model_dump(mode="json") for e in control.events])
+                        saver.flush_metadata()
+                        control.hold(tally.done, tally.total)
+                        continue
                     break
                 batches = feeder.next_done()
                 saver.save(batches)
@@ -227,6 +257,8 @@ class Runner:
                         self._call_hook(batch)
                 view.update()
             self._note_limits(saver)
+            if control.events:  # who paused, resumed or drained the run, when, what changed
+                saver.note("control", [e.model_dump(mode="json") for e in control.events])
 
     def _live_view(
         self, saver: SaveHandler, total: int, resumed: list[str], feeder: Feeder, recording: RunRecording, label: str

@@ -41,6 +41,8 @@ class Feeder(Protocol):
 
     def next_done(self) -> list[OutputBatch]: ...
 
+    def withdraw(self) -> list[BaseModel]: ...
+
     def close(self) -> None: ...
 
 
@@ -64,6 +66,7 @@ class ThreadFeeder:
             max_workers=setup.config.run.solver_workers, initializer=start_worker, thread_name_prefix="solver"
         )
         self.pending: set[Future] = set()
+        self._items: dict[Future, BaseModel] = {}  # what each pending future runs (for withdraw)
 
     def _run(self, item: BaseModel) -> OutputBatch:
         return self.processor.run_item(item, self.recording, item_id(item) in self.refresh, self.session_log)[0]
@@ -71,7 +74,9 @@ class ThreadFeeder:
     def submit(self, item: BaseModel) -> None:
         # the copied context carries the flow run, so the stage tasks are tracked in it
         ctx = contextvars.copy_context()
-        self.pending.add(self.pool.submit(ctx.run, self._run, item))
+        future = self.pool.submit(ctx.run, self._run, item)
+        self.pending.add(future)
+        self._items[future] = item
 
     def next_done(self) -> list[OutputBatch]:
         done, self.pending = wait(self.pending, return_when=FIRST_COMPLETED)
@@ -79,7 +84,17 @@ class ThreadFeeder:
             # items of one wave finish together: gather the wave and commit it with one fsync
             more, self.pending = wait(self.pending, timeout=0.005)
             done |= more
+        for future in done:
+            self._items.pop(future, None)
         return [f.result() for f in done]
+
+    def withdraw(self) -> list[BaseModel]:
+        """Take back the items queued but not started (a pause or a drain: only the sessions
+        going now finish); in the order they were submitted."""
+        taken = [future for future in self._items if future.cancel()]
+        for future in taken:
+            self.pending.discard(future)
+        return [self._items.pop(future) for future in taken]
 
     def close(self) -> None:
         for future in self.pending:
@@ -121,6 +136,10 @@ class DaskFeeder:
             self.recording.add_chains(chains)  # counted in this process, where the run's summary is
             batches.append(batch)
         return batches
+
+    def withdraw(self) -> list[BaseModel]:
+        """Items on a Dask cluster are not taken back: those submitted finish and are saved."""
+        return []
 
     def close(self) -> None:
         for future in self.pending:

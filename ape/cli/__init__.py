@@ -9,7 +9,7 @@ from the same parser (``docs/hooks.py``).
 
 Errors print one line naming the file and key (``--debug`` adds the traceback) and exit
 non-zero: 2 for bad input, 1 for a run whose items failed, 3 for a regression under
-``--fail-on-regression``, 0 on success.
+``--fail-on-regression``, 4 for a run drained (``ape ctl drain``), 0 on success.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from types import ModuleType
 
 from ape.cli import (
     baseline,
+    ctl,
     demo,
     diff,
     history,
@@ -48,6 +49,7 @@ __all__ = ["COMMANDS", "EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "EXIT_REGRESS
 REGISTRY: tuple[ModuleType, ...] = (
     run,
     status,
+    ctl,
     validate,
     plan,
     report,

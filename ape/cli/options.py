@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ape.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REGRESSED
+from ape.cli.exit_codes import EXIT_DRAINED, EXIT_FAILED, EXIT_OK, EXIT_REGRESSED
 from ape.schemas.config import ApeConfig
 from ape.tasks.common.inert import terminal_safe
 
@@ -58,6 +58,7 @@ def finish(
     continued (an earlier flow run made it, so it is not found by this flow run's id)."""
     # deferred: these import Prefect and the flows, which `ape --help` never needs
     from ape.flows.benchmark import ResultsSuspect
+    from ape.flows.evaluate import Drained
     from ape.flows.states import items_failed
     from ape.tasks.storage.save import SaveFailed
 
@@ -73,6 +74,9 @@ def finish(
     if failed is None:
         log.info("outputs in %s (report.json, leaderboard.parquet, summary.png, sessions.jsonl, ...)", output)
         return regression_exit(state.result(), fail_on_regression)
+    if isinstance(failed, Drained):  # asked for: not an error, and resumable
+        print(terminal_safe(f"drained: {failed}"), file=sys.stderr)
+        return EXIT_DRAINED
     print(terminal_safe(f"error: {failed}"), file=sys.stderr)  # it may quote a model's answer
     if not isinstance(failed, ResultsSuspect):
         print("       `ape retry " + str(output) + "` redoes only the failed items", file=sys.stderr)

@@ -316,6 +316,12 @@ class SaveHandler:
             self.run_info[key] = value
             self._meta_dirty = True
 
+    def flush_metadata(self) -> None:
+        """Write metadata.json now if anything changed (a paused run: its control log and
+        counts are on disk while it waits, however long)."""
+        if self._meta_dirty:
+            self._write_metadata()
+
     def _write_metadata(self) -> None:
         self._meta_at = time.monotonic()
         self._meta_dirty = False
