@@ -230,11 +230,11 @@ class Runner:
                 if control.mode == "drain":
                     exhausted = True
                     held.clear()  # not run now: the next run takes them
-                while not exhausted and control.mode == "run" and len(feeder.pending) < window:
+                while (held or not exhausted) and control.mode == "run" and len(feeder.pending) < window:
                     if not budget.allow(len(feeder.pending)):
                         exhausted = budget.stopped  # else: wait for items in flight, ask again
                         break
-                    item = held.popleft() if held else next(items, None)
+                    item = held.popleft() if held else next(items, None)  # taken back ones first
                     if item is None:
                         exhausted = True
                         break
