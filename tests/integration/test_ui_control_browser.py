@@ -2,7 +2,7 @@
 
 A real ``ape run`` on the server APE starts (with its login), a slow mock model; ``ape ctl
 pause OUTPUT`` pauses it: the model's flow run goes Paused. Debian's chromium (through the
-playwright package) logs in, opens the flow run's page and clicks its *Resume* button: the
+playwright package) logs in, opens the flow run's page, its header menu's *Resume* and the dialog's *Resume*: the
 run obeys (goes on, finishes with every item exactly once and one model call per item), and
 its metadata.json records the resume as the UI's. Skips with the reason when playwright or
 chromium is missing (fails instead where ``APE_REQUIRE_BROWSER`` is set).
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -31,10 +30,6 @@ ITEMS = 120
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.skip(
-    reason="unfinished: the run pauses and the v2 flow run page shows Paused, but the test has not yet found "
-    "the page's Resume control (no button or menu item named Resume); see the ctl branch's report"
-)
 def test_a_paused_run_resumes_from_its_flow_run_page(tmp_path: Path) -> None:
     reason = _browser_ready()
     if reason and os.environ.get("APE_REQUIRE_BROWSER"):
@@ -97,16 +92,13 @@ def test_a_paused_run_resumes_from_its_flow_run_page(tmp_path: Path) -> None:
                 page.goto(f"http://127.0.0.1:{port}/v2/runs/flow-run/{flow_run_id}")
                 expect(page.get_by_text("Paused").first).to_be_visible()
                 page.screenshot(path=str(tmp_path / "paused.png"), full_page=True)
-                page.wait_for_timeout(1500)  # the header's actions load after the state badge
-                resume = page.get_by_role("button", name="Resume")
-                if not resume.count():  # the new UI keeps it in the flow run's menu (the header's last button)
-                    page.locator("header button, button[aria-haspopup]").last.click()
-                    resume = page.get_by_role("menuitem", name="Resume").or_(page.get_by_text("Resume", exact=True))
-                resume.first.click()
+                # the page's actions are in the header's menu ("Open menu"); Resume is there while Paused
+                page.get_by_role("button", name="Open menu").click()
+                page.get_by_role("menuitem", name="Resume").click()
                 dialog = page.get_by_role("dialog")
-                page.wait_for_timeout(1000)
-                if dialog.count():  # a confirmation, where the UI asks for one
-                    dialog.get_by_role("button", name=re.compile("^(Resume|Submit)$")).first.click()
+                expect(dialog.get_by_text("Resume Flow Run")).to_be_visible()
+                dialog.get_by_role("button", name="Resume", exact=True).click()
+                expect(page.get_by_text("Flow run resumed").first).to_be_visible()
                 page.screenshot(path=str(tmp_path / "resumed.png"), full_page=True)
                 browser.close()
             output = proc.communicate(timeout=180)[0]
