@@ -135,7 +135,6 @@ class Runner:
             feeder = DaskFeeder(setup, self.refresh, self.session_log, recording)
         else:
             feeder = ThreadFeeder(self.processor, self.refresh, self.session_log, recording)
-        live = self._live_view(saver, tally.total, resumed, feeder, recording, label)
         items = (item for item in provider if item_id(item) not in skip)
         budget = Budget.for_run(cfg)  # [run] max_cost: checked before each item starts
         control = RunControl(
@@ -144,6 +143,7 @@ class Runner:
             flow_run_id=UUID(recording.flow_run_id) if recording.flow_run_id else None,
             server=server_limits_enabled(),  # a real server: the variable, the Paused state
         )
+        live = self._live_view(saver, tally.total, resumed, feeder, recording, label, control)
         try:
             self._loop(saver, feeder, items, window, tally, label, budget, live, control)
         except OSError as exc:  # a transcript or log write failed (disk full, folder gone)
@@ -261,7 +261,14 @@ class Runner:
                 saver.note("control", [e.model_dump(mode="json") for e in control.events])
 
     def _live_view(
-        self, saver: SaveHandler, total: int, resumed: list[str], feeder: Feeder, recording: RunRecording, label: str
+        self,
+        saver: SaveHandler,
+        total: int,
+        resumed: list[str],
+        feeder: Feeder,
+        recording: RunRecording,
+        label: str,
+        control: RunControl,
     ) -> LiveView:
         """The live view of this run (:mod:`ape.flows.live_view`): live.json and the flow run's artifacts."""
         setup, cfg = self.setup, self.setup.config
@@ -275,6 +282,7 @@ class Runner:
             resumed=resumed,
             meter=None if cfg.run.task_runner == "dask" else meter_for(setup.model_id),  # Dask: in its workers
             items_in_flight=lambda: len(feeder.pending),
+            control_mode=lambda: control.mode,  # paused / draining while ape ctl holds it
             flow_run_id=UUID(recording.flow_run_id) if recording.flow_run_id else None,
         )
 

@@ -47,6 +47,8 @@ __all__ = ["PUBLISH_EVERY_S", "LiveView", "live_markdown"]
 log = logging.getLogger("ape")
 
 PUBLISH_EVERY_S = 3.0
+# live.json's state while the loop goes, by the control mode (ape.flows.control) it is in
+GOING_STATES: dict[str, State] = {"run": "running", "pause": "paused", "drain": "draining"}
 
 
 def artifact_key(benchmark: str, model: str) -> str:
@@ -89,6 +91,7 @@ class LiveView:
         resumed: Collection[str] = (),
         meter: CallMeter | None = None,
         items_in_flight: Callable[[], int] = lambda: 0,
+        control_mode: Callable[[], str] = lambda: "run",
         flow_run_id: UUID | None = None,
         every_s: float = PUBLISH_EVERY_S,
     ):
@@ -100,6 +103,7 @@ class LiveView:
         self._meter = meter
         self._requests_before = meter.read()[1] if meter is not None else 0
         self._items_in_flight = items_in_flight
+        self._control_mode = control_mode
         self._flow_run_id = flow_run_id
         self._every_s = every_s
         self._stop = threading.Event()
@@ -140,7 +144,7 @@ class LiveView:
             self._count_resumed()
             with self._client() as client:
                 while True:
-                    self._publish("running", client)
+                    self._publish(GOING_STATES.get(self._control_mode(), "running"), client)
                     if self._stop.wait(self._every_s):
                         return
         except Exception as exc:  # the run goes on; its last snapshot is published at the end
@@ -189,7 +193,7 @@ class LiveView:
             state,
             requests=None if started is None else started - self._requests_before,
             requests_in_flight=in_flight,
-            items_in_flight=self._items_in_flight() if state == "running" else 0,
+            items_in_flight=self._items_in_flight() if state in GOING_STATES.values() else 0,
             flow_run_id=str(self._flow_run_id) if self._flow_run_id else None,
         )
         self.last = status

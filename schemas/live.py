@@ -9,7 +9,8 @@ numbers are refused, and no pickle is ever involved.
 
 Fields, per model:
 
-- ``state``: ``running`` while the run goes, ``finished`` when its loop ended over every
+- ``state``: ``running`` while the run goes (``paused`` or ``draining`` while ``ape ctl``
+  holds it), ``finished`` when its loop ended over every
   item, ``stopped`` when it ended early (an error, a budget, Ctrl-C, a cancel). A run killed
   outright leaves ``running`` behind, its ``updated_at`` no longer moving.
 - ``total``, ``done`` (items; ``resumed`` of them saved by an earlier run), ``items_in_flight``.
@@ -33,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 LIVE_FILE = "live.json"
 
-State = Literal["running", "finished", "stopped"]
+State = Literal["running", "paused", "draining", "finished", "stopped"]
 
 Count = Field(ge=0)
 Share = Field(default=None, ge=0.0, le=1.0)

@@ -68,12 +68,12 @@ def _after(verb: str) -> str:
 
 def _by_folder(folder: Path, action: Action, user: str) -> list[str]:
     """Write the request to each model of the folder whose loop is going (its live.json says
-    ``running``)."""
+    ``running``, ``paused`` or ``draining``)."""
     from ape.flows.control_channel import write_request_file
     from ape.tasks.storage.live_files import find_live, read_live
 
     going = [(path.parent, read_live(path)) for path in find_live(folder)]
-    going = [(model_dir, live) for model_dir, live in going if live.state == "running"]
+    going = [(model_dir, live) for model_dir, live in going if live.state in ("running", "paused", "draining")]
     if not going:
         raise ApeError("no model of this run is going (each live.json says finished or stopped)", where=str(folder))
     asked = []

@@ -241,12 +241,13 @@ def describe(status: LiveStatus, now: datetime | None = None) -> list[tuple[str,
             f"{s.passed} of {s.sessions} sessions)"
         )
     requests = "not seen here (Dask workers)" if s.requests_in_flight is None else str(s.requests_in_flight)
-    if s.state != "running":
+    if s.state not in ("running", "paused", "draining"):
         left = "-" if s.done >= s.total else f"- ({s.total - s.done} items not done)"
     else:
         left = "- (no pace yet)" if s.eta_s is None else f"about {duration(s.eta_s)}"
     age = ((now or datetime.now(UTC)) - s.updated_at).total_seconds()
-    state = s.state if s.state != "running" or age < 30 else f"running? (no update for {duration(age)})"
+    going = s.state in ("running", "paused", "draining")
+    state = s.state if not going or age < 30 else f"{s.state}? (no update for {duration(age)})"
     return [
         ("state", f"{state}, {duration(s.elapsed_s)} since it started"),
         ("items", f"{s.done} of {s.total} done{share}{resumed}, {s.items_in_flight} in flight"),

@@ -174,6 +174,8 @@ def test_without_a_server_the_file_channel_pauses_and_resumes(tmp_path: Path) ->
         _wait("the pause", lambda: "paused with" in (out / "run.log").read_text(), proc)
         saved, made = _still(out, calls, 2.5)
         assert made == saved < 24
+        # the live view says so (ape status reads it), and ape ctl still finds the run by its folder
+        _wait("live.json paused", lambda: json.loads((out / "live.json").read_text())["state"] == "paused", proc)
         assert _ctl("resume", str(out), None).returncode == 0
         output = proc.communicate(timeout=120)[0]
     finally:
