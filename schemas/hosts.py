@@ -93,7 +93,7 @@ def split_host_port(text: str, *, port_required: bool = False) -> HostPort:
 def parse_entry(text: str) -> HostPort:
     """One ``allow_hosts`` entry; ValueError names what to write instead."""
     if not isinstance(text, str):
-        raise ValueError(f"{text!r} is not a string; write a host as \"name\" or \"name:port\"")
+        raise ValueError(f'{text!r} is not a string; write a host as "name" or "name:port"')
     if "://" in text or "/" in text or "@" in text or "*" in text or any(c.isspace() for c in text.strip()):
         raise ValueError(
             f"'{text}' is not a host: write only the host and, if needed, the port "

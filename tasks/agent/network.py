@@ -282,8 +282,9 @@ class NetworkProxy:
         if not addresses:
             shown = ", ".join(resolved) or "nothing"
             raise Refused(
-                403, f"{conn.host} resolves to {shown}: a loopback, private or link-local address is not reached "
-                "unless allow_hosts names that address"
+                403,
+                f"{conn.host} resolves to {shown}: a loopback, private or link-local address is not reached "
+                "unless allow_hosts names that address",
             )
         failure: Exception | None = None
         for address in addresses:
@@ -312,7 +313,9 @@ class NetworkProxy:
         setattr(conn, direction, getattr(conn, direction) + size)
         self.log.bytes += size
 
-    async def _pipe(self, source: asyncio.StreamReader, target: asyncio.StreamWriter, conn: Connection, count: str) -> None:
+    async def _pipe(
+        self, source: asyncio.StreamReader, target: asyncio.StreamWriter, conn: Connection, count: str
+    ) -> None:
         """Copy ``source`` to ``target`` until its end, counting bytes; then half-close ``target``."""
         try:
             while data := await source.read(CHUNK):
@@ -346,7 +349,8 @@ def parse_head(head: bytes) -> tuple[str, str, int, bytes | None]:
         return method, where.host, where.port, None
     url = urlsplit(target)
     if url.scheme != "http" or not url.netloc or "@" in url.netloc:
-        raise Refused(400, f"a plain request must name an http:// URL without user (got {target[:100]!r}); use CONNECT for https")
+        said = f"got {target[:100]!r}"
+        raise Refused(400, f"a plain request must name an http:// URL without user ({said}); use CONNECT for https")
     try:
         where = split_host_port(url.netloc)
     except ValueError as exc:
@@ -354,9 +358,7 @@ def parse_head(head: bytes) -> tuple[str, str, int, bytes | None]:
     port = where.port or 80
     path = (url.path or "/") + (f"?{url.query}" if url.query else "")
     headers = [
-        line
-        for line in lines[1:]
-        if line and line.split(b":", 1)[0].strip().lower() not in HOP_HEADERS | {b"host"}
+        line for line in lines[1:] if line and line.split(b":", 1)[0].strip().lower() not in HOP_HEADERS | {b"host"}
     ]
     host = str(HostPort(where.host, None if port == 80 else port))
     forward = b"\r\n".join(
@@ -368,13 +370,14 @@ def parse_head(head: bytes) -> tuple[str, str, int, bytes | None]:
 # The forwarder, run in each command's namespace before the command (module doc): python -I -S
 # -c FORWARDER PORT SOCKET COMMAND... It listens first, so the command never finds the port
 # closed, then runs the command as its child and relays until the command ends; it exits with
-# the command's exit code (128 + N for a signal N, as a shell reports it). One thread, no
-# imports beyond the C-backed standard modules, so it starts in a few milliseconds.
+# the command's exit code (128 + N for a signal N, as a shell reports it). One thread, and only
+# built-in modules (_socket and select, not socket and selectors, whose imports of enum and
+# collections doubled its start), so it adds little to each command (docs/agents.md).
 FORWARDER = r"""
-import os, selectors, socket, sys
+import _socket as S, os, select, sys
 port, path, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
-listener = socket.socket()
-listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener = S.socket(S.AF_INET, S.SOCK_STREAM)
+listener.setsockopt(S.SOL_SOCKET, S.SO_REUSEADDR, 1)
 listener.bind(("127.0.0.1", port))
 listener.listen(128)
 listener.setblocking(False)
@@ -385,93 +388,91 @@ if child == 0:
     except OSError as exc:
         sys.stderr.write(f"ape sandbox: cannot run {argv[0]}: {exc.strerror}\n")
     os._exit(127)
-R, W = selectors.EVENT_READ, selectors.EVENT_WRITE
-sel = selectors.DefaultSelector()
-sel.register(listener, R)
+R, W, CAP = select.POLLIN, select.POLLOUT, 262144
+poll = select.poll()
+poll.register(listener.fileno(), R)
 try:
     done = os.pidfd_open(child)
-    sel.register(done, R)
+    poll.register(done, R)
 except (AttributeError, OSError):
-    done = None
-peer, out, ended, shut = {}, {}, set(), set()
-def drop(s):
-    for x in (s, peer.get(s)):
-        if x is not None and x in peer:
+    done = -1
+socks, peer, out, ended, shut = {}, {}, {}, set(), set()
+def drop(f):
+    for x in (f, peer.get(f)):
+        if x in socks:
             try:
-                sel.unregister(x)
-            except (KeyError, ValueError):
+                poll.unregister(x)
+            except KeyError:
                 pass
-            x.close()
+            socks.pop(x).close()
             del peer[x], out[x]
             ended.discard(x)
             shut.discard(x)
-def update(s):
-    want = (R if s not in ended and len(out[peer[s]]) < 262144 else 0) | (W if out[s] else 0)
-    try:
-        sel.modify(s, want) if want else sel.unregister(s)
-    except KeyError:
-        if want:
-            sel.register(s, want)
-    except ValueError:
-        pass
-def settle(s):
-    o = peer[s]
-    for x in (s, o):
+def update(f):
+    want = (R if f not in ended and len(out[peer[f]]) < CAP else 0) | (W if out[f] else 0)
+    if want:
+        poll.register(f, want)
+    else:
+        try:
+            poll.unregister(f)
+        except KeyError:
+            pass
+def settle(f):
+    o = peer[f]
+    for x in (f, o):
         if peer[x] in ended and not out[x] and x not in shut:
             shut.add(x)
             try:
-                x.shutdown(socket.SHUT_WR)
+                socks[x].shutdown(S.SHUT_WR)
             except OSError:
                 pass
-    if s in ended and o in ended and not out[s] and not out[o]:
-        drop(s)
-        return
-    update(s)
-    update(o)
+    if f in ended and o in ended and not out[f] and not out[o]:
+        drop(f)
+    else:
+        update(f)
+        update(o)
 while True:
-    for key, mask in sel.select(None if done is not None else 0.2):
-        s = key.fileobj
-        if s is listener:
+    for f, mask in poll.poll(None if done >= 0 else 200):
+        if f == listener.fileno():
             try:
-                inner, _ = listener.accept()
+                inner = S.socket(fileno=listener._accept()[0])
             except OSError:
                 continue
-            outer = socket.socket(socket.AF_UNIX)
+            outer = S.socket(S.AF_UNIX, S.SOCK_STREAM)
             try:
                 outer.connect(path)
             except OSError:
                 inner.close()
                 outer.close()
                 continue
-            for x, y in ((inner, outer), (outer, inner)):
-                x.setblocking(False)
-                peer[x], out[x] = y, bytearray()
-                sel.register(x, R)
+            a, b = inner.fileno(), outer.fileno()
+            for x, y, s in ((a, b, inner), (b, a, outer)):
+                s.setblocking(False)
+                socks[x], peer[x], out[x] = s, y, bytearray()
+                poll.register(x, R)
             continue
-        if s is done:
-            continue  # the command ended: waitpid below
-        if s not in peer:
+        if f not in socks:
             continue
+        s = socks[f]
         try:
-            if mask & R:
+            if mask & (R | select.POLLHUP | select.POLLERR):
                 data = s.recv(65536)
                 if data:
-                    out[peer[s]] += data
+                    out[peer[f]] += data
                 else:
-                    ended.add(s)
-            if mask & W and s in peer:
-                del out[s][: s.send(out[s])]
+                    ended.add(f)
+            if mask & W and out[f]:
+                del out[f][: s.send(out[f])]
         except (BlockingIOError, InterruptedError):
             pass
         except OSError:
-            drop(s)
+            drop(f)
             continue
-        if s in peer:
-            settle(s)
+        if f in socks:
+            settle(f)
     pid, status = os.waitpid(child, os.WNOHANG)
     if pid == 0:
         continue
     code = os.waitstatus_to_exitcode(status)
-    sys.stdout.flush()
     os._exit(128 - code if code < 0 else code)
 """

@@ -7,7 +7,8 @@ its own bubblewrap namespace, built by :func:`ape.tasks.checking.code.sandbox.bw
 like code_exec's: no network, the system read-only, a private ``/tmp``, nothing of the
 home folder, APE_HOME, the config or the output folder, and the working folder bound
 read-write at ``/task`` (with ``allow_hosts``, the session's filtering proxy is reached
-through a forwarder in each namespace: :mod:`ape.tasks.agent.network`). When the command's first process ends, its PID namespace ends and
+through a forwarder in each namespace: :mod:`ape.tasks.agent.network`). When the command's
+first process ends, its PID namespace ends and
 the kernel kills whatever it left behind, so no process of the agent outlives its command:
 between two commands (and after the session) nothing of the agent runs, which is what lets
 the ``files`` tool and the grading step read the folder without a race.
@@ -40,9 +41,9 @@ from typing import Any
 
 from ape.schemas.config import SandboxConfig
 from ape.tasks.agent import quota
-from ape.tasks.agent.network import SOCKET_IN_SANDBOX, NetworkProxy, forwarder_argv, proxy_env
 from ape.tasks.agent.archive import ArchiveError, find_archive, unpack
 from ape.tasks.agent.limits import REASONS, MemoryCgroup, classify
+from ape.tasks.agent.network import SOCKET_IN_SANDBOX, NetworkProxy, forwarder_argv, proxy_env
 from ape.tasks.checking.code import sandbox as namespaces
 from ape.tasks.solving.stops import InfrastructureError, SessionLimit
 
@@ -196,7 +197,9 @@ class AgentSandbox:
         try:
             proxy.start()
         except OSError as exc:
-            raise SandboxError(f"[sandbox] allow_hosts: cannot start the session's network proxy at {path}: {exc}") from None
+            raise SandboxError(
+                f"[sandbox] allow_hosts: cannot start the session's network proxy at {path}: {exc}"
+            ) from None
         return proxy
 
     def _stop_proxy(self) -> None:
