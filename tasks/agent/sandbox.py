@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -354,11 +356,8 @@ class AgentSandbox:
                 if memory is not None:
                     memory.close()
                 raise SandboxError(f"the sandbox did not start: {exc}") from None
-            timed_out = False
             try:
-                process.communicate(stdin, timeout=limit)
-            except subprocess.TimeoutExpired:
-                timed_out = True
+                timed_out = _wait(process, stdin, limit)
             finally:
                 _kill(process)
                 oom = memory.events() if memory is not None else None
@@ -497,6 +496,49 @@ def sweep_stale(base: Path | None) -> list[Path]:
     if removed:
         log.info("removed %d working folder(s) left by a killed run under %s", len(removed), where)
     return removed
+
+
+def _wait(process: subprocess.Popen[bytes], stdin: bytes, limit: float) -> bool:
+    """Give the command ``stdin`` and wait for its end; True when ``limit`` seconds passed first.
+
+    Waits on a pidfd, which wakes the moment the command ends: ``Popen.wait(timeout)`` polls
+    with sleeps doubling up to 50 ms, which made every command end on a step of about 32 ms
+    (a ``true`` took 33 or 66 ms). Falls back to it where pidfds are missing (Linux < 5.3)."""
+    try:
+        done = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):
+        try:
+            process.communicate(stdin, timeout=limit)
+            return False
+        except subprocess.TimeoutExpired:
+            return True
+    assert process.stdin is not None
+    writer = threading.Thread(target=_feed, args=(process.stdin, stdin), daemon=True)
+    writer.start()
+    try:
+        ready, _, _ = select.select([done], [], [], limit)
+    finally:
+        os.close(done)
+    if not ready:
+        return True
+    process.wait()
+    writer.join(timeout=1)  # a command that ended without reading: its pipe is broken, the write ends
+    return False
+
+
+def _feed(pipe: Any, data: bytes) -> None:
+    """Write a command's stdin and close it (in a thread: a command that never reads it must
+    not hold up the wait for its time limit)."""
+    try:
+        if data:
+            pipe.write(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            pipe.close()
+        except OSError:
+            pass
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:
