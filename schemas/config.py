@@ -555,8 +555,8 @@ class SandboxConfig(Section):
     """``[sandbox]``: a working folder per session that the built-in ``bash``, ``python`` and
     ``files`` tools act in, and the ``sandbox_state`` checker grades (docs/agents.md).
 
-    Every command runs in a fresh bubblewrap namespace (no network, a read-only system, the
-    working folder bound read-write at ``/task``), so no process outlives its command; the
+    Every command runs in a fresh bubblewrap namespace (no network but the ``allow_hosts``, a
+    read-only system, the working folder bound read-write at ``/task``), so no process outlives its command; the
     folder itself persists across the session's tool calls and is removed when it ends.
     The limits are part of the benchmark's definition: they are recorded in the report.
     """
