@@ -28,6 +28,7 @@ from pydantic import (
 
 from ape.schemas.choices import ChoicesConfig
 from ape.schemas.errors import shown_path
+from ape.schemas.hosts import parse_entry
 
 GIVE_UP_TOKEN = "I_GIVE_UP"
 MAX_TIMEOUT_S = 86_400.0  # a day: any time limit above it is a typo
@@ -554,8 +555,8 @@ class SandboxConfig(Section):
     """``[sandbox]``: a working folder per session that the built-in ``bash``, ``python`` and
     ``files`` tools act in, and the ``sandbox_state`` checker grades (docs/agents.md).
 
-    Every command runs in a fresh bubblewrap namespace (no network, a read-only system, the
-    working folder bound read-write at ``/task``), so no process outlives its command; the
+    Every command runs in a fresh bubblewrap namespace (no network but the ``allow_hosts``, a
+    read-only system, the working folder bound read-write at ``/task``), so no process outlives its command; the
     folder itself persists across the session's tool calls and is removed when it ends.
     The limits are part of the benchmark's definition: they are recorded in the report.
     """
@@ -638,6 +639,32 @@ class SandboxConfig(Section):
     keep: bool = Field(
         default=False, description="Keep each session's working folder after it ends (for debugging); logged."
     )
+    allow_hosts: list[str] = Field(
+        default_factory=list,
+        description='Hosts the commands may reach, each "name" (ports 443 and 80), "name:port", "1.2.3.4:port" '
+        'or "[::1]:port": through a filtering HTTP proxy outside the sandbox (HTTP_PROXY, HTTPS_PROXY), by exact '
+        "name; a name resolving to a loopback, private or link-local address is refused unless that address (or "
+        "localhost) is the entry. Empty: no network at all. Needs isolation = 'bwrap'.",
+    )
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        canonical = []
+        for entry in value:
+            written = str(parse_entry(entry))  # ValueError: pydantic names the key
+            if written not in canonical:
+                canonical.append(written)
+        return canonical
+
+    @model_validator(mode="after")
+    def _hosts_need_a_namespace(self) -> SandboxConfig:
+        if self.allow_hosts and self.isolation != "bwrap":
+            raise ValueError(
+                "allow_hosts needs isolation = 'bwrap': with isolation = 'none' the commands have the host's "
+                "whole network, so no list of hosts would be kept; remove allow_hosts or use bwrap"
+            )
+        return self
 
 
 class ApeConfig(Section):

@@ -152,7 +152,8 @@ class SessionResult(Record):
     # why an agent's tool loop ended early ("step_limit", "token_limit", "sandbox_time_limit"); None when it answered
     end_reason: str | None = None
     # seconds of an agent session's sandbox: start_s, commands_s, grade_s, teardown_s ([sandbox]);
-    # killed_memory, killed_cpu, killed_file_size: commands a limit killed (absent: none)
+    # killed_memory, killed_cpu, killed_file_size: commands a limit killed (absent: none);
+    # net_allowed, net_refused, net_bytes: connections through the proxy ([sandbox] allow_hosts)
     sandbox: dict[str, float] | None = None
 
 

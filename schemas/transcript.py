@@ -70,6 +70,11 @@ CHOICE             A log-likelihood session ([choices]): one entry per choice, `
                    ``greedy`` (every token the most likely one, when the model says).
 CHECK              ``content``: PASSED / FAILED / ERROR; ``data``: ``score``, ``runtime_s``,
                    ``metadata``; ``error`` when the checker raised.
+NETWORK            An agent session with ``[sandbox] allow_hosts``, after its commands:
+                   ``data``: ``allowed``, ``refused`` (connections), ``bytes`` (both ways), and
+                   ``connections``, each ``method``, ``host``, ``port``, ``allowed``,
+                   ``address``, ``reason`` (refused), ``bytes_out``, ``bytes_in``, ``t``
+                   (seconds since the proxy started); ``not_listed`` past 500 connections.
 SESSION_END        ``content``: the outcome; ``data``: ``score``, ``correct``, ``steps``,
                    ``latency_s``, token counts; ``error``: the session error, if any.
 =================  ============================================================================
@@ -113,6 +118,7 @@ class EntryKind(str, Enum):
     # the session's tool loop ended at a limit (data.reason: step_limit, token_limit, sandbox_time_limit)
     LIMIT = "LIMIT"
     STATE_CHECK = "STATE_CHECK"  # the sandbox_state grade of the folder the session left (data: exit code)
+    NETWORK = "NETWORK"  # [sandbox] allow_hosts: the session's connections through its proxy (data)
 
 
 class TranscriptEntry(BaseModel):
@@ -164,7 +170,8 @@ class SolverState(BaseModel):
     sandbox: dict[str, float] | None = Field(
         default=None,
         description="Seconds of the session's sandbox: start_s, commands_s, grade_s, teardown_s; and "
-        "killed_memory, killed_cpu, killed_file_size: how many of its commands a limit killed (absent: none).",
+        "killed_memory, killed_cpu, killed_file_size: how many of its commands a limit killed (absent: none); "
+        "with allow_hosts, net_allowed, net_refused (connections) and net_bytes.",
     )
     transcript: list[TranscriptEntry] = Field(default_factory=list)
 

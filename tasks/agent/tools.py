@@ -44,6 +44,14 @@ class FilesInput(BaseModel):
     content: str | None = Field(default=None, description="For write: the file's whole new text.")
 
 
+def network_note(sandbox: AgentSandbox | None) -> str:
+    """What the tool's description says of the network: none, or the hosts it may reach."""
+    hosts = sandbox.cfg.allow_hosts if sandbox is not None and sandbox.proxy is not None else []
+    if not hosts:
+        return "no network"
+    return "network only to " + ", ".join(hosts) + ", through the HTTP(S)_PROXY set in the environment"
+
+
 def _needs(sandbox: AgentSandbox | None) -> AgentSandbox:
     if sandbox is None:
         raise ToolException("this tool acts in a session's sandbox, and none is bound: add a [sandbox] section")
@@ -59,8 +67,8 @@ def bash(sandbox: AgentSandbox | None = None, name: str = "bash") -> BaseTool:
     return StructuredTool.from_function(
         func=run,
         name=name,
-        description="Run a bash command in the task's working folder (no network). Returns the exit code, "
-        "stdout and stderr. Files persist between calls; processes do not.",
+        description=f"Run a bash command in the task's working folder ({network_note(sandbox)}). Returns the "
+        "exit code, stdout and stderr. Files persist between calls; processes do not.",
         args_schema=BashInput,
         handle_tool_error=True,
     )
@@ -75,8 +83,8 @@ def python(sandbox: AgentSandbox | None = None, name: str = "python") -> BaseToo
     return StructuredTool.from_function(
         func=run,
         name=name,
-        description="Run Python code in the task's working folder (no network). Returns the exit code, "
-        "stdout and stderr; print what you want to see.",
+        description=f"Run Python code in the task's working folder ({network_note(sandbox)}). Returns the "
+        "exit code, stdout and stderr; print what you want to see.",
         args_schema=PythonInput,
         handle_tool_error=True,
     )

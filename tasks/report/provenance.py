@@ -150,16 +150,20 @@ AGENT_SANDBOX_KEYS = (
     "file_bytes",
     "disk_bytes",
     "output_bytes",
+    "allow_hosts",
 )
 
 
 def agent_sandbox_of(config: ApeConfig) -> dict[str, Any] | None:
     """The ``[sandbox]`` section's isolation and limits, by key, plus the network the commands
-    have (none under bwrap: no host is reachable); None for a run without a sandbox."""
+    have (none under bwrap, or only the ``allow_hosts`` through the proxy); None for a run
+    without a sandbox."""
     if config.sandbox is None:
         return None
     values = config.sandbox.model_dump(mode="json")
     network = "none" if config.sandbox.isolation == "bwrap" else "host (isolation none)"
+    if config.sandbox.allow_hosts:
+        network = "allow_hosts (filtering proxy)"
     return {**{key: values[key] for key in AGENT_SANDBOX_KEYS}, "network": network}
 
 

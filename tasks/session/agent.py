@@ -91,6 +91,9 @@ def agent_solve(worker: Any, plan: AgentPlan, spec: Any, item: BaseModel) -> Sol
             grade_s = time.perf_counter() - graded
     finally:
         sandbox.close()
+    network = sandbox.network()
+    if network is not None:  # [sandbox] allow_hosts: every connection the session's commands asked for
+        state.transcript.append(TranscriptEntry(kind=EntryKind.NETWORK, t=state.elapsed_s, data=network))
     state.sandbox = {
         "start_s": sandbox.start_s,
         "commands_s": sandbox.used_s,
@@ -99,5 +102,11 @@ def agent_solve(worker: Any, plan: AgentPlan, spec: Any, item: BaseModel) -> Sol
         # commands a limit killed, by limit (killed_memory, killed_cpu, killed_file_size), and those
         # that left the disk quota full or passed a measured one (disk_full)
         **{_hit_key(limit): float(count) for limit, count in sandbox.limits_hit.items()},
+        # connections through the network proxy, allowed and refused, and the bytes they moved
+        **(
+            {f"net_{key}": float(network[key]) for key in ("allowed", "refused", "bytes")}
+            if network is not None
+            else {}
+        ),
     }
     return state

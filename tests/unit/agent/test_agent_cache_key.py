@@ -29,6 +29,7 @@ def key_with(section: str, **values: Any) -> str:
         ("sandbox", {"memory_bytes": 64 * 2**20}),
         ("sandbox", {"session_timeout_s": 30.0}),
         ("sandbox", {"disk_bytes": 2**20}),
+        ("sandbox", {"allow_hosts": ["pypi.org:443"]}),
         ("checker", {"args": {"test_command": "true"}}),
     ],
 )

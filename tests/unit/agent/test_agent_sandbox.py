@@ -257,3 +257,32 @@ def test_a_sandbox_failing_mid_session_ends_it_error_not_a_tool_message(monkeypa
         monkeypatch.setattr(agent_sandbox.namespaces, "bwrap_argv", lambda **_: ["/nonexistent/bwrap", "--"])
         state = solve(agent([{"tool": "bash", "args": {"command": "true"}}, "done"]), sandbox)
     assert state.error is not None and state.error.type == "SandboxError"
+
+
+def test_a_command_is_waited_for_without_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Popen.wait(timeout) polls with sleeps doubling to 50 ms, so every command ended on a step
+    of about 32 ms; the end of the command is now waited for on a pidfd."""
+    import subprocess
+
+    timeouts: list[float | None] = []
+    real_wait = subprocess.Popen.wait
+
+    def wait(self: subprocess.Popen[bytes], timeout: float | None = None) -> int:
+        timeouts.append(timeout)
+        return real_wait(self, timeout)
+
+    monkeypatch.setattr(subprocess.Popen, "wait", wait)
+    with box() as sandbox:
+        assert sandbox.bash("true").exit_code == 0
+    assert timeouts and all(timeout is None for timeout in timeouts)
+
+
+def test_stdin_a_command_never_reads_holds_up_neither_its_time_limit_nor_its_end() -> None:
+    with box(command_timeout_s=1) as sandbox:
+        big = b"x" * (4 * 1024 * 1024)  # far past a pipe's buffer
+        late = sandbox.run(["sleep", "30"], stdin=big)
+        assert late.timed_out and late.exit_code == 124 and late.seconds < 10
+        early = sandbox.run(["true"], stdin=big)
+        assert early.exit_code == 0 and not early.timed_out
+        code = "# " + "y" * 1_000_000 + "\nprint('read it all')\n"
+        assert sandbox.python(code).stdout.strip() == "read it all"

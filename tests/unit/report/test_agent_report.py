@@ -120,6 +120,7 @@ def test_the_sandboxs_limits_are_recorded_spelled_out_in_the_provenance(tmp_path
         "file_bytes": 64 * 1024**2,
         "disk_bytes": None,
         "output_bytes": 16_000,
+        "allow_hosts": [],
         "network": "none",
     }
     plain = load_config(REPO_ROOT / "examples" / "agent" / "config.toml")
