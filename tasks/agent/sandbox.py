@@ -55,6 +55,7 @@ TASK_DIR = "/task"  # the working folder inside the sandbox
 TESTS_DIR = "/tests"  # the grading step's fresh, read-only tests
 OPEN_FILES = 256
 PREFIX = "ape-agent-"  # every working folder's name starts so
+PROXY_PREFIX = "ape-net-"  # a proxy socket's own folder, where the working folder's path is too long
 OWNER_FILE = ".ape-owner"  # beside the working folder: "pid start-time" of the process that made it
 PROXY_FILE = "proxy.sock"  # beside the working folder: the session's network proxy ([sandbox] allow_hosts)
 SOCKET_PATH_MAX = 100  # a Unix socket's path holds at most 107 bytes on Linux
@@ -193,7 +194,9 @@ class AgentSandbox:
         short owner-only folder of its own where that path is too long for a socket)."""
         path = self.home / PROXY_FILE
         if len(str(path)) > SOCKET_PATH_MAX:
-            self._proxy_dir = tempfile.mkdtemp(prefix="ape-net-")
+            self._proxy_dir = tempfile.mkdtemp(prefix=PROXY_PREFIX)
+            # owned like a working folder, so the stale sweep removes it after a kill -9
+            (Path(self._proxy_dir) / OWNER_FILE).write_text(_owner(os.getpid()) or "", encoding="utf-8")
             path = Path(self._proxy_dir) / PROXY_FILE
         proxy = NetworkProxy(self.cfg.allow_hosts, path)
         try:
@@ -472,6 +475,14 @@ def _stale(home: Path) -> bool:
 _swept: set[str] = set()
 
 
+def _prefixed(where: Path, prefix: str) -> list[Path]:
+    """The folders under ``where`` whose name starts with ``prefix`` (none where it cannot be read)."""
+    try:
+        return [path for path in where.iterdir() if path.name.startswith(prefix) and path.is_dir()]
+    except OSError:
+        return []
+
+
 def sweep_stale(base: Path | None) -> list[Path]:
     """Remove the working folders under ``base`` (the system's temporary folder for None) left by
     a process that died mid-session (``kill -9``, a power cut): a session's own ``close`` never
@@ -484,10 +495,10 @@ def sweep_stale(base: Path | None) -> list[Path]:
         return []
     _swept.add(key)
     removed = []
-    try:
-        candidates = [path for path in where.iterdir() if path.name.startswith(PREFIX) and path.is_dir()]
-    except OSError:
-        return []
+    candidates = _prefixed(where, PREFIX)
+    if PROXY_PREFIX not in _swept:  # the proxies' short folders are always in the system's one
+        _swept.add(PROXY_PREFIX)
+        candidates += _prefixed(Path(tempfile.gettempdir()), PROXY_PREFIX)
     for home in candidates:
         if not home.is_symlink() and _stale(home):
             quota.unmount(home / "task")  # a tmpfs quota the killed run left mounted

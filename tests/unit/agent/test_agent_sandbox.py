@@ -286,3 +286,25 @@ def test_stdin_a_command_never_reads_holds_up_neither_its_time_limit_nor_its_end
         assert early.exit_code == 0 and not early.timed_out
         code = "# " + "y" * 1_000_000 + "\nprint('read it all')\n"
         assert sandbox.python(code).stdout.strip() == "read it all"
+
+
+def test_a_proxy_folder_left_by_a_dead_process_is_swept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session whose working folder's path is too long for a socket keeps its network proxy's
+    socket in a short folder of the system's temporary folder; a kill -9 leaves it, owned like a
+    working folder, and the next process's first sandbox removes it (a live owner's stays)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "system-tmp"))
+    (tmp_path / "system-tmp").mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = tmp_path / "system-tmp" / f"{agent_sandbox.PROXY_PREFIX}dead"
+    orphan.mkdir()
+    (orphan / agent_sandbox.OWNER_FILE).write_text(f"{dead.stdout.strip()} 1")
+    live = tmp_path / "system-tmp" / f"{agent_sandbox.PROXY_PREFIX}live"
+    live.mkdir()
+    (live / agent_sandbox.OWNER_FILE).write_text(agent_sandbox._owner(os.getpid()) or "")
+    monkeypatch.setattr(agent_sandbox, "_swept", set())
+    assert agent_sandbox.sweep_stale(tmp_path / "root") == [orphan]
+    assert not orphan.exists() and live.exists()
