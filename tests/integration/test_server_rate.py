@@ -6,7 +6,7 @@ OpenAI-compatible endpoint (in this test process, so it sees every request's arr
 - both runs' configs say ``requests_per_second = 4``: the limit
   ``ape:127.0.0.1:<port>:rate:per-second`` is a rate limit of 4 slots decaying at 4 per
   second, and the two runs together never send more than ``4 + 4 * W`` requests in any
-  window of ``W`` seconds: the burst is the limit's 4 slots, then Prefect's slot decay frees
+  window of ``W`` seconds (one more allowed for the time a granted call takes to arrive): the burst is the limit's 4 slots, then Prefect's slot decay frees
   one slot each 1/4 s after the last grant (rounded down);
 - ``prefect gcl update NAME --limit 1 --slot-decay-per-second 0.5`` mid-run: from 2 s
   after the command returned, the pair keeps to ``1 + 0.5 * W`` (about 5 in 10 s, where
@@ -45,6 +45,8 @@ LOW = 0.5  # the rate set mid-run: a bucket of 1 slot decaying at 0.5 a second
 FAST = 20  # then set to let the runs finish
 SLOW_S = 10.0  # how long both runs go at RATE, and then at LOW
 GRACE_S = 2.0  # the change holds from this long after `prefect gcl update` returned
+SKEW = 1  # a call reaches the endpoint a little after the server granted it, and these delays
+# differ: a window of arrivals may hold one call more than the same window of grants
 ITEMS = 50  # per run
 MODEL = """[model]
 name = "{name}"
@@ -137,13 +139,13 @@ def test_two_runs_share_the_servers_rate_and_a_change_reaches_them_live(
     average = len(endpoint.times(both, changed_at)) / (changed_at - both)
     print(f"at {RATE}/s: most requests per window {figures}, average {average:.2f}/s")
     for window_s, most in figures.items():
-        assert most <= RATE + RATE * window_s, (window_s, most, figures)
+        assert most <= RATE + RATE * window_s + SKEW, (window_s, most, figures)
     # the change to LOW reached both runs within GRACE_S: 1 + LOW * W in any window after it
     at_low = endpoint.times(low_from, low_to)
     low_figures = {w: most_in_window(at_low, w) for w in (1.0, 2.0, 5.0, 10.0)}
     print(f"at {LOW}/s: most requests per window {low_figures}, {len(at_low)} in {low_to - low_from:.1f} s")
     for window_s, most in low_figures.items():
-        assert most <= 1 + LOW * window_s, (window_s, most, low_figures)
+        assert most <= 1 + LOW * window_s + SKEW, (window_s, most, low_figures)
     assert len(endpoint.times(both, changed_at)) > 1 + LOW * SLOW_S  # the bound would have held before
     assert limit["limit"] == FAST and limit["slot_decay_per_second"] == FAST, limit
     # each run logged both changes and recorded them in its metadata.json
