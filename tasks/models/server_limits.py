@@ -605,9 +605,14 @@ class ServerRate:
         self.rate = value
 
     def close(self) -> None:
-        """Close the connection to the server (the next call opens another)."""
-        with self._turn:
+        """Close the connection to the server (the next call opens another). A call still
+        waiting for the rate (a limit of 0) keeps it: closing must not wait for that."""
+        if not self._turn.acquire(timeout=1.0):
+            return
+        try:
             client, self._client = self._client, None
+        finally:
+            self._turn.release()
         if client is not None:
             client.__exit__(None, None, None)
 

@@ -392,3 +392,28 @@ def test_a_busy_server_is_asked_again_at_once_not_after_prefects_backoff() -> No
     assert time.monotonic() - started < 2.0
     assert retries_seen == [0, 0, 0, 0]  # the client did not retry by itself
     assert PREFECT_CLIENT_MAX_RETRIES.value() > 0  # ... only inside the acquisition
+
+
+def test_closing_does_not_wait_for_a_call_held_by_a_rate_of_zero() -> None:
+    raised = threading.Event()  # the limit goes up from 0 at the end: the call gets its slot
+
+    class Zero(FakeRate):
+        def increment_concurrency_slots(self, names: list[str], slots: int, mode: str) -> None:
+            if raised.is_set():
+                return
+            request = httpx.Request("POST", "http://fake")
+            response = httpx.Response(423, request=request, headers={"Retry-After": "0.05"})
+            raise httpx.HTTPStatusError("locked", request=request, response=response)
+
+    server = Zero("ape:z:m:per-second", per_second=1)
+    rate = ServerRate("ape:z:m:per-second", "m", 1, client=lambda: server)
+    held = threading.Thread(target=rate.wait, daemon=True)  # never gets a slot
+    held.start()
+    _until(lambda: rate._client is not None)
+    started = time.monotonic()
+    rate.close()
+    assert time.monotonic() - started < 3.0
+    assert held.is_alive() and rate._client is server  # the waiting call keeps its connection
+    raised.set()
+    held.join(10)
+    assert not held.is_alive()
