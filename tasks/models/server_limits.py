@@ -81,6 +81,10 @@ POLL_S = 0.5  # how often the limit is read and a refused acquisition asked agai
 LEASE_S = 60.0  # a lease's time to live on the server (renewed while held; Prefect's least):
 # a process killed before it handed its leases back blocks their slots this long at most
 
+BUSY = frozenset({408, 429, 502, 503})  # answers Prefect's client retries: the server is busy
+BUSY_RETRY_S = 0.2  # a rate acquisition the server was too busy for is asked again this soon
+BUSY_GIVE_UP_S = 60.0  # ... until it has been busy this long: then the call fails
+
 # Prefect refuses these characters in names (prefect.types.names.BANNED_CHARACTERS)
 _BANNED = re.compile(r"[/%&<>]")
 
@@ -139,14 +143,14 @@ def limit_notes(names: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
 SWITCHED_OFF = 10**9  # what a limit switched off (inactive) on the server lends: no limit
 
 
-def shown_limit(value: int) -> int | str:
+def shown_limit(value: float) -> float | str:
     """A limit as the log and ``metadata.json`` show it: its number, or "switched off" for a
     limit made inactive on the server (lent internally as :data:`SWITCHED_OFF` slots, a number
     nobody set)."""
     return "switched off" if value >= SWITCHED_OFF else value
 
 
-def change_line(name: str, before: int, after: int) -> str:
+def change_line(name: str, before: float, after: float) -> str:
     """The log line of a limit changed on the server while a run goes."""
     if after >= SWITCHED_OFF:
         return f"the server's limit {name} was switched off (it was {before}): it no longer limits the calls"
@@ -512,32 +516,117 @@ def close_all(timeout_s: float | None = None) -> None:
 
 class ServerRate:
     """Requests per second from a global concurrency limit with slot decay (a Prefect rate
-    limit). One request to the server per call: rate limits are far below what a server
-    answers, so blocks would buy nothing here."""
+    limit): one slot taken from the server per call.
+
+    One caller at a time asks the server, on one connection kept open, and the process's
+    other workers queue behind it. Before, every waiting worker asked on its own new
+    connection every 1/R s; a server busy with the runs' own reports answered some of those
+    acquisitions 503 (SQLite busy, after about 2 s), and Prefect's client retried them 2, 4,
+    8, 16 and 32 s later: calls waited up to 63 s while the rate was free. Now a busy answer
+    is asked again after :data:`BUSY_RETRY_S` (:meth:`_no_client_retries`); measured in
+    tests/integration/test_server_rate.py, the longest call of two runs at 4 per second went
+    from 63.7 s to 8.9 s. The turn also reads the limit every :data:`POLL_S`, so a rate
+    changed on the server is logged and recorded like a concurrency limit's change."""
 
     def __init__(self, name: str, model_id: str, per_second: float, client: ClientFactory = _default_client):
         self.name = name
         self.model_id = model_id
         self.per_second = per_second
         self._client_factory = client
-        self._checked = threading.Lock()
-        self._ready = False
+        self._turn = threading.Lock()  # the caller holding it asks the server; the others queue
+        self._client: Any = None  # opened by the first call, kept for the next
+        self.rate: float | None = None  # the server's, as last read
+        self._read_at = 0.0
+        self._settings: Any = None  # Prefect's settings without the client's own retries
 
     def wait(self) -> None:
-        """Return once this call may go: one token taken from the server's rate limit."""
-        with self._client_factory() as client:
-            with self._checked:
-                if not self._ready:
-                    _ensure(client, self.name, self.model_id, "requests_per_second", self.per_second, self.per_second)
-                    self._ready = True
+        """Return once this call may go: one slot taken from the server's rate limit."""
+        with self._turn:
+            if self._client is None:
+                client = self._client_factory()
+                client.__enter__()
+                self._client = client
+                self._set_rate(self._ensure(client))
+                self._read_at = time.monotonic()
+            client = self._client
+            busy_since: float | None = None
             while True:
+                if time.monotonic() - self._read_at >= POLL_S:
+                    self._read(client)
                 try:
-                    client.increment_concurrency_slots(names=[self.name], slots=1, mode="rate_limit")
+                    with self._no_client_retries():
+                        client.increment_concurrency_slots(names=[self.name], slots=1, mode="rate_limit")
                     return
                 except Exception as exc:
-                    if _status(exc) not in (422, 423):
+                    status = _status(exc)
+                    if status in (422, 423):  # the rate is spent: as long as the server says
+                        busy_since = None
+                        time.sleep(min(_retry_after(exc, POLL_S), 1.0))
+                        continue
+                    if status not in BUSY and not _transport_error(exc):
                         raise
-                    time.sleep(min(_retry_after(exc, POLL_S), 1.0))
+                    busy_since = busy_since or time.monotonic()  # busy (SQLite) or restarting
+                    if time.monotonic() - busy_since > BUSY_GIVE_UP_S:
+                        raise
+                    time.sleep(BUSY_RETRY_S * random.uniform(0.5, 1.5))
+
+    def _no_client_retries(self) -> Any:
+        """A settings context in which Prefect's client does not retry by itself: it would
+        wait 2, 4, 8, 16 and 32 s after a busy answer while the turn (and every call of this
+        process) waits behind it; :meth:`wait` asks again after :data:`BUSY_RETRY_S`."""
+        from prefect.context import SettingsContext, get_settings_context  # noqa: PLC0415 - as above
+        from prefect.settings import PREFECT_CLIENT_MAX_RETRIES  # noqa: PLC0415 - as above
+
+        context = get_settings_context()
+        if self._settings is None:  # made once: a copy of Prefect's settings takes about 50 ms
+            self._settings = context.settings.copy_with_update(updates={PREFECT_CLIENT_MAX_RETRIES: 0})
+        return SettingsContext(profile=context.profile, settings=self._settings)
+
+    def _read(self, client: Any) -> None:
+        from prefect.exceptions import ObjectNotFound  # noqa: PLC0415 - as in _default_client
+
+        try:
+            current = client.read_global_concurrency_limit_by_name(self.name)
+        except ObjectNotFound:  # deleted mid-run: created again with the config's value
+            current = self._ensure(client)
+        self._set_rate(current)
+        self._read_at = time.monotonic()
+
+    def _ensure(self, client: Any) -> Any:
+        return _ensure(client, self.name, self.model_id, "requests_per_second", self.per_second, self.per_second)
+
+    def _set_rate(self, current: Any) -> None:
+        value: float = current.slot_decay_per_second if current.active else float(SWITCHED_OFF)
+        if self.rate is not None and value != self.rate:
+            log.warning("%s: %s", self.model_id, change_line(self.name, _number(self.rate), _number(value)))
+            was, now = shown_limit(_number(self.rate)), shown_limit(_number(value))
+            _note_change(self.name, {"at": _now(), "from": was, "to": now, "by": "the Prefect server"})
+            _note(self.name, server_value=now)
+        self.rate = value
+
+    def close(self) -> None:
+        """Close the connection to the server (the next call opens another). A call still
+        waiting for the rate (a limit of 0) keeps it: closing must not wait for that."""
+        if not self._turn.acquire(timeout=1.0):
+            return
+        try:
+            client, self._client = self._client, None
+        finally:
+            self._turn.release()
+        if client is not None:
+            client.__exit__(None, None, None)
+
+
+def _transport_error(exc: BaseException) -> bool:
+    """The request did not reach the server, or its answer did not come back (httpx)."""
+    import httpx  # noqa: PLC0415 - Prefect's client brings it; only runs with a server need it
+
+    return isinstance(exc, httpx.TransportError)
+
+
+def _number(value: float) -> float:
+    """A rate as the log shows it: 4, not 4.0; 0.5 as it is."""
+    return int(value) if float(value).is_integer() else value
 
 
 class SharedLimiter(Limiter):
@@ -557,6 +646,8 @@ class SharedLimiter(Limiter):
     def close(self) -> None:
         if self.slots is not None:
             self.slots.close()
+        if self.rate is not None:
+            self.rate.close()
 
     @contextmanager
     def acquire(self) -> Iterator[None]:

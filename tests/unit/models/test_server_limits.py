@@ -18,7 +18,7 @@ from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from ape.schemas.config import ModelConfig
 from ape.tasks.models import server_limits
 from ape.tasks.models.limits import RateLimiter, limiter_for, uses_server_limits
-from ape.tasks.models.server_limits import ServerSlots, SharedLimiter, limit_names, limit_notes
+from ape.tasks.models.server_limits import ServerRate, ServerSlots, SharedLimiter, limit_names, limit_notes
 
 
 def test_names_are_valid_prefect_names_and_name_endpoint_and_model() -> None:
@@ -283,3 +283,137 @@ def test_the_process_does_not_sit_at_its_end_for_a_server_that_stopped_answering
     finally:
         answer.set()
         slots._thread.join(30)
+
+
+class FakeRate(FakeServer):
+    """A rate limit (slot decay) that refuses every other acquisition (423, Retry-After) and
+    counts its clients and the acquisitions asked at the same moment."""
+
+    def __init__(self, name: str, per_second: float) -> None:
+        super().__init__(name, limit=int(per_second))
+        self.per_second = per_second
+        self.clients = 0
+        self.asking = 0
+        self.most_asking = 0
+        self.granted = 0
+        self.refused = 0
+
+    def read_global_concurrency_limit_by_name(self, name: str) -> Any:
+        limit = super().read_global_concurrency_limit_by_name(name)
+        limit.slot_decay_per_second = self.per_second
+        return limit
+
+    def increment_concurrency_slots(self, names: list[str], slots: int, mode: str) -> None:
+        assert mode == "rate_limit" and slots == 1
+        with self.lock:
+            self.asking += 1
+            self.most_asking = max(self.most_asking, self.asking)
+            refuse = (self.granted + self.refused) % 2 == 0
+            self.refused += refuse
+            self.granted += not refuse
+        try:
+            time.sleep(0.01)  # the server's answer takes a moment: callers asking together overlap
+            if refuse:
+                request = httpx.Request("POST", "http://fake")
+                response = httpx.Response(423, request=request, headers={"Retry-After": "0.01"})
+                raise httpx.HTTPStatusError("locked", request=request, response=response)
+        finally:
+            with self.lock:
+                self.asking -= 1
+
+
+def test_one_caller_at_a_time_asks_for_the_rate_on_one_connection() -> None:
+    """Sixteen workers waiting for the rate: one asks the server at a time, on one client.
+    Before, each waiting worker asked on its own new connection every 1/R s; on a real server
+    the refusals made SQLite busy, and Prefect's client retried the 503s up to 62 s later."""
+    server = FakeRate("ape:r:m:per-second", per_second=4)
+
+    def client() -> FakeRate:
+        server.clients += 1
+        return server
+
+    rate = ServerRate("ape:r:m:per-second", "m", 4, client=client)
+    workers = [threading.Thread(target=rate.wait) for _ in range(16)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(30)
+    assert server.granted == 16 and server.refused >= 15
+    assert server.most_asking == 1
+    assert server.clients == 1
+    rate.close()
+    rate.wait()  # closed: the next call opens another connection
+    assert server.clients == 2
+
+
+def test_a_rate_changed_on_the_server_is_logged_and_recorded(
+    monkeypatch: pytest.MonkeyPatch, ape_log: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(server_limits, "POLL_S", 0.0)
+    server = FakeRate("ape:c:m:per-second", per_second=4)
+    rate = ServerRate("ape:c:m:per-second", "m", 4, client=lambda: server)
+    rate.wait()
+    server.per_second = 20
+    rate.wait()
+    server.per_second = 0.5
+    rate.wait()
+    server.switched_on = False
+    rate.wait()
+    lines = [r.getMessage() for r in ape_log.records if "ape:c:m:per-second" in r.getMessage()]
+    assert lines == [
+        "m: the server's limit ape:c:m:per-second changed from 4 to 20",
+        "m: the server's limit ape:c:m:per-second changed from 20 to 0.5",
+        "m: the server's limit ape:c:m:per-second was switched off (it was 0.5): it no longer limits the calls",
+    ], lines
+    (note,) = limit_notes(["ape:c:m:per-second"])
+    assert [(c["from"], c["to"]) for c in note["changes"]] == [(4, 20), (20, 0.5), (0.5, "switched off")]
+    assert note["server_value"] == "switched off" and note["config_value"] == 4
+
+
+def test_a_busy_server_is_asked_again_at_once_not_after_prefects_backoff() -> None:
+    """A rate acquisition the server answers 503 (SQLite busy) is asked again within a
+    fraction of a second: Prefect's client, left to retry it, waited 2, 4, 8... s while every
+    call of the process queued behind it (measured: increments of 2.0-6.0 s on a real server)."""
+    from prefect.settings import PREFECT_CLIENT_MAX_RETRIES
+
+    retries_seen: list[int] = []
+
+    class Busy(FakeRate):
+        def increment_concurrency_slots(self, names: list[str], slots: int, mode: str) -> None:
+            retries_seen.append(PREFECT_CLIENT_MAX_RETRIES.value())
+            if len(retries_seen) <= 3:
+                request = httpx.Request("POST", "http://fake")
+                raise httpx.HTTPStatusError("busy", request=request, response=httpx.Response(503, request=request))
+
+    server = Busy("ape:b:m:per-second", per_second=4)
+    rate = ServerRate("ape:b:m:per-second", "m", 4, client=lambda: server)
+    started = time.monotonic()
+    rate.wait()
+    assert time.monotonic() - started < 2.0
+    assert retries_seen == [0, 0, 0, 0]  # the client did not retry by itself
+    assert PREFECT_CLIENT_MAX_RETRIES.value() > 0  # ... only inside the acquisition
+
+
+def test_closing_does_not_wait_for_a_call_held_by_a_rate_of_zero() -> None:
+    raised = threading.Event()  # the limit goes up from 0 at the end: the call gets its slot
+
+    class Zero(FakeRate):
+        def increment_concurrency_slots(self, names: list[str], slots: int, mode: str) -> None:
+            if raised.is_set():
+                return
+            request = httpx.Request("POST", "http://fake")
+            response = httpx.Response(423, request=request, headers={"Retry-After": "0.05"})
+            raise httpx.HTTPStatusError("locked", request=request, response=response)
+
+    server = Zero("ape:z:m:per-second", per_second=1)
+    rate = ServerRate("ape:z:m:per-second", "m", 1, client=lambda: server)
+    held = threading.Thread(target=rate.wait, daemon=True)  # never gets a slot
+    held.start()
+    _until(lambda: rate._client is not None)
+    started = time.monotonic()
+    rate.close()
+    assert time.monotonic() - started < 3.0
+    assert held.is_alive() and rate._client is server  # the waiting call keeps its connection
+    raised.set()
+    held.join(10)
+    assert not held.is_alive()
