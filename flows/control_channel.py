@@ -12,7 +12,6 @@ import getpass
 import json
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +30,7 @@ from ape.schemas.control import (
     ctl_tag,
     variable_name,
 )
+from ape.tasks.storage.save import atomic_write_text
 
 MAX_FILE_BYTES = 4096
 
@@ -100,16 +100,7 @@ def write_request_file(folder: Path, action: Action, by: str) -> Path:
     """Write ``folder/control.json`` (owner-only, atomically): the loop reads it within a second."""
     request = ControlRequest(action=action, by=by, at=datetime.now(UTC))
     path = Path(folder) / CONTROL_FILE
-    fd, tmp = tempfile.mkstemp(prefix=f".{CONTROL_FILE}.", dir=folder)  # 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(request.model_dump_json() + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, request.model_dump_json() + "\n", mode=0o600)  # owner-only, whatever is shared
     return path
 
 

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ape.cli.status import is_uuid
 from ape.schemas.control import Action
 from ape.schemas.errors import ApeError
 from ape.tasks.common.inert import terminal_safe
@@ -120,7 +121,7 @@ def _find_flow_run(client: Any, run: str) -> Any:
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
     from prefect.exceptions import ObjectNotFound
 
-    if _is_uuid(run):
+    if is_uuid(run):
         try:
             return client.read_flow_run(uuid.UUID(run))
         except ObjectNotFound:
@@ -154,11 +155,3 @@ def _model_runs(client: Any, flow_run: Any) -> list[Any]:
         return list(own)
     children = FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run.id]), state=going)
     return list(client.read_flow_runs(flow_filter=evaluate, flow_run_filter=children))
-
-
-def _is_uuid(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True

@@ -40,7 +40,7 @@ def status(run: Path, *, as_json: bool = False) -> int:
     from ape.tasks.report.live import describe
     from ape.tasks.storage.live_files import find_live, read_live
 
-    if not run.exists() and _is_uuid(str(run)):
+    if not run.exists() and is_uuid(str(run)):
         raise ApeError(
             "ape status takes an output folder, not a flow run id",
             where=str(run),
@@ -59,7 +59,7 @@ def status(run: Path, *, as_json: bool = False) -> int:
     return 0
 
 
-def _is_uuid(text: str) -> bool:
+def is_uuid(text: str) -> bool:
     try:
         uuid.UUID(text)
     except ValueError:

@@ -51,17 +51,18 @@ QUARANTINE_SUFFIX = ".damaged"
 WRITE_GUARD = threading.RLock()
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str, mode: int | None = None) -> None:
     """Replace ``path`` with ``text`` so readers see the old or the new file, never half.
 
     The file gets the mode of any file created now (0666 less the umask: 0600 during a run,
     0640 shared with the group, :mod:`ape.tasks.storage.file_modes`); mkstemp alone would
-    make it 0600 whatever the run's setting.
+    make it 0600 whatever the run's setting. ``mode`` sets it instead (a request file that
+    must stay its owner's alone whatever the run shares).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        os.fchmod(fd, created_file_mode())
+        os.fchmod(fd, created_file_mode() if mode is None else mode)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
