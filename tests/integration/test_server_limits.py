@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +30,7 @@ import pytest
 pytest.importorskip("langchain_openai", reason="an openai model needs the 'openai' extra")
 
 from ape.tasks.models.server_limits import waiting_variable  # noqa: E402
-from tests.helpers.fake_openai import LoopbackEndpoint, Request, completion  # noqa: E402
+from tests.helpers.counting_endpoint import CountingEndpoint
 from tests.helpers.paths import REPO_ROOT  # noqa: E402
 from tests.helpers.prefect_api import PrefectApi  # noqa: E402
 from tests.helpers.processes import stop_group  # noqa: E402
@@ -51,57 +49,13 @@ timeout_s = 30
 """
 
 
-class CountingEndpoint:
-    """Answers every chat request right after ``LATENCY_S``, counting requests in flight: in
-    all, and per run (told apart by their API keys). Requests are held until ``go`` is set:
-    the first run cannot finish before the second is there to share."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.now = 0
-        self.peak = 0
-        self.peaks: list[tuple[float, int]] = []  # (time, in flight) at each new high
-        self.spans: dict[str, list[float]] = {}  # key -> [first request, last answer]
-        self.go = threading.Event()
-        self.endpoint = LoopbackEndpoint(self.respond)
-
-    def respond(self, request: Request) -> tuple[int, dict]:
-        key = request.auth or ""
-        with self.lock:
-            self.now += 1
-            if self.now > self.peak:
-                self.peak = self.now
-                self.peaks.append((time.monotonic(), self.now))
-            self.spans.setdefault(key, [time.monotonic(), 0.0])
-        try:
-            self.go.wait(180)
-            time.sleep(LATENCY_S)
-            a, b = map(int, re.findall(r"What is (\d+) \+ (\d+)", json.dumps(request.body))[-1])
-            return 200, completion(f"The answer is {a + b}")
-        finally:
-            with self.lock:
-                self.now -= 1
-                self.spans[key][1] = time.monotonic()
-
-    def wait_for(self, in_flight: int, timeout_s: float) -> float | None:
-        """Seconds until ``in_flight`` requests were in flight at once, or None at the timeout."""
-        started = time.monotonic()
-        while time.monotonic() - started < timeout_s:
-            with self.lock:
-                if self.peak >= in_flight:
-                    return time.monotonic() - started
-            time.sleep(0.05)
-        return None
-
-
 @pytest.fixture
 def endpoint() -> Iterator[CountingEndpoint]:
-    counting = CountingEndpoint()
+    counting = CountingEndpoint(LATENCY_S)  # held until go: the first run waits for the second
     try:
         yield counting
     finally:
-        counting.go.set()
-        counting.endpoint.close()
+        counting.close()
 
 
 def _start(config: Path, key: str, api: str) -> subprocess.Popen[str]:
@@ -126,7 +80,7 @@ def _limit(api: PrefectApi, name: str) -> dict | None:
 def test_two_runs_share_the_servers_limit_and_a_change_reaches_them_live(
     prefect_server: str, endpoint: CountingEndpoint, tmp_path: Path
 ) -> None:
-    base_url = endpoint.endpoint.base_url
+    base_url = endpoint.base_url
     name = f"ape:127.0.0.1:{base_url.split(':')[2].split('/')[0]}:shared"
     run = "solver_workers = 16\n"
     first = make_benchmark(tmp_path / "a", n=ITEMS, run=run, models=MODEL.format(name="a", base_url=base_url, limit=4))
@@ -151,7 +105,7 @@ def test_two_runs_share_the_servers_limit_and_a_change_reaches_them_live(
                 assert time.monotonic() < deadline, "the second run never said it waits"
                 time.sleep(0.2)
             # both runs going, the second refused: the first holds the server's 4, held by the endpoint
-            assert endpoint.peak == 4 and "Bearer key-b" not in endpoint.spans, endpoint.peaks
+            assert endpoint.peak == 4 and all(key != "Bearer key-b" for _, key in endpoint.arrivals), endpoint.peaks
             changed = subprocess.run(
                 [sys.executable, "-m", "prefect", "gcl", "update", name, "--limit", "8"],
                 env=dict(os.environ, PREFECT_API_URL=prefect_server),
