@@ -165,7 +165,12 @@ def test_check_errors_fail_the_run_and_retry_rechecks_without_model_calls(tmp_pa
     assert first.returncode == 1, out
     # one line per check error, a summary, the leaderboard column; no traceback
     assert "item i1 run 0: check error: TypeError: the checker returned str 'yes'" in first.stderr
-    assert "item i2 run 0: check error: RuntimeError: checker bug" in first.stderr
+    # the same error on i2-i5: the first to finish is shown (workers finish in any order), the
+    # rest are folded into one line, and run.log holds every one
+    assert re.search(r"item i[2-5] run 0: check error: RuntimeError: checker bug", first.stderr), first.stderr
+    assert "the same check error on 4 sessions" in first.stderr
+    run_log = (tmp_path / "out" / "run.log").read_text()
+    assert all(f"item i{i} run 0: check error: RuntimeError: checker bug" in run_log for i in range(2, 6))
     assert "0 errored sessions, 5 check errors" in first.stderr
     assert "5 of 6 items of m errored (0 session error(s), 5 check error(s)" in first.stderr
     assert "Traceback" not in out
