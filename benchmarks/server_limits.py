@@ -44,7 +44,12 @@ def workload(speed, folder: Path, n: int, latency: float, workers: int, shared: 
     config = speed.make_workload(folder, n, latency, workers, call_log=False)
     text = config.read_text()
     limits = f"max_concurrency = {workers}\nshared_limits = {'true' if shared else 'false'}\n"
-    config.write_text(text.replace("[adapter]", limits + "[adapter]", 1))
+    text = text.replace("[adapter]", limits + "[adapter]", 1)
+    # a model name per worker count: the limit is named after the model, and the server keeps
+    # the value it was created with (the 64-worker rows' 64 held the 256-worker runs to 64)
+    text = text.replace('[model]\nname = "mock"', f'[model]\nname = "mock-{workers}"', 1)
+    assert f'name = "mock-{workers}"' in text, "speed.py's config changed: name the model per worker count"
+    config.write_text(text)
     return config
 
 
