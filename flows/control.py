@@ -265,6 +265,21 @@ class RunControl:
         log.warning("%s: %s", self.model, text, extra={CONSOLE_SKIP: True})
 
 
+def earlier_events(previous: dict[str, Any]) -> list[ControlEvent]:
+    """The control actions an earlier run of this output folder recorded (its metadata.json's
+    ``control``), so a resumed run's log and report keep them. The file is read back, so only
+    entries that validate as :class:`ControlEvent` are kept; anything else is dropped with a
+    debug line (the run goes on without it)."""
+    kept: list[ControlEvent] = []
+    entries = previous.get("control") if isinstance(previous, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        try:
+            kept.append(ControlEvent.model_validate(entry))
+        except ValueError as exc:
+            log.debug("an earlier control entry left out: %s", exc)
+    return kept
+
+
 def control_log(config: ApeConfig) -> list[dict[str, Any]]:
     """Each model's control actions of this run (its metadata.json's ``control``), one list
     with the model named, in time order: the report's ``summary.control``."""

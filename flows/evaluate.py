@@ -31,7 +31,7 @@ from prefect.runtime import flow_run
 from prefect.states import Failed
 from pydantic import BaseModel
 
-from ape.flows.control import RunControl
+from ape.flows.control import RunControl, earlier_events
 from ape.flows.feeders import DaskFeeder, Feeder, ThreadFeeder, dask_task_runner
 from ape.flows.item import ItemProcessor
 from ape.flows.live_view import LiveView
@@ -88,6 +88,7 @@ class Runner:
         self.redo_outcomes = {Outcome(o) for o in (redo_outcomes or [])}
         self.refresh: set[str] = set()  # items whose cached generations must be regenerated
         self.chains: dict[str, int] = {}  # stage chains recorded / left out (set when the loop ends)
+        self.earlier_control: list[Any] = []  # a resumed folder's earlier pause/resume/drain actions
 
     # -- the loop (flow thread) ----------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -189,7 +190,7 @@ class Runner:
         setup, cfg = self.setup, self.setup.config
         previous = recorded(setup.out_dir / cfg.run.metadata_file)
         refuse_mixing(previous, fingerprints, setup.out_dir)  # before anything is rewritten
-        saver.load()
+        self.earlier_control = [e.model_dump(mode="json") for e in earlier_events(saver.load())]
         apply_changes(saver, previous, fingerprints, setup.model_id, cached=cfg.run.cache)
         redo = saver.discard(saver.errored_ids())
         if redo:
@@ -241,7 +242,7 @@ class Runner:
                     feeder.submit(item)
                 if not feeder.pending:
                     if control.mode == "pause" and (held or not exhausted):  # in flight all saved: wait
-                        saver.note("control", [e.model_dump(mode="json") for e in control.events])
+                        saver.note("control", self._control_log(control))
                         saver.flush_metadata()
                         control.hold(tally.done, tally.total)
                         continue
@@ -257,8 +258,12 @@ class Runner:
                         self._call_hook(batch)
                 view.update()
             self._note_limits(saver)
-            if control.events:  # who paused, resumed or drained the run, when, what changed
-                saver.note("control", [e.model_dump(mode="json") for e in control.events])
+            if control.events or self.earlier_control:  # who paused, resumed or drained, when, what changed
+                saver.note("control", self._control_log(control))
+
+    def _control_log(self, control: RunControl) -> list[Any]:
+        """metadata.json's ``control``: the earlier runs' actions on this folder, then this run's."""
+        return self.earlier_control + [e.model_dump(mode="json") for e in control.events]
 
     def _live_view(
         self,

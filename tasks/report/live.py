@@ -249,7 +249,10 @@ def describe(status: LiveStatus, now: datetime | None = None) -> list[tuple[str,
     going = s.state in ("running", "paused", "draining")
     state = s.state if not going or age < 30 else f"{s.state}? (no update for {duration(age)})"
     return [
-        ("state", f"{state}, {duration(s.elapsed_s)} since it started"),
+        (
+            "state",
+            f"{state}, {duration(s.elapsed_s)} since it started" if going else f"{state} after {duration(s.elapsed_s)}",
+        ),
         ("items", f"{s.done} of {s.total} done{share}{resumed}, {s.items_in_flight} in flight"),
         ("pass rate", rate),
         ("errors", f"{s.errors} sessions errored, {s.check_errors} checks errored"),

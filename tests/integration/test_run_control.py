@@ -161,6 +161,10 @@ def test_drain_ends_resumably_with_exit_4_and_the_next_run_goes_on(prefect_serve
     ids = _ids(out)
     assert len(ids) == ITEMS and set(ids.values()) == {1}, ids
     assert len(_lines(calls)) == ITEMS  # the second run called only what the first had not saved
+    # the resumed run keeps the first run's drain in its log and report
+    assert [e["action"] for e in json.loads((out / "metadata.json").read_text())["control"]] == ["drain"]
+    report = json.loads((out / "report.json").read_text())
+    assert [e["action"] for e in report["summary"]["control"]] == ["drain"]
 
 
 def test_without_a_server_the_file_channel_pauses_and_resumes(tmp_path: Path) -> None:

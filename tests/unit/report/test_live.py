@@ -129,7 +129,8 @@ def test_a_finished_or_stopped_run_shows_no_time_left_and_a_silent_one_is_flagge
     counts = LiveCounts("b", "m", total=2)
     counts.add(_batch("a", True))
     stopped = dict(describe(counts.status("stopped")))
-    assert stopped["time left"] == "- (1 items not done)" and stopped["state"].startswith("stopped")
+    assert stopped["time left"] == "- (1 items not done)" and stopped["state"].startswith("stopped after ")
+    assert "since it started" in dict(describe(counts.status("running")))["state"]
     running = counts.status("running")
     later = running.updated_at + timedelta(minutes=5)
     assert dict(describe(running, later))["state"].startswith("running? (no update for 5 min 00 s)")
