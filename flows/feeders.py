@@ -12,7 +12,8 @@ import contextvars
 import threading
 import time
 from collections.abc import Collection, Sized
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
+from queue import Empty, SimpleQueue
 from typing import Any, Protocol
 
 from prefect import task
@@ -67,6 +68,10 @@ class ThreadFeeder:
         )
         self.pending: set[Future] = set()
         self._items: dict[Future, BaseModel] = {}  # what each pending future runs (for withdraw)
+        # futures as they finish, put by their done callback: next_done takes them in O(1) each;
+        # concurrent.futures.wait over the window (4x the workers) locked and unlocked every
+        # pending future per call, a fifth of the run's CPU at 256 workers
+        self._finished: SimpleQueue[Future] = SimpleQueue()
 
     def _run(self, item: BaseModel) -> OutputBatch:
         return self.processor.run_item(item, self.recording, item_id(item) in self.refresh, self.session_log)[0]
@@ -77,15 +82,26 @@ class ThreadFeeder:
         future = self.pool.submit(ctx.run, self._run, item)
         self.pending.add(future)
         self._items[future] = item
+        future.add_done_callback(self._finished.put)
 
     def next_done(self) -> list[OutputBatch]:
-        done, self.pending = wait(self.pending, return_when=FIRST_COMPLETED)
-        if self.pending:
-            # items of one wave finish together: gather the wave and commit it with one fsync
-            more, self.pending = wait(self.pending, timeout=0.005)
-            done |= more
-        for future in done:
+        """The batches of the items that finished: waits for one, then gathers what finishes
+        within 5 ms (items of one wave finish together, and are committed with one fsync)."""
+        done: list[Future] = []
+        deadline = None
+        while self.pending:
+            timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            try:
+                future = self._finished.get(timeout=timeout)
+            except Empty:
+                break
+            if future not in self.pending:  # withdrawn (cancelled) by a pause or drain
+                continue
+            self.pending.discard(future)
             self._items.pop(future, None)
+            done.append(future)
+            if deadline is None:
+                deadline = time.monotonic() + 0.005
         return [f.result() for f in done]
 
     def withdraw(self) -> list[BaseModel]:

@@ -16,6 +16,8 @@ a planted file) is a miss, counted and warned once per run.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Any, cast
@@ -28,6 +30,12 @@ from ape.tasks.storage.prefect_internals import CacheRecords, task_context, task
 from ape.tasks.storage.runs import CACHE_DIR
 
 log = logging.getLogger("ape")
+
+
+def combined_key(*keys: str) -> str:
+    """Prefect's ``hash_objects(*keys)`` for string keys: the MD5 of the JSON of ``(keys, {})``
+    with sorted keys (its ``JSONSerializer``), computed without building that serializer."""
+    return hashlib.md5(json.dumps([list(keys), {}], sort_keys=True).encode(), usedforsecurity=False).hexdigest()
 
 
 class SessionCache:
@@ -44,12 +52,44 @@ class SessionCache:
             update={"cache_result_in_memory": False, "result_storage": resolved_once(store.result_storage)}
         )
         self.folder = Path(str(cast(CacheRecords, self.policy.key_storage).basepath))  # its records (cached_variant)
+        # cached_variant's policy: the SessionSpec's key, then the task source's (fixed for the run)
+        policies = list(getattr(self.policy, "policies", []))
+        self._spec_policy = policies[0] if len(policies) == 2 else self.policy
+        self._source_key: str | None = (
+            policies[1].compute_key(task_ctx=self._context, inputs={}, flow_parameters={})
+            if len(policies) == 2
+            else None
+        )
+        self._fast: bool | None = None  # known after the first key (see key())
 
     def key(self, spec: SessionSpec) -> str:
-        """The cache key the task engine computes for ``stage(spec)``."""
+        """The cache key the task engine computes for ``stage(spec)``.
+
+        The engine's compound policy re-reads the task's source and builds a serializer (two
+        imports by name under the import lock) for every key: at 256 solver workers that was
+        about a sixth of the run's samples. The source's key is the same for the whole run, so
+        it is taken once and combined the way Prefect's ``hash_objects`` combines keys
+        (:func:`combined_key`). The first key is also computed by the engine's policy; if a
+        Prefect version hashes differently, every key comes from the engine's policy, so a
+        cache written by live task runs is always found."""
+        fast = self._fast
+        if fast is None:
+            engine = self._engine_key(spec)
+            fast = self._fast = (
+                self._source_key is not None and combined_key(self._spec_part(spec), self._source_key) == engine
+            )
+            if not fast:
+                log.debug("session cache: Prefect's key differs from the combined one; using its policy for every key")
+            return engine
+        return combined_key(self._spec_part(spec), cast(str, self._source_key)) if fast else self._engine_key(spec)
+
+    def _engine_key(self, spec: SessionSpec) -> str:
         key = self.policy.compute_key(task_ctx=self._context, inputs={"spec": spec}, flow_parameters={})
         assert key is not None  # a SessionSpec always gives a key
         return str(key)
+
+    def _spec_part(self, spec: SessionSpec) -> str:
+        return str(self._spec_policy.compute_key(task_ctx=self._context, inputs={"spec": spec}, flow_parameters={}))
 
     def read(self, key: str) -> SolveRecord | None:
         """The cached record, or None when there is none, it expired, or it is not APE's

@@ -33,3 +33,25 @@ def test_every_cached_stage_has_a_key_of_its_spec(stage, tmp_path: Path) -> None
 def test_stages_of_one_session_have_their_own_keys(tmp_path: Path) -> None:
     keys = {_key(stage, _spec(), tmp_path) for stage in STAGES}
     assert len(keys) == len(STAGES)
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
+def test_session_cache_keys_equal_the_engines_keys(stage, tmp_path: Path) -> None:
+    """SessionCache combines the spec's key with the source's key taken once; each key must be
+    the one Prefect's task engine computes, or a cache written by live task runs is missed."""
+    from ape.tasks.session.cache import SessionCache
+
+    cache = SessionCache(cached_variant(stage, tmp_path))
+    specs = [_spec(), _spec("What is 2 + 4?"), _spec('ünïcode "quoted" \\ prompt')]
+    assert [cache.key(s) for s in specs] == [_key(stage, s, tmp_path) for s in specs]
+    assert cache._fast is True  # the combined key agreed with the engine's on the first spec
+
+
+def test_session_cache_uses_the_engines_policy_when_prefect_hashes_differently(tmp_path: Path, monkeypatch) -> None:
+    from ape.tasks.session import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "combined_key", lambda *keys: "not prefect's")
+    cache = cache_module.SessionCache(cached_variant(session_task, tmp_path))
+    specs = [_spec(), _spec("What is 2 + 4?")]
+    assert [cache.key(s) for s in specs] == [_key(session_task, s, tmp_path) for s in specs]
+    assert cache._fast is False
