@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -106,3 +107,17 @@ def wait_while_running(
         assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
         assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-3000:]
         time.sleep(poll)
+
+
+def start_ape(config: Path, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """``ape run CONFIG ARGS`` as a real child in its own session, from the config's folder,
+    stdout and stderr in one pipe: a run the test watches, controls, or kills with its group."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "ape", "run", str(config), *args],
+        cwd=config.parent,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )

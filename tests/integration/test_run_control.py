@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.prefect_api import PrefectApi
-from tests.helpers.processes import stop_group
+from tests.helpers.processes import start_ape, stop_group
 from tests.helpers.runner import make_benchmark
 
 ITEMS = 80
@@ -45,15 +45,7 @@ def _env(api: str | None) -> dict[str, str]:
 
 
 def _start(config: Path, api: str | None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "ape", "run", str(config), "--no-server"],
-        cwd=config.parent,
-        env=_env(api),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    return start_ape(config, "--no-server", env=_env(api))
 
 
 def _ctl(verb: str, run: str, api: str | None) -> subprocess.CompletedProcess[str]:

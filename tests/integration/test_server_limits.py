@@ -33,7 +33,7 @@ from ape.tasks.models.server_limits import waiting_variable  # noqa: E402
 from tests.helpers.counting_endpoint import CountingEndpoint
 from tests.helpers.paths import REPO_ROOT  # noqa: E402
 from tests.helpers.prefect_api import PrefectApi  # noqa: E402
-from tests.helpers.processes import stop_group  # noqa: E402
+from tests.helpers.processes import start_ape, stop_group  # noqa: E402
 from tests.helpers.runner import make_benchmark  # noqa: E402
 
 LATENCY_S = 0.25
@@ -60,16 +60,7 @@ def endpoint() -> Iterator[CountingEndpoint]:
 
 def _start(config: Path, key: str, api: str) -> subprocess.Popen[str]:
     path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=path, APE_GCL_KEY=key, PREFECT_API_URL=api)
-    return subprocess.Popen(
-        [sys.executable, "-m", "ape", "run", str(config), "--no-server"],
-        cwd=config.parent,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    return start_ape(config, "--no-server", env=dict(os.environ, PYTHONPATH=path, APE_GCL_KEY=key, PREFECT_API_URL=api))
 
 
 def _limit(api: PrefectApi, name: str) -> dict | None:

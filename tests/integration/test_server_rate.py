@@ -37,7 +37,7 @@ pytest.importorskip("langchain_openai", reason="an openai model needs the 'opena
 from tests.helpers.counting_endpoint import CountingEndpoint, most_in_window  # noqa: E402
 from tests.helpers.paths import REPO_ROOT  # noqa: E402
 from tests.helpers.prefect_api import PrefectApi  # noqa: E402
-from tests.helpers.processes import stop_group  # noqa: E402
+from tests.helpers.processes import start_ape, stop_group  # noqa: E402
 from tests.helpers.runner import make_benchmark  # noqa: E402
 
 RATE = 4
@@ -70,15 +70,11 @@ def endpoint() -> Iterator[CountingEndpoint]:
 
 def _start(config: Path, key: str, api: str) -> subprocess.Popen[str]:
     path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=path, APE_RATE_KEY=key, PREFECT_API_URL=api)
-    return subprocess.Popen(
-        [sys.executable, "-m", "ape", "run", str(config), "--no-server", "--no-progress"],
-        cwd=config.parent,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+    return start_ape(
+        config,
+        "--no-server",
+        "--no-progress",
+        env=dict(os.environ, PYTHONPATH=path, APE_RATE_KEY=key, PREFECT_API_URL=api),
     )
 
 

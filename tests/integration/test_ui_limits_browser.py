@@ -30,7 +30,7 @@ pytest.importorskip("langchain_openai", reason="an openai model needs the 'opena
 
 from tests.helpers.counting_endpoint import CountingEndpoint  # noqa: E402
 from tests.helpers.paths import REPO_ROOT  # noqa: E402
-from tests.helpers.processes import free_port, stop_group  # noqa: E402
+from tests.helpers.processes import free_port, start_ape, stop_group  # noqa: E402
 from tests.helpers.runner import make_benchmark  # noqa: E402
 from tests.integration.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, _browser_ready  # noqa: E402
 
@@ -82,15 +82,7 @@ def test_a_limit_changed_on_the_concurrency_page_reaches_the_running_evaluation(
         started = subprocess.run([*ape, "server", "start"], env=env, capture_output=True, text=True, timeout=120)
         assert started.returncode == 0, started.stdout + started.stderr
         password = (home / "server" / "auth").read_text().strip()
-        proc = subprocess.Popen(
-            [*ape, "run", str(config), "--no-progress"],
-            cwd=config.parent,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+        proc = start_ape(config, "--no-progress", env=env)
         # the run holds the server's 2 slots: its requests are held by the endpoint
         assert endpoint.wait_for(2, timeout_s=120) is not None, "the run never had 2 requests in flight"
         time.sleep(1.0)  # a third would have come by now, were the limit not held
