@@ -45,7 +45,7 @@ from ape.flows.logs import CONSOLE_SKIP
 from ape.schemas.config import ApeConfig
 from ape.schemas.control import Action, ControlEvent, variable_name
 
-__all__ = ["POLL_EVERY_S", "RunControl", "control_log"]
+__all__ = ["POLL_EVERY_S", "RunControl", "control_log", "recorded_events"]
 
 log = logging.getLogger("ape")
 
@@ -265,9 +265,9 @@ class RunControl:
         log.warning("%s: %s", self.model, text, extra={CONSOLE_SKIP: True})
 
 
-def earlier_events(previous: dict[str, Any]) -> list[ControlEvent]:
-    """The control actions an earlier run of this output folder recorded (its metadata.json's
-    ``control``), so a resumed run's log and report keep them. The file is read back, so only
+def recorded_events(previous: Any) -> list[ControlEvent]:
+    """The control actions a model's metadata.json records (``previous``, its parsed JSON):
+    for a resumed run's log, and for the report. The file is read back, so only
     entries that validate as :class:`ControlEvent` are kept; anything else is dropped with a
     debug line (the run goes on without it)."""
     kept: list[ControlEvent] = []
@@ -276,7 +276,7 @@ def earlier_events(previous: dict[str, Any]) -> list[ControlEvent]:
         try:
             kept.append(ControlEvent.model_validate(entry))
         except ValueError as exc:
-            log.debug("an earlier control entry left out: %s", exc)
+            log.debug("a recorded control entry left out: %s", exc)
     return kept
 
 
@@ -287,12 +287,11 @@ def control_log(config: ApeConfig) -> list[dict[str, Any]]:
     for model in config.model:
         path = config.output_dir_for(model) / config.run.metadata_file
         try:
-            recorded = json.loads(path.read_text(encoding="utf-8")).get("control") or []
-            checked = [ControlEvent.model_validate(e) for e in recorded]
-        except (OSError, ValueError, AttributeError) as exc:  # no file yet, or not a list of events
+            metadata = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:  # no file yet, or not JSON
             log.debug("no control log in %s: %s", path, exc)
             continue
-        events += [{"model": model.model_id, **e.model_dump(mode="json")} for e in checked]
+        events += [{"model": model.model_id, **e.model_dump(mode="json")} for e in recorded_events(metadata)]
     return sorted(events, key=lambda e: e["at"])
 
 

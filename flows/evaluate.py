@@ -31,7 +31,7 @@ from prefect.runtime import flow_run
 from prefect.states import Failed
 from pydantic import BaseModel
 
-from ape.flows.control import RunControl, earlier_events
+from ape.flows.control import RunControl, recorded_events
 from ape.flows.feeders import DaskFeeder, Feeder, ThreadFeeder, dask_task_runner
 from ape.flows.item import ItemProcessor
 from ape.flows.live_view import LiveView
@@ -190,7 +190,7 @@ class Runner:
         setup, cfg = self.setup, self.setup.config
         previous = recorded(setup.out_dir / cfg.run.metadata_file)
         refuse_mixing(previous, fingerprints, setup.out_dir)  # before anything is rewritten
-        self.earlier_control = [e.model_dump(mode="json") for e in earlier_events(saver.load())]
+        self.earlier_control = [e.model_dump(mode="json") for e in recorded_events(saver.load())]
         apply_changes(saver, previous, fingerprints, setup.model_id, cached=cfg.run.cache)
         redo = saver.discard(saver.errored_ids())
         if redo:

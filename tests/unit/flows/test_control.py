@@ -12,7 +12,7 @@ from uuid import uuid4
 
 import pytest
 
-from ape.flows.control import RunControl, earlier_events
+from ape.flows.control import RunControl, recorded_events
 from ape.flows.control_channel import Refused, read_request_file, request_of_variable, write_request_file
 from ape.schemas.control import CONTROL_FILE
 
@@ -123,6 +123,6 @@ def test_a_resumed_runs_earlier_actions_are_kept_and_a_planted_entry_dropped() -
     """metadata.json is read back: only entries that are control events survive into the log."""
     good = {"action": "drain", "by": "ape ctl by alice", "at": "2026-12-04T10:00:00+00:00", "changed": "drained"}
     previous = {"control": [good, {"action": "exec", "by": "x", "at": "now", "changed": ""}, "text", {**good, "x": 1}]}
-    kept = earlier_events(previous)
+    kept = recorded_events(previous)
     assert [e.action for e in kept] == ["drain"] and kept[0].by == "ape ctl by alice"
-    assert earlier_events({"control": "not a list"}) == [] and earlier_events({}) == []
+    assert recorded_events({"control": "not a list"}) == [] and recorded_events({}) == []
