@@ -47,12 +47,20 @@ how often it held:
 server's task-run recorder flushes once a second, a fixed end wait a 6 s run feels and a real
 run does not; the N=5,000 row measures the same thing with that wait under 3% of the ideal.)
 
+``--layout split`` gives the Prefect server cores of its own, as a server on the scale path
+has them: every harness's process runs on the first half of the CPUs, APE's Prefect server
+and the stub (the inference server, a machine of its own in real use) on the other half
+(``taskset``; on two cores, one each). Each row then also gives the server's CPU per task run
+it recorded, the per-event figure that says how many sessions a second one server core takes.
+``--only-workers 256,16`` keeps only the rows of those worker counts.
+
 Needs the ``bench`` extra (inspect-ai) and ``psutil``; lm-eval in a Python of its own.
 
     python benchmarks/compare.py            # 20-40 minutes on 2 busy cores
     python benchmarks/compare.py --quick    # smaller sizes, a smoke test
     python benchmarks/compare.py --systems ape,inspect_ai,pool --rows http --repeat 3
     python benchmarks/compare.py --lm-eval-python /path/to/lm-eval-venv/bin/python
+    python benchmarks/compare.py --systems ape,inspect_ai,pool --layout split --only-workers 256,16 --repeat 3
 """
 
 from __future__ import annotations
@@ -85,6 +93,31 @@ def _speed_module():
 
 
 speed = _speed_module()
+
+# --layout split: the CPUs the harness's process runs on; the rest go to the server and the stub
+HARNESS_CPUS: set[int] | None = None
+
+
+def split_cpus() -> tuple[set[int], set[int]]:
+    """The CPUs this process may use, halved: (the harness's, the server's and the stub's)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--layout split needs at least two CPUs")
+    half = len(cpus) // 2
+    return set(cpus[:half]), set(cpus[half:])
+
+
+def pin_tree(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` and of its children on ``cpus`` (what they start later inherits it)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    for proc in [root, *root.children(recursive=True)]:
+        subprocess.run(
+            ["taskset", "-a", "-p", "-c", ",".join(map(str, sorted(cpus))), str(proc.pid)],
+            check=True,
+            capture_output=True,
+        )
 
 
 # --------------------------------------------------------------------------- children
@@ -377,8 +410,14 @@ def run_one(system: str, folder: Path, w: Workload, env: dict, stub: Stub | None
     server_cpu = speed.tree_cpu(speed.SERVER_PID) if speed.SERVER_PID else 0.0
     python = lm_eval_python if system == "lm_eval" else sys.executable
     t0 = time.time()
+    cpus = HARNESS_CPUS
     proc = subprocess.run(
-        [python, __file__, *args, "--t0", repr(t0)], env=env, capture_output=True, text=True, cwd=ROOT
+        [python, __file__, *args, "--t0", repr(t0)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        preexec_fn=None if cpus is None else (lambda: os.sched_setaffinity(0, cpus)),
     )
     result = None
     for line in proc.stdout.splitlines():
@@ -417,6 +456,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the whole set in this invocation")
     parser.add_argument("--memory", action="store_true", help="add APE's peak memory at N=20,000 over N=2,000")
     parser.add_argument(
+        "--layout",
+        choices=("shared", "split"),
+        default="shared",
+        help="split: the harnesses on half the CPUs, APE's Prefect server and the stub on the other half",
+    )
+    parser.add_argument("--only-workers", help="comma list: keep only the rows of these worker counts")
+    parser.add_argument(
         "--lm-eval-python",
         default=sys.executable,
         help="a Python that has lm-eval installed (lm-eval pins its own dependencies: a separate venv suits it)",
@@ -445,6 +491,9 @@ def main() -> None:
         print(f"lm_eval: {args.lm_eval_python} cannot import lm_eval; left out (see --lm-eval-python)", flush=True)
         systems.remove("lm_eval")
     rows = workloads(args.quick, args.memory, set(args.rows.split(",")))
+    if args.only_workers:
+        keep = {int(n) for n in args.only_workers.split(",") if n}
+        rows = [w for w in rows if w.workers in keep or w.measure == "peak memory"]
     work = Path(tempfile.mkdtemp(prefix="ape-compare-"))
     os.environ["APE_HOME"] = str(work / "ape-home")
     info = server.start(port=int(os.environ.get("APE_COMPARE_PORT", "4251")))
@@ -458,6 +507,13 @@ def main() -> None:
         INSPECT_LOG_DIR=str(work / "inspect"),
     )
     stub = Stub() if any(w.http for w in rows) else None
+    if args.layout == "split":
+        global HARNESS_CPUS
+        HARNESS_CPUS, server_cpus = split_cpus()
+        pin_tree(info.pid, server_cpus)
+        if stub is not None:
+            pin_tree(stub.proc.pid, server_cpus)
+        print(f"layout split: harnesses on CPUs {sorted(HARNESS_CPUS)}, server and stub on {sorted(server_cpus)}")
     rounds: list[dict[str, dict[str, dict]]] = []
     try:
         for round_index in range(args.repeat):
@@ -499,6 +555,9 @@ def cpu_cell(system: str, r: dict, n: int) -> str:
     cell = f"{1000 * r['cpu_loop_s'] / n:.1f}" if r.get("cpu_loop_s") is not None else "?"
     if r.get("server_cpu_s") is not None:
         cell += f" + {1000 * r['server_cpu_s'] / n:.1f}"
+        if r.get("recorded") and r["recorded"][1]:
+            # the per-event figure: the server's CPU per task run it recorded
+            cell += f" ({1000 * r['server_cpu_s'] / r['recorded'][1]:.1f}/task run)"
     if r.get("stub"):
         cell += f"; {1000 * r['stub']['cpu_s'] / n:.2f}"
     return cell

@@ -28,7 +28,9 @@ server keeps up with; this module makes the rest safe:
   :meth:`~ape.tasks.recording.RunRecording.session`, the one way the flows reach it), so
   the chain itself only reports to its :class:`~ape.tasks.recording.stage_runs.StageRecorder`;
   it also sends the session's own task run, recorded when solve -> adapt ran as a plain call;
-- :class:`SlowSessions` shows such a session as Running while it is slow.
+- :class:`SlowSessions` shows such a session as Running while it is slow;
+- :func:`pace_note` is the line a run ends with when the server, not the model, set its
+  pace (solvers held back by :meth:`TaskRunCounts.throttle`, or a long end wait).
 
 Everything here is a no-op without an API server (the ephemeral test harness counts too:
 it answers the same API).
@@ -91,6 +93,11 @@ CHAIN_MAX_LAG = _env_int("APE_CHAIN_MAX_LAG", 100)
 CHAIN_FIRST = _env_int("APE_CHAIN_FIRST", 200)
 # how long the end of a run waits for the server, at most (seconds)
 WAIT_S = float(_env_int("APE_RECORD_WAIT_S", 300))
+# the seconds of waiting for the server (solvers held back, or the end of the run) from which
+# the run says the server set its pace: a run the server keeps up with ends within its
+# recorder's next flush, about a second
+PACE_NOTE_S = 5.0
+PACE_DOC = 'docs/server.md, "Where the line is"'
 POLL_S = 1.0
 
 
@@ -196,6 +203,9 @@ class TaskRunCounts:
         self._sessions: dict[str, int] = {}  # chains judged so far, per flow run
         self._recorded = 0
         self._polled_at = 0.0
+        self._held = 0  # solver threads waiting in throttle() now
+        self._held_since = 0.0
+        self._held_s = 0.0  # wall seconds, before the present wait, with a solver held back
         self._background = background
         self._poller: threading.Thread | None = None
         self.counter = counter
@@ -237,6 +247,7 @@ class TaskRunCounts:
             # server to hold none of the others (a lag too high, never too low)
             self._recorded = 0
             self._polled_at = 0.0
+            self._held_s = 0.0
 
     def _poll(self) -> None:
         """Refresh the recorded count (one thread at a time; the others keep the last one)."""
@@ -284,13 +295,38 @@ class TaskRunCounts:
         if max_lag <= 0 or self.lag() <= max_lag:
             return 0.0
         started = time.monotonic()
-        while time.monotonic() - started < limit_s:
-            if time.monotonic() - self._polled_at >= POLL_S:
-                self._poll()
-            if self.lag() <= max_lag:
-                break
-            time.sleep(0.05)
+        self._hold(True)
+        try:
+            while time.monotonic() - started < limit_s:
+                if time.monotonic() - self._polled_at >= POLL_S:
+                    self._poll()
+                if self.lag() <= max_lag:
+                    break
+                time.sleep(0.05)
+        finally:
+            self._hold(False)
         return time.monotonic() - started
+
+    def _hold(self, entering: bool) -> None:
+        """A solver thread starts or stops waiting in :meth:`throttle`; the clock of
+        :meth:`held_s` runs while at least one waits."""
+        now = time.monotonic()
+        with self._lock:
+            if entering:
+                if self._held == 0:
+                    self._held_since = now
+                self._held += 1
+            else:
+                self._held -= 1
+                if self._held == 0:
+                    self._held_s += now - self._held_since
+
+    def held_s(self) -> float:
+        """Wall seconds during which the server held the run back (at least one solver
+        waited for it to catch up), since this process started or last :meth:`forget`."""
+        with self._lock:
+            ongoing = time.monotonic() - self._held_since if self._held else 0.0
+            return self._held_s + ongoing
 
 
 # process-wide on purpose, and known to no flow (they talk to a RunRecording): the server's
@@ -495,6 +531,9 @@ def wait_until_recorded(
     if polled.error is not None:
         notify(f"could not count the task runs on the Prefect server: {polled.error}")
     result = ServerHeld(expected, max(polled.final, 0), max(polled.open, 0), polled.waited_s)
+    pace = pace_note(counts.held_s(), polled.waited_s if polled.error is None else 0.0)
+    if pace:
+        notify(pace)
     if not result.complete:
         notify(
             f"the Prefect server has not recorded {result.missing} of {expected} task runs "
@@ -502,3 +541,23 @@ def wait_until_recorded(
             "(results on disk are complete)"
         )
     return result
+
+
+def pace_note(held_s: float, end_wait_s: float) -> str | None:
+    """The line that says the Prefect server, not the model, set a run's pace: when solvers
+    waited for it to catch up, or the run's end waited for it, :data:`PACE_NOTE_S` or more in
+    all; None otherwise. Why: at an inference server's pace the run's own server is the limit
+    (one core takes in a few hundred task runs a second), and a user who sees only a slow run
+    would look for the cause in the model or the harness."""
+    if held_s + end_wait_s < PACE_NOTE_S:
+        return None
+    parts = []
+    if held_s >= 0.05:
+        parts.append(f"solvers waited {held_s:.1f} s in all for it to catch up")
+    if end_wait_s >= 0.05:
+        parts.append(f"the end waited {end_wait_s:.1f} s for it to record the last task runs")
+    return (
+        "The Prefect server set this run's pace: "
+        + " and ".join(parts)
+        + f". A server with cores of its own, or fewer task runs (stage_runs = false), goes faster ({PACE_DOC})."
+    )

@@ -340,3 +340,51 @@ def test_the_session_chain_imports_nothing_of_the_mirror() -> None:
         names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
         names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
         assert not [m for m in names if m.startswith("ape.tasks.recording")], path.name
+
+
+def test_throttle_counts_the_time_the_run_was_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recording, "POLL_S", 0.02)
+    server = FakeServer(total=100, rate=10)
+    counts = TaskRunCounts(counter=server, background=False)
+    counts.add("f1", 100)
+    assert counts.held_s() == 0.0
+    threads = [threading.Thread(target=counts.throttle, kwargs={"max_lag": 5, "limit_s": 5}) for _ in range(4)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - started
+    # wall time while any thread waited, not four threads' waits added up
+    assert 0.1 < counts.held_s() <= elapsed + 0.01
+    counts.forget(["f1"])
+    assert counts.held_s() == 0.0
+
+
+def test_the_end_wait_says_when_the_server_set_the_pace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recording, "POLL_S", 0.01)
+    monkeypatch.setattr(recording, "PACE_NOTE_S", 0.05)
+    counts = TaskRunCounts(counter=FakeServer(total=200, rate=5), background=False)
+    counts.add("f1", 200)
+    lines: list[str] = []
+    result = wait_until_recorded(["f1"], counts, wait_s=30, on_progress=lines.append)
+    assert result is not None and result.complete
+    pace = [line for line in lines if "set this run's pace" in line]
+    assert len(pace) == 1 and "to record the last" in pace[0] and "Where the line is" in pace[0]
+    assert "solvers" not in pace[0]  # no solver was held back
+
+
+def test_the_pace_line_names_both_waits() -> None:
+    assert recording.pace_note(1.0, 2.0) is None  # under PACE_NOTE_S in all
+    line = recording.pace_note(12.34, 3.0)
+    assert line is not None
+    assert "solvers waited 12.3 s in all" in line and "the end waited 3.0 s" in line
+
+
+def test_a_server_that_keeps_up_gets_no_pace_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recording, "POLL_S", 0.01)
+    counts = TaskRunCounts(counter=FakeServer(total=50, rate=50), background=False)
+    counts.add("f1", 50)
+    lines: list[str] = []
+    wait_until_recorded(["f1"], counts, wait_s=10, on_progress=lines.append)
+    assert not any("pace" in line for line in lines)
