@@ -97,7 +97,7 @@ def main() -> None:
                     config = workload(speed, folder, n, args.latency, workers, shared)
                     speed.wait_until_idle(info.pid)
                     server0 = speed.tree_cpu(info.pid)
-                    result = speed.run_child(config, env)
+                    result = speed.run_child(config, env, idle_first=False)  # idle just above
                     speed.wait_until_idle(info.pid)
                     server_cpu[shared].append(1000 * (speed.tree_cpu(info.pid) - server0) / n)
                     ratios[shared].append(result["loop_s"] / ideal)

@@ -166,8 +166,11 @@ def wait_until_idle(pid: int | None, limit_s: float = 120.0) -> float:
     return time.perf_counter() - started
 
 
-def run_child(config: Path, env: dict) -> dict:
-    wait_until_idle(SERVER_PID)
+def run_child(config: Path, env: dict, *, idle_first: bool = True) -> dict:
+    """One scenario in a fresh child process; ``idle_first``: after the server has gone idle
+    (a caller that has just waited for it, to read the server's CPU from there, says False)."""
+    if idle_first:
+        wait_until_idle(SERVER_PID)
     proc = subprocess.run(
         [sys.executable, __file__, "--child", str(config)], env=env, capture_output=True, text=True, cwd=ROOT
     )
