@@ -531,7 +531,8 @@ def wait_until_recorded(
     if polled.error is not None:
         notify(f"could not count the task runs on the Prefect server: {polled.error}")
     result = ServerHeld(expected, max(polled.final, 0), max(polled.open, 0), polled.waited_s)
-    pace = pace_note(counts.held_s(), polled.waited_s if polled.error is None else 0.0)
+    # the end's wait counts when it ended with the run recorded (a wait that ran out is said below)
+    pace = pace_note(counts.held_s(), polled.waited_s if polled.done else 0.0)
     if pace:
         notify(pace)
     if not result.complete:
