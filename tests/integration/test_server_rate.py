@@ -3,6 +3,8 @@
 Two real ``ape run`` processes against one real Prefect server and one loopback
 OpenAI-compatible endpoint (in this test process, so it sees every request's arrival):
 
+- the endpoint holds every request until both runs have called it, so neither goes ahead
+  alone while the other starts;
 - both runs' configs say ``requests_per_second = 4``: the limit
   ``ape:127.0.0.1:<port>:rate:per-second`` is a rate limit of 4 slots decaying at 4 per
   second, and the two runs together never send more than ``4 + 4 * W`` requests in any
@@ -55,13 +57,16 @@ model = "rate"
 base_url = "{base_url}"
 api_key_env = "APE_RATE_KEY"
 requests_per_second = {rate}
-timeout_s = 30
+timeout_s = 200
 """
 
 
 @pytest.fixture
 def endpoint() -> Iterator[CountingEndpoint]:
-    counting = CountingEndpoint(latency_s=0.02, held=False)
+    # held until both runs call: a run that starts first must not finish alone before the
+    # other one's first call (a loaded machine started the second 14 s late, and the first
+    # had done its items before the limit changed)
+    counting = CountingEndpoint(latency_s=0.02, held=True)
     try:
         yield counting
     finally:
@@ -106,6 +111,7 @@ def test_two_runs_share_the_servers_rate_and_a_change_reaches_them_live(
                     assert proc.poll() is None, proc.communicate()[0]
                 assert time.monotonic() < deadline, "both runs never called the endpoint"
                 time.sleep(0.1)
+            endpoint.go.set()  # from here both runs go at the shared rate
             both = time.monotonic()
             time.sleep(SLOW_S)
             changed_at = time.monotonic()
