@@ -94,9 +94,6 @@ def _speed_module():
 
 speed = _speed_module()
 
-# --layout split: the CPUs the harness's process runs on; the rest go to the server and the stub
-HARNESS_CPUS: set[int] | None = None
-
 
 def split_cpus() -> tuple[set[int], set[int]]:
     """The CPUs this process may use, halved: (the harness's, the server's and the stub's)."""
@@ -397,7 +394,17 @@ def ape_config(system: str, folder: Path, w: Workload, url: str | None) -> None:
     config.write_text(text)
 
 
-def run_one(system: str, folder: Path, w: Workload, env: dict, stub: Stub | None, lm_eval_python: str) -> dict:
+def run_one(
+    system: str,
+    folder: Path,
+    w: Workload,
+    env: dict,
+    stub: Stub | None,
+    lm_eval_python: str,
+    cpus: set[int] | None = None,
+) -> dict:
+    """One system through one workload in a fresh child process (on ``cpus`` when given:
+    ``--layout split``)."""
     speed.wait_until_idle(speed.SERVER_PID)
     url = stub.url if (w.http and stub is not None) else None
     args = ["--child", system, "--n", str(w.n), "--latency", str(w.latency), "--workers", str(w.workers)]
@@ -410,7 +417,6 @@ def run_one(system: str, folder: Path, w: Workload, env: dict, stub: Stub | None
     server_cpu = speed.tree_cpu(speed.SERVER_PID) if speed.SERVER_PID else 0.0
     python = lm_eval_python if system == "lm_eval" else sys.executable
     t0 = time.time()
-    cpus = HARNESS_CPUS
     proc = subprocess.run(
         [python, __file__, *args, "--t0", repr(t0)],
         env=env,
@@ -507,20 +513,20 @@ def main() -> None:
         INSPECT_LOG_DIR=str(work / "inspect"),
     )
     stub = Stub() if any(w.http for w in rows) else None
+    harness_cpus: set[int] | None = None  # --layout split: the CPUs the harnesses run on
     if args.layout == "split":
-        global HARNESS_CPUS
-        HARNESS_CPUS, server_cpus = split_cpus()
+        harness_cpus, server_cpus = split_cpus()
         pin_tree(info.pid, server_cpus)
         if stub is not None:
             pin_tree(stub.proc.pid, server_cpus)
-        print(f"layout split: harnesses on CPUs {sorted(HARNESS_CPUS)}, server and stub on {sorted(server_cpus)}")
+        print(f"layout split: harnesses on CPUs {sorted(harness_cpus)}, server and stub on {sorted(server_cpus)}")
     rounds: list[dict[str, dict[str, dict]]] = []
     try:
         for round_index in range(args.repeat):
             if args.repeat > 1:
                 print(f"round {round_index + 1} of {args.repeat}", flush=True)
             folder = work / f"round-{round_index}"
-            rounds.append(one_round(systems, rows, folder, env, stub, args.lm_eval_python))
+            rounds.append(one_round(systems, rows, folder, env, stub, args.lm_eval_python, harness_cpus))
     finally:
         if stub is not None:
             stub.stop()
@@ -564,7 +570,13 @@ def cpu_cell(system: str, r: dict, n: int) -> str:
 
 
 def one_round(
-    systems: list[str], rows: list[Workload], folder: Path, env: dict, stub: Stub | None, lm_eval_python: str
+    systems: list[str],
+    rows: list[Workload],
+    folder: Path,
+    env: dict,
+    stub: Stub | None,
+    lm_eval_python: str,
+    harness_cpus: set[int] | None = None,
 ) -> dict[str, dict[str, dict]]:
     """Every workload through every system once: label -> system -> {figure, cpu, raw}."""
     table: dict[str, dict[str, dict]] = {}
@@ -576,7 +588,7 @@ def one_round(
         for system in systems:
             if not _runs_row(system, w):
                 continue
-            r = run_one(system, folder / f"{system}-{index}", w, env, stub, lm_eval_python)
+            r = run_one(system, folder / f"{system}-{index}", w, env, stub, lm_eval_python, harness_cpus)
             cell: dict = {"raw": r, "cpu": cpu_cell(system, r, w.n)}
             if w.measure == "wall/ideal":
                 cell["figure"] = f"{r['loop_s'] / (w.n * w.latency / w.workers):.2f}"
