@@ -103,6 +103,17 @@ class ServerInfo(BaseModel):
     log_file: Path
 
 
+class OwnServer(BaseModel):
+    """The server process this APE home started, as a run watches it (:mod:`ape.watchdog`):
+    its pid, and the address and port a client connects to."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pid: int
+    host: str
+    port: int
+
+
 class _State(BaseModel):
     """What ``server.json`` records about the server ape started."""
 
@@ -260,8 +271,9 @@ def _base_url(host: str, port: int) -> str:
 # --------------------------------------------------------------------------- probes
 
 
-def _healthy(api_url: str, timeout: float = 5.0) -> bool:
-    """True when ``api_url`` is a Prefect API whose health check answers ``true``.
+def healthy(api_url: str, timeout: float = 5.0) -> bool:
+    """True when ``api_url`` is a Prefect API whose health check answers ``true``. Sends no
+    credentials (Prefect's ``/health`` needs none): callers prove the port first.
 
     The timeout is generous because a freshly started server on a busy machine
     can take seconds to answer while its background services boot.
@@ -413,9 +425,24 @@ def status(port: int | None = None) -> ServerInfo | None:
     port = port or preferred_port()
     mine = ours if ours is not None and ours.port == port and _holds_port(ours) else None
     host = mine.host if mine is not None else DEFAULT_HOST
-    if not _healthy(api_url_for(host, port)):
+    if not healthy(api_url_for(host, port)):
         return None
     return _info(home, host, port, mine.pid if mine is not None else None)
+
+
+def own_server(api_url: str) -> OwnServer | None:
+    """The server this APE home started and still runs, when ``api_url`` is its API; None for
+    any other API (a user's ``PREFECT_API_URL``, Prefect Cloud): there is no process to watch."""
+    ours = _live_state(server_home())
+    if ours is None or api_url.rstrip("/") != api_url_for(ours.host, ours.port):
+        return None
+    return OwnServer(pid=ours.pid, host=_connect_host(ours.host), port=ours.port)
+
+
+def process_alive(pid: int) -> bool:
+    """True while process ``pid`` runs (a server this process started and that exited is
+    reaped, so it does not count as alive while a zombie)."""
+    return _alive(pid)
 
 
 def preferred_port() -> int:
@@ -448,13 +475,13 @@ def start(
     with _start_lock(home):
         ours = _live_state(home)
         mine = ours if ours is not None and ours.port == port else None
-        if mine is not None and _holds_port(mine, host) and _healthy(api_url):
+        if mine is not None and _holds_port(mine, host) and healthy(api_url):
             notify(f"Reusing the Prefect server at {_base_url(host, port)} ({password_hint(home)})")
             return _info(home, host, port, mine.pid)
-        if mine is None and _healthy(api_url):
+        if mine is None and healthy(api_url):
             # Someone else's server (another user's, on a shared machine): a run must not
             # send its prompts, answers and artifacts there. PREFECT_API_URL names one on purpose.
-            if ours is not None and _holds_port(ours) and _healthy(api_url_for(ours.host, ours.port)):
+            if ours is not None and _holds_port(ours) and healthy(api_url_for(ours.host, ours.port)):
                 notify(
                     f"Port {port} has a Prefect server that {home} did not start; using APE's own at "
                     f"{_base_url(ours.host, ours.port)} ({password_hint(home)})"
@@ -500,7 +527,7 @@ def running_api_url() -> str | None:
     """The API URL of the server this APE home started, when it runs and answers; None else.
     Used by ``ape.run``, which reuses that server but never starts one."""
     ours = _live_state(server_home())
-    if ours is None or not _holds_port(ours) or not _healthy(api_url_for(ours.host, ours.port)):
+    if ours is None or not _holds_port(ours) or not healthy(api_url_for(ours.host, ours.port)):
         return None
     return api_url_for(ours.host, ours.port)
 
@@ -625,7 +652,7 @@ def _wait_healthy(
     deadline = time.monotonic() + wait_s
     _wait_owned(home, host, port, pid, proc, wait_s)
     while time.monotonic() < deadline:
-        if _healthy(api_url):
+        if healthy(api_url):
             return _info(home, host, port, pid if _alive(pid) else None)
         if not _alive(pid):
             _clear_state(home)
@@ -727,6 +754,7 @@ __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "SERVER_SETTINGS",
+    "OwnServer",
     "ServerInfo",
     "ape_home",
     "api_url_for",
@@ -738,8 +766,11 @@ __all__ = [
     "default_port",
     "ensure_api_url",
     "env_line",
+    "healthy",
     "password_hint",
+    "own_server",
     "preferred_port",
+    "process_alive",
     "running_api_url",
     "server_home",
     "start",
