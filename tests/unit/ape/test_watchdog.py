@@ -1,0 +1,172 @@
+"""The watchdog of a run's Prefect API (ape.watchdog), against real processes on free ports:
+the server APE started is watched as a process and its port proven on every probe; a busy
+server that is alive and holds its port gets more patience than a dead one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ape import server
+from ape.server import OwnServer
+from ape.tasks.common import ownership
+from ape.tasks.common.exits import ProcessExit
+from ape.tasks.storage import prefect_internals
+from ape.watchdog import ApiWatchdog
+from tests.helpers.processes import free_port
+
+linux = pytest.mark.skipif(not ownership.supported(), reason="needs Linux's /proc")
+
+
+class Watched(ApiWatchdog):
+    """The watchdog, with its end recorded instead of ending the test process."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.probes = 0
+        self.ended: str | None = None
+        self.probes_at_end = 0
+        self.done = threading.Event()
+
+    def _probe(self) -> int:
+        self.probes += 1
+        return super()._probe()
+
+    def _end(self, reason: str) -> None:
+        self.ended, self.probes_at_end = reason, self.probes
+        self.done.set()
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    prefect_internals._GUARD.clear()
+
+
+def serve(processes: list[subprocess.Popen[bytes]], port: int, script: str) -> subprocess.Popen[bytes]:
+    """A process listening on ``port`` (``script`` gets the port as argv[1]), once it listens."""
+    proc = subprocess.Popen([sys.executable, "-c", script, str(port)])
+    processes.append(proc)
+    ownership.wait_owned(proc.pid, "127.0.0.1", port, exited=lambda: None, timeout_s=60, what="it", where="test")
+    return proc
+
+
+HEALTHY = (
+    "import sys, http.server\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200); self.send_header('Content-Length', '4'); self.end_headers()\n"
+    "        self.wfile.write(b'true')\n"
+    "    def log_message(self, *a): pass\n"
+    "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n"
+)
+# listens but never accepts: a connection waits in the backlog and its request is never answered
+BUSY = (
+    "import socket, sys, time\n"
+    "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(64)\n"
+    "time.sleep(600)\n"
+)
+
+
+def watchdog(port: int, owner: int | None, **kwargs: object) -> Watched:
+    own = OwnServer(pid=owner, host="127.0.0.1", port=port) if owner is not None else None
+    options: dict[str, object] = {"interval_s": 0.05, "failures": 2, "owned_failures": 8, "probe_timeout_s": 0.3}
+    options.update(kwargs)
+    return Watched(f"http://127.0.0.1:{port}/api", Path("out"), owner=own, **options)
+
+
+def test_process_exit_is_seen_at_once() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        seen = ProcessExit(proc.pid, server.process_alive)
+        assert seen.pidfd == hasattr(os, "pidfd_open")
+        assert not seen.exited() and not seen.wait(0.1)
+        started = time.monotonic()
+        proc.kill()  # not reaped: a zombie has exited too
+        assert seen.wait(30)
+        assert time.monotonic() - started < 5 and seen.exited()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_without_pidfd_liveness_is_polled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "pidfd_open", raising=False)
+    alive = {"now": True}
+    seen = ProcessExit(123, lambda pid: alive["now"], poll_s=0.01)
+    assert not seen.pidfd and not seen.wait(0.05)
+    alive["now"] = False
+    assert seen.wait(5) and seen.exited()
+
+
+@linux
+def test_the_server_s_death_stops_every_request_and_ends_the_run(processes: list) -> None:
+    port = free_port()
+    own = serve(processes, port, HEALTHY)
+    dog = watchdog(port, own.pid, interval_s=30.0)  # a probe every 30 s: only the pidfd can be this fast
+    with dog:
+        assert dog.gone() is None and prefect_internals._GUARD
+        time.sleep(0.1)
+        own.kill()
+        assert dog.done.wait(20)
+        assert dog.ended == f"APE's Prefect server (pid {own.pid}) died mid-run"
+        assert dog.gone() == dog.ended  # what the guard asks before every request
+        assert dog.probes_at_end == 0
+
+
+@linux
+def test_a_port_held_by_another_process_ends_the_run_naming_it(processes: list) -> None:
+    port = free_port()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    processes.append(sleeper)
+    stranger = serve(processes, port, HEALTHY)  # answers /health with true
+    dog = watchdog(port, sleeper.pid)
+    with dog:
+        assert dog.done.wait(20)
+    assert dog.ended is not None and dog.ended.startswith(
+        f"port {port} of APE's Prefect server (pid {sleeper.pid}) is held by pid {stranger.pid} (python"
+    )
+    assert "uid" in dog.ended and dog.probes_at_end == 1
+
+
+@linux
+def test_a_busy_server_that_holds_its_port_gets_more_patience(processes: list) -> None:
+    port = free_port()
+    busy = serve(processes, port, BUSY)
+    owned = watchdog(port, busy.pid)
+    with owned:
+        assert owned.done.wait(60)
+    assert owned.ended == f"lost the Prefect API (http://127.0.0.1:{port}/api) mid-run"
+    assert owned.probes_at_end == 8  # owned_failures, not failures
+    # the same silence from a server APE did not start: today's patience
+    plain = watchdog(port, None)
+    with plain:
+        assert plain.done.wait(60)
+    assert plain.probes_at_end == 2
+
+
+def test_own_server_is_only_the_one_this_home_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APE_HOME", str(tmp_path / "ape"))
+    home = server._private_home()
+    assert server.own_server("http://127.0.0.1:4200/api") is None
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "prefect"])
+    try:
+        server._write_state(home, server._State(pid=sleeper.pid, host="0.0.0.0", port=4311, started_at=0))
+        assert server.own_server("http://127.0.0.1:4311/api/") == OwnServer(pid=sleeper.pid, host="127.0.0.1", port=4311)
+        assert server.own_server("http://127.0.0.1:4312/api") is None  # a user's own server
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert server.own_server("http://127.0.0.1:4311/api") is None  # it ended: nothing to watch
