@@ -160,13 +160,16 @@ def test_a_busy_server_that_holds_its_port_gets_more_patience(processes: list) -
 def test_own_server_is_only_the_one_this_home_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("APE_HOME", str(tmp_path / "ape"))
     home = server._private_home()
-    assert server.own_server("http://127.0.0.1:4200/api") is None
+    port = free_port()  # recorded, never bound
+    assert server.own_server(f"http://127.0.0.1:{port}/api") is None
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "prefect"])
     try:
-        server._write_state(home, server._State(pid=sleeper.pid, host="0.0.0.0", port=4311, started_at=0))
-        assert server.own_server("http://127.0.0.1:4311/api/") == OwnServer(pid=sleeper.pid, host="127.0.0.1", port=4311)
-        assert server.own_server("http://127.0.0.1:4312/api") is None  # a user's own server
+        server._write_state(home, server._State(pid=sleeper.pid, host="0.0.0.0", port=port, started_at=0))
+        assert server.own_server(f"http://127.0.0.1:{port}/api/") == OwnServer(
+            pid=sleeper.pid, host="127.0.0.1", port=port
+        )
+        assert server.own_server(f"http://127.0.0.1:{port + 1}/api") is None  # a user's own server
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert server.own_server("http://127.0.0.1:4311/api") is None  # it ended: nothing to watch
+    assert server.own_server(f"http://127.0.0.1:{port}/api") is None  # it ended: nothing to watch
