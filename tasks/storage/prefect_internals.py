@@ -51,7 +51,7 @@ from ape.tasks.storage.cache_format import REFUSED, ForeignRecord, checked_recor
 from ape.tasks.storage.local_results import ResolvedLocalFileSystem
 from ape.tasks.storage.runs import CACHE_DIR
 
-CHECKED_WITH = ("3.9.1",)  # Prefect versions this module was checked against (httpx 0.28, 0.29)
+CHECKED_WITH = ("3.9.1",)  # Prefect versions this module was checked against (with httpx 0.29)
 
 
 def _iso(epoch: float) -> str:
