@@ -47,6 +47,7 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ape import crash_marking
 from ape.schemas.errors import ApeError
 from ape.tasks.common import ownership
 from ape.tasks.common.home import AUTH_FILE, CLIENT_AUTH_KEY, ape_home, password_hint, server_home, ui_password_file
@@ -569,7 +570,9 @@ def ensure_api_url(
         return configured
     info = start(port, host, wait_s, on_status)
     os.environ["PREFECT_API_URL"] = info.api_url
+    crash_marking.enable_heartbeats()  # before the refresh below, which reads it
     use_credentials(info.home)  # refreshes Prefect's settings too
+    crash_marking.ensure_crash_automation()  # a killed run becomes Crashed in the UI
     return info.api_url
 
 

@@ -33,6 +33,7 @@ from pydantic import BaseModel
 
 from ape.flows.control import RunControl, recorded_events
 from ape.flows.feeders import DaskFeeder, Feeder, ThreadFeeder, dask_task_runner
+from ape.flows.heartbeats import model_heartbeats
 from ape.flows.item import ItemProcessor
 from ape.flows.live_view import LiveView
 from ape.flows.logs import CONSOLE_SKIP, run_logs
@@ -52,6 +53,7 @@ from ape.tasks.report.provenance import run_provenance
 from ape.tasks.setup.model import ModelSetup, make_setup, resume_fingerprints, run_label
 from ape.tasks.stats.cost import Budget
 from ape.tasks.storage.cache_format import REFUSED
+from ape.tasks.storage.live_files import interrupted_flow_run
 from ape.tasks.storage.outdir import OutputLock
 from ape.tasks.storage.run_files import config_location
 from ape.tasks.storage.save import SaveFailed, SaveHandler
@@ -88,6 +90,7 @@ class Runner:
         self.redo_outcomes = {Outcome(o) for o in (redo_outcomes or [])}
         self.refresh: set[str] = set()  # items whose cached generations must be regenerated
         self.chains: dict[str, int] = {}  # stage chains recorded / left out (set when the loop ends)
+        self.continues: str | None = None  # the flow run of a killed run this one resumes
         self.earlier_control: list[Any] = []  # a resumed folder's earlier pause/resume/drain actions
 
     # -- the loop (flow thread) ----------------------------------------------------------
@@ -190,6 +193,14 @@ class Runner:
         setup, cfg = self.setup, self.setup.config
         previous = recorded(setup.out_dir / cfg.run.metadata_file)
         refuse_mixing(previous, fingerprints, setup.out_dir)  # before anything is rewritten
+        self.continues = interrupted_flow_run(setup.out_dir)  # before this run's live.json replaces it
+        if self.continues:
+            log.info(
+                "%s: continues flow run %s, whose process ended mid-run (the server marks it Crashed "
+                "once its heartbeats stop)",
+                setup.model_id,
+                self.continues,
+            )
         self.earlier_control = [e.model_dump(mode="json") for e in recorded_events(saver.load())]
         apply_changes(saver, previous, fingerprints, setup.model_id, cached=cfg.run.cache)
         redo = saver.discard(saver.errored_ids())
@@ -313,6 +324,7 @@ class Runner:
             "passed": tally.passed,
             "wall_seconds": round(time.perf_counter() - started, 3),
             "refused_cache_records": REFUSED.take(setup.cache_dir),
+            "continues_flow_run": self.continues,
             **self.chains,
         }
         for line in repeated_errors(setup.model_id):  # each shown once on the terminal, counted here
@@ -386,7 +398,7 @@ def evaluate(
         raise ApeError(f"model_index {model_index} out of range (config has {len(config.model)} models)")
     checked = handed(preflight)
     setup = checked.setup(model_index).for_run(config) if checked else make_setup(config, config.model[model_index])
-    with run_logs(setup.out_dir):
+    with run_logs(setup.out_dir), model_heartbeats():
         try:
             return Runner(setup, redo_outcomes).run()
         except (ItemsFailed, SaveFailed) as exc:

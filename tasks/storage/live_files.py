@@ -76,3 +76,18 @@ def read_live(path: Path) -> LiveStatus:
             f"not a live view APE wrote: {problem_message(first)}",
             where=f"{path}" + (f" key {key}" if key else ""),
         ) from None
+
+
+def interrupted_flow_run(folder: Path) -> str | None:
+    """The flow run whose ``live.json`` in the model folder ``folder`` says it was still going
+    (``running``, ``paused`` or ``draining``) when it last wrote: a run whose process was
+    killed leaves that behind. None when there is no such file, or it says the run ended, or
+    it is not one APE wrote (a resume must not fail over a view of progress)."""
+    path = folder / LIVE_FILE
+    if not path.is_file():
+        return None
+    try:
+        live = read_live(path)
+    except ApeError:
+        return None
+    return live.flow_run_id if live.state in ("running", "paused", "draining") else None
