@@ -39,7 +39,7 @@ from ape.flows.live_view import LiveView
 from ape.flows.logs import CONSOLE_SKIP, run_logs
 from ape.flows.preflight import handed
 from ape.flows.progress import ProgressView, Tally, repeated_errors, report_errors
-from ape.flows.resume import apply_changes, recorded, refuse_mixing
+from ape.flows.resume import apply_changes, recorded, refuse_mixing, retry_lines
 from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
@@ -202,20 +202,19 @@ class Runner:
                 self.continues,
             )
         self.earlier_control = [e.model_dump(mode="json") for e in recorded_events(saver.load())]
-        apply_changes(saver, previous, fingerprints, setup.model_id, cached=cfg.run.cache)
+        budget_redone = apply_changes(saver, previous, fingerprints, setup.model_id, cached=cfg.run.cache)
         redo = saver.discard(saver.errored_ids())
         if redo:
             log.info("%s: redoing %d item(s) whose session or check errored last time", setup.model_id, redo)
         others = self.redo_outcomes - {Outcome.ERROR}
         if others:
             self.refresh = set(saver.ids_with_outcomes(others))
+            cut = len(self.refresh & set(saver.ids_with_outcomes({Outcome.TRUNCATED})))
             saver.discard(self.refresh)
-            log.info(
-                "%s: redoing %d item(s) with outcome %s",
-                setup.model_id,
-                len(self.refresh),
-                "/".join(sorted(o.value for o in others)),
-            )
+            budget = fingerprints.get("budget")
+            max_tokens = budget.get("max_tokens") if isinstance(budget, dict) else None
+            for level, line in retry_lines(setup.model_id, others, len(self.refresh), cut, budget_redone, max_tokens):
+                log.log(level, "%s", line)
 
     def _loop(
         self,

@@ -78,20 +78,55 @@ def budget_raised(previous: dict[str, Any], current: dict[str, Any]) -> tuple[in
 
 def apply_changes(
     saver: SaveHandler, previous: dict[str, Any] | None, current: dict[str, Any], model_id: str, cached: bool
-) -> None:
-    """Bring the loaded results in line with the current config (see the module docstring)."""
+) -> int | None:
+    """Bring the loaded results in line with the current config (see the module docstring).
+    Returns how many cut items a larger ``max_tokens`` sent back to the model (None when the
+    budget did not grow), so a retry of cut items does not say it again."""
     if not previous or not saver.completed:
-        return
+        return None
     refuse_mixing(previous, current, saver.folder)
     raised = budget_raised(previous, current) if previous.get("generation") != current["generation"] else None
+    budget_redone: int | None = None
     if raised is not None:
-        count = saver.discard(saver.ids_with_outcomes({Outcome.TRUNCATED}))
+        budget_redone = saver.discard(saver.ids_with_outcomes({Outcome.TRUNCATED}))
         log.info(
             "%s: [model] max_tokens grew from %d to %d: redoing %d item(s) whose answer was cut at the token limit",
             model_id,
             *raised,
-            count,
+            budget_redone,
         )
+    _apply_setting_changes(saver, previous, current, model_id, cached)
+    return budget_redone
+
+
+def retry_lines(
+    model_id: str, outcomes: set[Outcome], redone: int, cut: int, budget_redone: int | None, max_tokens: int | None
+) -> list[tuple[int, str]]:
+    """What ``ape retry --outcomes`` says for one model, one true line (and a warning):
+    ``redone`` items had one of ``outcomes``, ``cut`` of them a TRUNCATED session; when a
+    larger budget already sent the cut items back (``budget_redone``), that line said it and
+    none is repeated here. Cut items asked again with the same budget are cut again: a warning."""
+    names = "/".join(sorted(o.value for o in outcomes))
+    lines: list[tuple[int, str]] = []
+    if redone:
+        lines.append((logging.INFO, f"{model_id}: redoing {redone} item(s) with outcome {names}"))
+    elif budget_redone is None:
+        lines.append((logging.INFO, f"{model_id}: no saved item has outcome {names}: nothing to redo"))
+    if cut and budget_redone is None:
+        budget = f"the same max_tokens ({max_tokens})" if max_tokens else "the same token budget"
+        lines.append(
+            (
+                logging.WARNING,
+                f"{model_id}: {cut} of them were cut at the token limit and are asked again with {budget}: "
+                "they will likely be cut again; raise [model] max_tokens to give them room",
+            )
+        )
+    return lines
+
+
+def _apply_setting_changes(
+    saver: SaveHandler, previous: dict[str, Any], current: dict[str, Any], model_id: str, cached: bool
+) -> None:
     source = "their cached generations" if cached else "new model calls ([run] cache is off)"
     if previous.get("checker") != current["checker"]:
         count = saver.discard(list(saver.completed))
