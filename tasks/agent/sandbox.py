@@ -347,7 +347,8 @@ class AgentSandbox:
             tempfile.TemporaryFile(dir=self.home) as err,
             tempfile.TemporaryFile(dir=self.home) as options,
         ):
-            argv = hide_options(argv, options)
+            if self.prefix:
+                argv = hide_options(argv, options)
             try:
                 process = subprocess.Popen(
                     argv,
