@@ -31,6 +31,7 @@ from ape.flows.preflight import Checked, endpoints, graded_canary, hand_over, pr
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.storage.config_file import locate
+from ape.tasks.storage.config_ref import as_parameter
 from ape.tasks.storage.file_modes import modes_for, private_outputs
 from ape.tasks.storage.outdir import OutputLock
 from ape.watchdog import api_watchdog
@@ -138,7 +139,7 @@ def _run_flow(config: ApeConfig, request: RunRequest, preflight: str | None, *, 
     watchdog = api_watchdog(config.run.output) if command else None
     with watchdog if watchdog is not None else nullcontext():
         return benchmark(
-            config,
+            as_parameter(config),  # by reference where too large for a flow-run parameter
             redo_outcomes=request.redo_outcomes,
             only_models=request.only_models,
             new_run=request.new_run,

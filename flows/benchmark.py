@@ -39,6 +39,7 @@ from ape.tasks.recording import wait_for_server
 from ape.tasks.report.health import limit_lines, suspect_lines, truncation_lines
 from ape.tasks.setup.judge_agreement import judge_agreement_task
 from ape.tasks.setup.model import run_label
+from ape.tasks.storage.config_ref import ConfigParameter, as_parameter, resolve_config
 from ape.tasks.storage.file_modes import modes_for, private_outputs
 from ape.tasks.storage.runs import IN_PLACE, config_for_run, start_run
 
@@ -57,7 +58,7 @@ def _run_name() -> str:
 
 @flow(name="benchmark", flow_run_name=_run_name, persist_result=False)
 def benchmark(
-    config: ApeConfig,
+    config: ConfigParameter,
     redo_outcomes: list[str] | None = None,
     only_models: list[str] | None = None,
     new_run: bool | None = None,
@@ -80,7 +81,7 @@ def benchmark(
     :func:`ape.launch.launch`); without one this process knows, the flow grades the canary
     before any model is called and each model flow resolves its own setup.
     """
-    return run_benchmark(config, redo_outcomes, only_models, new_run, run_id, checked=handed(preflight))
+    return run_benchmark(resolve_config(config), redo_outcomes, only_models, new_run, run_id, checked=handed(preflight))
 
 
 def run_benchmark(
@@ -172,13 +173,14 @@ def _evaluate_all(
     runner = evaluate
     if config.run.task_runner == "dask":
         runner = evaluate.with_options(task_runner=dask_task_runner(config))
+    parameter = as_parameter(config)  # by reference where too large for a flow-run parameter
     for index, model in enumerate(config.model):
         if only_models and model.model_id not in only_models:
             continue
         # this flow's heartbeat covers its subflows; each subflow's own heartbeat thread
         # would cost up to a second at its exit
         with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-            state = runner(config, index, redo_outcomes, preflight=preflight, return_state=True)
+            state = runner(parameter, index, redo_outcomes, preflight=preflight, return_state=True)
         if state.state_details.flow_run_id is not None:
             subflow_runs.append(str(state.state_details.flow_run_id))
         failed = items_failed(state)

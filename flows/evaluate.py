@@ -40,7 +40,6 @@ from ape.flows.logs import CONSOLE_SKIP, run_logs
 from ape.flows.preflight import handed
 from ape.flows.progress import ProgressView, Tally, repeated_errors, report_errors
 from ape.flows.resume import apply_changes, recorded, refuse_mixing, retry_lines
-from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
@@ -53,6 +52,7 @@ from ape.tasks.report.provenance import run_provenance
 from ape.tasks.setup.model import ModelSetup, make_setup, resume_fingerprints, run_label
 from ape.tasks.stats.cost import Budget
 from ape.tasks.storage.cache_format import REFUSED
+from ape.tasks.storage.config_ref import ConfigParameter, resolve_config
 from ape.tasks.storage.live_files import interrupted_flow_run
 from ape.tasks.storage.outdir import OutputLock
 from ape.tasks.storage.run_files import config_location
@@ -387,12 +387,14 @@ def _run_name() -> str:
 
 @flow(name="evaluate", flow_run_name=_run_name, persist_result=False, validate_parameters=True)
 def evaluate(
-    config: ApeConfig, model_index: int = 0, redo_outcomes: list[str] | None = None, preflight: str | None = None
+    config: ConfigParameter, model_index: int = 0, redo_outcomes: list[str] | None = None, preflight: str | None = None
 ) -> dict[str, Any] | State:
     """Evaluate one configured model (``config.model[model_index]``) over the data.
     ``preflight``: the run token of the benchmark's preflight (:func:`ape.flows.preflight.hand_over`),
     whose setup for this model the flow takes, pointed at the run's folder; without one this
-    process knows (a Dask worker, a test, a flow run on its own) it builds its own."""
+    process knows (a Dask worker, a test, a flow run on its own) it builds its own. ``config``
+    may be a reference to a stored config (:mod:`ape.tasks.storage.config_ref`)."""
+    config = resolve_config(config)
     if not 0 <= model_index < len(config.model):
         raise ApeError(f"model_index {model_index} out of range (config has {len(config.model)} models)")
     checked = handed(preflight)

@@ -342,7 +342,13 @@ class AgentSandbox:
         if cgroup is not None:
             argv = cgroup.wrap(argv)
         started = time.perf_counter()
-        with tempfile.TemporaryFile(dir=self.home) as out, tempfile.TemporaryFile(dir=self.home) as err:
+        with (
+            tempfile.TemporaryFile(dir=self.home) as out,
+            tempfile.TemporaryFile(dir=self.home) as err,
+            tempfile.TemporaryFile(dir=self.home) as options,
+        ):
+            if self.prefix:
+                argv = hide_options(argv, options)
             try:
                 process = subprocess.Popen(
                     argv,
@@ -350,8 +356,11 @@ class AgentSandbox:
                     stdout=out,
                     stderr=err,
                     env=self._env(tests),
-                    cwd=None if self.prefix else str(self.folder),
+                    # the namespace's pid 1 (bubblewrap) starts in "/", so its environment
+                    # (the cgroup wrapper's shell sets PWD) names no folder of the host
+                    cwd="/" if self.prefix else str(self.folder),
                     start_new_session=True,
+                    pass_fds=(options.fileno(),) if self.prefix else (),
                 )
             except OSError as exc:
                 if cgroup is not None:
@@ -550,6 +559,24 @@ def _feed(pipe: Any, data: bytes) -> None:
             pipe.close()
         except OSError:
             pass
+
+
+def hide_options(argv: list[str], options: Any) -> list[str]:
+    """``argv`` with bubblewrap's options moved into the file ``options`` (``--args FD``).
+
+    Bubblewrap is the namespace's pid 1, so its command line is the agent's to read in
+    ``/proc/1/cmdline``; its options name the working folder's path on the host and more.
+    Read from a descriptor, they never appear there (bubblewrap closes it before the
+    command starts). The cgroups' wrappers before bubblewrap stay; a command line without
+    bubblewrap is returned as it is."""
+    start = next((at for at, word in enumerate(argv) if os.path.basename(word) == "bwrap"), None)
+    if start is None or "--" not in argv[start:]:
+        return argv
+    end = argv.index("--", start)
+    options.write(b"".join(word.encode() + b"\0" for word in argv[start + 1 : end]))
+    options.flush()
+    options.seek(0)
+    return [*argv[: start + 1], "--args", str(options.fileno()), *argv[end:]]
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:

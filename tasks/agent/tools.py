@@ -16,18 +16,22 @@ path for a link before it is used.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
+import tempfile
 from pathlib import Path
 from typing import Literal
 
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import BaseModel, Field
 
+from ape.tasks.agent import quota
 from ape.tasks.agent.sandbox import AgentSandbox, cut
 
 READ_LIMIT = 200_000  # bytes a files read returns at most (then cut like command output)
 LIST_LIMIT = 500  # entries a files list returns at most
+TEMP_SUFFIX = ".ape-write"  # a files write's temporary name ends so, until it is renamed
 
 
 class BashInput(BaseModel):
@@ -102,7 +106,11 @@ def files(sandbox: AgentSandbox | None = None, name: str = "files") -> BaseTool:
             return read_file(target, box.cfg.output_bytes)
         if content is None:
             raise ToolException("write needs 'content', the file's whole new text")
-        write_file(box.folder, target, content, box.cfg.file_bytes)
+        try:
+            write_file(box.folder, target, content, box.cfg.file_bytes, room=quota_room(box))
+        except QuotaRefused:
+            box.limits_hit["disk"] = box.limits_hit.get("disk", 0) + 1
+            raise
         return f"wrote {len(content.encode('utf-8'))} bytes to {path}"
 
     return StructuredTool.from_function(
@@ -159,12 +167,50 @@ def read_file(target: Path, limit: int) -> str:
     return cut(data, limit)
 
 
-def write_file(root: Path, target: Path, content: str, limit: int) -> None:
+class QuotaRefused(ToolException):
+    """A files write refused for the working folder's quota (``[sandbox] disk_bytes``)."""
+
+
+def quota_room(box: AgentSandbox) -> int | None:
+    """Bytes a files write may still add where APE measures the quota itself; None where the
+    quota is a tmpfs (its ENOSPC refuses the write) or there is none."""
+    if box.quota != "measured" or box.cfg.disk_bytes is None:
+        return None
+    return box.cfg.disk_bytes - quota.used(box.folder)
+
+
+def write_file(root: Path, target: Path, content: str, limit: int, room: int | None = None) -> None:
+    """Write ``target`` whole or not at all: the text goes to a temporary file in the same
+    folder, is synced, then renamed over the target, so a write that hits the quota (a full
+    tmpfs's ENOSPC, or ``room``, the bytes a measured quota has left) leaves neither a partial
+    file nor a damaged old one, and the reply says the quota refused it."""
     data = content.encode("utf-8")
     if len(data) > limit:
         raise ToolException(f"the content is {len(data)} bytes; files are limited to {limit} ([sandbox] file_bytes)")
     target.parent.mkdir(parents=True, exist_ok=True)
     inside(root, str(target.relative_to(root)))  # the folders just made are no links either
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+    existing = target.stat() if target.is_file() else None
+    if room is not None:
+        replaced = existing.st_size if existing is not None else 0
+        if len(data) - replaced > room:
+            raise QuotaRefused(_refused(len(data), f"it has {max(room, 0)} bytes left"))
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name[:50]}.", suffix=TEMP_SUFFIX, dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, stat.S_IMODE(existing.st_mode) if existing is not None else 0o644)
+        os.replace(temporary, target)
+    except OSError as exc:
+        Path(temporary).unlink(missing_ok=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise QuotaRefused(_refused(len(data), "it is full")) from None
+        raise ToolException(f"cannot write '{target.name}': {exc.strerror}") from None
+
+
+def _refused(size: int, why: str) -> str:
+    return (
+        f"the write of {size} bytes was refused for the working folder's quota ([sandbox] disk_bytes): "
+        f"{why}; nothing was written, remove files to make room"
+    )

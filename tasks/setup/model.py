@@ -37,6 +37,7 @@ from ape.tasks.plugins.loader import load_object
 from ape.tasks.session.agent import AgentPlan
 from ape.tasks.solving.adapt import load_adapter
 from ape.tasks.solving.render import check_template
+from ape.tasks.storage.config_ref import resolve_config
 from ape.tasks.storage.data import DataProvider
 from ape.tasks.storage.runs import cache_dir, cache_scope_key
 
@@ -405,9 +406,10 @@ def fingerprint_hash(data: Any, size: int = 16) -> str:
 
 def run_label(config: Any, model_index: int | None = None) -> str | None:
     """ "benchmark · model" for flow run names; ``config`` may still be a raw dict
-    (a deployment's parameters). None when it is not a valid config."""
+    (a deployment's parameters) or a reference to a stored config
+    (:mod:`ape.tasks.storage.config_ref`). None when it is not a valid config."""
     try:
-        cfg = config if isinstance(config, ApeConfig) else ApeConfig.model_validate(config)
+        cfg = resolve_config(config)
     except Exception:
         return None
     models = cfg.model if model_index is None else cfg.model[model_index : model_index + 1]

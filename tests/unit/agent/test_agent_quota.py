@@ -17,7 +17,7 @@ from ape.schemas.config import SandboxConfig, SolverConfig
 from ape.tasks.agent import quota
 from ape.tasks.agent import sandbox as agent_sandbox
 from ape.tasks.agent.sandbox import AgentSandbox
-from ape.tasks.agent.tools import bash
+from ape.tasks.agent.tools import bash, files
 from ape.tasks.models.mocks import MockChatModel
 from ape.tasks.models.session_item import session_item
 from ape.tasks.solving.solve import run_solver
@@ -99,3 +99,39 @@ def test_a_killed_runs_mounted_folder_is_unmounted_and_swept(tmp_path: Path) -> 
     agent_sandbox._swept.discard(str(tmp_path))
     assert agent_sandbox.sweep_stale(tmp_path) == [home]
     assert not home.exists()
+
+
+def _write(sandbox: AgentSandbox, path: str, size: int) -> str:
+    return str(files(sandbox).invoke({"action": "write", "path": path, "content": "x" * size}))
+
+
+def test_a_files_write_past_the_quota_leaves_no_partial_file(tmp_path: Path) -> None:
+    """The tmpfs refuses the write midway (ENOSPC): the tool says the quota refused it, and
+    neither a partial new file, nor a damaged old one, nor the temporary file is left."""
+    if not can_mount(tmp_path):
+        pytest.skip("mounting a tmpfs needs root")
+    with box(tmp_path) as sandbox:
+        assert sandbox.quota == "enforced"
+        sandbox.bash("head -c 600000 /dev/zero > fill.bin")
+        assert "wrote" in _write(sandbox, "old.txt", 1000)
+        reply = _write(sandbox, "new.txt", 600_000)
+        assert "refused" in reply and "[sandbox] disk_bytes" in reply
+        assert not (sandbox.folder / "new.txt").exists()
+        reply = _write(sandbox, "old.txt", 600_000)
+        assert "refused" in reply and (sandbox.folder / "old.txt").read_text() == "x" * 1000
+        assert sorted(os.listdir(sandbox.folder)) == ["fill.bin", "old.txt"]
+        assert sandbox.limits_hit["disk"] == 2
+
+
+def test_where_the_quota_is_measured_a_files_write_past_it_is_refused_before_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(agent_sandbox.quota, "mount", lambda folder, size: False)
+    with box(tmp_path) as sandbox:
+        assert sandbox.quota == "measured"
+        sandbox.bash("head -c 600000 /dev/zero > fill.bin")
+        reply = _write(sandbox, "new.txt", 600_000)
+        assert "refused" in reply and "[sandbox] disk_bytes" in reply
+        assert sorted(os.listdir(sandbox.folder)) == ["fill.bin"] and quota.used(sandbox.folder) <= MIB
+        assert "wrote" in _write(sandbox, "small.txt", 100_000)  # what fits is written
+        assert sandbox.limits_hit == {"disk": 1}

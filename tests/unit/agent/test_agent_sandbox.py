@@ -141,6 +141,26 @@ def test_the_users_files_are_not_there(tmp_path: Path, monkeypatch: pytest.Monke
         places[2].rmdir()
 
 
+def test_proc_shows_nothing_of_the_hosts_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The namespace's pid 1 (bubblewrap) and the command's own process: their environment,
+    command line and working folder, read from /proc inside, name no folder of the host (the
+    run's working folder, the sandbox's own path) and none of the run's variables."""
+    here = tmp_path / f"host-cwd-{uuid.uuid4().hex[:8]}"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("APE_HOST_MARK", f"mark-{uuid.uuid4().hex}")
+    with box() as sandbox:
+        read = "for p in /proc/[0-9]*; do echo $p; cat $p/environ $p/cmdline; echo; readlink $p/cwd $p/root; done"
+        result = sandbox.bash(read + "; echo; cat /proc/1/environ /proc/self/environ /proc/1/cmdline; echo end")
+        seen = result.stdout.replace("\0", "\n")
+        assert result.exit_code == 0 and seen.rstrip().endswith("end") and "/proc/1\n" in seen
+        assert "bwrap" in seen  # pid 1 was read
+        for host in (str(here), str(tmp_path), str(sandbox.home), os.environ["APE_HOST_MARK"], "APE_HOST_MARK"):
+            assert host not in seen, host
+        cwds = {line for line in seen.splitlines() if line.startswith("/") and not line.startswith("/proc")}
+        assert cwds <= {"/task", "/"}, cwds
+
+
 def _processes_with(marker: str) -> list[int]:
     found = []
     for pid in os.listdir("/proc"):
