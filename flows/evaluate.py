@@ -91,6 +91,7 @@ class Runner:
         self.refresh: set[str] = set()  # items whose cached generations must be regenerated
         self.chains: dict[str, int] = {}  # stage chains recorded / left out (set when the loop ends)
         self.continues: str | None = None  # the flow run of a killed run this one resumes
+        self.superseded: dict[str, int] = {}  # item id -> sessions discarded to redo (SaveHandler)
         self.earlier_control: list[Any] = []  # a resumed folder's earlier pause/resume/drain actions
 
     # -- the loop (flow thread) ----------------------------------------------------------
@@ -108,6 +109,7 @@ class Runner:
         REFUSED.start(setup.cache_dir)  # this run's first refused cache record warns (cache_format)
         fingerprints = resume_fingerprints(setup)
         saver = self._saver(fingerprints)
+        self.superseded = saver.superseded  # the items this run discards to redo, filled as it does
         if cfg.run.load_save:
             self._resume(saver, fingerprints)
         else:
@@ -361,6 +363,7 @@ class Runner:
                     chains.recorded,
                     chains.left_out,
                     keep_earlier=setup.config.run.load_save,
+                    superseded=self.superseded,
                 )
             except OSError as exc:  # the results are saved; only `ape record` loses its list
                 log.warning("%s: could not write stage_chains.json: %s", setup.model_id, exc.strerror or exc)

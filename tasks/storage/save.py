@@ -164,6 +164,9 @@ class SaveHandler:
         self._meta_at = 0.0
         self._meta_dirty = False
         self._backed_up = False  # the first rewrite of this run keeps what it replaces (see _back_up)
+        # what this run discarded to redo: item id -> its sessions then (stage_chains.json's
+        # counts of earlier flow runs no longer cover them, :func:`stage_chains.note_flow_run`)
+        self.superseded: dict[str, int] = {}
 
     # -- start ---------------------------------------------------------------------------
     def load(self) -> dict[str, Any]:
@@ -252,7 +255,13 @@ class SaveHandler:
         drop = set(item_ids) & set(self.completed)
         if not drop:
             return 0
-        self._rewrite([b for b in read_batches(self.results_path) if b.item_id not in drop])
+        kept = []
+        for batch in read_batches(self.results_path):
+            if batch.item_id in drop:
+                self.superseded[batch.item_id] = self.superseded.get(batch.item_id, 0) + len(batch.sessions)
+            else:
+                kept.append(batch)
+        self._rewrite(kept)
         for key in drop:
             del self.completed[key]
             self.counts.pop(key, None)

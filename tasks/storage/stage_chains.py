@@ -62,6 +62,27 @@ class StageChains(BaseModel):
         return sum(len(run.left_out) for run in self.flow_runs)
 
 
+def _without(runs: list[FlowRunChains], superseded: dict[str, int]) -> list[FlowRunChains]:
+    """The earlier flow runs' entries without the sessions this run discarded and redid
+    (``superseded``: item id -> its sessions then): their left-out chains are dropped, and
+    the rest of those sessions, which the earlier runs recorded, taken off their counts, the
+    newest first. Otherwise every retry counted its redone sessions once more (report.json's
+    ``recorded`` grew past the run's sessions)."""
+    remaining = sum(superseded.values())
+    kept: list[FlowRunChains] = []
+    for run in runs:
+        left_out = [entry for entry in run.left_out if entry.item_id not in superseded]
+        remaining -= len(run.left_out) - len(left_out)
+        kept.append(run.model_copy(update={"left_out": left_out}))
+    for run in reversed(kept):
+        if remaining <= 0:
+            break
+        taken = min(run.chains_recorded, remaining)
+        run.chains_recorded -= taken
+        remaining -= taken
+    return kept
+
+
 def chains_path(folder: Path) -> Path:
     return Path(folder) / CHAINS_FILE
 
@@ -101,6 +122,7 @@ def note_flow_run(
     left_out: list[tuple[str, int]],
     *,
     keep_earlier: bool = True,
+    superseded: dict[str, int] | None = None,
 ) -> StageChains:
     """Write what ``flow_run_id`` recorded and left out into ``folder``'s file; the file as
     written. ``keep_earlier``: the run resumed the folder's results, so the earlier flow
@@ -111,6 +133,8 @@ def note_flow_run(
     except ApeError:  # a damaged file: what this run knows replaces it
         earlier = None
     runs = [run for run in (earlier.flow_runs if earlier else []) if run.flow_run_id != flow_run_id]
+    if superseded:
+        runs = _without(runs, superseded)
     if recorded or left_out or not runs:  # a resumed run that ran nothing adds no entry
         runs.append(
             FlowRunChains(

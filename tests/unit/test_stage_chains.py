@@ -137,3 +137,21 @@ def test_record_refuses_what_it_cannot_record_in_one_line(
     monkeypatch.setattr("ape.server.configured_api_url", lambda: None)
     assert cli.main(["record", str(old)]) == 2
     assert "no Prefect server reachable" in capsys.readouterr().err
+
+
+def test_redone_sessions_are_counted_once_however_many_retries(tmp_path):
+    """60 sessions; each retry redoes the same 30 (their answers were cut): the file must
+    still count 60 recorded, not 90, 120, ... (report.json's ``recorded`` grew per retry)."""
+    note_flow_run(tmp_path, "m", "first", 60, [])
+    redone = {f"i{n}": 1 for n in range(30)}
+    for flow_run in ("second", "third", "fourth"):
+        chains = note_flow_run(tmp_path, "m", flow_run, 30, [], superseded=redone)
+        assert chains.chains_recorded == 60, flow_run
+    assert chains.chains_left_out == 0
+
+
+def test_a_redone_item_left_out_earlier_loses_its_left_out_entry_not_a_recorded_count(tmp_path):
+    note_flow_run(tmp_path, "m", "first", 8, [("a", 0), ("b", 0)])  # 10 sessions, 2 left out
+    chains = note_flow_run(tmp_path, "m", "second", 1, [], superseded={"a": 1})
+    assert chains.chains_left_out == 1  # b's chain still waits for ape record
+    assert chains.chains_recorded == 9  # 8 earlier + a's new one
