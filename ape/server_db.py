@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -134,6 +135,31 @@ def oldest_run_start(client: httpx.Client) -> datetime | None:
     return datetime.fromisoformat(str(rows[0]["start_time"]).replace("Z", "+00:00"))
 
 
+def flow_run_created(flow_run_id: str) -> datetime | None:
+    """When a flow run was created, read from its id: Prefect's flow run ids are UUIDv7, whose
+    first 48 bits are the creation time in milliseconds; None for another kind of id."""
+    try:
+        value = uuid.UUID(str(flow_run_id))
+    except ValueError:
+        return None
+    if value.version != 7:
+        return None
+    return datetime.fromtimestamp((value.int >> 80) / 1000, UTC)
+
+
+def past_retention(
+    created: datetime | None, oldest_kept: datetime | None, retention_days: float | None, now: datetime
+) -> bool:
+    """Whether a flow run the server does not know was forgotten by it (its retention), rather
+    than never sent to it: older than the retention in force, or older than the oldest run the
+    server still keeps."""
+    if created is None:
+        return False
+    if retention_days and now - created > timedelta(days=retention_days):
+        return True
+    return oldest_kept is not None and oldest_kept > created
+
+
 def _lines(path: Path) -> list[str]:
     try:
         return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -148,9 +174,11 @@ __all__ = [
     "database_path",
     "database_size",
     "days_to_fill",
+    "flow_run_created",
     "free_disk",
     "growth",
     "oldest_run_start",
+    "past_retention",
     "record_sample",
     "samples",
 ]

@@ -76,11 +76,7 @@ def record(folder: Path) -> int:
     for model, chains in pending:  # every flow run known before anything is sent
         for entry in chains.flow_runs:
             if entry.left_out and not _known(entry.flow_run_id, api):
-                raise ApeError(
-                    f"the Prefect server at {api} does not know flow run {entry.flow_run_id}",
-                    where=str(model / CHAINS_FILE),
-                    hint="the run reported to another server or APE home: set APE_HOME or PREFECT_API_URL as it ran",
-                )
+                raise _unknown(entry.flow_run_id, api, model / CHAINS_FILE)
     complete = True
     for model, chains in pending:
         complete &= _record_model(model, chains)
@@ -126,6 +122,40 @@ def _known(flow_run_id: str, api: str) -> bool:
                 hint='set PREFECT_API_AUTH_STRING (`eval "$(ape server env)"`)',
             ) from None
         raise ApeError(f"asking the Prefect server at {api} failed: {exc}") from None
+
+
+def _unknown(flow_run_id: str, api: str, where: Path) -> ApeError:
+    """The one line for a flow run the server does not know: forgotten (past its retention), or
+    never sent to it (another server or APE home)."""
+    from datetime import UTC, datetime
+
+    import httpx
+
+    from ape import server, server_db  # deferred: the CLI starts without httpx
+
+    now = datetime.now(UTC)
+    created = server_db.flow_run_created(flow_run_id)
+    retention = server.running_retention() if api == server.running_api_url() else None
+    try:
+        with server.api_session(api, timeout=10.0) as client:
+            oldest = server_db.oldest_run_start(client)
+    except (httpx.HTTPError, ValueError):
+        oldest = None
+    if created is not None and server_db.past_retention(created, oldest, retention, now):
+        kept = f"it {server.describe_retention(retention)}; " if retention else ""
+        since = f"the oldest run it keeps started {oldest:%Y-%m-%d}" if oldest else "it keeps no older run"
+        return ApeError(
+            f"flow run {flow_run_id} (started {created:%Y-%m-%d}) is past the retention of the Prefect server "
+            f"at {api} ({kept}{since}): nothing to record there; its results, history, `ape diff` and "
+            "`ape retry` work from the output folder",
+            where=str(where),
+            hint=f"to keep runs longer in the UI, set {server.RETENTION_ENV} before the server starts (docs/server.md)",
+        )
+    return ApeError(
+        f"the Prefect server at {api} does not know flow run {flow_run_id}",
+        where=str(where),
+        hint="the run reported to another server or APE home: set APE_HOME or PREFECT_API_URL as it ran",
+    )
 
 
 def _record_model(model: Path, chains: StageChains) -> bool:
