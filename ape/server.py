@@ -318,10 +318,10 @@ def retention_in(env: dict[str, str]) -> float:
 def describe_retention(days: float | None) -> str:
     """``keeps flow runs 30 days`` as the status lines say it."""
     if days is None:
-        return "retention not known (a server started by an older APE: 'ape server stop' and start it again)"
+        return "not known (a server started by an older APE: 'ape server stop' and start it again)"
     if days == 0:
         return "keeps every flow run (no retention)"
-    return f"keeps flow runs {days:g} days after they end"
+    return f"keeps flow runs {days:g} day{'' if days == 1 else 's'} after they end"
 
 
 def _retention_note(state: _State) -> str:
@@ -528,8 +528,8 @@ def start(
         ours = _live_state(home)
         mine = ours if ours is not None and ours.port == port else None
         if mine is not None and _holds_port(mine, host) and _healthy(api_url):
-            note = f"{password_hint(home)}; {_retention_note(mine)}"
-            notify(f"Reusing the Prefect server at {_base_url(host, port)} ({note})")
+            note = f"({password_hint(home)}); retention: {_retention_note(mine)}"
+            notify(f"Reusing the Prefect server at {_base_url(host, port)} {note}")
             return _info(home, host, port, mine.pid)
         if mine is None and _healthy(api_url):
             # Someone else's server (another user's, on a shared machine): a run must not
@@ -566,8 +566,8 @@ def start(
         proc = _spawn(home, host, port)
         started = _read_state(home)
         kept = describe_retention(started.retention_days if started is not None else None)
-        note = f"log: {home / LOG_FILE}; {password_hint(home)}; {kept}"
-        notify(f"Starting a Prefect server at {_base_url(host, port)} ({note})")
+        note = f"log: {home / LOG_FILE}; {password_hint(home)}"
+        notify(f"Starting a Prefect server at {_base_url(host, port)} ({note}); retention: {kept}")
         return _wait_healthy(home, host, port, proc.pid, proc, wait_s)
 
 

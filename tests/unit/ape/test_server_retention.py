@@ -99,3 +99,16 @@ def test_a_forgotten_run_is_told_from_one_the_server_never_knew() -> None:
     recent = server_db.flow_run_created(_uuid7(NOW - timedelta(days=2)))
     assert not server_db.past_retention(recent, NOW - timedelta(days=20), 30, NOW)
     assert not server_db.past_retention(created, None, 0, NOW)  # keeps everything, holds nothing older
+
+
+def test_a_reused_server_says_the_retention_in_force_and_when_another_applies(monkeypatch: pytest.MonkeyPatch) -> None:
+    running = server._State(pid=1, host="127.0.0.1", port=4200, started_at=0.0, retention_days=30)
+    monkeypatch.delenv("APE_SERVER_RETENTION_DAYS", raising=False)
+    assert server._retention_note(running) == "keeps flow runs 30 days after they end"
+    monkeypatch.setenv("APE_SERVER_RETENTION_DAYS", "7")
+    assert server._retention_note(running) == (
+        "keeps flow runs 30 days after they end; APE_SERVER_RETENTION_DAYS=7 applies after 'ape server stop'"
+    )
+    older = running.model_copy(update={"retention_days": None})  # started by an APE that recorded none
+    assert server._retention_note(older).startswith("not known")
+    assert server.describe_retention(0) == "keeps every flow run (no retention)"
