@@ -59,15 +59,8 @@ def plan(top: Path, older_than_days: float, now: datetime | None = None) -> list
     history cannot be read (what it needs cannot be told then; ``ape history --rebuild``).
     """
     top = Path(top)
+    check_arguments(top, older_than_days)
     root = runs_root(top)
-    if not root.is_dir():
-        raise ApeError(
-            "no runs/ folder here: nothing to prune",
-            where=str(top),
-            hint="give the output folder of runs started with `ape run --new-run` or by a schedule",
-        )
-    if older_than_days < 0:
-        raise ApeError(f"{older_than_days:g} days is negative", where="--older-than", hint="give days, 0 or more")
     needed, recorded = _needed_by_history(top)
     latest = _latest(top)
     cutoff = (now or datetime.now(UTC)) - timedelta(days=older_than_days)
@@ -78,6 +71,19 @@ def plan(top: Path, older_than_days: float, now: datetime | None = None) -> list
         keep = _why_kept(folder, latest, needed, recorded, cutoff)
         decisions.append(Decision(folder.name, folder, keep, 0 if keep else _removable_size(folder)))
     return decisions
+
+
+def check_arguments(top: Path, older_than_days: float) -> None:
+    """One line for an output folder with no runs, or a negative age; checked before the
+    command takes the output folder's lock (which would create a mistyped folder)."""
+    if not runs_root(Path(top)).is_dir():
+        raise ApeError(
+            "no runs/ folder here: nothing to prune",
+            where=str(top),
+            hint="give the output folder of runs started with `ape run --new-run` or by a schedule",
+        )
+    if older_than_days < 0:
+        raise ApeError(f"{older_than_days:g} days is negative", where="--older-than", hint="give days, 0 or more")
 
 
 def prune(decisions: list[Decision], now: datetime | None = None) -> int:
@@ -171,4 +177,4 @@ def _removable_size(folder: Path) -> int:
     return total
 
 
-__all__ = ["KEPT_FILES", "Decision", "plan", "prune"]
+__all__ = ["KEPT_FILES", "Decision", "check_arguments", "plan", "prune"]

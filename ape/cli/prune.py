@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ape.cli.exit_codes import EXIT_OK
 from ape.tasks.common.words import human_size
+
+if TYPE_CHECKING:
+    from ape.prune import Decision
 
 NAME = "prune"
 HELP = "remove the run folders under OUTPUT/runs that nothing needs any more (history, latest, resumable runs)"
@@ -37,8 +41,18 @@ def main(args: argparse.Namespace) -> int:
 def prune(output: Path, older_than_days: float, *, dry_run: bool) -> int:
     """Print each run folder's fate (removed, or kept and why) and the disk given back."""
     from ape import prune as pruning  # deferred: the command line starts without pandas
+    from ape.tasks.storage.outdir import OutputLock
 
-    decisions = pruning.plan(output, older_than_days)
+    if dry_run:
+        return _report(pruning.plan(output, older_than_days), dry_run=True)
+    pruning.check_arguments(output, older_than_days)
+    with OutputLock(output):  # a writer of the output folder, as a run is: never beside a run going in it
+        return _report(pruning.plan(output, older_than_days), dry_run=False)
+
+
+def _report(decisions: list[Decision], *, dry_run: bool) -> int:
+    from ape import prune as pruning  # deferred, as above
+
     removable = [d for d in decisions if d.keep is None]
     total = sum(d.size for d in removable)
     verb = "would remove" if dry_run else "removed"

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,9 +15,12 @@ import pandas as pd
 
 from ape.cli import main
 from ape.tasks.storage.history import RUN_COPY, RUN_ITEMS_COPY, append_run, read_runs, rebuild, set_baseline
+from ape.tasks.storage.outdir import LOCK_FILE
 from ape.tasks.storage.runs import RUN_FILE, RunInfo, point_latest, read_info, run_folder, write_info
 
 NOW = datetime.now(UTC)
+# a run's hold on the output folder, as OutputLock takes it, in another process
+HOLD_LOCK = "import fcntl, sys, time\nf = open(sys.argv[1], 'a')\nfcntl.flock(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(300)\n"
 
 
 def _run_id(days_ago: float, tail: str) -> str:
@@ -79,6 +84,19 @@ def test_prune_keeps_what_the_history_latest_a_resumable_run_and_a_batch_need(tm
     assert f"{resumable}: kept: unfinished: `ape retry` can resume it" in dry
     assert f"{fresh}: kept: latest points at it" in dry
     assert (run_folder(top, old) / "m" / "results.jsonl").is_file()  # a dry run removes nothing
+
+    # a run going in the output folder (another process holding its lock): refused, nothing removed
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(top / LOCK_FILE)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert main(["prune", str(top)]) == 2
+        assert "in use by another ape run" in capsys.readouterr().err
+        assert (run_folder(top, old) / "m" / "results.jsonl").is_file()
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
 
     assert main(["prune", str(top)]) == 0
     assert "removed 1 of 8 run folder(s)" in capsys.readouterr().out
