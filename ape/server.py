@@ -47,7 +47,7 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ape import crash_marking
+from ape import crash_marking, server_db
 from ape.schemas.errors import ApeError
 from ape.tasks.common import ownership
 from ape.tasks.common.home import AUTH_FILE, CLIENT_AUTH_KEY, ape_home, password_hint, server_home, ui_password_file
@@ -87,6 +87,18 @@ SERVER_SETTINGS: dict[str, str] = {
     "PREFECT_SERVER_UI_V2_ENABLED": "true",
 }
 
+# Retention: a server APE starts deletes flow runs (with their task runs, states, logs and
+# artifacts) that ended more than this many days ago, through Prefect's db_vacuum service.
+# Without it a nightly team's server keeps every task run forever, 2.2-2.7 KB each in SQLite
+# (docs/server.md, "How long the server keeps runs"). The runs' own results, history, diffs
+# and retries live in the output folder and outlive the server's record.
+RETENTION_ENV = "APE_SERVER_RETENTION_DAYS"
+DEFAULT_RETENTION_DAYS = 30.0
+MIN_RETENTION_DAYS = 1 / 24  # Prefect's minimum: more than one hour
+VACUUM_ENABLED_KEY = "PREFECT_SERVER_SERVICES_DB_VACUUM_ENABLED"
+VACUUM_RETENTION_KEY = "PREFECT_SERVER_SERVICES_DB_VACUUM_RETENTION_PERIOD"
+PREFECT_DEFAULT_RETENTION_DAYS = 90.0  # what Prefect keeps when flow-run vacuum is on without a period
+
 # Popen handles of servers started by this process: kept so the objects are not
 # collected while the server runs, and so a server we stop can be reaped.
 _SPAWNED: dict[int, subprocess.Popen[bytes]] = {}
@@ -102,6 +114,7 @@ class ServerInfo(BaseModel):
     pid: int | None = None
     home: Path
     log_file: Path
+    retention_days: float | None = None  # flow runs kept (0: forever); None: not known (not APE's)
 
 
 class OwnServer(BaseModel):
@@ -124,6 +137,7 @@ class _State(BaseModel):
     host: str
     port: int
     started_at: float
+    retention_days: float | None = None  # None: started by an APE that did not record it
 
 
 # --------------------------------------------------------------------------- paths
@@ -269,6 +283,68 @@ def _base_url(host: str, port: int) -> str:
     return f"http://[{connect}]:{port}" if ":" in connect else f"http://{connect}:{port}"
 
 
+# --------------------------------------------------------------------------- retention
+
+
+def retention_days() -> float:
+    """The days a new server keeps flow runs: ``$APE_SERVER_RETENTION_DAYS``, else
+    :data:`DEFAULT_RETENTION_DAYS`; 0 keeps them forever."""
+    value = os.environ.get(RETENTION_ENV, "").strip()
+    if not value:
+        return DEFAULT_RETENTION_DAYS
+    try:
+        days = float(value)
+    except ValueError:
+        days = -1.0
+    if days != 0 and not (MIN_RETENTION_DAYS < days < 100_000):
+        raise ApeError(
+            f"{RETENTION_ENV}={value!r} is not a retention in days",
+            where="environment",
+            hint=f"give days (more than {MIN_RETENTION_DAYS:.4f}, Prefect's one hour), 0 to keep every run, "
+            f"or unset it for {DEFAULT_RETENTION_DAYS:g}",
+        )
+    return days
+
+
+def retention_settings(days: float) -> dict[str, str]:
+    """The Prefect settings that make a server keep flow runs ``days`` days (0: forever)."""
+    if days == 0:
+        return {VACUUM_ENABLED_KEY: "events"}
+    return {VACUUM_ENABLED_KEY: "events,flow_runs", VACUUM_RETENTION_KEY: str(round(days * 86400))}
+
+
+def retention_in(env: dict[str, str]) -> float:
+    """The retention (days; 0: forever) a server started with environment ``env`` keeps, read
+    back from Prefect's own settings there, so a value the user set for Prefect is told as it is."""
+    enabled = env.get(VACUUM_ENABLED_KEY, "events").strip().lower()
+    if enabled not in ("true", "1") and "flow_runs" not in {part.strip() for part in enabled.split(",")}:
+        return 0.0
+    period = env.get(VACUUM_RETENTION_KEY, "").strip()
+    try:
+        return float(period) / 86400 if period else PREFECT_DEFAULT_RETENTION_DAYS
+    except ValueError:
+        return PREFECT_DEFAULT_RETENTION_DAYS  # the server itself refuses it and says so in its log
+
+
+def describe_retention(days: float | None) -> str:
+    """``keeps flow runs 30 days`` as the status lines say it."""
+    if days is None:
+        return "not known (a server started by an older APE: 'ape server stop' and start it again)"
+    if days == 0:
+        return "keeps every flow run (no retention)"
+    return f"keeps flow runs {days:g} day{'' if days == 1 else 's'} after they end"
+
+
+def _retention_note(state: _State) -> str:
+    """What a reused server keeps, and whether the retention asked for differs (it applies only
+    to a server started anew)."""
+    note = describe_retention(state.retention_days)
+    wanted = retention_days()
+    if state.retention_days is not None and abs(wanted - state.retention_days) > 1e-9:
+        note += f"; {RETENTION_ENV}={wanted:g} applies after 'ape server stop'"
+    return note
+
+
 # --------------------------------------------------------------------------- probes
 
 
@@ -403,12 +479,14 @@ def _start_lock(home: Path) -> Iterator[None]:
 
 
 def _info(home: Path, host: str, port: int, pid: int | None) -> ServerInfo:
+    state = _read_state(home) if pid is not None else None
     return ServerInfo(
         api_url=api_url_for(host, port),
         ui_url=_base_url(host, port),
         pid=pid,
         home=home,
         log_file=home / LOG_FILE,
+        retention_days=state.retention_days if state is not None and state.pid == pid else None,
     )
 
 
@@ -477,7 +555,8 @@ def start(
         ours = _live_state(home)
         mine = ours if ours is not None and ours.port == port else None
         if mine is not None and _holds_port(mine, host) and healthy(api_url):
-            notify(f"Reusing the Prefect server at {_base_url(host, port)} ({password_hint(home)})")
+            note = f"({password_hint(home)}); retention: {_retention_note(mine)}"
+            notify(f"Reusing the Prefect server at {_base_url(host, port)} {note}")
             return _info(home, host, port, mine.pid)
         if mine is None and healthy(api_url):
             # Someone else's server (another user's, on a shared machine): a run must not
@@ -512,7 +591,10 @@ def start(
                 hint="stop that program, or choose another port with --port / APE_SERVER_PORT",
             )
         proc = _spawn(home, host, port)
-        notify(f"Starting a Prefect server at {_base_url(host, port)} (log: {home / LOG_FILE}; {password_hint(home)})")
+        started = _read_state(home)
+        kept = describe_retention(started.retention_days if started is not None else None)
+        note = f"log: {home / LOG_FILE}; {password_hint(home)}"
+        notify(f"Starting a Prefect server at {_base_url(host, port)} ({note}); retention: {kept}")
         return _wait_healthy(home, host, port, proc.pid, proc, wait_s)
 
 
@@ -547,6 +629,30 @@ def stop(timeout_s: float = 20.0) -> bool:
     _terminate(state.pid, timeout_s)
     _clear_state(home)
     return True
+
+
+@contextlib.contextmanager
+def held_stopped() -> Iterator[Path]:
+    """While the ``with`` block runs, this APE home's server is stopped and stays so: the start
+    lock is held, so an ``ape run`` that would start it waits. Raises :class:`ApeError` when it
+    runs. Yields the server's folder (``ape server compact`` rewrites its database)."""
+    home = _private_home()
+    with _start_lock(home):
+        state = _live_state(home)
+        if state is not None:
+            raise ApeError(
+                f"APE's Prefect server runs (pid {state.pid}, port {state.port}): its database is in use",
+                where="ape server",
+                hint="wait for the runs that use it to end, 'ape server stop', then try again",
+            )
+        yield home
+
+
+def running_retention() -> float | None:
+    """The retention (days; 0: forever) of this APE home's running server; None when none runs
+    or it did not record one."""
+    state = _live_state(server_home())
+    return state.retention_days if state is not None else None
 
 
 def ensure_api_url(
@@ -602,7 +708,10 @@ def existing_api_url(on_status: StatusCallback | None = None) -> str | None:
 # --------------------------------------------------------------------------- helpers
 
 
-def _spawn(home: Path, host: str, port: int) -> subprocess.Popen[bytes]:
+def server_env(home: Path, host: str, port: int) -> dict[str, str]:
+    """The environment a server APE starts runs with: the caller's, less another API or
+    profile, plus APE's settings (:data:`SERVER_SETTINGS`, the retention of
+    :func:`retention_days`; a Prefect setting the user exported wins) and its credentials."""
     env = dict(os.environ)
     # The server must not talk to another API or read the user's profile; its
     # database lives beside its log, unless the user configured a database URL.
@@ -610,7 +719,7 @@ def _spawn(home: Path, host: str, port: int) -> subprocess.Popen[bytes]:
         env.pop(key, None)
     env["PREFECT_HOME"] = str(home / "prefect")
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    for key, value in SERVER_SETTINGS.items():
+    for key, value in {**SERVER_SETTINGS, **retention_settings(retention_days())}.items():
         env.setdefault(key, value)
     # credentials, CORS for its own UI only, CSRF tokens: never loosened by the environment
     env[SERVER_AUTH_KEY] = auth_string(home)
@@ -620,6 +729,11 @@ def _spawn(home: Path, host: str, port: int) -> subprocess.Popen[bytes]:
     # /ui-settings answer), whatever --port says: another server's data, or nothing.
     if not any(env.get(key) for key in UI_API_URL_KEYS):
         env["PREFECT_SERVER_UI_API_URL"] = ui_api_url_for(host, port)
+    return env
+
+
+def _spawn(home: Path, host: str, port: int) -> subprocess.Popen[bytes]:
+    env = server_env(home, host, port)
     command = [sys.executable, "-m", "prefect", "server", "start"]
     command += ["--host", host, "--port", str(port)]
     # a process group of its own, so a Ctrl-C in the caller's terminal does not stop it
@@ -638,7 +752,11 @@ def _spawn(home: Path, host: str, port: int) -> subprocess.Popen[bytes]:
             start_new_session=sys.platform != "win32",
         )
     _SPAWNED[proc.pid] = proc
-    _write_state(home, _State(pid=proc.pid, host=host, port=port, started_at=time.time()))
+    state = _State(pid=proc.pid, host=host, port=port, started_at=time.time(), retention_days=retention_in(env))
+    _write_state(home, state)
+    database = server_db.database_path(home, env)
+    if database is not None:  # a size for `ape server status`'s growth rate
+        server_db.record_sample(home, server_db.database_size(database))
     return proc
 
 
@@ -756,6 +874,8 @@ def _refresh_prefect_settings() -> None:
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
+    "DEFAULT_RETENTION_DAYS",
+    "RETENTION_ENV",
     "SERVER_SETTINGS",
     "OwnServer",
     "ServerInfo",
@@ -767,14 +887,21 @@ __all__ = [
     "auth_string",
     "client_env",
     "default_port",
+    "describe_retention",
     "ensure_api_url",
+    "held_stopped",
     "env_line",
     "healthy",
     "password_hint",
     "own_server",
     "preferred_port",
     "process_alive",
+    "retention_days",
+    "retention_in",
+    "retention_settings",
+    "running_retention",
     "running_api_url",
+    "server_env",
     "server_home",
     "start",
     "status",

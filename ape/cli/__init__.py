@@ -29,6 +29,7 @@ from ape.cli import (
     history,
     items,
     plan,
+    prune,
     record,
     report,
     retry,
@@ -63,6 +64,7 @@ REGISTRY: tuple[ModuleType, ...] = (
     items,
     diff,
     record,
+    prune,
 )
 COMMANDS = tuple(command.NAME for command in REGISTRY)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,11 +77,7 @@ def record(folder: Path) -> int:
     for model, chains in pending:  # every flow run known before anything is sent
         for entry in chains.flow_runs:
             if entry.left_out and not _known(entry.flow_run_id, api):
-                raise ApeError(
-                    f"the Prefect server at {api} does not know flow run {entry.flow_run_id}",
-                    where=str(model / CHAINS_FILE),
-                    hint="the run reported to another server or APE home: set APE_HOME or PREFECT_API_URL as it ran",
-                )
+                raise _unknown(entry.flow_run_id, api, model / CHAINS_FILE, _started(top, model / CHAINS_FILE))
     complete = True
     for model, chains in pending:
         complete &= _record_model(model, chains)
@@ -126,6 +123,53 @@ def _known(flow_run_id: str, api: str) -> bool:
                 hint='set PREFECT_API_AUTH_STRING (`eval "$(ape server env)"`)',
             ) from None
         raise ApeError(f"asking the Prefect server at {api} failed: {exc}") from None
+
+
+def _started(top: Path, chains_file: Path) -> datetime:
+    """When the run started: its ``run.json`` (a run folder), else when its list of chains was
+    last written (a run in place)."""
+    from ape.tasks.storage.runs import read_info
+
+    try:
+        info = read_info(top)
+    except ValueError:
+        info = None
+    if info is not None:
+        return datetime.fromisoformat(info.started_at)
+    return datetime.fromtimestamp(chains_file.stat().st_mtime, UTC)
+
+
+def _unknown(flow_run_id: str, api: str, where: Path, started: datetime) -> ApeError:
+    """The one line for a flow run the server does not know: forgotten (past its retention), or
+    never sent to it (another server or APE home). The flow run's time is read from its id
+    where that is a UUIDv7, else the run's start is taken."""
+    import httpx
+
+    from ape import server, server_db  # deferred: the CLI starts without httpx
+
+    now = datetime.now(UTC)
+    created = server_db.flow_run_created(flow_run_id) or started
+    retention = server.running_retention() if api == server.running_api_url() else None
+    try:
+        with server.api_session(api, timeout=10.0) as client:
+            oldest = server_db.oldest_run_start(client)
+    except (httpx.HTTPError, ValueError):
+        oldest = None
+    if server_db.past_retention(created, oldest, retention, now):
+        kept = f"it {server.describe_retention(retention)}; " if retention else ""
+        since = f"the oldest run it keeps started {oldest:%Y-%m-%d}" if oldest else "it keeps no older run"
+        return ApeError(
+            f"flow run {flow_run_id} (started {created:%Y-%m-%d}) is past the retention of the Prefect server "
+            f"at {api} ({kept}{since}): nothing to record there; its results, history, `ape diff` and "
+            "`ape retry` work from the output folder",
+            where=str(where),
+            hint=f"to keep runs longer in the UI, set {server.RETENTION_ENV} before the server starts (docs/server.md)",
+        )
+    return ApeError(
+        f"the Prefect server at {api} does not know flow run {flow_run_id}",
+        where=str(where),
+        hint="the run reported to another server or APE home: set APE_HOME or PREFECT_API_URL as it ran",
+    )
 
 
 def _record_model(model: Path, chains: StageChains) -> bool:

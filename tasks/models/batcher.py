@@ -68,7 +68,7 @@ from ape.tasks.models.batch_status import board_for, current_flow_run_id
 from ape.tasks.models.limits import classify_error
 from ape.tasks.storage.file_modes import created_file_mode
 
-__all__ = ["BatchRequestError", "Batcher", "BatchSettings", "batcher_for", "custom_id"]
+__all__ = ["LEDGER", "BatchRequestError", "Batcher", "BatchSettings", "batcher_for", "custom_id", "open_batches"]
 
 log = logging.getLogger("ape")
 
@@ -128,6 +128,26 @@ def _read(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             log.warning("%s line %d is damaged; skipped", path, number)
     return records
+
+
+def open_batches(folder: Path) -> list[str]:
+    """The batches of ``folder``'s ledger that a resumed run would still collect: submitted and
+    not ended, or a submit whose outcome was never written (its tag). ``ape prune`` keeps a run
+    folder holding any: removing the ledger would pay for those batches again."""
+    rows = _read(Path(folder) / LEDGER)
+    closed = {str(row.get("tag")) for row in rows if row.get("event") in {"submitted", "unsent"}}
+    ended = {str(row.get("batch_id")) for row in rows if row.get("event") == "ended"}
+    found = [
+        str(row["batch_id"])
+        for row in rows
+        if row.get("event") == "submitted" and row.get("batch_id") and str(row["batch_id"]) not in ended
+    ]
+    found += [
+        f"submit {row.get('tag')}"
+        for row in rows
+        if row.get("event") == "submitting" and str(row.get("tag")) not in closed
+    ]
+    return found
 
 
 def _owner(pid: int) -> str | None:

@@ -51,6 +51,7 @@ class RunInfo(BaseModel):
     status: Status = "running"
     cache_scope: Literal["run", "shared"] = "run"
     benchmark: str = ""
+    pruned_at: str | None = None  # set by `ape prune`: only run.json and the history copies are left
 
 
 def short_id(flow_run_id: str | None) -> str:

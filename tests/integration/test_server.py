@@ -29,6 +29,7 @@ def ape_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = tmp_path / "ape"
     monkeypatch.setenv("APE_HOME", str(home))
     monkeypatch.delenv("APE_SERVER_PORT", raising=False)
+    monkeypatch.delenv("APE_SERVER_RETENTION_DAYS", raising=False)
     yield home
     # Kill whatever a failing test left running: the recorded server and every server
     # this process spawned.
@@ -243,7 +244,8 @@ def test_start_reuse_status_stop(ape_home: Path, quiet_settings: None, monkeypat
     assert reused.pid == info.pid
     auth_file = ape_home / "server" / "auth"
     assert again == [
-        f"Reusing the Prefect server at http://127.0.0.1:{port} (the UI's password is the line in {auth_file})"
+        f"Reusing the Prefect server at http://127.0.0.1:{port} (the UI's password is the line in {auth_file}); "
+        "retention: keeps flow runs 30 days after they end"
     ]
     # this process reports to APE's own server: its links name that file, and open the UI
     # the server's front page opens (Prefect's V2), where a fresh browser gets the login form
