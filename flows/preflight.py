@@ -41,7 +41,13 @@ from ape.schemas.config import ApeConfig, ModelConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.checking.judge import JudgeSpec
 from ape.tasks.models.build import build_model
-from ape.tasks.models.reachability import auth_warnings, probe_all, probe_target, unreachable_lines
+from ape.tasks.models.reachability import (
+    auth_warnings,
+    path_warnings,
+    probe_all,
+    probe_target,
+    unreachable_lines,
+)
 from ape.tasks.models.scoring import build_scorer
 from ape.tasks.setup.model import ModelSetup, grade_canary, make_setup, resume_fingerprints, run_judge
 from ape.tasks.solving.choices import check_item
@@ -214,7 +220,7 @@ def endpoints(config: ApeConfig, only_models: list[str] | None = None) -> None:
     judged = [judge] if isinstance(judge, ModelConfig) else []
     targets = {id(cfg): probe_target(cfg) for cfg in [*models, *judged]}
     probes = probe_all(t for t in targets.values() if t is not None)
-    for line in auth_warnings(probes):
+    for line in [*auth_warnings(probes), *path_warnings(probes)]:
         log.warning("%s", line)
     for found in probes:
         log.debug("endpoint of %s: %s in %.3f s", found.target.model_id, found.status or found.cause, found.seconds)
