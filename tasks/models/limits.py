@@ -14,8 +14,9 @@ permanent and raised at once.
 A connection failure names its endpoint: the provider's own message ("Connection
 error.") gets a note (:meth:`BaseException.add_note`) with the request's method, URL and
 the cause at the bottom of the chain (:func:`endpoint_note`), which the session's error
-shows; so does a 404 (a ``base_url`` without ``/v1`` is the usual reason: :func:`v1_hint`). Retry lines repeat on the terminal once per model and kind of error
-(:data:`RETRY_LINES`); every one goes to run.log.
+shows; so does a 404 (a ``base_url`` without ``/v1`` is the usual reason: :func:`v1_hint`).
+Retry lines repeat on the terminal once per model and kind of error (:data:`RETRY_LINES`);
+every one goes to run.log.
 """
 
 from __future__ import annotations
@@ -204,7 +205,9 @@ def endpoint_note(exc: BaseException) -> str | None:
     if request is None or (status is not None and status != 404):
         return None
     if status == 404:
-        return f"endpoint {request.method} {request.url} answered 404 (no such route or model){v1_hint(str(request.url))}"
+        return (
+            f"endpoint {request.method} {request.url} answered 404 (no such route or model){v1_hint(str(request.url))}"
+        )
     return f"endpoint {request.method} {request.url}: {connection_cause(exc)}"
 
 

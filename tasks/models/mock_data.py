@@ -50,7 +50,10 @@ def _unknown_id(cfg: ModelConfig, table: str, key: str, ids: list[str]) -> ApeEr
     if same_but_case:
         hint = f"item ids are case-sensitive: the item's id is '{same_but_case[0]}'"
     else:
-        hint = did_you_mean(key, ids) or f"the table is keyed by item id ({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''})"
+        hint = (
+            did_you_mean(key, ids)
+            or f"the table is keyed by item id ({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''})"
+        )
     return ApeError(
         f"'{key}' is no item id of the data",
         where=f"[model] '{cfg.model_id}' args.{table}",

@@ -13,7 +13,8 @@ folder when it is inside a git work tree (else null); ``seeds`` (the report's bo
 seed and every model's ``seed`` argument); ``models`` (model id -> its fingerprint, the
 fingerprint's hash, and ``requests``: what each request asks for, log-probabilities,
 sampling, token limit, stop sequences and batch mode, from
-:func:`ape.tasks.models.requests.request_settings`, the decision the client is built from); ``sandbox`` (how ``code_exec`` runs candidate code);
+:func:`ape.tasks.models.requests.request_settings`, the decision the client is built
+from); ``sandbox`` (how ``code_exec`` runs candidate code);
 ``agent_sandbox`` (an agent benchmark's ``[sandbox]``: its isolation and every limit, spelled
 out, since they are part of the benchmark's definition; null without one);
 ``session_limits`` (``[solver]`` ``max_steps`` and ``max_session_tokens``, the limits that end

@@ -184,6 +184,7 @@ def _cached_cost(sessions: pd.DataFrame, cached: pd.Series | None) -> float:
     session saved by an older APE carries its price in ``cost`` instead of ``cached_cost``."""
     if cached is None or not cached.any():
         return math.nan
+
     def column(name: str) -> pd.Series:
         if name not in sessions.columns:
             return pd.Series(math.nan, index=sessions.index)
