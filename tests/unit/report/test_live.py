@@ -247,7 +247,7 @@ def test_ape_status_prints_the_numbers_and_refuses_what_is_not_a_run(
     assert cli_main(["status", str(tmp_path / "nope")]) == 2
     assert "no such output folder" in capsys.readouterr().err
     assert cli_main(["status", "0190a3c1-7a2b-7c3d-8e4f-0123456789ab"]) == 2
-    assert "not a flow run id" in capsys.readouterr().err
+    assert "no flow run with this id whose folder is here" in capsys.readouterr().err
 
 
 def test_the_markdown_artifact_shows_names_as_text_and_has_a_valid_key() -> None:
