@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import math
 import os
 import secrets
 import shlex
@@ -535,7 +536,7 @@ def preferred_port() -> int:
 def start(
     port: int | None = None,
     host: str = DEFAULT_HOST,
-    wait_s: float = 90.0,
+    wait_s: float | None = None,
     on_status: StatusCallback | None = None,
 ) -> ServerInfo:
     """Reuse the healthy Prefect server on ``host:port`` or start one in the background.
@@ -545,8 +546,10 @@ def start(
     keeps its database there too, and runs with analytics off. ape manages one
     server at a time. Raises :class:`ApeError` when the port belongs to something
     else, when ape's server already runs on another port, or when the server does
-    not come up within ``wait_s`` seconds.
+    not come up: its process ended, or its log showed no progress for ``wait_s`` seconds
+    (default :func:`start_wait_s`, ``APE_SERVER_START_TIMEOUT``).
     """
+    wait_s = start_wait_s() if wait_s is None else wait_s
     notify = on_status or (lambda _message: None)
     home = _private_home()
     port = port or preferred_port()
@@ -658,7 +661,7 @@ def running_retention() -> float | None:
 def ensure_api_url(
     port: int | None = None,
     host: str = DEFAULT_HOST,
-    wait_s: float = 90.0,
+    wait_s: float | None = None,
     on_status: StatusCallback | None = None,
 ) -> str:
     """The Prefect API URL to use: the user's own setting, else a local server's.
@@ -706,6 +709,71 @@ def existing_api_url(on_status: StatusCallback | None = None) -> str | None:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+START_TIMEOUT_ENV = "APE_SERVER_START_TIMEOUT"
+DEFAULT_START_WAIT_S = 90.0
+SLOW_START_HINT = (
+    f"a busy machine may need longer: {START_TIMEOUT_ENV}=300 gives it 300 s without progress (default "
+    f"{DEFAULT_START_WAIT_S:g}); or start one yourself with 'prefect server start' and set PREFECT_API_URL"
+)
+
+
+def start_wait_s() -> float:
+    """How long a starting server may go without progress: ``APE_SERVER_START_TIMEOUT``
+    (seconds), else :data:`DEFAULT_START_WAIT_S`."""
+    text = os.environ.get(START_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_START_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ApeError(
+            f"{START_TIMEOUT_ENV}={text!r} is not a number of seconds above 0",
+            where=START_TIMEOUT_ENV,
+            hint=f"e.g. export {START_TIMEOUT_ENV}=300, or unset it for {DEFAULT_START_WAIT_S:g} s",
+        )
+    return value
+
+
+class LogProgress:
+    """A starting server's progress, read from its log: the wait of ``wait_s`` starts afresh
+    each time the log grows (a slow start on a busy machine is still getting on), up to
+    ``MAX_FACTOR`` times ``wait_s`` in all (a server that logs the same error over and over
+    is not starting)."""
+
+    MAX_FACTOR = 10
+
+    def __init__(self, log_file: Path, wait_s: float) -> None:
+        self.log_file, self.wait_s = log_file, wait_s
+        now = time.monotonic()
+        self._size = self._read_size()
+        self._last = now
+        self._cap = now + self.MAX_FACTOR * wait_s
+
+    def _read_size(self) -> int:
+        try:
+            return self.log_file.stat().st_size
+        except OSError:
+            return 0
+
+    def grew(self) -> bool:
+        """True (and the wait starts afresh) when the log grew since the last look, within the cap."""
+        if time.monotonic() > self._cap:
+            return False
+        size = self._read_size()
+        if size == self._size:
+            return False
+        self._size, self._last = size, time.monotonic()
+        return True
+
+    def stalled(self) -> bool:
+        """True once the log has not grown for ``wait_s`` seconds, or the whole cap has passed."""
+        self.grew()
+        now = time.monotonic()
+        return now - self._last > self.wait_s or now > self._cap
 
 
 def server_env(home: Path, host: str, port: int) -> dict[str, str]:
@@ -770,9 +838,9 @@ def _wait_healthy(
 ) -> ServerInfo:
     api_url = api_url_for(host, port)
     log_file = home / LOG_FILE
-    deadline = time.monotonic() + wait_s
-    _wait_owned(home, host, port, pid, proc, wait_s)
-    while time.monotonic() < deadline:
+    progress = LogProgress(log_file, wait_s)
+    _wait_owned(home, host, port, pid, proc, wait_s, progress)
+    while not progress.stalled():
         if healthy(api_url):
             return _info(home, host, port, pid if _alive(pid) else None)
         if not _alive(pid):
@@ -787,15 +855,21 @@ def _wait_healthy(
     _terminate(pid, 10.0)
     _clear_state(home)
     raise ApeError(
-        f"the Prefect server did not answer at {api_url} within {wait_s:g} s and was stopped:\n{_log_tail(log_file)}",
+        f"the Prefect server did not answer at {api_url}, its log still for {wait_s:g} s, "
+        f"and was stopped:\n{_log_tail(log_file)}",
         where=str(log_file),
-        hint="a busy machine may need longer; retry, or start one yourself with "
-        "'prefect server start' and set PREFECT_API_URL",
+        hint=SLOW_START_HINT,
     )
 
 
 def _wait_owned(
-    home: Path, host: str, port: int, pid: int, proc: subprocess.Popen[bytes] | None, wait_s: float
+    home: Path,
+    host: str,
+    port: int,
+    pid: int,
+    proc: subprocess.Popen[bytes] | None,
+    wait_s: float,
+    progress: LogProgress | None = None,
 ) -> None:
     """Wait until server ``pid`` (or its child) listens on the port, before any request goes
     there; on a stranger holding the port, or the server ending first, stop it, forget it and
@@ -819,6 +893,8 @@ def _wait_owned(
             where=str(home / LOG_FILE),
             log_line=lambda: _log_tail(home / LOG_FILE, 1).strip(),
             hint="another program took the port first: stop it, or choose another port with --port / APE_SERVER_PORT",
+            progress=progress.grew if progress is not None else None,
+            slow_hint=SLOW_START_HINT,
         )
     except ApeError:
         _terminate(pid, 10.0)

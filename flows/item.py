@@ -97,6 +97,7 @@ class ItemProcessor:
 
         setup = self.setup
         data = setup.config.data
+        price = session_cost(setup.model_cfg, record.input_tokens, record.output_tokens)
         return SessionResult(
             item_id=spec.item_id,
             run_index=spec.run_index,
@@ -119,7 +120,9 @@ class ItemProcessor:
             category=_field_text(item, data.category_field),
             cached=cached,
             cluster=_field_text(item, data.cluster_field),
-            cost=session_cost(setup.model_cfg, record.input_tokens, record.output_tokens),
+            # an answer from the cache cost nothing this run; its price is what the cache saved
+            cost=0.0 if cached and price is not None else price,
+            cached_cost=price if cached else None,
             prompt_hash=prompt_hash(spec.prompt, spec.system),
             stop_reason=record.stop_reason,
             batch=setup.model_cfg.batch and not cached,

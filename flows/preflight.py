@@ -41,7 +41,14 @@ from ape.schemas.config import ApeConfig, ModelConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.checking.judge import JudgeSpec
 from ape.tasks.models.build import build_model
-from ape.tasks.models.reachability import auth_warnings, probe_all, probe_target, unreachable_lines
+from ape.tasks.models.mock_data import check_mock_data
+from ape.tasks.models.reachability import (
+    auth_warnings,
+    path_warnings,
+    probe_all,
+    probe_target,
+    unreachable_lines,
+)
 from ape.tasks.models.scoring import build_scorer
 from ape.tasks.setup.model import ModelSetup, grade_canary, make_setup, resume_fingerprints, run_judge
 from ape.tasks.solving.choices import check_item
@@ -133,6 +140,9 @@ def preflight(config: ApeConfig, *, run_folder: bool = False) -> Checked:
         # line changes the file's digest too, and "holds results made with a different data
         # file ... start afresh" is the wrong advice for a file that merely needs mending
         ids = setups[0].provider().scan(item_check(config))
+        sliced = config.data.start_id is not None or config.data.end_id is not None
+        for model in config.model:  # a mock's field names and id tables, against the data
+            check_mock_data(model, setups[0].data_model, ids, sliced=sliced)
         if config.run.load_save and not run_folder:  # refuse to mix results now, not in a failed flow run
             for setup in setups:
                 previous = recorded(setup.out_dir / config.run.metadata_file)
@@ -214,7 +224,7 @@ def endpoints(config: ApeConfig, only_models: list[str] | None = None) -> None:
     judged = [judge] if isinstance(judge, ModelConfig) else []
     targets = {id(cfg): probe_target(cfg) for cfg in [*models, *judged]}
     probes = probe_all(t for t in targets.values() if t is not None)
-    for line in auth_warnings(probes):
+    for line in [*auth_warnings(probes), *path_warnings(probes)]:
         log.warning("%s", line)
     for found in probes:
         log.debug("endpoint of %s: %s in %.3f s", found.target.model_id, found.status or found.cause, found.seconds)

@@ -86,9 +86,17 @@ class LeaderboardRow(ReportModel):
     )
     total_input_tokens: float | None = None
     total_output_tokens: float | None = None
-    total_cost: float | None = Field(default=None, description="Sum of session costs (null: no prices).")
+    total_cost: float | None = Field(
+        default=None,
+        description="What this model's sessions cost: answers from the result cache cost nothing (null: no prices).",
+    )
     cost_per_session: float | None = None
     cost_per_correct: float | None = Field(default=None, description="total_cost / correct sessions.")
+    cached_cost: float | None = Field(
+        default=None,
+        description="What the sessions answered from the result cache would have cost asked again: "
+        "the money the cache saved, apart from total_cost (null: none cached, or no prices).",
+    )
     injection_flags: int = Field(
         default=0,
         description="Sessions whose answer the judge checker flagged as addressed to the grader "

@@ -142,7 +142,11 @@ class SessionResult(Record):
     category: str | None = None
     cached: bool = False  # True when the generation came from the result cache
     cluster: str | None = None  # the item's [data] cluster_field value
-    cost: float | None = None  # tokens x the model's prices; None without prices or tokens
+    # tokens x the model's prices, spent this run: 0 for a session answered from the cache;
+    # None without prices or tokens
+    cost: float | None = None
+    # a cached session's price had it been asked again (what the cache saved); None otherwise
+    cached_cost: float | None = None
     prompt_hash: str | None = None  # the rendered prompt's sha256, 16 hex digits (run health)
     # why the final answer's generation stopped, as the provider said it (OpenAI's
     # finish_reason "stop"/"length", Anthropic's stop_reason "end_turn"/"max_tokens"); None

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ape.cli.flow_run_output import output_of
 from ape.cli.status import is_uuid
 from ape.schemas.control import Action
 from ape.schemas.errors import ApeError
@@ -46,17 +47,25 @@ def ctl(verb: str, run: str) -> int:
 
     action = ACTION_OF[verb]
     user = current_user()
-    folder = Path(run)
-    if folder.is_dir():
-        models = _by_folder(folder, action, user)
-    elif folder.exists():
+    folder: Path | None = Path(run)
+    if Path(run).is_dir():
+        models = _by_folder(Path(run), action, user)
+    elif Path(run).exists():
         raise ApeError("not a folder", where=run, hint=HINT)
     else:
-        models = _by_flow_run(run, action, user)
+        models, folder = _by_flow_run(run, action, user)
     for line in models:
         print(terminal_safe(f"{verb}: asked {line}"))
-    print(f"The run acts within about a second{_after(verb)}; `ape status {run}` shows it.")
+    print(terminal_safe(f"The run acts within about a second{_after(verb)}; {shown_by(folder)}."))
     return 0
+
+
+def shown_by(folder: Path | None) -> str:
+    """Where the run's state shows: ``ape status`` of its output folder (never of a flow run id,
+    which it does not take), or the flow run's page when the folder is not known here."""
+    if folder is None:
+        return "the flow run's page in the Prefect UI shows it"
+    return f"`ape status {folder}` shows it"
 
 
 def _after(verb: str) -> str:
@@ -84,8 +93,9 @@ def _by_folder(folder: Path, action: Action, user: str) -> list[str]:
     return asked
 
 
-def _by_flow_run(run: str, action: Action, user: str) -> list[str]:
-    """Set the control variable of each model flow run going in the flow run ``run``."""
+def _by_flow_run(run: str, action: Action, user: str) -> tuple[list[str], Path | None]:
+    """Set the control variable of each model flow run going in the flow run ``run``; returns
+    what was asked and the run's output folder (from its config, when it exists here)."""
     from ape.server import existing_api_url
 
     if not existing_api_url():
@@ -114,7 +124,8 @@ def _by_flow_run(run: str, action: Action, user: str) -> list[str]:
                 )
             set_variable(client, flow_run.id, action, user)
             asked.append(f"{flow_run.name} (flow run {flow_run.id})")
-    return asked
+    folder = output_of(found.parameters)
+    return asked, folder if folder is not None and folder.is_dir() else None
 
 
 def _find_flow_run(client: Any, run: str) -> Any:

@@ -5,8 +5,9 @@ its ``runs/`` (a scheduled or served run; the folder itself shows its newest run
 model's folder. The numbers are the live view's (:mod:`ape.flows.live_view`), read from each
 model's ``live.json`` (validated: :mod:`ape.tasks.storage.live_files`): the same the flow
 run's artifacts show in the Prefect UI. Reading a folder needs no server, so it works with
-``--no-server`` runs, and after the server is gone. Not a flow-run id: the flow run's page
-shows its live view as an artifact already.
+``--no-server`` runs, and after the server is gone. RUN may also be a flow run's id
+(``ape ctl`` takes one) where the configured server knows that run and its config's output
+folder is on this machine (:mod:`ape.cli.flow_run_output`).
 """
 
 from __future__ import annotations
@@ -41,11 +42,18 @@ def status(run: Path, *, as_json: bool = False) -> int:
     from ape.tasks.storage.live_files import find_live, read_live
 
     if not run.exists() and is_uuid(str(run)):
-        raise ApeError(
-            "ape status takes an output folder, not a flow run id",
-            where=str(run),
-            hint="the flow run's page in the Prefect UI shows the live view as an artifact",
-        )
+        from ape.cli.flow_run_output import flow_run_output
+
+        folder = flow_run_output(str(run))  # the server knows the folder from the run's config
+        if folder is None:
+            raise ApeError(
+                "ape status takes an output folder; no flow run with this id whose folder is here "
+                "was found on the server",
+                where=str(run),
+                hint="give the run's output folder ([run] output); the flow run's page in the Prefect UI "
+                "shows the live view as an artifact",
+            )
+        run = folder
     statuses = [read_live(path) for path in find_live(run)]
     if as_json:
         print("[" + ",\n".join(s.model_dump_json(indent=2) for s in statuses) + "]")

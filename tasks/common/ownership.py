@@ -201,14 +201,17 @@ def wait_owned(
     where: str,
     log_line: Callable[[], str] = lambda: "",
     hint: str = "another program took the port first; stop it, or start again (a new port is chosen)",
+    progress: Callable[[], bool] | None = None,
+    slow_hint: str = "a busy machine may need longer; read the log",
 ) -> None:
     """Wait until ``pid``'s tree listens on ``host:port``; only then may anything be sent there.
 
     Raises a one-line :class:`ApeError` (``where``: the child's log) as soon as another
     process's socket takes the port (it won the race for it: the child will fail with
     "address already in use"), when the child ends first (``exited()`` says how, e.g.
-    "exited with code 1"; None while it runs), or after ``timeout_s``. Linux only: callers
-    check :func:`supported` first.
+    "exited with code 1"; None while it runs), or after ``timeout_s``. ``progress``: called
+    while waiting; True (the child's log grew, say) starts the ``timeout_s`` afresh, so a slow
+    start that is getting on is not cut off. Linux only: callers check :func:`supported` first.
     """
     deadline = time.monotonic() + timeout_s
     while True:
@@ -229,10 +232,13 @@ def wait_owned(
                 where=where,
                 hint="read the log for the cause",
             )
+        if progress is not None and progress():
+            deadline = time.monotonic() + timeout_s
         if time.monotonic() > deadline:
             raise ApeError(
-                f"{what} did not listen on port {port} within {timeout_s:g} s",
+                f"{what} did not listen on port {port} within {timeout_s:g} s"
+                + (" of no progress in its log" if progress is not None else ""),
                 where=where,
-                hint="a busy machine may need longer; read the log",
+                hint=slow_hint,
             )
         time.sleep(0.1)

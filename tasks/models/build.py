@@ -6,7 +6,7 @@ Sources of a model, in the order :func:`build_model` checks them:
 - ``provider = "openai"``: any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama,
   a llama.cpp server) through ``langchain-openai`` (the ``openai`` extra).
   Token log-probabilities are requested by default from hosted endpoints only (no
-  ``base_url``, or one on a public host name; :func:`hosted_endpoint`), with
+  ``base_url``, or one on a public host name; :func:`ape.tasks.models.requests.hosted_endpoint`), with
   ``top_logprobs=1`` because a llama.cpp server returns none for ``logprobs=True``
   alone. A local or private endpoint (loopback, private addresses, ``localhost``,
   ``*.local``, ``*.internal``, a name without a dot) gets none unless ``logprobs =
@@ -27,7 +27,9 @@ per-model rate limiter: it is wrapped in
 with ``max_retries=0`` so their own retries do not multiply ours or ignore the
 user's backoff settings. An ``openai`` or ``llama-cpp`` model's client is built once per process for
 its exact arguments and shared by every worker (:mod:`ape.tasks.models.shared_clients`);
-the wrapper around it stays per worker. What identifies a model's answers (for cache keys) is
+the wrapper around it stays per worker. What the requests ask for (log-probabilities,
+sampling, token limit) is decided by :func:`ape.tasks.models.requests.request_settings`,
+which the fingerprint and the provenance read too. What identifies a model's answers (for cache keys) is
 :func:`ape.tasks.models.fingerprint.model_fingerprint`.
 """
 
@@ -36,11 +38,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import ipaddress
 import os
 from pathlib import Path
 from typing import Any, get_args
-from urllib.parse import urlsplit
 
 from langchain_core.language_models import BaseChatModel
 from pydantic import ValidationError
@@ -62,11 +62,12 @@ from ape.tasks.models.llama_server import (
 )
 from ape.tasks.models.managed import ManagedChatModel
 from ape.tasks.models.mocks import Behaviour, MockChatModel
+from ape.tasks.models.requests import RequestSettings, hosted_endpoint, request_settings
 from ape.tasks.models.shared_clients import shared_client
 from ape.tasks.plugins.loader import describe_exception, load_object
 from ape.tasks.plugins.registry import BUILTINS, PROVIDER_PACKAGES
 
-__all__ = ["PROVIDERS", "build_model"]
+__all__ = ["PROVIDERS", "build_model", "hosted_endpoint"]
 
 BUILT_IN = ("mock", "openai", "llama-cpp")
 # LangChain integrations we know how to build without `langchain` installed, from the
@@ -217,9 +218,7 @@ def _openai(cfg: ModelConfig) -> BaseChatModel:
     }
     if cfg.base_url:
         kwargs["base_url"] = cfg.base_url
-    if cfg.logprobs if cfg.logprobs is not None else hosted_endpoint(cfg.base_url):
-        kwargs.update(logprobs=True, top_logprobs=1)
-    _add_sampling(cfg, kwargs)
+    _add_asked(request_settings(cfg), kwargs)
     if cfg.base_url and cfg.max_tokens is not None:
         # langchain-openai sends max_completion_tokens; servers that only know the older
         # max_tokens (llama-cpp-python's, Ollama's) would otherwise not stop early.
@@ -228,33 +227,6 @@ def _openai(cfg: ModelConfig) -> BaseChatModel:
     kwargs.update(cfg.args)
     # one client per section and process, shared by every worker (shared_clients)
     return shared_client(ChatOpenAI, kwargs, lambda: _construct(ChatOpenAI, kwargs, cfg))
-
-
-def hosted_endpoint(base_url: str | None) -> bool:
-    """Whether an OpenAI-compatible ``base_url`` looks hosted (log-probabilities by default).
-
-    No DNS lookup: literal addresses are judged by their range, names by their form.
-    None is api.openai.com. Local and private endpoints (llama.cpp, Ollama, vLLM on
-    a workstation) are not, since some compute log-probabilities slowly.
-    """
-
-    if not base_url:
-        return True
-    try:
-        host = (urlsplit(base_url if "//" in base_url else f"//{base_url}").hostname or "").lower()
-    except ValueError:
-        return False
-    if not host:
-        return False
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    else:
-        return address.is_global
-    if host == "localhost" or "." not in host:
-        return False
-    return not host.endswith((".localhost", ".local", ".internal", ".lan", ".home.arpa"))
 
 
 # Where a llama-cpp model points before its run has started the server (ape validate,
@@ -283,14 +255,13 @@ def _llama_cpp(cfg: ModelConfig) -> BaseChatModel:
         "timeout": cfg.timeout_s,
         "max_retries": 0,
     }
-    if cfg.logprobs:
-        kwargs.update(logprobs=True, top_logprobs=1)
-    if cfg.temperature is not None:
-        kwargs["temperature"] = cfg.temperature
-    if cfg.max_tokens is not None:
+    asked = request_settings(cfg)
+    _add_asked(asked, kwargs)
+    kwargs.pop("max_tokens", None)
+    if asked.max_tokens is not None:
         # langchain-openai sends max_tokens as max_completion_tokens, which llama-cpp-python's
         # server ignores (it would generate to the end of the context); send the old name
-        kwargs["extra_body"] = {"max_tokens": cfg.max_tokens}
+        kwargs["extra_body"] = {"max_tokens": asked.max_tokens}
     kwargs.update({k: v for k, v in cfg.args.items() if k not in SERVER_ARGS})
     from ape.tasks.models.llama_chat import LlamaChatOpenAI  # the server's tool-calling quirks
 
@@ -304,11 +275,17 @@ def _llama_cpp(cfg: ModelConfig) -> BaseChatModel:
     return shared_client(LlamaChatOpenAI, kwargs, build)
 
 
-def _add_sampling(cfg: ModelConfig, kwargs: dict[str, Any]) -> None:
-    if cfg.temperature is not None:
-        kwargs["temperature"] = cfg.temperature
-    if cfg.max_tokens is not None:
-        kwargs["max_tokens"] = cfg.max_tokens
+def _add_asked(asked: RequestSettings, kwargs: dict[str, Any]) -> None:
+    """The request fields :func:`request_settings` decided, as client arguments (``args``
+    are added after and are already part of that decision)."""
+    if asked.logprobs:
+        kwargs["logprobs"] = True
+    if asked.top_logprobs is not None:
+        kwargs["top_logprobs"] = asked.top_logprobs
+    if asked.temperature is not None:
+        kwargs["temperature"] = asked.temperature
+    if asked.max_tokens is not None:
+        kwargs["max_tokens"] = asked.max_tokens
 
 
 def _construct(factory: Any, kwargs: dict[str, Any], cfg: ModelConfig) -> Any:
@@ -345,14 +322,12 @@ def _integration(cfg: ModelConfig, provider: str) -> BaseChatModel:
     if not cfg.model:
         raise ApeError(f"provider '{provider}' needs 'model'", where=_where(cfg))
     kwargs: dict[str, Any] = {}
-    _add_sampling(cfg, kwargs)
+    _add_asked(request_settings(cfg), kwargs)
     key = _api_key(cfg, required_default=None)
     if key is not None:
         kwargs["api_key"] = key
     if cfg.base_url:
         kwargs["base_url"] = cfg.base_url
-    if cfg.logprobs:
-        kwargs["logprobs"] = True
     if known:
         module_name, class_name, package = PROVIDERS[provider]
         if importlib.util.find_spec(module_name) is None:

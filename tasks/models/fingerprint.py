@@ -13,6 +13,7 @@ from typing import Any
 
 from ape.schemas.config import ModelConfig
 from ape.tasks.models.llama_server import is_llama_cpp, model_file
+from ape.tasks.models.requests import request_settings
 
 __all__ = ["model_fingerprint"]
 
@@ -27,7 +28,8 @@ def model_fingerprint(cfg: ModelConfig) -> dict[str, Any]:
 
     Includes provider, model name, class path, arguments, endpoint, sampling
     settings and whether log-probabilities are asked for (they change the
-    confidence). Leaves out API keys and other secret-looking arguments, the
+    confidence), as :func:`ape.tasks.models.requests.request_settings` decides them for the
+    requests themselves. Leaves out API keys and other secret-looking arguments, the
     display name, and retry, timeout and rate-limit settings: none of them
     change what the model answers.
     """
@@ -35,7 +37,7 @@ def model_fingerprint(cfg: ModelConfig) -> dict[str, Any]:
     args = {k: v for k, v in cfg.args.items() if not _SECRET_ARG.search(k)}
     if provider == "mock":
         args = {k: v for k, v in args.items() if k not in _MOCK_NON_BEHAVIOUR}
-    logprobs = cfg.logprobs if cfg.logprobs is not None else provider == "openai"
+    asked = request_settings(cfg)
     if is_llama_cpp(cfg):
         # the port changes every run; the file (by name and size) is what answers
         file = model_file(cfg)
@@ -44,9 +46,9 @@ def model_fingerprint(cfg: ModelConfig) -> dict[str, Any]:
             "model": cfg.model,
             "file": {"name": file.name, "bytes": file.stat().st_size},
             "args": dict(sorted(args.items())),
-            "temperature": cfg.temperature,
-            "max_tokens": cfg.max_tokens,
-            "logprobs": bool(cfg.logprobs),
+            "temperature": asked.temperature,
+            "max_tokens": asked.max_tokens,
+            "logprobs": asked.logprobs,
         }
     return {
         "provider": provider,
@@ -54,7 +56,7 @@ def model_fingerprint(cfg: ModelConfig) -> dict[str, Any]:
         "class": cfg.class_,
         "args": dict(sorted(args.items())),
         "base_url": cfg.base_url.rstrip("/") if cfg.base_url else None,
-        "temperature": cfg.temperature,
-        "max_tokens": cfg.max_tokens,
-        "logprobs": bool(logprobs),
+        "temperature": asked.temperature,
+        "max_tokens": asked.max_tokens,
+        "logprobs": asked.logprobs,
     }

@@ -14,8 +14,9 @@ permanent and raised at once.
 A connection failure names its endpoint: the provider's own message ("Connection
 error.") gets a note (:meth:`BaseException.add_note`) with the request's method, URL and
 the cause at the bottom of the chain (:func:`endpoint_note`), which the session's error
-shows. Retry lines repeat on the terminal once per model and kind of error
-(:data:`RETRY_LINES`); every one goes to run.log.
+shows; so does a 404 (a ``base_url`` without ``/v1`` is the usual reason: :func:`v1_hint`).
+Retry lines repeat on the terminal once per model and kind of error (:data:`RETRY_LINES`);
+every one goes to run.log.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from tenacity import (
     RetryCallState,
@@ -183,16 +185,29 @@ def _request_of(exc: BaseException) -> Any:
     return request if hasattr(request, "url") and hasattr(request, "method") else None
 
 
+def v1_hint(url: str) -> str:
+    """``; is /v1 missing from base_url?`` for a URL whose path has no ``/v1`` (OpenAI-compatible
+    servers serve their routes under it, so a ``base_url`` without it answers 404), else ""."""
+    path = urlsplit(url).path
+    if "/v1/" in f"{path}/":
+        return ""
+    return "; is /v1 missing from base_url? OpenAI-compatible servers answer under http://host:port/v1"
+
+
 def endpoint_note(exc: BaseException) -> str | None:
     """``endpoint POST http://host:port/v1/chat/completions: connection refused ...`` for a
-    connection failure or time-out that carries its request; None for an HTTP answer (its
-    status says what happened) and for errors of no request."""
+    connection failure or time-out that carries its request, and ``endpoint POST URL answered
+    404`` (with :func:`v1_hint`) for a 404; None for other HTTP answers (their status says what
+    happened) and for errors of no request."""
     chain = _chain(exc)
-    if any(_status_of(e) is not None for e in chain):
-        return None
     request = next((r for r in map(_request_of, chain) if r is not None), None)
-    if request is None:
+    status = next((s for s in map(_status_of, chain) if s is not None), None)
+    if request is None or (status is not None and status != 404):
         return None
+    if status == 404:
+        return (
+            f"endpoint {request.method} {request.url} answered 404 (no such route or model){v1_hint(str(request.url))}"
+        )
     return f"endpoint {request.method} {request.url}: {connection_cause(exc)}"
 
 

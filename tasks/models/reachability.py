@@ -10,7 +10,9 @@ reached: a refused connection, a host name that does not resolve, no connection 
 Only *unreachable* stops a run. Any HTTP answer means something listens there:
 
 - 404 (a server without ``/models``, llama.cpp's older servers, a gateway) and other
-  statuses are fine;
+  statuses are fine; a 404 from a ``provider = "openai"`` ``base_url`` whose path has no
+  ``/v1`` is a warning naming the URL (:func:`path_warnings`): that is the usual reason,
+  and every session would otherwise fail with a bare ``Error code: 404``;
 - 401 and 403 are a warning, not a stop: the key may be wrong, or only lack the scope to
   list models (an OpenAI key restricted to chat completions gets 401 on ``/models`` and
   still answers chats), so :func:`auth_warnings` names the endpoint and the key's
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from ape.schemas.config import ModelConfig
-from ape.tasks.models.limits import connection_cause
+from ape.tasks.models.limits import connection_cause, v1_hint
 from ape.tasks.models.llama_server import is_llama_cpp
 
 log = logging.getLogger("ape")
@@ -180,4 +182,19 @@ def auth_warnings(probes: Iterable[Probe]) -> list[str]:
             f"[model] '{p.target.model_id}': {p.target.probe_url} answered {p.status} to {key}; "
             "if its sessions fail with the same error, check api_key_env"
         )
+    return lines
+
+
+def path_warnings(probes: Iterable[Probe]) -> list[str]:
+    """One line per OpenAI-compatible endpoint that answered 404 to ``/models`` from a
+    ``base_url`` without ``/v1``: the URL, and the ``/v1`` it probably lacks."""
+    lines = []
+    for p in probes:
+        hint = v1_hint(p.target.probe_url) if p.status == 404 and p.target.provider == "openai" else ""
+        if hint:
+            suggested = p.target.base_url.rstrip("/") + "/v1"
+            lines.append(
+                f"[model] '{p.target.model_id}': GET {p.target.probe_url} answered 404{hint}; "
+                f'try base_url = "{suggested}"'
+            )
     return lines

@@ -99,6 +99,7 @@ _EXTRA_LEADERBOARD = (
     "total_cost",
     "cost_per_session",
     "cost_per_correct",
+    "cached_cost",
 )
 
 

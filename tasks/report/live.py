@@ -243,6 +243,8 @@ def describe(status: LiveStatus, now: datetime | None = None) -> list[tuple[str,
     requests = "not seen here (Dask workers)" if s.requests_in_flight is None else str(s.requests_in_flight)
     if s.state not in ("running", "paused", "draining"):
         left = "-" if s.done >= s.total else f"- ({s.total - s.done} items not done)"
+    elif s.state == "paused":  # no clock runs while it waits: a countdown would be a guess
+        left = f"- (paused, {s.total - s.done} items not done; `ape ctl resume` goes on)"
     else:
         left = "- (no pace yet)" if s.eta_s is None else f"about {duration(s.eta_s)}"
     age = ((now or datetime.now(UTC)) - s.updated_at).total_seconds()

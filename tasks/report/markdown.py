@@ -9,6 +9,7 @@ from typing import Any
 from ape.schemas.report import Envelope, LeaderboardRow, RegressionRow
 from ape.tasks.common.inert import md_text
 from ape.tasks.common.words import count
+from ape.tasks.report.cache_notes import cache_lines
 from ape.tasks.report.health import injection_lines, limit_lines, suspect_lines, truncation_lines
 from ape.tasks.report.judge_agreement import judge_markdown
 from ape.tasks.storage.stage_chains import record_line
@@ -183,7 +184,7 @@ class _Columns:
         header += ["Error", "Check errors"]
         header += ["Injection flags"] if self.injection_flags else []
         header += ["Latency s", "Tokens in/out"]
-        header += ["Cost", "Cost/correct"] if self.cost else []
+        header += ["Cost", "Cost/correct", "Cached", "Batched", "Saved by cache"] if self.cost else []
         return header
 
     def cells(self, row: LeaderboardRow) -> list[str]:
@@ -209,7 +210,9 @@ class _Columns:
         cells.append(str(row.check_errors))
         cells += [str(row.injection_flags)] if self.injection_flags else []
         cells += [_cell(row.mean_latency_s, 2), f"{_cell(row.mean_input_tokens, 0)}/{_cell(row.mean_output_tokens, 0)}"]
-        cells += [_money(row.total_cost), _money(row.cost_per_correct)] if self.cost else []
+        if self.cost:
+            cells += [_money(row.total_cost), _money(row.cost_per_correct), str(row.cached), str(row.batched)]
+            cells.append(_money(row.cached_cost))
         return cells
 
 
@@ -228,6 +231,15 @@ def _leaderboard_lines(envelope: Envelope) -> list[str]:
         "tests; models in one group are not significantly different from its first.",
         "",
     ]
+    if columns.cost:
+        lines += [
+            "Cost: what this run spent; sessions answered from the result cache (Cached) cost nothing, "
+            "and Saved by cache is what they would have cost asked again. Batched: sessions sent "
+            "through the provider's batch API, at its batch price.",
+            "",
+        ]
+    notes = cache_lines(envelope.leaderboard, envelope.summary.provenance or {})
+    lines += [*notes, ""] if notes else []
     if columns.truncated:
         lines += [
             "Truncated: sessions whose final answer was cut at the token limit (counted as not correct, "

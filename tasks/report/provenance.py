@@ -10,8 +10,11 @@ libraries that shape results); ``config_file``, ``config_sha256`` (the file's by
 ``config_resolved_sha256`` (the validated config after command-line overrides);
 ``data_file``, ``data_sha256``; ``git_commit`` and ``git_dirty`` of the config's
 folder when it is inside a git work tree (else null); ``seeds`` (the report's bootstrap
-seed and every model's ``seed`` argument); ``models`` (model id -> its fingerprint and
-the fingerprint's hash); ``sandbox`` (how ``code_exec`` runs candidate code);
+seed and every model's ``seed`` argument); ``models`` (model id -> its fingerprint, the
+fingerprint's hash, and ``requests``: what each request asks for, log-probabilities,
+sampling, token limit, stop sequences and batch mode, from
+:func:`ape.tasks.models.requests.request_settings`, the decision the client is built
+from); ``sandbox`` (how ``code_exec`` runs candidate code);
 ``agent_sandbox`` (an agent benchmark's ``[sandbox]``: its isolation and every limit, spelled
 out, since they are part of the benchmark's definition; null without one);
 ``session_limits`` (``[solver]`` ``max_steps`` and ``max_session_tokens``, the limits that end
@@ -34,6 +37,7 @@ from typing import Any
 from ape.schemas.config import ApeConfig
 from ape.tasks.checking.code.sandbox import SandboxUnavailable, resolve
 from ape.tasks.models.fingerprint import model_fingerprint
+from ape.tasks.models.requests import request_settings
 from ape.tasks.stats.intervals import BOOTSTRAP_SEED
 from ape.tasks.storage.run_files import RunFiles
 
@@ -117,6 +121,7 @@ def run_provenance(config: ApeConfig) -> dict[str, Any]:
         models[model.model_id] = {
             "fingerprint": fingerprint,
             "sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "requests": request_settings(model).model_dump(mode="json"),
         }
     return {
         **environment(),

@@ -152,23 +152,47 @@ def _model_row(model_id: str, sessions: pd.DataFrame, items: pd.DataFrame) -> di
 
 
 def cost_columns(sessions: pd.DataFrame) -> dict[str, float | int]:
-    """Tokens and cost of a model's sessions; cost is NaN when no session has a price."""
+    """Tokens and cost of a model's sessions; cost is NaN when no session has a price.
 
-    def total(column: str) -> float:
+    ``total_cost`` is what was spent: a session answered from the cache cost nothing (0, or
+    a price that an older APE saved with it, left out here). ``cached_cost`` is what those
+    cached sessions would have cost asked again: the money the cache saved."""
+
+    def total(column: str, paid: pd.Series | None = None) -> float:
         if column not in sessions.columns:
             return math.nan
         values = pd.to_numeric(sessions[column], errors="coerce")
-        return float(values.sum()) if values.notna().any() else math.nan
+        if not values.notna().any():
+            return math.nan
+        return float((values if paid is None else values.where(paid, 0.0)).sum())
 
-    cost = total("cost")
+    cached = sessions["cached"].fillna(False).astype(bool) if "cached" in sessions.columns else None
+    cost = total("cost", None if cached is None else ~cached)
     correct = int(sessions["correct"].fillna(False).astype(bool).sum())
     return {
         "total_input_tokens": total("input_tokens"),
         "total_output_tokens": total("output_tokens"),
         "total_cost": cost,
+        "cached_cost": _cached_cost(sessions, cached),
         "cost_per_session": cost / len(sessions) if len(sessions) else math.nan,
         "cost_per_correct": cost / correct if correct else math.nan,
     }
+
+
+def _cached_cost(sessions: pd.DataFrame, cached: pd.Series | None) -> float:
+    """The price of the sessions answered from the cache (NaN: none of them has one). A
+    session saved by an older APE carries its price in ``cost`` instead of ``cached_cost``."""
+    if cached is None or not cached.any():
+        return math.nan
+
+    def column(name: str) -> pd.Series:
+        if name not in sessions.columns:
+            return pd.Series(math.nan, index=sessions.index)
+        return pd.to_numeric(sessions[name], errors="coerce")
+
+    old = column("cost")
+    price = column("cached_cost").fillna(old.where(old > 0))[cached]
+    return float(price.sum()) if price.notna().any() else math.nan
 
 
 LEADERBOARD_COLUMNS = [
@@ -198,6 +222,7 @@ LEADERBOARD_COLUMNS = [
     "total_cost",
     "cost_per_session",
     "cost_per_correct",
+    "cached_cost",
     "rank_low",
     "rank_high",
     "tie_group",

@@ -246,3 +246,38 @@ def test_kill_between_accept_and_ledger_then_resume_adopts_the_batch(
     events = ledger(out)
     assert [row["event"] for row in events] == ["submitting", "submitted", "ended"]
     assert events[1]["adopted"] is True and events[1]["tag"] == events[0]["tag"]
+
+
+@pytest.mark.slow
+def test_a_batch_copy_answered_from_the_interactive_entrys_cache_costs_nothing(
+    tmp_path: Path, prefect_server: str, stub: BatchStub
+) -> None:
+    """The same endpoint twice, the second with ``batch = true``: the second entry's sessions all
+    come from the first's cache, so nothing is sent and nothing is spent; the report says so."""
+    interactive = MODEL.replace('name = "batched"', 'name = "interactive"').replace("batch = true\n", "")
+    models = interactive.replace("[model]", "[[model]]") + "\n" + MODEL.replace("[model]", "[[model]]")
+    config = make_benchmark(
+        tmp_path / "bench", n=4, models=models.format(base_url=stub.base_url, size=100, wait=0.2), run=""
+    )
+    out = tmp_path / "bench" / "out"
+
+    done = ape("run", str(config), "--no-server")
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    assert stub.submissions == 0 and stub.chat_calls == 4  # the batch entry asked nothing
+    rows = {row["model_id"]: row for row in json.loads((out / "report.json").read_text())["leaderboard"]}
+    assert rows["interactive"]["total_cost"] == pytest.approx(4 * INTERACTIVE_COST)
+    assert rows["interactive"]["cached"] == 0 and rows["interactive"]["cached_cost"] is None
+    copy = rows["batched"]
+    assert (copy["cached"], copy["batched"], copy["total_cost"]) == (4, 0, 0.0)
+    assert copy["cached_cost"] == pytest.approx(4 * INTERACTIVE_COST * 0.5)  # what its batches would have cost
+    line = "4 sessions of `batched` answered from `interactive`'s cache: no batch sent; `[run] cache = false`"
+    board_md = (out / "leaderboard.md").read_text()
+    assert line in board_md and line in done.stdout, board_md
+    assert "| Cached | Batched | Saved by cache |" in done.stdout
+    import pyarrow.parquet as pq
+
+    sessions = pq.read_table(out / "sessions.parquet").to_pandas()
+    copies = sessions[sessions["model_id"] == "batched"]
+    assert copies["cost"].tolist() == [0.0] * 4 and copies["cached_cost"].notna().all()
+    board = pq.read_table(out / "leaderboard.parquet").to_pandas().set_index("model_id")
+    assert board.loc["batched", "cached_cost"] == pytest.approx(4 * INTERACTIVE_COST * 0.5)

@@ -102,8 +102,19 @@ def test_pause_then_resume_loses_nothing_and_calls_no_saved_item_again(prefect_s
             hostile = api.patch(f"/variables/name/{name}", json={"value": "rm -rf /"})
             assert hostile.status_code == 204, hostile.text
             assert _still(out, calls, 2.0) == (saved, made) and state() == "PAUSED"
+            # ape status by the flow run's id (the server knows its folder): paused, and no countdown
+            shown = subprocess.run(
+                [sys.executable, "-m", "ape", "status", flow_run_id],
+                env=_env(prefect_server),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert shown.returncode == 0, shown.stdout + shown.stderr
+            assert "paused," in shown.stdout and "about " not in shown.stdout.split("time left", 1)[1], shown.stdout
             resumed = _ctl("resume", flow_run_id, prefect_server)  # by the flow run: through the variable
             assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+            assert f"`ape status {out}` shows it" in resumed.stdout  # the folder, not the flow run's id
             output = proc.communicate(timeout=120)[0]
             assert api.get(f"/flow_runs/{flow_run_id}").json()["state"]["type"] == "COMPLETED"
             assert api.get(f"/variables/name/{name}").status_code == 404  # the run deleted its variable

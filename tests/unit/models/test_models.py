@@ -424,7 +424,8 @@ def test_fingerprint_ignores_keys_limits_and_names() -> None:
     with pytest.raises(ValueError, match="literal secret"):
         ModelConfig(**{**base, "args": {"top_p": 0.9, "api_key": "sk-x"}})
     assert json.loads(json.dumps(plain)) == plain
-    assert plain["logprobs"] is True and plain["args"] == {"top_p": 0.9}
+    # http://x is a local name: its requests ask for no log-probabilities, and neither does its fingerprint
+    assert plain["logprobs"] is False and plain["args"] == {"top_p": 0.9}
 
 
 @pytest.mark.parametrize(
@@ -435,7 +436,7 @@ def test_fingerprint_ignores_keys_limits_and_names() -> None:
         {"max_tokens": 5},
         {"base_url": "http://y/v1"},
         {"args": {"top_p": 0.1}},
-        {"logprobs": False},
+        {"logprobs": True},  # a local endpoint asks for none by default
     ],
 )
 def test_fingerprint_changes_with_behaviour(change: dict[str, Any]) -> None:

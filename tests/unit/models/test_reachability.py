@@ -23,11 +23,13 @@ from ape.tasks.models.limits import RETRY_LINES, RetryPolicy, endpoint_note
 from ape.tasks.models.reachability import (
     Target,
     auth_warnings,
+    path_warnings,
     probe,
     probe_all,
     probe_target,
     unreachable_lines,
 )
+from tests.helpers.fake_openai import LoopbackEndpoint, error_body
 
 
 def closed_port() -> int:
@@ -210,3 +212,35 @@ def test_a_connection_the_server_drops_is_named_with_its_endpoint() -> None:
         endpoint.close()
     message = ErrorInfo.from_exception(raised.value).message
     assert f"endpoint POST {endpoint.base_url}/chat/completions: the server closed the connection" in message
+
+
+@pytest.mark.parametrize("status_server", [404], indirect=True)
+def test_a_404_from_a_base_url_without_v1_is_one_line_naming_the_url_and_v1(status_server: StatusServer) -> None:
+    """A server answers 404 to /models when base_url lacks /v1; the probe names the URL and
+    suggests the /v1 form, and says nothing when base_url has it (a server without /models)."""
+    bare = status_server.base_url.removesuffix("/v1")
+    found, with_v1 = probe_all(
+        [t for t in (probe_target(openai(bare, name="local")), probe_target(openai(status_server.base_url))) if t]
+    )
+    assert found.reachable and path_warnings([with_v1]) == []
+    (line,) = path_warnings([found])
+    assert line.startswith(f"[model] 'local': GET {bare}/models answered 404; is /v1 missing from base_url?")
+    assert line.endswith(f'try base_url = "{bare}/v1"')
+
+
+def test_a_404_session_error_names_the_url_and_the_missing_v1() -> None:
+    pytest.importorskip("langchain_openai")
+    from langchain_openai import ChatOpenAI
+
+    server = LoopbackEndpoint(lambda request: (404, error_body("Not Found")))
+    try:
+        bare = server.base_url.removesuffix("/v1")
+        model = ChatOpenAI(model="m", base_url=bare, api_key="k", max_retries=0, timeout=5)
+        with pytest.raises(Exception) as raised:
+            RetryPolicy(max_retries=2, initial_s=0.001, max_s=0.002, label="bare").call(lambda: model.invoke("hi"))
+    finally:
+        server.close()
+    assert len(server.requests) == 1  # a 404 is not retried
+    message = ErrorInfo.from_exception(raised.value).message
+    assert f"endpoint POST {bare}/chat/completions answered 404" in message
+    assert "is /v1 missing from base_url?" in message

@@ -136,6 +136,19 @@ def test_a_finished_or_stopped_run_shows_no_time_left_and_a_silent_one_is_flagge
     assert dict(describe(running, later))["state"].startswith("running? (no update for 5 min 00 s)")
 
 
+def test_a_paused_run_shows_no_countdown() -> None:
+    """A paused run's pace is from before the pause: its time left would keep counting down."""
+    clock = [100.0]
+    counts = LiveCounts("b", "m", total=4, clock=lambda: clock[0])
+    counts.add(_batch("a", True, steps=1))
+    clock[0] = 130.0
+    assert dict(describe(counts.status("running")))["time left"].startswith("about ")
+    paused = counts.status("paused")
+    assert paused.eta_s is not None  # the pace is known; the view must not turn it into a countdown
+    left = dict(describe(paused))["time left"]
+    assert left == "- (paused, 3 items not done; `ape ctl resume` goes on)"
+
+
 # -- live.json: written, read back, refused when it is not one ---------------------------------
 def _status(**changes: object) -> dict:
     data = json.loads(LiveCounts("b", "m", total=4).status("running").model_dump_json())
@@ -234,7 +247,7 @@ def test_ape_status_prints_the_numbers_and_refuses_what_is_not_a_run(
     assert cli_main(["status", str(tmp_path / "nope")]) == 2
     assert "no such output folder" in capsys.readouterr().err
     assert cli_main(["status", "0190a3c1-7a2b-7c3d-8e4f-0123456789ab"]) == 2
-    assert "not a flow run id" in capsys.readouterr().err
+    assert "no flow run with this id whose folder is here" in capsys.readouterr().err
 
 
 def test_the_markdown_artifact_shows_names_as_text_and_has_a_valid_key() -> None:

@@ -12,7 +12,7 @@ from scipy import stats
 
 from ape.schemas.config import ModelConfig
 from ape.schemas.results import Outcome, OutputBatch, SessionResult
-from ape.tasks.stats.aggregate import aggregate, pairwise_diffs, rank_intervals
+from ape.tasks.stats.aggregate import aggregate, cost_columns, pairwise_diffs, rank_intervals
 from ape.tasks.stats.cost import Budget, estimate, session_cost
 from ape.tasks.stats.intervals import (
     bounded_interval,
@@ -258,6 +258,26 @@ def test_session_cost_and_budget():
     wave.add([batch(0.3)])
     assert wave.allow(1)  # 0.3 spent + 2 items x 0.3 = 0.9 <= 1.0
     assert not wave.allow(2) and not wave.stopped  # 1.2 > 1.0: wait for those in flight
+
+
+def test_cached_sessions_cost_nothing_and_their_price_is_reported_apart():
+    """total_cost is what was spent; cached_cost what the cache saved. A cached session saved
+    by an older APE carries its price in ``cost``: it counts as saved, not as spent."""
+    sessions = pd.DataFrame(
+        {
+            "cost": [0.2, 0.0, 0.3, 0.1],
+            "cached_cost": [None, 0.5, None, None],
+            "cached": [False, True, True, False],
+            "correct": [True, True, False, True],
+            "input_tokens": [10, 10, 10, 10],
+            "output_tokens": [5, 5, 5, 5],
+        }
+    )
+    costs = cost_columns(sessions)
+    assert costs["total_cost"] == pytest.approx(0.3)
+    assert costs["cached_cost"] == pytest.approx(0.8)
+    uncached = cost_columns(sessions[~sessions["cached"]])
+    assert uncached["total_cost"] == pytest.approx(0.3) and math.isnan(uncached["cached_cost"])
 
 
 def test_estimate_from_prompt_lengths():
