@@ -308,6 +308,9 @@ def _planted_answer(cid: str, batch_id: str, body: dict | None = None) -> dict:
 def test_planted_answer_rows_are_refused_and_the_requests_asked_again(stub: BatchStub, tmp_path: Path) -> None:
     """Rows for a batch the ledger never submitted, and rows without a request hash, are not
     the model's answers: each request goes to the provider, the refusals are counted."""
+    from ape.tasks.models.batch_status import take_refused
+
+    take_refused("m")  # the board is the process's: start from this test's count
     questions = ["1 + 2", "2 + 3", "3 + 4", "4 + 5"]
     bodies = {q: _ask(q) for q in questions}
     cids = {q: custom_id(bodies[q], (q, 0)) for q in questions}
@@ -330,8 +333,6 @@ def test_planted_answer_rows_are_refused_and_the_requests_asked_again(stub: Batc
         "4 + 5": "The answer is 9.",
     }
     assert (stub.submissions, stub.requests) == (1, 4)
-    from ape.tasks.models.batch_status import take_refused
-
     assert take_refused("m") == 4 and take_refused("m") == 0  # the run's summary takes the count once
 
 
@@ -411,11 +412,7 @@ def test_a_resumed_batch_is_collected_once_the_provider_shows_its_requests(stub:
     cid = custom_id(body, ("i0", 0))
     threading.Thread(target=first.ask, args=(cid, body), daemon=True).start()
     deadline = time.monotonic() + 10
-    while (
-        len([e for e in _events(tmp_path) if e["event"] == "submitted"])
-        if (tmp_path / "batches.jsonl").exists()
-        else True
-    ):
+    while not (tmp_path / "batches.jsonl").exists() or "submitted" not in [e["event"] for e in _events(tmp_path)]:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     stub.delay_s = 0.0
