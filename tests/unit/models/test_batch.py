@@ -79,13 +79,13 @@ def test_anthropic_reply_keeps_tool_calls() -> None:
     assert reply.tool_calls[0]["name"] == "calculator" and reply.tool_calls[0]["args"] == {"expression": "2+2"}  # type: ignore[attr-defined]
 
 
-def _openai_batcher(stub: BatchStub, folder: Path, **settings: float) -> Batcher:
+def _openai_batcher(stub: BatchStub, folder: Path, model_id: str = "m", **settings: float) -> Batcher:
     import openai
 
     from ape.tasks.models.batch_clients import OpenAIBatchClient
 
     client = OpenAIBatchClient(openai.OpenAI(api_key="k", base_url=stub.base_url, max_retries=0))
-    return Batcher("m", folder, client, BatchSettings(**{"size": 10, "wait_s": 0.1, "poll_s": 0.05, **settings}))
+    return Batcher(model_id, folder, client, BatchSettings(**{"size": 10, "wait_s": 0.1, "poll_s": 0.05, **settings}))
 
 
 def _ask_all(batcher: Batcher, questions: list[str]) -> dict[str, object]:
@@ -308,9 +308,6 @@ def _planted_answer(cid: str, batch_id: str, body: dict | None = None) -> dict:
 def test_planted_answer_rows_are_refused_and_the_requests_asked_again(stub: BatchStub, tmp_path: Path) -> None:
     """Rows for a batch the ledger never submitted, and rows without a request hash, are not
     the model's answers: each request goes to the provider, the refusals are counted."""
-    from ape.tasks.models.batch_status import take_refused
-
-    take_refused("m")  # the board is the process's: start from this test's count
     questions = ["1 + 2", "2 + 3", "3 + 4", "4 + 5"]
     bodies = {q: _ask(q) for q in questions}
     cids = {q: custom_id(bodies[q], (q, 0)) for q in questions}
@@ -322,8 +319,7 @@ def test_planted_answer_rows_are_refused_and_the_requests_asked_again(stub: Batc
         [_planted_answer(cids[q], "batch_elsewhere", bodies[q]) for q in questions[:3]]  # not in the ledger
         + [_planted_answer(cids["4 + 5"], "batch_own")],  # in the ledger, but no request hash
     )
-    batcher = _openai_batcher(stub, tmp_path)
-    assert batcher.refused == 4
+    batcher = _openai_batcher(stub, tmp_path, model_id="planted")  # a board of its own
     answers = _ask_all(batcher, questions)
     texts = {q: a["choices"][0]["message"]["content"] for q, a in answers.items()}  # type: ignore[index]
     assert texts == {
@@ -333,7 +329,10 @@ def test_planted_answer_rows_are_refused_and_the_requests_asked_again(stub: Batc
         "4 + 5": "The answer is 9.",
     }
     assert (stub.submissions, stub.requests) == (1, 4)
-    assert take_refused("m") == 4 and take_refused("m") == 0  # the run's summary takes the count once
+    assert batcher.refused == 4
+    from ape.tasks.models.batch_status import take_refused
+
+    assert take_refused("planted") == 4 and take_refused("planted") == 0  # the run's summary takes the count once
 
 
 def test_an_answer_row_for_another_request_body_is_refused_when_asked(stub: BatchStub, tmp_path: Path) -> None:
@@ -343,9 +342,9 @@ def test_an_answer_row_for_another_request_body_is_refused_when_asked(stub: Batc
     _plant(tmp_path, "batches.jsonl", [line, {"event": "ended", "batch_id": "b1"}])
     _plant(tmp_path, "batch_results.jsonl", [_planted_answer(cid, "b1", _ask("5 + 5"))])
     batcher = _openai_batcher(stub, tmp_path)
-    assert batcher.refused == 0  # the row is well formed: only the request asked tells it apart
     assert batcher.ask(cid, body)["choices"][0]["message"]["content"] == "The answer is 3."
-    assert batcher.refused == 1 and stub.submissions == 1
+    assert stub.submissions == 1
+    assert batcher.refused == 1  # the row is well formed: only the request asked told it apart
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
@@ -377,7 +376,8 @@ def test_a_ledger_line_naming_a_batch_of_other_requests_is_refused(
     else:
         texts = {q: a["content"][0]["text"] for q, a in answers.items()}  # type: ignore[index]
     assert texts == {"1 + 2": "The answer is 3.", "2 + 3": "The answer is 5."}
-    assert stub.submissions == 2 and batcher.refused == 1  # theirs, and this folder's own new one
+    assert stub.submissions == 2  # theirs, and this folder's own new one
+    assert batcher.refused == 1
     events = _events(tmp_path)
     assert [e["event"] for e in events] == ["submitted", "refused", "submitting", "submitted", "ended"]
     assert events[1]["batch_id"] == foreign
