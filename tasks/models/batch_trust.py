@@ -6,16 +6,18 @@ saved as the model's, so a planted or copied file must not be believed on its wo
 
 - an answer row is used only when its batch is on a ``submitted`` line of the same
   folder's ledger, its ``custom_id`` is one of that line's, and it carries the
-  ``request_hash`` of the request body that was submitted (equal to the line's, when the
-  line records them). A row without a hash (written before rows carried one) is not used.
+  ``request_hash`` the line records for it (the hash of the request body submitted). A row
+  or line without hashes (written before APE recorded them) is not used: its request is
+  asked again once.
   When a session asks, the row's hash must also equal the hash of the body it would send
   (:meth:`~ape.tasks.models.batcher.Batcher.ask`);
 - a ``submitted`` batch that has not ended is collected only once the provider's own
   record of it (:meth:`~ape.tasks.models.batch_clients.BatchClient.record`) shows this
   folder's requests: its metadata tag (OpenAI), its number of requests, and its
-  ``custom_id`` set, with each request body's hash where the provider shows the body
-  (OpenAI's input file). Anthropic shows a batch's requests only once it ended, so
-  there the ``custom_id`` set is checked when the results arrive.
+  ``custom_id`` set, with each request body's hash, as the line records it, where the
+  provider shows the body (OpenAI's input file). Anthropic shows a batch's requests only
+  once it ended, and never their bodies, so there the ``custom_id`` set is checked when the
+  results arrive (a ``custom_id`` is itself a hash of the session and the request body).
 
 Anything else is refused: one warning line, counted on the model's batch board (the run's
 summary, ``refused_batch_records``), and the request is submitted again.
@@ -82,9 +84,9 @@ def trusted_answers(rows: list[dict[str, Any]], submitted: dict[str, dict[str, A
             trusted.refused["its batch is on no submitted line of batches.jsonl"] += 1
         elif cid not in {str(c) for c in line.get("custom_ids") or []}:
             trusted.refused["its request is not one its batch was submitted with"] += 1
-        elif not isinstance(digest, str):
+        elif not isinstance(digest, str) or cid not in _hashes(line):
             trusted.refused["no request hash"] += 1
-        elif _hashes(line).get(cid, digest) != digest:
+        elif _hashes(line)[cid] != digest:
             trusted.refused["its request hash is not the submitted request's"] += 1
         else:
             trusted.answers[cid] = (digest, body)
@@ -95,6 +97,9 @@ def batch_refusal(line: dict[str, Any], record: ProviderRecord) -> str | None:
     """Why the provider's ``record`` of a batch does not show the requests of its ledger
     ``line`` (None when it does, or shows too little to tell yet)."""
     ids = {str(c) for c in line.get("custom_ids") or []}
+    expected = _hashes(line)
+    if not ids or set(expected) != ids:
+        return "its ledger line does not record the hash of each request (not written by this APE)"
     if record.tags_shown and record.tag != line.get("tag"):
         return f"the provider's batch carries tag {record.tag!r}, not this folder's {line.get('tag')!r}"
     if record.total is not None and record.total != len(ids):
@@ -104,8 +109,7 @@ def batch_refusal(line: dict[str, Any], record: ProviderRecord) -> str | None:
     if set(record.requests) != ids:
         foreign = len(set(record.requests) - ids)
         return f"the provider's batch holds {foreign} request(s) this folder did not submit, or lacks some of its own"
-    expected = _hashes(line)
-    changed = [cid for cid, digest in record.requests.items() if digest and expected.get(cid, digest) != digest]
+    changed = [cid for cid, digest in record.requests.items() if digest is not None and expected[cid] != digest]
     if changed:
         return f"{len(changed)} request body(ies) at the provider differ from the ones this folder submitted"
     return None

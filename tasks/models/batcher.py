@@ -485,7 +485,8 @@ class Batcher:
         requests; a batch it does not is refused (:meth:`_refuse`). A provider that shows no
         requests yet (Anthropic, before the end) is asked again with the results."""
         assert batch.line is not None or batch.check_results
-        reason = batch_refusal(batch.line or {"custom_ids": sorted(batch.custom_ids)}, record)
+        line = batch.line or {"custom_ids": sorted(batch.custom_ids), "requests": batch.hashes}
+        reason = batch_refusal(line, record)
         if reason is not None:
             self._refuse(batch, reason)
             return False

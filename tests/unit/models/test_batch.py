@@ -185,12 +185,15 @@ def test_a_failed_batch_request_is_not_retried_within_the_run() -> None:
 # -- the window between the provider's accept and the ledger's fsync ------------------------------
 
 
-def _intent(folder: Path, provider: str, cids: list[str], tag: str) -> None:
+def _intent(folder: Path, provider: str, cids: list[str], tag: str, bodies: list[dict] | None = None) -> None:
     """The ``submitting`` line a killed process wrote before its submit (and nothing after)."""
     import json
     from datetime import UTC, datetime
 
+    from ape.tasks.models.batch_trust import request_hash
+
     line = {"event": "submitting", "tag": tag, "provider": provider, "custom_ids": sorted(cids)}
+    line["requests"] = {cid: request_hash(body) for cid, body in zip(cids, bodies or [], strict=False)}
     line["at"] = datetime.now(UTC).isoformat()
     with open(folder / "batches.jsonl", "a") as handle:
         handle.write(json.dumps(line) + "\n")
@@ -221,7 +224,7 @@ def test_a_batch_accepted_but_not_recorded_is_adopted_not_sent_again(
         client: object = OpenAIBatchClient(openai.OpenAI(api_key="k", base_url=stub.base_url, max_retries=0))
     else:
         client = AnthropicBatchClient(api_key="k", base_url=stub.root_url)
-    _intent(tmp_path, provider, list(cids.values()), "ape-dead")
+    _intent(tmp_path, provider, list(cids.values()), "ape-dead", list(bodies.values()))
     accepted = client.submit([(cids[q], bodies[q]) for q in bodies], "ape-dead")  # type: ignore[attr-defined]
     if provider == "anthropic":  # another batch of another size, the same minute: not taken for it
         client.submit([("other", _ask("5 + 5"))], "ape-other")  # type: ignore[attr-defined]
@@ -338,7 +341,10 @@ def test_planted_answer_rows_are_refused_and_the_requests_asked_again(stub: Batc
 def test_an_answer_row_for_another_request_body_is_refused_when_asked(stub: BatchStub, tmp_path: Path) -> None:
     body = _ask("1 + 2")
     cid = custom_id(body, ("i0", 0))
+    from ape.tasks.models.batch_trust import request_hash
+
     line = {"event": "submitted", "batch_id": "b1", "tag": "t", "provider": "openai", "custom_ids": [cid]}
+    line["requests"] = {cid: request_hash(_ask("5 + 5"))}  # the ledger and the row agree with each other
     _plant(tmp_path, "batches.jsonl", [line, {"event": "ended", "batch_id": "b1"}])
     _plant(tmp_path, "batch_results.jsonl", [_planted_answer(cid, "b1", _ask("5 + 5"))])
     batcher = _openai_batcher(stub, tmp_path)
@@ -354,11 +360,12 @@ def test_a_ledger_line_naming_a_batch_of_other_requests_is_refused(
     """A ``submitted`` line names a real batch at the provider (someone else's, with other
     requests, already answered): it is not collected; this folder's requests go in a new batch."""
     from ape.tasks.models.batch_clients import OpenAIBatchClient
+    from ape.tasks.models.batch_trust import request_hash
 
     stub.delay_s = 0.0
     questions = ["1 + 2", "2 + 3"]
     bodies = {q: _ask(q) for q in questions}
-    cids = sorted(custom_id(bodies[q], (q, 0)) for q in questions)
+    cids = {custom_id(bodies[q], (q, 0)): bodies[q] for q in questions}
     if provider == "openai":
         import openai
 
@@ -367,7 +374,8 @@ def test_a_ledger_line_naming_a_batch_of_other_requests_is_refused(
         client = AnthropicBatchClient(api_key="k", base_url=stub.root_url)
     # someone else's batch, of the same size: their requests, their answers
     foreign = client.submit([("other-1", _ask("100 + 1")), ("other-2", _ask("100 + 2"))], "ape-theirs")  # type: ignore[attr-defined]
-    line = {"event": "submitted", "batch_id": foreign, "tag": "ape-theirs", "provider": provider, "custom_ids": cids}
+    line = {"event": "submitted", "batch_id": foreign, "tag": "ape-theirs", "provider": provider}
+    line |= {"custom_ids": sorted(cids), "requests": {cid: request_hash(body) for cid, body in cids.items()}}
     _plant(tmp_path, "batches.jsonl", [line])
     batcher = _openai_batcher(stub, tmp_path) if provider == "openai" else _anthropic_batcher(stub, tmp_path)
     answers = _ask_all(batcher, questions)
@@ -399,6 +407,8 @@ def test_a_ledger_line_whose_request_bodies_differ_at_the_provider_is_refused() 
     changed = {"a": request_hash(_ask("1 + 3")), "b": "x"}
     assert "differ" in str(batch_refusal(line, ProviderRecord(tags_shown=True, tag="t", requests=changed)))
     assert "did not submit" in str(batch_refusal(line, ProviderRecord(tags_shown=False, requests={"a": None})))
+    unhashed = {"tag": "t", "custom_ids": ["a", "b"]}  # a line of an older APE, or of no APE
+    assert "hash" in str(batch_refusal(unhashed, ProviderRecord(tags_shown=True, tag="t", total=2, requests=same)))
 
 
 def test_a_resumed_batch_is_collected_once_the_provider_shows_its_requests(stub: BatchStub, tmp_path: Path) -> None:
