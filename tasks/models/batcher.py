@@ -75,7 +75,7 @@ from ape.tasks.models.batch_clients import BatchClient, BatchState, RequestResul
 from ape.tasks.models.batch_status import board_for, current_flow_run_id
 from ape.tasks.models.batch_trust import ProviderRecord, batch_refusal, request_hash, trusted_answers
 from ape.tasks.models.limits import classify_error
-from ape.tasks.storage.file_modes import created_file_mode
+from ape.tasks.storage.file_modes import created_file_mode, not_own_file
 
 __all__ = ["BatchRequestError", "Batcher", "BatchSettings", "batcher_for", "custom_id"]
 
@@ -196,6 +196,19 @@ class Batcher:
     def _resume(self) -> None:
         """Load answers collected before, and poll again the batches submitted and not ended
         (each checked at the provider first, :meth:`_check`)."""
+        for name in (LEDGER, ANSWERS):  # another user's file (or a link) is none of this run's
+            why = not_own_file(self.folder / name)
+            if why is not None:
+                self._refuse_count(1)
+                aside = self.folder / f"{name}.refused"
+                (self.folder / name).replace(aside)
+                log.warning(
+                    "%s of %s: refused, %s; moved aside to %s, its requests are asked again",
+                    self.folder / name,
+                    self.model_id,
+                    why,
+                    aside.name,
+                )
         rows = _read(self.folder / LEDGER)
         known = {str(row["batch_id"]) for row in rows if row.get("batch_id")}
         closed = {str(row.get("tag")) for row in rows if row.get("event") in {"submitted", "unsent"}}

@@ -433,3 +433,30 @@ def test_a_resumed_batch_is_collected_once_the_provider_shows_its_requests(stub:
 
     rows = [json.loads(line) for line in (tmp_path / "batch_results.jsonl").read_text().splitlines()]
     assert [row["request_hash"] for row in rows] == [request_hash(body)]
+
+
+def test_batch_files_another_user_could_write_are_moved_aside(stub: BatchStub, tmp_path: Path) -> None:
+    """A ledger made a link (the batcher would append through it) and answer rows writable by
+    everyone are not this user's run's files: moved aside, counted, the request asked again."""
+    import os
+
+    from ape.tasks.models.batch_trust import request_hash
+
+    body = _ask("1 + 2")
+    cid = custom_id(body, ("i0", 0))
+    line = {"event": "submitted", "batch_id": "b1", "tag": "t", "provider": "openai", "custom_ids": [cid]}
+    line["requests"] = {cid: request_hash(body)}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _plant(elsewhere, "batches.jsonl", [line, {**line, "event": "ended"}])
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "batches.jsonl").symlink_to(elsewhere / "batches.jsonl")
+    _plant(folder, "batch_results.jsonl", [_planted_answer(cid, "b1", body)])
+    os.chmod(folder / "batch_results.jsonl", 0o666)
+    batcher = _openai_batcher(stub, folder)
+    assert batcher.ask(cid, body)["choices"][0]["message"]["content"] == "The answer is 3."
+    assert stub.submissions == 1
+    assert batcher.refused == 2
+    assert (folder / "batches.jsonl.refused").is_symlink() and (folder / "batch_results.jsonl.refused").exists()
+    assert len(_events(elsewhere)) == 2  # nothing was appended through the link
