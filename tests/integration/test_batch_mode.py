@@ -30,6 +30,7 @@ pytest.importorskip("langchain_openai", reason="batch mode for provider 'openai'
 import openai  # noqa: E402
 
 from ape.tasks.models.batch_clients import OpenAIBatchClient  # noqa: E402
+from ape.tasks.models.batch_trust import request_hash  # noqa: E402
 from tests.helpers.batch_stub import BatchStub  # noqa: E402
 from tests.helpers.paths import REPO_ROOT  # noqa: E402
 from tests.helpers.runner import make_benchmark, read_results  # noqa: E402
@@ -282,7 +283,8 @@ def test_planted_batch_files_are_refused_and_the_items_asked_again(
         for row in planted_rows:
             handle.write(json.dumps({**row, "batch_id": "batch_planted", "body": forged}) + "\n")
     line = {"event": "submitted", "batch_id": theirs, "tag": "ape-x", "provider": "openai", "custom_ids": led}
-    line["requests"] = {cid: own["requests"][cid] for cid in led}
+    sent = dict(next(iter(stub.batches.values()))["requests"])  # what the first run sent: its bodies
+    line["requests"] = {cid: request_hash(sent[cid]) for cid in led}  # the forger computes them too
     (out / "batches.jsonl").write_text(json.dumps(line) + "\n")
     before = stub.submissions
 
