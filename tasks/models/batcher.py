@@ -313,13 +313,6 @@ class Batcher:
                 return answered[1]
             if answered is not None:  # a row for this id, but for another request: not this one's answer
                 del self._answers[cid]
-                self._refuse_count(1)
-                log.warning(
-                    "%s of %s: the answer row of %s is for another request body; asked again",
-                    self.folder / ANSWERS,
-                    self.model_id,
-                    cid,
-                )
             batch_id = self._by_request.get(cid)
             batch = self._in_flight.get(batch_id) if batch_id is not None else None
             if batch is not None and batch.hashes.get(cid, digest) == digest:
@@ -329,6 +322,14 @@ class Batcher:
                     self._first_at = time.monotonic()
                 self._queue.append((cid, body, future))
                 self._lock.notify_all()
+        if answered is not None:  # counted outside the lock: the board may write its artifact
+            self._refuse_count(1)
+            log.warning(
+                "%s of %s: the answer row of %s is for another request body; asked again",
+                self.folder / ANSWERS,
+                self.model_id,
+                cid,
+            )
         return future.result()
 
     def _gather(self) -> None:
