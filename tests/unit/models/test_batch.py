@@ -353,16 +353,17 @@ def test_an_answer_row_for_another_request_body_is_refused_when_asked(stub: Batc
     assert batcher.refused == 1  # the row is well formed: only the request asked told it apart
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize(("provider", "delay_s"), [("openai", 0.0), ("anthropic", 0.0), ("anthropic", 0.5)])
 def test_a_ledger_line_naming_a_batch_of_other_requests_is_refused(
-    stub: BatchStub, tmp_path: Path, provider: str
+    stub: BatchStub, tmp_path: Path, provider: str, delay_s: float
 ) -> None:
     """A ``submitted`` line names a real batch at the provider (someone else's, with other
-    requests, already answered): it is not collected; this folder's requests go in a new batch."""
+    requests, answered or not yet; Anthropic shows them only with the results): it is not
+    collected; this folder's requests go in a new batch."""
     from ape.tasks.models.batch_clients import OpenAIBatchClient
     from ape.tasks.models.batch_trust import request_hash
 
-    stub.delay_s = 0.0
+    stub.delay_s = delay_s
     questions = ["1 + 2", "2 + 3"]
     bodies = {q: _ask(q) for q in questions}
     cids = {custom_id(bodies[q], (q, 0)): bodies[q] for q in questions}
