@@ -44,6 +44,7 @@ from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.common.words import count
+from ape.tasks.models.batch_status import take_refused
 from ape.tasks.models.limits import limiter_for, uses_server_limits
 from ape.tasks.models.meter import meter_for
 from ape.tasks.models.server_limits import limit_names, limit_notes, server_limits_enabled
@@ -326,6 +327,7 @@ class Runner:
             "wall_seconds": round(time.perf_counter() - started, 3),
             "refused_cache_records": REFUSED.take(setup.cache_dir),
             "continues_flow_run": self.continues,
+            "refused_batch_records": take_refused(setup.model_id),
             **self.chains,
         }
         for line in repeated_errors(setup.model_id):  # each shown once on the terminal, counted here
@@ -337,6 +339,13 @@ class Runner:
                 setup.model_id,
                 summary["refused_cache_records"],
                 setup.cache_dir,
+            )
+        if summary["refused_batch_records"]:  # each refusal had its warning line; the count
+            log.info(
+                "%s: %d batch(es) or answer row(s) of %s refused (not this folder's): their requests asked again",
+                setup.model_id,
+                summary["refused_batch_records"],
+                setup.out_dir,
             )
         tolerance = cfg.run.fail_on_error
         share = errored / tally.total if tally.total else 0.0

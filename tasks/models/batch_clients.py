@@ -1,14 +1,17 @@
 """The two batch APIs APE speaks: OpenAI-compatible ``/v1/files`` + ``/v1/batches``, and
 Anthropic's ``/v1/messages/batches``.
 
-Each client does four things and nothing else: :meth:`BatchClient.submit` sends a list
+Each client does five things and nothing else: :meth:`BatchClient.submit` sends a list
 of requests (each with its ``custom_id`` and its request body) under a client-chosen tag
 and returns the batch id; :meth:`BatchClient.poll` returns the batch's :class:`BatchState`;
 :meth:`BatchClient.results` returns what each request came to, by ``custom_id``: the
 provider's answer body, or the provider's error message; :meth:`BatchClient.find` looks
 among the provider's batches for the one a submit with a given tag created (the submit of
-a process killed before it could record the batch id). Gathering, the ledger and waiting
-are :mod:`ape.tasks.models.batcher`'s job.
+a process killed before it could record the batch id); :meth:`BatchClient.record` returns
+what the provider shows of a batch (its tag, size and requests), so a batch named by the
+ledger of a resumed run is checked to hold that folder's requests before it is collected
+(:mod:`ape.tasks.models.batch_trust`). Gathering, the ledger and waiting are
+:mod:`ape.tasks.models.batcher`'s job.
 
 Finding a batch by its tag:
 
@@ -49,6 +52,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import httpx
+
+from ape.tasks.models.batch_trust import ProviderRecord, request_hash
 
 __all__ = [
     "AnthropicBatchClient",
@@ -95,6 +100,7 @@ class BatchClient(Protocol):
     def poll(self, batch_id: str) -> BatchState: ...
     def results(self, batch_id: str) -> dict[str, RequestResult]: ...
     def find(self, tag: str, requests: int, since: float, known: Collection[str]) -> str | None: ...
+    def record(self, batch_id: str) -> ProviderRecord: ...
 
 
 def _jsonl(text: str) -> list[dict[str, Any]]:
@@ -152,6 +158,21 @@ class OpenAIBatchClient:
             if batch.created_at < since - FIND_WINDOW_S or seen >= 100 * FIND_PAGES:
                 break  # newest first: older ones cannot be it
         return None
+
+    def record(self, batch_id: str) -> ProviderRecord:
+        """The batch's metadata tag, size, and each request's body hash from its input file."""
+        batch = self.client.batches.retrieve(batch_id)
+        requests: dict[str, str | None] = {}
+        for row in _jsonl(self.client.files.content(batch.input_file_id).text):
+            body = row.get("body")
+            requests[str(row.get("custom_id"))] = request_hash(body) if isinstance(body, dict) else "(no body)"
+        counts = batch.request_counts
+        return ProviderRecord(
+            tags_shown=True,
+            tag=(batch.metadata or {}).get(TAG_KEY),
+            total=counts.total if counts and counts.total else None,
+            requests=requests,
+        )
 
     def poll(self, batch_id: str) -> BatchState:
         batch = self.client.batches.retrieve(batch_id)
@@ -222,6 +243,17 @@ class AnthropicBatchClient:
         counts = {k: int(v) for k, v in (data.get("request_counts") or {}).items()}
         status = str(data.get("processing_status"))
         return BatchState(status=status, ended=status == "ended", counts=counts)
+
+    def record(self, batch_id: str) -> ProviderRecord:
+        """The batch's size, and once it ended its requests' ``custom_id`` set from its results
+        (the API shows no request body, and no requests before the end)."""
+        data = self._get(f"/v1/messages/batches/{batch_id}").json()
+        total = sum(int(v) for v in (data.get("request_counts") or {}).values())
+        if data.get("processing_status") != "ended":
+            return ProviderRecord(tags_shown=False, total=total or None)
+        return ProviderRecord(
+            tags_shown=False, total=total or None, requests=dict.fromkeys(self.results(batch_id), None)
+        )
 
     def find(self, tag: str, requests: int, since: float, known: Collection[str]) -> str | None:
         """The one batch not in ``known`` created within the window around ``since`` with

@@ -11,6 +11,9 @@ latest state (id, status, counts, age), told by the batcher on each submit, poll
   line that says whether a batch is waiting or all are done. It is written at most every
   :data:`PUBLISH_EVERY_S` seconds (each write is an API call), with a trailing write so
   the last state is never held back, and at once when a batch is submitted or ends.
+  It also counts the batches and answer rows of the folder's files the batcher refused
+  (:mod:`ape.tasks.models.batch_trust`), which the run's summary reports
+  (``refused_batch_records``, :func:`take_refused`).
 
 Without a Prefect API (a unit test, the server gone) the artifact is skipped with a debug
 line; the batches are unaffected.
@@ -28,7 +31,7 @@ from uuid import UUID
 
 from ape.tasks.common.inert import md_text
 
-__all__ = ["BatchBoard", "BatchRow", "artifact_key_for", "board_for", "waiting_text"]
+__all__ = ["BatchBoard", "BatchRow", "artifact_key_for", "board_for", "take_refused", "waiting_text"]
 
 log = logging.getLogger("ape")
 
@@ -81,6 +84,8 @@ class BatchBoard:
         self._artifact_id: UUID | None = None
         self._published_at = 0.0
         self._timer: threading.Timer | None = None
+        self._refused = 0  # not yet taken into a run's summary
+        self._refused_shown = 0  # on this board's artifact
 
     # -- told by the batcher ----------------------------------------------------------------
     def asked_from(self, flow_run_id: UUID | None) -> None:
@@ -105,6 +110,19 @@ class BatchBoard:
                 return
             row.status, row.counts, row.ended = status, dict(counts), ended
         self.publish(force=ended)
+
+    def refused(self, n: int) -> None:
+        """``n`` answer rows or batches of the folder's files were not taken as the model's."""
+        with self._lock:
+            self._refused += n
+            self._refused_shown += n
+        self.publish(force=True)
+
+    def take_refused(self) -> int:
+        """The refusals since the last call (each run's summary takes its own)."""
+        with self._lock:
+            n, self._refused = self._refused, 0
+        return n
 
     def ended(self, batch_id: str, status: str | None = None) -> None:
         with self._lock:
@@ -143,7 +161,10 @@ class BatchBoard:
         else:
             head = f"**done**: all {len(rows)} batch(es) of {md_text(self.model_id)} ended, none waiting"
         stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        lines = [head, "", f"as of {stamp}", "", "| batch | status | counts | age |", "|---|---|---|---|"]
+        lines = [head, "", f"as of {stamp}", ""]
+        if self._refused_shown:
+            lines += [f"refused: {self._refused_shown} batch(es) or answer row(s) not this folder's, asked again", ""]
+        lines += ["| batch | status | counts | age |", "|---|---|---|---|"]
         now = time.time()
         for row in rows:
             lines.append(
@@ -215,6 +236,13 @@ def board_for(model_id: str) -> BatchBoard:
         if board is None:
             board = _boards[model_id] = BatchBoard(model_id)
         return board
+
+
+def take_refused(model_id: str) -> int:
+    """The batch records of ``model_id``'s folder refused since the last call (0 for a model
+    that does not batch)."""
+    board = _boards.get(model_id)
+    return board.take_refused() if board is not None else 0
 
 
 def waiting_text(model_id: str) -> str:

@@ -13,22 +13,30 @@ session's item, run index and the request body), and two files in the model's ou
 folder record what was paid for, each line appended and fsynced:
 
 ``batches.jsonl``
-    ``{"event": "submitting", "tag", "provider", "custom_ids", "at", "owner"}`` before a
+    ``{"event": "submitting", "tag", "provider", "custom_ids", "requests", "at", "owner"}`` before a
     batch is sent (``tag``: a random id the batch carries at the provider, see
     :meth:`~ape.tasks.models.batch_clients.BatchClient.find`; ``owner``: the submitting
-    process's pid and start time); ``{"event": "submitted",
-    "batch_id", "tag", "provider", "custom_ids", "at"}`` as soon as the provider has
+    process's pid and start time; ``requests``: each ``custom_id``'s request hash,
+    :func:`~ape.tasks.models.batch_trust.request_hash`); ``{"event": "submitted",
+    "batch_id", "tag", "provider", "custom_ids", "requests", "at"}`` as soon as the provider has
     accepted it, before any session hears of it (``"adopted": true`` when it was found
     at the provider instead); ``{"event": "unsent", "tag"}`` when a submit is known not to
     have made a batch; ``{"event": "ended", "batch_id", "status", "counts", "at"}`` once
-    its results are collected.
+    its results are collected; ``{"event": "refused", "batch_id", "reason"}`` when the
+    provider's record of a batch does not show this folder's requests.
 ``batch_results.jsonl``
-    ``{"custom_id", "batch_id", "body"}`` for each answered request, as collected.
+    ``{"custom_id", "batch_id", "request_hash", "body"}`` for each answered request, as
+    collected.
 
 A batcher that starts in a folder with batches submitted and not ended (a run killed
 while they were in flight) polls them again; a request whose ``custom_id`` is in one of
 them waits for that batch instead of being submitted, and one already answered
-(``batch_results.jsonl``) is answered at once. Failed and expired requests are not
+(``batch_results.jsonl``) is answered at once. Neither file is believed on its word
+(:mod:`ape.tasks.models.batch_trust`): an answer row counts only for a batch on a
+``submitted`` line of the ledger, with the hash of the request asked now, and a batch from
+the ledger is collected only once the provider's record of it shows this folder's requests;
+a refused row or batch is one warning line, counted, and its requests are submitted again.
+Failed and expired requests are not
 recorded as answers: ``ape retry`` redoes their items with a new batch.
 
 A submit whose ``submitting`` line has no ``submitted`` line after it (the process was
@@ -65,8 +73,9 @@ from typing import Any
 
 from ape.tasks.models.batch_clients import BatchClient, BatchState, RequestResult
 from ape.tasks.models.batch_status import board_for, current_flow_run_id
+from ape.tasks.models.batch_trust import ProviderRecord, batch_refusal, request_hash, trusted_answers
 from ape.tasks.models.limits import classify_error
-from ape.tasks.storage.file_modes import created_file_mode
+from ape.tasks.storage.file_modes import created_file_mode, not_own_file
 
 __all__ = ["LEDGER", "BatchRequestError", "Batcher", "BatchSettings", "batcher_for", "custom_id", "open_batches"]
 
@@ -169,12 +178,18 @@ def _wall(at: Any) -> float | None:
         return None
 
 
+Waiter = tuple[dict[str, Any], "Future[dict[str, Any]]"]  # the request body asked, and its answer
+
+
 @dataclass
 class _InFlight:
     batch_id: str
     custom_ids: set[str]
     submitted_at: float  # monotonic, for the log's age
-    waiters: dict[str, list[Future[dict[str, Any]]]] = field(default_factory=dict)
+    hashes: dict[str, str] = field(default_factory=dict)  # custom id -> request hash, where known
+    line: dict[str, Any] | None = None  # the ledger line of a batch from an earlier run: checked first
+    check_results: bool = False  # the provider shows its requests only with the results (Anthropic)
+    waiters: dict[str, list[Waiter]] = field(default_factory=dict)
 
 
 class Batcher:
@@ -186,22 +201,34 @@ class Batcher:
         self.client = client
         self.settings = settings
         self.submissions = 0  # batches this batcher submitted (resumed ones not counted)
+        self.refused = 0  # answer rows and batches of the folder's files not taken as its own
         self._lock = threading.Condition()
         self._queue: list[tuple[str, dict[str, Any], Future[dict[str, Any]]]] = []
         self._first_at: float | None = None
         self._in_flight: dict[str, _InFlight] = {}  # batch id -> batch
         self._by_request: dict[str, str] = {}  # custom id -> batch id, for requests in flight
-        self._answers: dict[str, dict[str, Any]] = {}
+        self._answers: dict[str, tuple[str, dict[str, Any]]] = {}  # custom id -> (request hash, body)
         self.board = board_for(model_id)
         self._resume()
         threading.Thread(target=self._gather, name=f"ape-batch-{model_id}", daemon=True).start()
 
     # -- the ledger --------------------------------------------------------------------------
     def _resume(self) -> None:
-        """Load answers collected before, and poll again the batches submitted and not ended."""
-        for row in _read(self.folder / ANSWERS):
-            if isinstance(row.get("body"), dict):
-                self._answers[str(row["custom_id"])] = row["body"]
+        """Load answers collected before, and poll again the batches submitted and not ended
+        (each checked at the provider first, :meth:`_check`)."""
+        for name in (LEDGER, ANSWERS):  # another user's file (or a link) is none of this run's
+            why = not_own_file(self.folder / name)
+            if why is not None:
+                self._refuse_count(1)
+                aside = self.folder / f"{name}.refused"
+                (self.folder / name).replace(aside)
+                log.warning(
+                    "%s of %s: refused, %s; moved aside to %s, its requests are asked again",
+                    self.folder / name,
+                    self.model_id,
+                    why,
+                    aside.name,
+                )
         rows = _read(self.folder / LEDGER)
         known = {str(row["batch_id"]) for row in rows if row.get("batch_id")}
         closed = {str(row.get("tag")) for row in rows if row.get("event") in {"submitted", "unsent"}}
@@ -212,11 +239,23 @@ class Batcher:
             if row.get("owner") and _owner(int(str(row["owner"]).split()[0])) == row["owner"]:
                 continue  # a live process (another Dask worker) is submitting it: it records it itself
             self._settle(row, known)
-        submitted: dict[str, dict[str, Any]] = {}
-        for row in _read(self.folder / LEDGER):
-            if row.get("event") == "submitted":
-                submitted[str(row["batch_id"])] = row
-            elif row.get("event") == "ended":
+        ledger = [row for row in _read(self.folder / LEDGER) if row.get("batch_id")]
+        lines = {str(row["batch_id"]): row for row in ledger if row.get("event") == "submitted"}
+        trusted = trusted_answers(_read(self.folder / ANSWERS), lines)
+        self._answers = trusted.answers
+        if trusted.refused:
+            reasons = "; ".join(f"{n} {why}" for why, n in sorted(trusted.refused.items()))
+            self._refuse_count(sum(trusted.refused.values()))
+            log.warning(
+                "%s of %s: %d answer row(s) refused (%s); their requests are asked again",
+                self.folder / ANSWERS,
+                self.model_id,
+                sum(trusted.refused.values()),
+                reasons,
+            )
+        submitted = dict(lines)
+        for row in ledger:
+            if row.get("event") in {"ended", "refused"}:
                 submitted.pop(str(row["batch_id"]), None)
         for batch_id, row in submitted.items():
             if row.get("provider") != self.client.provider:
@@ -229,7 +268,12 @@ class Batcher:
                 len(ids),
             )
             self.board.submitted(batch_id, len(ids), _wall(row.get("at")))
-            self._track(_InFlight(batch_id, ids, time.monotonic()))
+            hashes = {str(k): str(v) for k, v in (row.get("requests") or {}).items()}
+            self._track(_InFlight(batch_id, ids, time.monotonic(), hashes=hashes, line=row))
+
+    def _refuse_count(self, n: int) -> None:
+        self.refused += n
+        self.board.refused(n)
 
     def _settle(self, intent: dict[str, Any], known: set[str]) -> str | None:
         """Find the batch a ``submitting`` line's submit made, and record it (``submitted``,
@@ -255,6 +299,7 @@ class Batcher:
                 "provider": self.client.provider,
                 "model_id": self.model_id,
                 "custom_ids": sorted(ids),
+                "requests": intent.get("requests") or {},
                 "at": intent.get("at") or datetime.now(UTC).isoformat(),
                 "adopted": True,
             },
@@ -280,18 +325,31 @@ class Batcher:
         Raises :class:`BatchRequestError` for a failed or expired request, or the submit's
         own error (an HTTP error, which the retry policy may retry)."""
         future: Future[dict[str, Any]] = Future()
+        digest = request_hash(body)
         self.board.asked_from(current_flow_run_id())
         with self._lock:
-            if cid in self._answers:
-                return self._answers[cid]
+            answered = self._answers.get(cid)
+            if answered is not None and answered[0] == digest:
+                return answered[1]
+            if answered is not None:  # a row for this id, but for another request: not this one's answer
+                del self._answers[cid]
             batch_id = self._by_request.get(cid)
-            if batch_id is not None:
-                self._in_flight[batch_id].waiters.setdefault(cid, []).append(future)
+            batch = self._in_flight.get(batch_id) if batch_id is not None else None
+            if batch is not None and batch.hashes.get(cid, digest) == digest:
+                batch.waiters.setdefault(cid, []).append((body, future))
             else:
                 if not self._queue:
                     self._first_at = time.monotonic()
                 self._queue.append((cid, body, future))
                 self._lock.notify_all()
+        if answered is not None:  # counted outside the lock: the board may write its artifact
+            self._refuse_count(1)
+            log.warning(
+                "%s of %s: the answer row of %s is for another request body; asked again",
+                self.folder / ANSWERS,
+                self.model_id,
+                cid,
+            )
         return future.result()
 
     def _gather(self) -> None:
@@ -321,16 +379,17 @@ class Batcher:
             "provider": self.client.provider,
             "model_id": self.model_id,
             "custom_ids": sorted(requests),
+            "requests": {cid: request_hash(body) for cid, body in sorted(requests.items())},
             "at": datetime.now(UTC).isoformat(),
             "owner": _owner(os.getpid()),
         }
         # recorded before the provider hears of it: a kill after its accept is found by the tag
         _append(self.folder / LEDGER, intent)
+        found: str | None = None
         try:
             batch_id = self.client.submit(list(requests.items()), tag)
         except Exception as exc:  # the sessions see the HTTP error; the retry policy decides
             # an answer lost to a timeout may hide an accepted batch: look before anyone retries
-            found = None
             if classify_error(exc) == "transient":
                 known = {str(row["batch_id"]) for row in _read(self.folder / LEDGER) if row.get("batch_id")}
                 found = self._settle(intent, known)
@@ -348,9 +407,12 @@ class Batcher:
         self.submissions += 1
         log.info("batch %s of %s: submitted, %d requests", batch_id, self.model_id, len(requests))
         self.board.submitted(batch_id, len(requests))
-        batch = _InFlight(batch_id, set(requests), time.monotonic())
-        for cid, _, future in taken:
-            batch.waiters.setdefault(cid, []).append(future)
+        hashes = {cid: request_hash(body) for cid, body in requests.items()}
+        batch = _InFlight(batch_id, set(requests), time.monotonic(), hashes=hashes)
+        if found is not None:  # found at the provider, not told by it: checked like a ledger's batch
+            batch.line = {"custom_ids": sorted(requests), "tag": tag, "requests": hashes}
+        for cid, body, future in taken:
+            batch.waiters.setdefault(cid, []).append((body, future))
         with self._lock:
             self._track(batch)
 
@@ -365,6 +427,7 @@ class Batcher:
                 "provider": self.client.provider,
                 "model_id": self.model_id,
                 "custom_ids": sorted(requests),
+                "requests": {cid: request_hash(body) for cid, body in sorted(requests.items())},
                 "at": datetime.now(UTC).isoformat(),
             },
         )
@@ -375,6 +438,24 @@ class Batcher:
         cap = max(MAX_POLL_S, self.settings.poll_s)
         shown: tuple[str, tuple[tuple[str, int], ...]] | None = None
         while True:
+            if batch.line is not None:  # from the ledger: the provider must show it is this folder's
+                try:
+                    checked = self._check(batch, self.client.record(batch.batch_id))
+                except Exception as exc:
+                    if classify_error(exc) == "transient":
+                        log.warning(
+                            "batch %s of %s: reading it at the provider failed (%s); trying again",
+                            batch.batch_id,
+                            self.model_id,
+                            exc,
+                        )
+                        time.sleep(delay)
+                        delay = min(delay * 1.5, cap)
+                        continue
+                    self._refuse(batch, f"the provider's record of it could not be read ({exc})")
+                    return
+                if not checked:
+                    return
             time.sleep(delay)
             delay = min(delay * 1.5, cap)
             try:
@@ -410,9 +491,17 @@ class Batcher:
                 return
             self._finish(batch, None, f"fetching the batch's results failed: {exc}")
             return
+        if batch.check_results and not self._check(
+            batch, ProviderRecord(tags_shown=False, requests=dict.fromkeys(results, None))
+        ):
+            return
+        with self._lock:
+            for cid, waiting in batch.waiters.items():  # a request asked now has its hash known
+                batch.hashes.setdefault(cid, request_hash(waiting[0][0]))
         for cid, result in results.items():
             if cid in batch.custom_ids and result.body is not None:
-                _append(self.folder / ANSWERS, {"custom_id": cid, "batch_id": batch.batch_id, "body": result.body})
+                row = {"custom_id": cid, "batch_id": batch.batch_id, "body": result.body}
+                _append(self.folder / ANSWERS, {**row, "request_hash": batch.hashes.get(cid)})
         _append(
             self.folder / LEDGER,
             {
@@ -425,20 +514,67 @@ class Batcher:
         )
         self._finish(batch, results, state.error or f"the batch ended '{state.status}' without this request")
 
+    def _check(self, batch: _InFlight, record: ProviderRecord) -> bool:
+        """Whether the provider's ``record`` shows the ledger's batch holds this folder's
+        requests; a batch it does not is refused (:meth:`_refuse`). A provider that shows no
+        requests yet (Anthropic, before the end) is asked again with the results."""
+        assert batch.line is not None or batch.check_results
+        line = batch.line or {"custom_ids": sorted(batch.custom_ids), "requests": batch.hashes}
+        reason = batch_refusal(line, record)
+        if reason is not None:
+            self._refuse(batch, reason)
+            return False
+        batch.check_results = record.requests is None
+        for cid, digest in (record.requests or {}).items():
+            if digest:
+                batch.hashes.setdefault(cid, digest)
+        if batch.line is not None and not batch.check_results:
+            log.info("batch %s of %s: the provider shows this folder's requests", batch.batch_id, self.model_id)
+        batch.line = None
+        return True
+
+    def _refuse(self, batch: _InFlight, reason: str) -> None:
+        """Not this folder's batch: one warning, counted, a ``refused`` ledger line (the next
+        run does not look again), and its waiting requests go to the next batch."""
+        log.warning(
+            "batch %s of %s (from %s): refused, %s; its requests are asked again",
+            batch.batch_id,
+            self.model_id,
+            self.folder / LEDGER,
+            reason,
+        )
+        self._refuse_count(1)
+        record = {"event": "refused", "batch_id": batch.batch_id, "reason": reason}
+        _append(self.folder / LEDGER, {**record, "at": datetime.now(UTC).isoformat()})
+        self.board.ended(batch.batch_id, "refused")
+        with self._lock:
+            self._in_flight.pop(batch.batch_id, None)
+            for cid in batch.custom_ids:
+                if self._by_request.get(cid) == batch.batch_id:
+                    self._by_request.pop(cid, None)
+            for cid, waiting in batch.waiters.items():
+                for body, future in waiting:
+                    if not self._queue:
+                        self._first_at = time.monotonic()
+                    self._queue.append((cid, body, future))
+            batch.waiters.clear()
+            self._lock.notify_all()
+
     def _finish(self, batch: _InFlight, results: dict[str, RequestResult] | None, missing: str) -> None:
         """Resolve every waiter of ``batch``: answered, or failed with the provider's message."""
         self.board.ended(batch.batch_id)
         with self._lock:
             self._in_flight.pop(batch.batch_id, None)
             for cid in batch.custom_ids:
-                self._by_request.pop(cid, None)
+                if self._by_request.get(cid) == batch.batch_id:  # not a later batch's, asked again
+                    self._by_request.pop(cid, None)
                 result = (results or {}).get(cid)
-                if result is not None and result.body is not None:
-                    self._answers[cid] = result.body
+                if result is not None and result.body is not None and cid in batch.hashes:
+                    self._answers[cid] = (batch.hashes[cid], result.body)
             waiters = dict(batch.waiters)
-        for cid, futures in waiters.items():
+        for cid, waiting in waiters.items():
             result = (results or {}).get(cid)
-            for future in futures:
+            for _, future in waiting:
                 if result is not None and result.body is not None:
                     future.set_result(result.body)
                 else:

@@ -197,3 +197,25 @@ def prepare_folder(folder: Path, modes: OutputModes) -> None:
                 folder,
                 folder,
             )
+
+
+def not_own_file(path: Path) -> str | None:
+    """Why ``path`` cannot be taken as written by this user's runs (None when it can, or is
+    absent): a link, not a plain file, owned by another user, or writable by group or
+    others. A run's own files are none of these (its umask makes them 0600 or 0640), so a
+    file that is was put there by someone else, or opened up since."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    if stat.S_ISLNK(info.st_mode):
+        return "it is a link"
+    if not stat.S_ISREG(info.st_mode):
+        return "it is not a plain file"
+    if info.st_uid != os.getuid():
+        return f"it is owned by uid {info.st_uid}, not by this user"
+    if info.st_mode & 0o022:
+        return f"group or others may write it (mode {info.st_mode & 0o777:o})"
+    return None

@@ -40,7 +40,7 @@ from pydantic import ValidationError
 
 from ape.schemas.errors import problem_key, problem_message
 from ape.schemas.results import Outcome, OutputBatch
-from ape.tasks.storage.file_modes import created_file_mode
+from ape.tasks.storage.file_modes import created_file_mode, not_own_file
 from ape.tasks.storage.run_files import SAVE_FILE_KEY
 
 log = logging.getLogger("ape")
@@ -175,9 +175,18 @@ class SaveHandler:
         A torn last line is dropped; damaged lines anywhere are moved to
         ``results.jsonl.damaged`` (appended, never overwritten) with a warning naming the
         line, so their items are redone while every good line is kept; a duplicate line of
-        an item keeps its last batch. Returns the previous metadata.json (empty if none).
+        an item keeps its last batch. Either file that is a link, another user's, or writable
+        by group or others is no file this user's runs wrote: it is moved aside as
+        ``NAME.refused`` with a warning, and its items are redone. Returns the previous
+        metadata.json (empty if none).
         """
         self.folder.mkdir(parents=True, exist_ok=True)
+        for path in (self.results_path, self.metadata_path):
+            why = not_own_file(path)
+            if why is not None:
+                aside = path.with_name(path.name + ".refused")
+                path.replace(aside)
+                log.warning("%s: refused, %s; moved aside to %s, its items are redone", path, why, aside.name)
         previous: dict[str, Any] = {}
         try:
             previous = json.loads(self.metadata_path.read_text(encoding="utf-8"))

@@ -218,6 +218,7 @@ class BatchStub:
                 "created": time.monotonic(),
                 "created_at": time.time(),
                 "metadata": body.get("metadata"),
+                "input_file_id": body.get("input_file_id"),
                 "requests": requests,
             }
             self.submissions += 1
@@ -287,7 +288,7 @@ class BatchStub:
             "id": batch_id,
             "object": "batch",
             "endpoint": "/v1/chat/completions",
-            "input_file_id": "file_in",
+            "input_file_id": batch.get("input_file_id", "file_in"),
             "completion_window": "24h",
             "status": status,
             "created_at": int(batch["created_at"]),

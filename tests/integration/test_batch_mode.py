@@ -27,6 +27,10 @@ import pytest
 
 pytest.importorskip("langchain_openai", reason="batch mode for provider 'openai' needs the 'openai' extra")
 
+import openai  # noqa: E402
+
+from ape.tasks.models.batch_clients import OpenAIBatchClient  # noqa: E402
+from ape.tasks.models.batch_trust import request_hash  # noqa: E402
 from tests.helpers.batch_stub import BatchStub  # noqa: E402
 from tests.helpers.paths import REPO_ROOT  # noqa: E402
 from tests.helpers.runner import make_benchmark, read_results  # noqa: E402
@@ -281,3 +285,65 @@ def test_a_batch_copy_answered_from_the_interactive_entrys_cache_costs_nothing(
     assert copies["cost"].tolist() == [0.0] * 4 and copies["cached_cost"].notna().all()
     board = pq.read_table(out / "leaderboard.parquet").to_pandas().set_index("model_id")
     assert board.loc["batched", "cached_cost"] == pytest.approx(4 * INTERACTIVE_COST * 0.5)
+
+
+def test_planted_batch_files_are_refused_and_the_items_asked_again(
+    tmp_path: Path, prefect_server: str, stub: BatchStub
+) -> None:
+    """An output folder whose batch files were planted (copied from another run and edited):
+    answer rows for a batch its ledger never submitted, and a ``submitted`` line naming
+    someone else's batch at the provider, one that holds other requests. No planted answer
+    is saved as the model's: each item is asked again in a new batch, the refusals are
+    warned of and counted in the run's summary."""
+    model = MODEL.format(base_url=stub.base_url, size=100, wait=1.0)
+    config = make_benchmark(tmp_path / "bench", n=4, models=model, run="solver_workers = 4\ncache = false")
+    out = tmp_path / "bench" / "out"
+    first = ape("run", str(config), "--no-server")  # the run whose files are copied and edited
+    assert first.returncode == 0, f"{first.stdout}\n{first.stderr}"
+    assert (stub.submissions, stub.requests) == (1, 4)
+    own = next(row for row in ledger(out) if row["event"] == "submitted")
+    rows = read_results(out / "batch_results.jsonl")
+    assert sorted(row["custom_id"] for row in rows) == sorted(own["custom_ids"])
+
+    # the planted folder: no results yet; two answer rows of a batch its ledger does not hold,
+    # and a ledger line naming a batch of the same size that another client submitted
+    for name in ("results.jsonl", "metadata.json", "batches.jsonl", "batch_results.jsonl"):
+        (out / name).unlink()
+    other = openai.OpenAI(api_key="k", base_url=stub.base_url, max_retries=0)
+    theirs = OpenAIBatchClient(other).submit([("x1", _question("100 + 1")), ("x2", _question("100 + 2"))], "ape-x")
+    planted_rows, led = rows[:2], [row["custom_id"] for row in rows[2:]]
+    forged = _openai_completion_text("The answer is 999.")
+    with (out / "batch_results.jsonl").open("w") as handle:
+        for row in planted_rows:
+            handle.write(json.dumps({**row, "batch_id": "batch_planted", "body": forged}) + "\n")
+    line = {"event": "submitted", "batch_id": theirs, "tag": "ape-x", "provider": "openai", "custom_ids": led}
+    sent = dict(next(iter(stub.batches.values()))["requests"])  # what the first run sent: its bodies
+    line["requests"] = {cid: request_hash(sent[cid]) for cid in led}  # the forger computes them too
+    (out / "batches.jsonl").write_text(json.dumps(line) + "\n")
+    before = stub.submissions
+
+    again = ape("run", str(config), "--no-server")
+    assert again.returncode == 0, f"{again.stdout}\n{again.stderr}"
+    sessions = saved(out)
+    assert {k: s["outcome"] for k, s in sessions.items()} == dict.fromkeys(["i0", "i1", "i2", "i3"], "SOLVED")
+    assert all("answer is 999" not in json.dumps(s) for s in sessions.values())
+    assert (stub.submissions - before, stub.requests) == (1, 2 + 4 + 4)  # one new batch with all four
+    assert "2 answer row(s) refused" in again.stderr
+    assert f"batch {theirs} of batched (from" in again.stderr and "refused" in again.stderr
+    assert "3 batch(es) or answer row(s)" in again.stderr
+    assert [row["event"] for row in ledger(out)] == ["submitted", "refused", "submitting", "submitted", "ended"]
+
+
+def _question(text: str) -> dict:
+    return {"model": "stub", "messages": [{"role": "user", "content": f"What is {text}?"}]}
+
+
+def _openai_completion_text(text: str) -> dict:
+    return {
+        "id": "chatcmpl-planted",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "stub",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17},
+    }

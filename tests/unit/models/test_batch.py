@@ -79,13 +79,13 @@ def test_anthropic_reply_keeps_tool_calls() -> None:
     assert reply.tool_calls[0]["name"] == "calculator" and reply.tool_calls[0]["args"] == {"expression": "2+2"}  # type: ignore[attr-defined]
 
 
-def _openai_batcher(stub: BatchStub, folder: Path, **settings: float) -> Batcher:
+def _openai_batcher(stub: BatchStub, folder: Path, model_id: str = "m", **settings: float) -> Batcher:
     import openai
 
     from ape.tasks.models.batch_clients import OpenAIBatchClient
 
     client = OpenAIBatchClient(openai.OpenAI(api_key="k", base_url=stub.base_url, max_retries=0))
-    return Batcher("m", folder, client, BatchSettings(**{"size": 10, "wait_s": 0.1, "poll_s": 0.05, **settings}))
+    return Batcher(model_id, folder, client, BatchSettings(**{"size": 10, "wait_s": 0.1, "poll_s": 0.05, **settings}))
 
 
 def _ask_all(batcher: Batcher, questions: list[str]) -> dict[str, object]:
@@ -185,12 +185,15 @@ def test_a_failed_batch_request_is_not_retried_within_the_run() -> None:
 # -- the window between the provider's accept and the ledger's fsync ------------------------------
 
 
-def _intent(folder: Path, provider: str, cids: list[str], tag: str) -> None:
+def _intent(folder: Path, provider: str, cids: list[str], tag: str, bodies: list[dict] | None = None) -> None:
     """The ``submitting`` line a killed process wrote before its submit (and nothing after)."""
     import json
     from datetime import UTC, datetime
 
+    from ape.tasks.models.batch_trust import request_hash
+
     line = {"event": "submitting", "tag": tag, "provider": provider, "custom_ids": sorted(cids)}
+    line["requests"] = {cid: request_hash(body) for cid, body in zip(cids, bodies or [], strict=False)}
     line["at"] = datetime.now(UTC).isoformat()
     with open(folder / "batches.jsonl", "a") as handle:
         handle.write(json.dumps(line) + "\n")
@@ -221,7 +224,7 @@ def test_a_batch_accepted_but_not_recorded_is_adopted_not_sent_again(
         client: object = OpenAIBatchClient(openai.OpenAI(api_key="k", base_url=stub.base_url, max_retries=0))
     else:
         client = AnthropicBatchClient(api_key="k", base_url=stub.root_url)
-    _intent(tmp_path, provider, list(cids.values()), "ape-dead")
+    _intent(tmp_path, provider, list(cids.values()), "ape-dead", list(bodies.values()))
     accepted = client.submit([(cids[q], bodies[q]) for q in bodies], "ape-dead")  # type: ignore[attr-defined]
     if provider == "anthropic":  # another batch of another size, the same minute: not taken for it
         client.submit([("other", _ask("5 + 5"))], "ape-other")  # type: ignore[attr-defined]
@@ -282,3 +285,179 @@ def test_a_live_process_submit_is_left_to_it(stub: BatchStub, tmp_path: Path) ->
     (tmp_path / "batches.jsonl").write_text(json.dumps(rows[0]) + "\n")
     _openai_batcher(stub, tmp_path)
     assert stub.lists == 1 and [e["event"] for e in _events(tmp_path)] == ["submitting", "unsent"]
+
+
+# -- what a resumed batcher takes from the folder's files ------------------------------------------
+
+
+def _plant(folder: Path, name: str, rows: list[dict]) -> None:
+    import json
+
+    with open(folder / name, "a") as handle:
+        handle.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def _planted_answer(cid: str, batch_id: str, body: dict | None = None) -> dict:
+    from tests.helpers.batch_stub import _openai_completion
+
+    row = {"custom_id": cid, "batch_id": batch_id, "body": _openai_completion("The answer is 999.")}
+    if body is not None:
+        from ape.tasks.models.batch_trust import request_hash
+
+        row["request_hash"] = request_hash(body)
+    return row
+
+
+def test_planted_answer_rows_are_refused_and_the_requests_asked_again(stub: BatchStub, tmp_path: Path) -> None:
+    """Rows for a batch the ledger never submitted, and rows without a request hash, are not
+    the model's answers: each request goes to the provider, the refusals are counted."""
+    questions = ["1 + 2", "2 + 3", "3 + 4", "4 + 5"]
+    bodies = {q: _ask(q) for q in questions}
+    cids = {q: custom_id(bodies[q], (q, 0)) for q in questions}
+    ledger = {"event": "submitted", "batch_id": "batch_own", "tag": "t", "provider": "openai"}
+    _plant(tmp_path, "batches.jsonl", [{**ledger, "custom_ids": [cids["4 + 5"]]}, {**ledger, "event": "ended"}])
+    _plant(
+        tmp_path,
+        "batch_results.jsonl",
+        [_planted_answer(cids[q], "batch_elsewhere", bodies[q]) for q in questions[:3]]  # not in the ledger
+        + [_planted_answer(cids["4 + 5"], "batch_own")],  # in the ledger, but no request hash
+    )
+    batcher = _openai_batcher(stub, tmp_path, model_id="planted")  # a board of its own
+    answers = _ask_all(batcher, questions)
+    texts = {q: a["choices"][0]["message"]["content"] for q, a in answers.items()}  # type: ignore[index]
+    assert texts == {
+        "1 + 2": "The answer is 3.",
+        "2 + 3": "The answer is 5.",
+        "3 + 4": "The answer is 7.",
+        "4 + 5": "The answer is 9.",
+    }
+    assert (stub.submissions, stub.requests) == (1, 4)
+    assert batcher.refused == 4
+    from ape.tasks.models.batch_status import take_refused
+
+    assert take_refused("planted") == 4 and take_refused("planted") == 0  # the run's summary takes the count once
+
+
+def test_an_answer_row_for_another_request_body_is_refused_when_asked(stub: BatchStub, tmp_path: Path) -> None:
+    body = _ask("1 + 2")
+    cid = custom_id(body, ("i0", 0))
+    from ape.tasks.models.batch_trust import request_hash
+
+    line = {"event": "submitted", "batch_id": "b1", "tag": "t", "provider": "openai", "custom_ids": [cid]}
+    line["requests"] = {cid: request_hash(_ask("5 + 5"))}  # the ledger and the row agree with each other
+    _plant(tmp_path, "batches.jsonl", [line, {"event": "ended", "batch_id": "b1"}])
+    _plant(tmp_path, "batch_results.jsonl", [_planted_answer(cid, "b1", _ask("5 + 5"))])
+    batcher = _openai_batcher(stub, tmp_path)
+    assert batcher.ask(cid, body)["choices"][0]["message"]["content"] == "The answer is 3."
+    assert stub.submissions == 1
+    assert batcher.refused == 1  # the row is well formed: only the request asked told it apart
+
+
+@pytest.mark.parametrize(("provider", "delay_s"), [("openai", 0.0), ("anthropic", 0.0), ("anthropic", 0.5)])
+def test_a_ledger_line_naming_a_batch_of_other_requests_is_refused(
+    stub: BatchStub, tmp_path: Path, provider: str, delay_s: float
+) -> None:
+    """A ``submitted`` line names a real batch at the provider (someone else's, with other
+    requests, answered or not yet; Anthropic shows them only with the results): it is not
+    collected; this folder's requests go in a new batch."""
+    from ape.tasks.models.batch_clients import OpenAIBatchClient
+    from ape.tasks.models.batch_trust import request_hash
+
+    stub.delay_s = delay_s
+    questions = ["1 + 2", "2 + 3"]
+    bodies = {q: _ask(q) for q in questions}
+    cids = {custom_id(bodies[q], (q, 0)): bodies[q] for q in questions}
+    if provider == "openai":
+        import openai
+
+        client: object = OpenAIBatchClient(openai.OpenAI(api_key="k", base_url=stub.base_url, max_retries=0))
+    else:
+        client = AnthropicBatchClient(api_key="k", base_url=stub.root_url)
+    # someone else's batch, of the same size: their requests, their answers
+    foreign = client.submit([("other-1", _ask("100 + 1")), ("other-2", _ask("100 + 2"))], "ape-theirs")  # type: ignore[attr-defined]
+    line = {"event": "submitted", "batch_id": foreign, "tag": "ape-theirs", "provider": provider}
+    line |= {"custom_ids": sorted(cids), "requests": {cid: request_hash(body) for cid, body in cids.items()}}
+    _plant(tmp_path, "batches.jsonl", [line])
+    batcher = _openai_batcher(stub, tmp_path) if provider == "openai" else _anthropic_batcher(stub, tmp_path)
+    answers = _ask_all(batcher, questions)
+    if provider == "openai":
+        texts = {q: a["choices"][0]["message"]["content"] for q, a in answers.items()}  # type: ignore[index]
+    else:
+        texts = {q: a["content"][0]["text"] for q, a in answers.items()}  # type: ignore[index]
+    assert texts == {"1 + 2": "The answer is 3.", "2 + 3": "The answer is 5."}
+    assert stub.submissions == 2  # theirs, and this folder's own new one
+    assert batcher.refused == 1
+    events = _events(tmp_path)
+    assert [e["event"] for e in events] == ["submitted", "refused", "submitting", "submitted", "ended"]
+    assert events[1]["batch_id"] == foreign
+    rows = [row for row in (tmp_path / "batch_results.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and foreign not in "".join(rows)
+    _openai_batcher(stub, tmp_path) if provider == "openai" else _anthropic_batcher(stub, tmp_path)
+    assert stub.submissions == 2  # a refused batch is not looked at again
+
+
+def test_a_ledger_line_whose_request_bodies_differ_at_the_provider_is_refused() -> None:
+    from ape.tasks.models.batch_trust import ProviderRecord, batch_refusal, request_hash
+
+    line = {"tag": "t", "custom_ids": ["a", "b"], "requests": {"a": request_hash(_ask("1 + 2")), "b": "x"}}
+    same = {"a": request_hash(_ask("1 + 2")), "b": "x"}
+    assert batch_refusal(line, ProviderRecord(tags_shown=True, tag="t", total=2, requests=same)) is None
+    assert "tag" in str(batch_refusal(line, ProviderRecord(tags_shown=True, tag="u", total=2, requests=same)))
+    assert "holds 3" in str(batch_refusal(line, ProviderRecord(tags_shown=False, total=3)))
+    assert batch_refusal(line, ProviderRecord(tags_shown=False, total=2)) is None  # nothing more shown yet
+    changed = {"a": request_hash(_ask("1 + 3")), "b": "x"}
+    assert "differ" in str(batch_refusal(line, ProviderRecord(tags_shown=True, tag="t", requests=changed)))
+    assert "did not submit" in str(batch_refusal(line, ProviderRecord(tags_shown=False, requests={"a": None})))
+    unhashed = {"tag": "t", "custom_ids": ["a", "b"]}  # a line of an older APE, or of no APE
+    assert "hash" in str(batch_refusal(unhashed, ProviderRecord(tags_shown=True, tag="t", total=2, requests=same)))
+
+
+def test_a_resumed_batch_is_collected_once_the_provider_shows_its_requests(stub: BatchStub, tmp_path: Path) -> None:
+    """The legitimate resume: the ledger line carries request hashes, the provider's input
+    file holds exactly those requests, and the answer rows it writes carry the hashes."""
+    import json
+
+    stub.delay_s = 3600.0
+    first = _openai_batcher(stub, tmp_path, poll_s=3600.0)
+    body = _ask("1 + 2")
+    cid = custom_id(body, ("i0", 0))
+    threading.Thread(target=first.ask, args=(cid, body), daemon=True).start()
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "batches.jsonl").exists() or "submitted" not in [e["event"] for e in _events(tmp_path)]:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    stub.delay_s = 0.0
+    second = _openai_batcher(stub, tmp_path)
+    assert second.ask(cid, body)["choices"][0]["message"]["content"] == "The answer is 3."
+    assert second.refused == 0 and stub.submissions == 1
+    from ape.tasks.models.batch_trust import request_hash
+
+    rows = [json.loads(line) for line in (tmp_path / "batch_results.jsonl").read_text().splitlines()]
+    assert [row["request_hash"] for row in rows] == [request_hash(body)]
+
+
+def test_batch_files_another_user_could_write_are_moved_aside(stub: BatchStub, tmp_path: Path) -> None:
+    """A ledger made a link (the batcher would append through it) and answer rows writable by
+    everyone are not this user's run's files: moved aside, counted, the request asked again."""
+    import os
+
+    from ape.tasks.models.batch_trust import request_hash
+
+    body = _ask("1 + 2")
+    cid = custom_id(body, ("i0", 0))
+    line = {"event": "submitted", "batch_id": "b1", "tag": "t", "provider": "openai", "custom_ids": [cid]}
+    line["requests"] = {cid: request_hash(body)}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _plant(elsewhere, "batches.jsonl", [line, {**line, "event": "ended"}])
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "batches.jsonl").symlink_to(elsewhere / "batches.jsonl")
+    _plant(folder, "batch_results.jsonl", [_planted_answer(cid, "b1", body)])
+    os.chmod(folder / "batch_results.jsonl", 0o666)
+    batcher = _openai_batcher(stub, folder)
+    assert batcher.ask(cid, body)["choices"][0]["message"]["content"] == "The answer is 3."
+    assert stub.submissions == 1
+    assert batcher.refused == 2
+    assert (folder / "batches.jsonl.refused").is_symlink() and (folder / "batch_results.jsonl.refused").exists()
+    assert len(_events(elsewhere)) == 2  # nothing was appended through the link

@@ -83,3 +83,15 @@ def test_artifact_writes_are_throttled_with_a_trailing_write() -> None:
 
 def test_artifact_key_is_a_prefect_key() -> None:
     assert artifact_key_for("GPT 4o/mini") == "gpt-4o-mini-batches"
+
+
+def test_refused_batch_records_are_on_the_table_and_taken_once_into_a_summary() -> None:
+    from ape.tasks.models.batch_status import take_refused
+
+    board = BatchBoard("refusing")
+    board.refused(2)
+    board.refused(1)
+    assert "refused: 3 batch(es) or answer row(s)" in board.markdown()
+    assert board.take_refused() == 3 and board.take_refused() == 0
+    assert "refused: 3" in board.markdown()  # the artifact keeps saying it
+    assert take_refused("a model that never batched") == 0

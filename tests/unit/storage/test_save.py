@@ -151,3 +151,25 @@ def test_a_rewrite_keeps_what_it_replaced_as_one_bak(tmp_path):
     last.discard(["x"])  # ... and nothing to drop rewrites nothing
     assert [b.item_id for b in read_batches(tmp_path / "results.jsonl.bak")] == ["d"]
     assert sorted(p.name for p in tmp_path.glob("results.jsonl*")) == ["results.jsonl", "results.jsonl.bak"]
+
+
+def test_results_another_user_could_write_are_moved_aside_not_resumed(tmp_path, caplog):
+    """results.jsonl is trusted as this user's runs' own output; one anyone may write (or a
+    link to a file elsewhere) was not left by them: it is not resumed from, its items redone."""
+    import os
+
+    with SaveHandler(tmp_path) as saver:
+        saver.load()
+        saver.save([batch("a"), batch("b")])
+    os.chmod(tmp_path / "results.jsonl", 0o666)
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"completed_ids": ["a", "b"]}))
+    (tmp_path / "metadata.json").unlink()
+    (tmp_path / "metadata.json").symlink_to(elsewhere)
+    saver = SaveHandler(tmp_path)
+    assert saver.load() == {}
+    assert saver.completed == {}
+    assert (tmp_path / "results.jsonl.refused").exists() and (tmp_path / "metadata.json.refused").is_symlink()
+    assert "group or others may write it" in caplog.text and "it is a link" in caplog.text
+    saver.close()
+    assert json.loads(elsewhere.read_text()) == {"completed_ids": ["a", "b"]}  # not written through the link
