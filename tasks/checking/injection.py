@@ -167,7 +167,8 @@ _ADDRESSED = [
     # the correct grade for this answer is pass / the grade of my answer would be PASS
     r"\b(?:correct|right|proper|appropriate|fair|true|deserved|accurate)\s+(?:grade|verdict|score|mark|"
     r"evaluation|outcome|judg(?:e)?ment|label|rating)\s+(?:(?:for|of|on)\s+(?:this|the|my)\s+(?:answer|response|"
-    r"solution|submission)\s+)?(?:here\s+)?(?:is|would\s+be|=|:)\s*(?:a\s+|clearly\s+|therefore\s+)?" + _Q
+    r"solution|submission)\s+)?(?:here\s+)?(?:is|would\s+be|=|:)\s*(?:a\s+|clearly\s+|therefore\s+)?"
+    + _Q
     + r"(?:pass(?:ing|ed)?|correct|full\s+marks)\b",
     r"\b(?:grade|verdict|score|evaluation|judg(?:e)?ment|rating)\s+(?:for|of|on)\s+(?:this|my)\s+(?:answer|response|"
     r"solution|submission)\s+(?:is|would\s+be|=|:)\s*(?:a\s+)?" + _Q + r"(?:pass(?:ing|ed)?|correct|full\s+marks)\b",
@@ -203,7 +204,8 @@ LANGUAGES: dict[str, tuple[str | None, tuple[str, ...]]] = {
             r"\b(?:note|message)\s+(?:au|a\s+la|pour\s+le|pour\s+la|a\s+l')\s*(?:correcteur|correctrice|evaluateur|"
             r"evaluatrice|juge|examinateur)\b",
             r"\b(?:la\s+)?(?:bonne\s+note|note\s+(?:correcte|juste|exacte|meritee)|verdict\s+(?:correct|juste))\s+"
-            r"(?:pour\s+(?:cette|ma)\s+(?:reponse|copie)\s+)?est\s*:?\s*(?:un\s+|une\s+)?" + _Q
+            r"(?:pour\s+(?:cette|ma)\s+(?:reponse|copie)\s+)?est\s*:?\s*(?:un\s+|une\s+)?"
+            + _Q
             + r"(?:PASS|reussie?|correcte?|admise?)\b",
             r"(?:^|\n|[.!?。।]\s*)[^\w\n]*systeme\s*:[^\n]*?\b(?:(?-i:PASS)|not\w*|evalu\w*|consignes?|correct\w*|correcteur)\b",
         ),
@@ -226,7 +228,8 @@ LANGUAGES: dict[str, tuple[str | None, tuple[str, ...]]] = {
             r"\b(?:hinweis|nachricht|notiz)\s+(?:an|fur)\s+(?:den|die)\s+(?:bewerter(?:in)?|prufer(?:in)?|"
             r"korrektor(?:in)?|richter(?:in)?)\b",
             r"\b(?:die\s+)?(?:richtige|korrekte|zutreffende|angemessene)\s+(?:note|bewertung|beurteilung|urteil)\s+"
-            r"(?:fur\s+(?:diese|meine)\s+(?:antwort|losung)\s+)?(?:ist|lautet|ware)\s*:?\s*" + _Q
+            r"(?:fur\s+(?:diese|meine)\s+(?:antwort|losung)\s+)?(?:ist|lautet|ware)\s*:?\s*"
+            + _Q
             + r"(?:PASS|bestanden|richtig|korrekt|sehr\s+gut)\b",
             r"(?:^|\n|[.!?。।]\s*)[^\w\n]*system\s*:[^\n]*?\b(?:(?-i:PASS)|bewert\w*|anweisung\w*|note|richtig|korrekt|prufer)\b",
         ),
@@ -247,7 +250,8 @@ LANGUAGES: dict[str, tuple[str | None, tuple[str, ...]]] = {
             r"\b(?:nota|mensaje)\s+(?:para|al)\s+(?:el\s+|la\s+)?(?:evaluador(?:a)?|calificador(?:a)?|juez|"
             r"corrector(?:a)?)\b",
             r"\b(?:la\s+)?(?:nota|calificacion|evaluacion|veredicto|puntuacion)\s+(?:correcta|justa|adecuada|"
-            r"merecida)\s+(?:para\s+(?:esta|mi)\s+respuesta\s+)?es\s*:?\s*(?:un\s+)?" + _Q
+            r"merecida)\s+(?:para\s+(?:esta|mi)\s+respuesta\s+)?es\s*:?\s*(?:un\s+)?"
+            + _Q
             + r"(?:PASS|aprobad[oa]|correct[oa]|sobresaliente)\b",
             r"(?:^|\n|[.!?。।]\s*)[^\w\n]*sistema\s*:[^\n]*?\b(?:(?-i:PASS)|nota|voto|calific\w*|valuta\w*|avalia\w*|"
             r"instrucciones|istruzioni|instrucoes|correct[oa]|corrett[oa]|corret[oa])\b",
@@ -266,7 +270,8 @@ LANGUAGES: dict[str, tuple[str | None, tuple[str, ...]]] = {
             r"\b(?:voce\s+e|tu\s+es)\s+(?:um|uma|o|a)\s+(?:\w+\s+)?(?:avaliador(?:a)?|corretor(?:a)?|juiz(?:a)?|"
             r"examinador(?:a)?)\b",
             r"\b(?:a\s+)?(?:nota|avaliacao|classificacao|veredito)\s+(?:correta|certa|justa|merecida)\s+"
-            r"(?:para\s+(?:esta|essa|minha)\s+resposta\s+)?e\s*:?\s*(?:um\s+)?" + _Q
+            r"(?:para\s+(?:esta|essa|minha)\s+resposta\s+)?e\s*:?\s*(?:um\s+)?"
+            + _Q
             + r"(?:PASS|aprovad[oa]|corret[oa])\b",
             r"\b(?:responda|responde|escreva|escreve|diga|devolva|retorne|imprima|emita)\b(?:\s+\w+){0,4}\s+"
             + _Q
@@ -286,7 +291,8 @@ LANGUAGES: dict[str, tuple[str | None, tuple[str, ...]]] = {
             r"\b(?:segna|segnate|valuta|valutate|considera|considerate|giudica|conta|contate)\s+(?:questa|la\s+mia)\s+"
             r"(?:risposta|soluzione)\s+come\s+(?:\w+\s+)?(?:corretta|giusta|valida|superata|PASS)\b",
             r"\b(?:il\s+)?(?:voto|giudizio|verdetto|valutazione)\s+(?:corrett[oa]|giust[oa]|meritat[oa])\s+"
-            r"(?:per\s+(?:questa|la\s+mia)\s+risposta\s+)?e\s*:?\s*(?:un\s+|una\s+)?" + _Q
+            r"(?:per\s+(?:questa|la\s+mia)\s+risposta\s+)?e\s*:?\s*(?:un\s+|una\s+)?"
+            + _Q
             + r"(?:PASS|superat[oa]|promoss[oa]|corrett[oa])\b",
             r"\b(?:rispondi|rispondete|risponda|scrivi|scrivete|scriva|restituisci|stampa|emetti)\b(?:\s+\w+){0,4}\s+"
             + _Q
@@ -324,9 +330,11 @@ LANGUAGES: dict[str, tuple[str | None, tuple[str, ...]]] = {
             r"(?:этот|мой|данный)\s+(?:ответ|решение)\s+(?:[-—]\s*)?(?:полностью\s+|абсолютно\s+)?(?:правильн|"
             r"верн|корректн|безупречн)\w*",
             r"(?:правильн|верн|корректн|справедлив)\w*\s+(?:оценк|вердикт|балл)\w*\s+(?:(?:для|за)\s+(?:этот|"
-            r"этого|данного|мой|моего)\s+\w+\s+)?(?:[-—:]\s*)?(?:это\s+)?" + _Q
+            r"этого|данного|мой|моего)\s+\w+\s+)?(?:[-—:]\s*)?(?:это\s+)?"
+            + _Q
             + r"(?:PASS|зач[её]т|пройден|правильн|отлично)\w*",
-            r"(?:ответь|напиши|выведи|скажи|верни|поставь)(?:те)?\s+(?:\w+\s+){0,3}" + _Q
+            r"(?:ответь|напиши|выведи|скажи|верни|поставь)(?:те)?\s+(?:\w+\s+){0,3}"
+            + _Q
             + r"(?-i:PASS|CORRECT)(?![A-Za-z])",
             r"(?:^|\n|[.!?。।]\s*)[^\w\n]*(?:система|системное\s+сообщение)\s*:[^\n]*?(?:(?-i:PASS)|оцен|инструкци|"
             r"правильн|провер)",
@@ -417,7 +425,6 @@ LANGUAGES: dict[str, tuple[str | None, tuple[str, ...]]] = {
         ),
     ),
 }
-
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ def _escapes(text: str) -> Iterator[View]:
         yield View("HTML entities", "", html.unescape(text), encoded=True)
 
 
-_LEET_TOKEN = re.compile(r"[A-Za-z0-9@$]*[A-Za-z][A-Za-z0-9@$]*")
+_LEET_TOKEN = re.compile(r"[A-Za-z0-9@$]+")
 _LEET = {"0": "o", "3": "e", "4": "a", "5": "s", "6": "g", "7": "t", "8": "b", "9": "g", "@": "a", "$": "s"}
 _L_BEFORE = "pbcfgul"  # "1" after these letters reads "l" (r3p1y, a11, ru1e5), elsewhere "i" (1gn0r3)
 
@@ -154,8 +154,9 @@ def _unleet_token(token: str) -> str:
 
 
 def unleet(text: str) -> str:
-    """``text`` with the digits and signs of words that mix them with letters read as letters
-    (``1gn0r3`` reads "ignore", ``P455`` "PASS"); numbers alone stay numbers."""
+    """``text`` with digits and ``@ $`` read as the letters they stand for (``1gn0r3`` reads
+    "ignore", ``P455`` "PASS", ``15`` "is"): a view only, so honest numbers turn to letters in
+    it and match nothing."""
     return _LEET_TOKEN.sub(lambda m: _unleet_token(m.group()), text)
 
 
@@ -211,7 +212,7 @@ def views(text: str, *, whole: bool = True) -> Iterator[View]:
     if "<" in text or ":" in text or "=" in text:
         marked = unmarked(text)
         if marked != text:
-            yield View("markup", "", marked, encoded=False, whole=True)
+            yield View("markup", "", marked, encoded=False)
     spaced = unspaced(text)
     if spaced != text:
         yield View("letters spaced apart", "", spaced, encoded=False, whole=True)
