@@ -11,7 +11,7 @@ a reversed string in honest code decodes to no instruction, and is left alone.
 
 Decoding uses the standard library (``codecs`` rot13, ``binascii``, ``base64``,
 ``urllib.parse``, ``html``). What is decoded is bounded (:data:`MAX_RUNS` runs of each
-encoding, each at most :data:`MAX_RUN_CHARS` characters) so a long answer stays fast.
+encoding, :data:`MAX_RUN_CHARS` characters of them together) so a long answer stays fast.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 MAX_RUNS = 16  # runs of one encoding decoded per answer
-MAX_RUN_CHARS = 8192  # a longer run is not decoded
+MAX_RUN_CHARS = 65536  # characters of one encoding decoded per answer, all its runs together
 MIN_LETTERS = 4  # a decoded run with fewer letters holds no instruction
 
 
@@ -62,14 +62,16 @@ def _readable(raw: bytes) -> str | None:
 
 
 def _runs(pattern: re.Pattern[str], text: str) -> Iterator[str]:
-    """The first :data:`MAX_RUNS` matches of ``pattern`` no longer than :data:`MAX_RUN_CHARS`."""
-    count = 0
+    """The matches of ``pattern``, at most :data:`MAX_RUNS` of them and :data:`MAX_RUN_CHARS`
+    characters together (a run past that budget is not decoded)."""
+    count = budget = 0
     for found in pattern.finditer(text):
         run = found.group()
-        if len(run) > MAX_RUN_CHARS:
+        if budget + len(run) > MAX_RUN_CHARS:
             continue
         yield run
         count += 1
+        budget += len(run)
         if count >= MAX_RUNS:
             return
 
