@@ -463,15 +463,18 @@ class _Patterns:
     script: re.Pattern[str] | None
     flat: tuple[re.Pattern[str], ...]
     lines: tuple[re.Pattern[str], ...]
+    any_flat: re.Pattern[str]  # all of ``flat`` in one: one scan finds whether any matches
 
 
 def _compiled(script: str | None, patterns: Iterable[str]) -> _Patterns:
     # NFKC, as the text they are matched on (a Hindi nukta or Bengali "ya" is one form then)
     compiled = [re.compile(unicodedata.normalize("NFKC", p), re.I) for p in patterns]
+    flat = tuple(c for c in compiled if r"\n" not in c.pattern)
     return _Patterns(
         re.compile(script) if script else None,
-        tuple(c for c in compiled if r"\n" not in c.pattern),
+        flat,
         tuple(c for c in compiled if r"\n" in c.pattern),
+        re.compile("|".join(f"(?:{c.pattern})" for c in flat), re.I),
     )
 
 
@@ -624,10 +627,11 @@ def _addressed(text: str) -> Finding | None:
     for patterns in _ADDRESSED_RE:
         if patterns.script is not None and not patterns.script.search(text):
             continue
-        for pattern in patterns.flat:
-            found = pattern.search(flat)
-            if found:
-                return Finding(ADDRESSED, _excerpt(found.group()))
+        if patterns.any_flat.search(flat):  # then the first pattern that matches names it
+            for pattern in patterns.flat:
+                found = pattern.search(flat)
+                if found:
+                    return Finding(ADDRESSED, _excerpt(found.group()))
         for pattern in patterns.lines:
             found = pattern.search(text)
             if found:
@@ -675,12 +679,21 @@ def _pattern_words() -> tuple[frozenset[str], tuple[str, ...]]:
     return frozenset(latin), tuple(sorted(other))
 
 
+@functools.cache
+def _stem_heads() -> frozenset[str]:
+    """The first four letters of each Latin stem of :func:`_pattern_words`."""
+    return frozenset(stem[:4] for stem in _pattern_words()[0])
+
+
 def _word_hits(text: str, tags: Iterable[str]) -> Counter[str]:
     """How often each word of :func:`_pattern_words` (and each prompt tag) occurs in ``text``:
     a Latin stem as the start of a word of the fold, another script's run anywhere."""
     latin, other = _pattern_words()
     hits: Counter[str] = Counter()
+    heads = _stem_heads()
     for word in _WORD.findall(folded(text).lower()):
+        if word[:4] not in heads:  # most words: one look-up
+            continue
         for end in range(4, min(len(word), 24) + 1):
             if word[:end] in latin:
                 hits[word[:end]] += 1
