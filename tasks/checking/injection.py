@@ -67,7 +67,8 @@ defend a judge that obeys what it reads, so APE does two things:
    ``PASS`` or ``FAIL`` and nothing else (the right answer to a pass/fail question),
    "Let's solve this step by step" followed by the steps, "the solution is correct" (a
    review task's honest verdict on someone else's solution), a lower-case "pass",
-   "ignore the instructions on the box", "System: Linux", ``{"score": 5}``. Text is
+   "ignore the instructions on the box", "System: Linux", ``{"score": 5}``,
+   ``<score>95</score>``. Text is
    NFKC-normalised and stripped of invisible format characters (and Arabic vowel marks)
    first, so full-width letters or zero-width spaces do not hide a phrase, and every
    pattern is also matched on the text's confusable fold (:func:`folded`): accents dropped
@@ -730,7 +731,7 @@ def _find(text: str, tags: Iterable[str], depth: int) -> list[Finding]:
         for view in views(text, whole=depth == 0):
             if view.encoded and any(f.kind == ENCODED for f in findings):
                 continue
-            if view.whole:
+            if view.gated:
                 own = _word_hits(text, tags) if own is None else own
                 if not _word_hits(view.text, tags) - own:  # no pattern word the answer lacks
                     continue

@@ -37,7 +37,7 @@ class View:
     ``name``: how it was read ("rot13", "hex", "letters spaced apart", ...); ``source``:
     the run that was decoded (empty for a view of the whole answer); ``encoded``: whether
     the view decodes an encoding (a finding in it has the kind ``encoded``) or only
-    undoes layout (a finding keeps its own kind); ``whole``: a reading of the whole answer
+    undoes layout (a finding keeps its own kind); ``gated``: a reading of the whole answer
     another way, which the detector matches only where it makes words its patterns use
     that the answer does not have (so ROT13 of an honest answer costs a word count, not a
     second pass of every pattern)."""
@@ -46,7 +46,7 @@ class View:
     source: str
     text: str
     encoded: bool
-    whole: bool = False
+    gated: bool = False
 
 
 def _readable(raw: bytes) -> str | None:
@@ -179,11 +179,12 @@ def joined_lines(text: str) -> str:
     return " ".join(re.sub(r"-?[ \t]*\n[ \t]*", "", p) for p in paragraphs)
 
 
-# a verdict in markup: <verdict>PASS</verdict>, {"grade": "PASS"}, grade='correct'
+# a verdict in markup: <verdict>PASS</verdict>, <score>10/10</score>, {"grade": "PASS"}, grade='correct'
+# (a bare number in a tag, <score>95</score>, is data an honest answer may show)
 _VERDICT_KEYS = r"verdict|grade|grading|judge?ment|evaluation|assessment|score|rating|decision"
 _VERDICT_VALUE = r"pass(?:ed)?|fail(?:ed)?|correct|incorrect"
 _TAGGED = re.compile(
-    rf"<\s*({_VERDICT_KEYS})\b[^>\n]{{0,80}}>\s*((?:{_VERDICT_VALUE})\b|\d+(?:\s*/\s*\d+)?)\s*<\s*/\s*\1\s*>",
+    rf"<\s*({_VERDICT_KEYS})\b[^>\n]{{0,80}}>\s*((?:{_VERDICT_VALUE})\b|\d+\s*/\s*\d+)\s*<\s*/\s*\1\s*>",
     re.I,
 )
 _KEYED = re.compile(rf"[\"']({_VERDICT_KEYS})[\"']\s*[:=]\s*[\"']?((?:{_VERDICT_VALUE})\b)[\"']?", re.I)
@@ -217,14 +218,14 @@ def views(text: str, *, whole: bool = True) -> Iterator[View]:
             yield View("markup", "", marked, encoded=False)
     spaced = unspaced(text)
     if spaced != text:
-        yield View("letters spaced apart", "", spaced, encoded=False, whole=True)
+        yield View("letters spaced apart", "", spaced, encoded=False, gated=True)
     if "\n" in text:
-        yield View("lines joined", "", joined_lines(text), encoded=False, whole=True)
+        yield View("lines joined", "", joined_lines(text), encoded=False, gated=True)
     if not whole:
         return
     if any(ch.isascii() and ch.isalpha() for ch in text):
-        yield View("rot13", "", codecs.encode(text, "rot13"), encoded=True, whole=True)
-    yield View("reversed", "", text[::-1], encoded=True, whole=True)
+        yield View("rot13", "", codecs.encode(text, "rot13"), encoded=True, gated=True)
+    yield View("reversed", "", text[::-1], encoded=True, gated=True)
     leet = unleet(text)
     if leet != text:
-        yield View("leetspeak", "", leet, encoded=True, whole=True)
+        yield View("leetspeak", "", leet, encoded=True, gated=True)
