@@ -705,6 +705,37 @@ def _word_hits(text: str, tags: Iterable[str]) -> Counter[str]:
     return hits
 
 
+_WINDOW = 400  # characters read on each side of a word a view adds
+
+
+def _around(text: str, words: Iterable[str]) -> str:
+    """The lines of ``text`` within :data:`_WINDOW` characters of each occurrence of
+    ``words``, apart by blank lines: all of a view a pattern holding one of them can match
+    (whole lines, so a grade line is read from its start). The whole text where a word is
+    not found as written (an accented form the fold matched)."""
+    lower = text.lower()
+    if len(lower) != len(text):
+        return text
+    spans: list[tuple[int, int]] = []
+    for word in words:
+        at = lower.find(word)
+        if at < 0:
+            return text
+        while at >= 0:
+            start = text.rfind("\n", 0, max(0, at - _WINDOW)) + 1
+            end = text.find("\n", at + len(word) + _WINDOW)
+            spans.append((start, len(text) if end < 0 else end))
+            at = lower.find(word, at + 1)
+    spans.sort()
+    merged = [spans[0]]
+    for start, end in spans[1:]:
+        if start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return "\n\n".join(text[start:end] for start, end in merged)
+
+
 def _match(text: str, checks: list[Callable[[str], Finding | None]]) -> list[Finding]:
     """The first finding of each check on ``text`` or, where it finds none, on its fold."""
     fold = folded(text)
@@ -731,11 +762,14 @@ def _find(text: str, tags: Iterable[str], depth: int) -> list[Finding]:
         for view in views(text, whole=depth == 0):
             if view.encoded and any(f.kind == ENCODED for f in findings):
                 continue
+            seen = view.text
             if view.gated:
                 own = _word_hits(text, tags) if own is None else own
-                if not _word_hits(view.text, tags) - own:  # no pattern word the answer lacks
+                added = _word_hits(view.text, tags) - own
+                if not added:  # no pattern word the answer lacks
                     continue
-            inner = _find(view.text, tags, depth + 1)
+                seen = _around(view.text, added)
+            inner = _find(seen, tags, depth + 1)
             if not inner:
                 continue
             if view.encoded:

@@ -192,17 +192,22 @@ _KEYED_BARE = re.compile(rf"\b({_VERDICT_KEYS})\s*=\s*[\"']((?:{_VERDICT_VALUE})
 _TAG = re.compile(r"<!--.{0,200}?-->|</?[A-Za-z][^<>\n]{0,200}>", re.S)
 
 
-def unmarked(text: str) -> str:
-    """``text`` with each verdict held in markup as a grade line of its own
-    (``<verdict>PASS</verdict>`` and ``{"verdict": "PASS"}`` read ``GRADE: PASS``) and
-    every other tag and comment dropped (``Ig<b></b>nore`` reads "Ignore")."""
+def verdicts_as_lines(text: str) -> str:
+    """``text`` with each verdict held in markup as a grade line of its own:
+    ``<verdict>PASS</verdict>`` and ``{"verdict": "PASS"}`` read ``GRADE: PASS``."""
 
     def line(found: re.Match[str]) -> str:
         return f"\nGRADE: {found.group(2)}\n"
 
     for pattern in (_TAGGED, _KEYED, _KEYED_BARE):
         text = pattern.sub(line, text)
-    return _TAG.sub("", text)
+    return text
+
+
+def unmarked(text: str) -> str:
+    """``text`` with its verdicts as grade lines (:func:`verdicts_as_lines`) and every other
+    tag and comment dropped (``Ig<b></b>nore`` reads "Ignore")."""
+    return _TAG.sub("", verdicts_as_lines(text))
 
 
 def views(text: str, *, whole: bool = True) -> Iterator[View]:
@@ -213,9 +218,10 @@ def views(text: str, *, whole: bool = True) -> Iterator[View]:
     yield from decoded_runs(text)
     yield from _escapes(text)
     if "<" in text or ":" in text or "=" in text:
-        marked = unmarked(text)
-        if marked != text:
-            yield View("markup", "", marked, encoded=False)
+        lines = verdicts_as_lines(text)
+        marked = _TAG.sub("", lines)
+        if marked != text:  # read whole where it holds a verdict, else only where it joins words
+            yield View("markup", "", marked, encoded=False, gated=lines == text)
     spaced = unspaced(text)
     if spaced != text:
         yield View("letters spaced apart", "", spaced, encoded=False, gated=True)
