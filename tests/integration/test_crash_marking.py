@@ -82,4 +82,4 @@ def test_a_killed_run_and_its_model_flow_become_crashed(
         # the documented bound: the silence after the last heartbeat plus the trigger's pass
         assert took <= crash_marking.SILENCE_S + 45, took
         # the next run of the same command names the model's flow run it continues
-        assert interrupted_flow_run(tmp_path / "out" / "m") in states
+        assert interrupted_flow_run(tmp_path / "out") in states
