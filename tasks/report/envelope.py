@@ -99,6 +99,10 @@ _EXTRA_LEADERBOARD = (
     "total_cost",
     "cost_per_session",
     "cost_per_correct",
+    "mean_reasoning_tokens",
+    "total_reasoning_tokens",
+    "truncated_reasoning",
+    "truncated_answer",
 )
 
 
