@@ -136,7 +136,7 @@ def _model_row(model_id: str, sessions: pd.DataFrame, items: pd.DataFrame) -> di
     outcomes = sessions["outcome"].astype(str) if "outcome" in sessions.columns else None
     for outcome, column in OUTCOME_COLUMNS.items():
         row[column] = int((outcomes == outcome).sum()) if outcomes is not None else 0
-    row.update(truncation_columns(sessions, row["truncated"]))
+    row.update(truncation_columns(sessions, int(row["truncated"])))  # type: ignore[call-overload]
     row["check_errors"] = (
         int((sessions["check_status"].astype(str) == "ERROR").sum()) if "check_status" in sessions.columns else 0
     )
@@ -156,11 +156,10 @@ def _model_row(model_id: str, sessions: pd.DataFrame, items: pd.DataFrame) -> di
 def truncation_columns(sessions: pd.DataFrame, truncated: int) -> dict[str, int]:
     """TRUNCATED sessions in two kinds: cut while still reasoning (the budget spent thinking,
     no answer begun: raise max_tokens or lower reasoning_effort) and answers cut after it."""
-    in_reasoning = (
-        int((sessions["reasoning_cut"].fillna(False).astype(bool) & (sessions["outcome"].astype(str) == "TRUNCATED")).sum())
-        if "reasoning_cut" in sessions.columns and "outcome" in sessions.columns
-        else 0
-    )
+    if "reasoning_cut" not in sessions.columns or "outcome" not in sessions.columns:
+        return {"truncated_reasoning": 0, "truncated_answer": truncated}
+    cut = sessions["outcome"].astype(str) == "TRUNCATED"
+    in_reasoning = int((sessions["reasoning_cut"].fillna(False).astype(bool) & cut).sum())
     return {"truncated_reasoning": in_reasoning, "truncated_answer": truncated - in_reasoning}
 
 

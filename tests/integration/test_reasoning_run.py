@@ -125,3 +125,5 @@ def test_ape_run_grades_the_answer_alone_and_keeps_the_reasoning_apart(
 
     assert len(thinking_endpoint.requests) == 8  # the cut replies got no reformat prompt
     assert all(r.body.get("reasoning_effort") == "low" for r in thinking_endpoint.requests)
+    provenance = json.loads((out / "metadata.json").read_text())["provenance"]
+    assert provenance["models"]["thinker"]["fingerprint"]["reasoning_effort"] == "low"

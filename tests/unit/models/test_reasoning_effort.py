@@ -35,7 +35,11 @@ def model(**values: Any) -> ModelConfig:
             False,
             {"thinking": {"type": "enabled", "budget_tokens": 8192}},
         ),
-        ({"provider": "anthropic", "model": "c", "reasoning_effort": "none"}, False, {"thinking": {"type": "disabled"}}),
+        (
+            {"provider": "anthropic", "model": "c", "reasoning_effort": "none"},
+            False,
+            {"thinking": {"type": "disabled"}},
+        ),
         ({"provider": "mock", "reasoning_effort": "max"}, False, {}),
         ({"provider": "openai", "model": "o"}, False, {}),
     ],
@@ -71,7 +75,9 @@ def test_an_unknown_level_names_the_accepted_values() -> None:
 
 def test_build_model_refuses_before_building() -> None:
     with pytest.raises(ApeError, match="accepted values"):
-        build_model(model(provider="openai", model="o", base_url="http://127.0.0.1:9/v1", reasoning_effort="max"), Path("."))
+        build_model(
+            model(provider="openai", model="o", base_url="http://127.0.0.1:9/v1", reasoning_effort="max"), Path(".")
+        )
 
 
 def test_the_openai_client_sends_it() -> None:

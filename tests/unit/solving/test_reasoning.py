@@ -113,7 +113,9 @@ def test_a_reformatted_answer_is_split_too() -> None:
         (AIMessage(content="<think>5 + 7, hm", response_metadata={"finish_reason": "stop"}), True),  # never closed
         (
             AIMessage(
-                content="", additional_kwargs={"reasoning_content": "13 or"}, response_metadata={"finish_reason": "length"}
+                content="",
+                additional_kwargs={"reasoning_content": "13 or"},
+                response_metadata={"finish_reason": "length"},
             ),
             True,
         ),
