@@ -167,6 +167,8 @@ def _mock(cfg: ModelConfig, base_dir: Path) -> MockChatModel:
     args.setdefault("name", cfg.model_id)
     if cfg.max_tokens is not None:  # the mock cuts longer answers, as a provider would
         args.setdefault("max_tokens", cfg.max_tokens)
+    if cfg.reasoning_effort is not None:  # how long a reasoning mock thinks
+        args.setdefault("reasoning_effort", cfg.reasoning_effort)
     if args.get("call_log"):
         args["call_log"] = str(base_dir / Path(str(args["call_log"]).strip()))
     try:

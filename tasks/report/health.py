@@ -357,11 +357,11 @@ def truncation_line(model_id: str, entry: HealthEntry, show: Callable[[str], str
             f"sessions {share}: raise [model] max_tokens, then ape retry --outcomes TRUNCATED"
         )
     answers = entry.truncated - entry.truncated_reasoning
+    after = f", {answers} with the answer cut after its reasoning (raise [model] max_tokens)" if answers else ""
     return (
         f"sessions of model {name} were cut at the token limit in {entry.truncated} of {entry.sessions} {share}: "
         f"{entry.truncated_reasoning} while still reasoning, before any answer (the budget spent thinking: raise "
-        f"[model] max_tokens or lower [model] reasoning_effort), {answers} with the answer cut after its "
-        "reasoning (raise [model] max_tokens); then ape retry --outcomes TRUNCATED"
+        f"[model] max_tokens or lower [model] reasoning_effort){after}; then ape retry --outcomes TRUNCATED"
     )
 
 

@@ -9,6 +9,13 @@ GAVE_UP. A final answer whose generation stopped at the token limit (the provide
 ``finish_reason``/``stop_reason``, :mod:`ape.tasks.solving.stops`) ends the session as
 TRUNCATED, unparsed: a cut answer is not the model's finished answer.
 
+Reasoning: every reply is split into its reasoning and its answer
+(:mod:`ape.tasks.solving.reasoning`, with the model's ``reasoning_tags``) where it becomes the
+answer, so the adapter, the reformat prompt, the checker and a judge see the answer alone;
+the transcript keeps each reply's reasoning under ``data.reasoning``. A reply that ended
+inside its reasoning (a block never closed, or the token limit with no answer begun) ends
+the session TRUNCATED with ``reasoning_cut`` set, apart from an answer cut after it.
+
 Adapt (:func:`run_adaption`): the adapter gets ``solution_adaption_attempts`` attempts: the
 first on the answer, then one after each reformat prompt, sent to the same model in the
 same conversation. If all fail, the session ends PARSING_FAILED; a reformatted answer cut
@@ -24,7 +31,8 @@ do). Otherwise it comes from OpenAI-style token log-probabilities
 ``token_nll = -sum(logprob)``, ``token_count`` = number of tokens and
 ``confidence = exp(-token_nll / token_count)``, the geometric mean probability of the
 answer's tokens. All three describe the final answer message. Token usage
-(``AIMessage.usage_metadata``) is summed over all the session's model calls.
+(``AIMessage.usage_metadata``) is summed over all the session's model calls, the reasoning
+tokens (``output_token_details.reasoning``) too.
 
 Models are LangChain chat models (any ``Runnable`` taking messages). A
 ``ModelAdapter`` runs the same dialogue as an :class:`ape.tasks.models.adapter_chat.AdapterChatModel`
