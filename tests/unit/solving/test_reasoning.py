@@ -186,3 +186,34 @@ def test_chat_openai_keeps_the_reasoning_fields() -> None:
     message = generation.message
     assert split_reply(message) == ReplyParts("first guess 13", "12")
     assert reasoning_tokens(message.usage_metadata) == 7  # type: ignore[attr-defined]
+
+
+def test_a_model_adapters_reply_is_split_too() -> None:
+    from ape.schemas.results import Generation
+
+    class Thinker:
+        model_id = "thinker"
+
+        def generate(self, prompt: str, task: Any) -> Generation:
+            return Generation(text="<think>first guess 13</think>12", confidence=0.9)
+
+    record = solve_session(Thinker(), "What is 5 + 7?", None, adapter=last_number, settings=SETTINGS)
+    assert record.outcome is Outcome.SOLVED and record.raw_output == "12"
+
+
+def test_an_anthropic_batch_answer_keeps_its_thinking_apart() -> None:
+    from ape.tasks.models.batch_chat import anthropic_result
+
+    result = anthropic_result(
+        {
+            "model": "claude",
+            "stop_reason": "end_turn",
+            "content": [
+                {"type": "thinking", "thinking": "first guess 13", "signature": "s"},
+                {"type": "text", "text": "12"},
+            ],
+            "usage": {"input_tokens": 3, "output_tokens": 9},
+        }
+    )
+    message = result.generations[0].message
+    assert split_reply(message) == ReplyParts("first guess 13", "12")
