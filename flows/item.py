@@ -115,6 +115,8 @@ class ItemProcessor:
             token_count=record.token_count,
             input_tokens=record.input_tokens,
             output_tokens=record.output_tokens,
+            reasoning_tokens=record.reasoning_tokens,
+            reasoning_cut=record.reasoning_cut,
             steps=record.steps,
             latency_s=latency_s,
             category=_field_text(item, data.category_field),

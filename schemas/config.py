@@ -31,6 +31,10 @@ from ape.schemas.errors import shown_path
 from ape.schemas.hosts import parse_entry
 
 GIVE_UP_TOKEN = "I_GIVE_UP"
+# the tags a reasoning model writes its reasoning between, when its server leaves it in the content
+DEFAULT_REASONING_TAGS = ("<think>", "</think>")
+# [model] reasoning_effort: how much a reasoning model may think (docs/reasoning.md maps them per provider)
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "max"]
 MAX_TIMEOUT_S = 86_400.0  # a day: any time limit above it is a typo
 
 DEFAULT_FORCE_FINISH_PROMPT = (
@@ -237,6 +241,16 @@ class ModelConfig(Section):
     logprobs: bool | None = Field(
         default=None, description="Ask for token log-probabilities (default: hosted 'openai' endpoints only)."
     )
+    reasoning_effort: ReasoningEffort | None = Field(
+        default=None,
+        description="How much a reasoning model may think: none, minimal, low, medium, high or max, mapped per "
+        "provider (unset: the provider's default); a level the provider cannot express is an error.",
+    )
+    reasoning_tags: tuple[str, str] = Field(
+        default=DEFAULT_REASONING_TAGS,
+        description="The opening and closing tag of reasoning left in the answer text; what lies between "
+        "them (or before a lone closing tag) is reasoning, never graded.",
+    )
     price_input_per_mtok: float | None = Field(
         default=None, ge=0, description="Price of one million input (prompt) tokens."
     )
@@ -281,6 +295,13 @@ class ModelConfig(Section):
 
         if value and (urlsplit(value).password or literal_secrets(value, "base_url")):
             raise ValueError(f"the URL holds credentials; {SECRET_HINT}")
+        return value
+
+    @field_validator("reasoning_tags")
+    @classmethod
+    def _two_tags(cls, value: tuple[str, str]) -> tuple[str, str]:
+        if not value[0].strip() or not value[1].strip() or value[0] == value[1]:
+            raise ValueError('give two different, non-empty tags, e.g. ["<think>", "</think>"]')
         return value
 
     @model_validator(mode="after")

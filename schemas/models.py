@@ -6,6 +6,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ape.schemas.results import Generation
 
+# the message fields OpenAI-compatible servers put a reply's reasoning in: vLLM, llama.cpp and
+# DeepSeek ``reasoning_content``, OpenRouter ``reasoning``
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
 
 @runtime_checkable
 class ModelAdapter(Protocol):

@@ -86,6 +86,18 @@ class LeaderboardRow(ReportModel):
     )
     total_input_tokens: float | None = None
     total_output_tokens: float | None = None
+    mean_reasoning_tokens: float | None = Field(
+        default=None,
+        description="Reasoning tokens per session, over the sessions whose provider reported them (null: none did).",
+    )
+    total_reasoning_tokens: float | None = Field(
+        default=None, description="Reasoning tokens in all; part of total_output_tokens and billed with them."
+    )
+    truncated_reasoning: int = Field(
+        default=0,
+        description="TRUNCATED sessions cut while still reasoning (the budget spent thinking, no answer begun).",
+    )
+    truncated_answer: int = Field(default=0, description="TRUNCATED sessions whose answer was cut after its reasoning.")
     total_cost: float | None = Field(
         default=None,
         description="What this model's sessions cost: answers from the result cache cost nothing (null: no prices).",
@@ -392,6 +404,11 @@ class HealthEntry(ReportModel):
         description="truncated_share >= truncation_threshold with at least 2 cut sessions: raise [model] max_tokens.",
     )
     truncation_threshold: float = Field(default=0.1, description="The share of cut sessions that marks a model.")
+    truncated_reasoning: int = Field(
+        default=0,
+        description="Of truncated, the sessions cut while still reasoning (no answer begun): raise [model] "
+        "max_tokens or lower [model] reasoning_effort.",
+    )
     limited: dict[str, int] = Field(
         default_factory=dict,
         description="Sessions that ended at a limit, per end_reason (step_limit, token_limit, "

@@ -136,7 +136,11 @@ class SessionResult(Record):
     token_nll: float | None = None
     token_count: int | None = None
     input_tokens: int | None = None
-    output_tokens: int | None = None
+    output_tokens: int | None = None  # reasoning tokens included, as providers bill them
+    reasoning_tokens: int | None = None  # of output_tokens, spent reasoning; None when unreported
+    # TRUNCATED inside the reasoning (the budget spent thinking, no answer begun), not an
+    # answer cut after it: raise max_tokens or lower reasoning_effort
+    reasoning_cut: bool = False
     steps: int = 0  # model calls made
     latency_s: float = 0.0  # wall time of solve + adapt
     category: str | None = None

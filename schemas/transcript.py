@@ -25,7 +25,9 @@ files in the output folder:
           "confidence": 0.93,         # null when the model reports none
           "steps": 3,                 # model calls made
           "input_tokens": 120,        # summed over the session's calls, null if unreported
-          "output_tokens": 18,
+          "output_tokens": 18,         # reasoning tokens included
+          "reasoning_tokens": 6,      # null when the provider reports none
+          "reasoning_cut": false,     # TRUNCATED inside the reasoning (no answer begun)
           "latency_s": 1.42,          # wall time of solve + adapt
           "stop_reason": "stop",      # why the final answer stopped (finish_reason / stop_reason)
           "written_at": "2025-01-01T12:00:00+00:00",
@@ -48,8 +50,11 @@ Entry kinds and what they carry (``t`` is always seconds since the session start
 =================  ============================================================================
 SYSTEM             ``content``: the system prompt.
 PROMPT             ``content``: the rendered prompt (the first human message).
-MODEL_RESPONSE     ``content``: the answer text; ``data``: ``step``, ``tool_calls`` (name, id),
-                   ``usage`` (input/output tokens when reported), ``confidence``, ``token_nll``,
+MODEL_RESPONSE     ``content``: the answer text (the reasoning split off,
+                   :mod:`ape.tasks.solving.reasoning`); ``data``: ``step``, ``tool_calls`` (name,
+                   id), ``reasoning`` (the reply's reasoning, when it showed any),
+                   ``reasoning_cut`` (true: it ended inside its reasoning), ``usage``
+                   (input/output/reasoning tokens when reported), ``confidence``, ``token_nll``,
                    ``token_count`` when known, ``stop_reason`` (the provider's finish_reason /
                    stop_reason, e.g. "stop", "length", "end_turn", "max_tokens") when reported.
 MODEL_ERROR        ``error``: the exception the model call raised; ``data.step``.
@@ -63,7 +68,8 @@ PARSE_FAILED       ``error``: why the adapter rejected the text; ``data.attempt`
 REFORMAT_PROMPT    ``content``: the reformat prompt sent after a failed parse.
 GAVE_UP            ``content``: the answer that contained the give-up token.
 TRUNCATED          ``content``: the final answer, cut at the token limit (not parsed);
-                   ``data.stop_reason``: what the provider said ("length", "max_tokens").
+                   ``data.stop_reason``: what the provider said ("length", "max_tokens");
+                   ``data.reasoning_cut``: true when the budget ran out inside the reasoning.
 CHOICE             A log-likelihood session ([choices]): one entry per choice, ``content``: its
                    continuation; ``data``: ``index``, ``label``, ``loglikelihood`` (summed over
                    its tokens), ``token_count``, ``chars`` (what acc_norm divides by),
@@ -158,6 +164,12 @@ class SolverState(BaseModel):
     token_count: int | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    reasoning_tokens: int | None = Field(
+        default=None, description="Reasoning tokens (part of output_tokens) summed over calls; None: unreported."
+    )
+    reasoning_cut: bool = Field(
+        default=False, description="The last answer ended inside its reasoning (no answer begun): TRUNCATED."
+    )
     elapsed_s: float = 0.0
     end_reason: str | None = Field(
         default=None,
@@ -197,6 +209,8 @@ class SolveRecord(BaseModel):
     token_count: int | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    reasoning_tokens: int | None = None  # SolverState.reasoning_tokens
+    reasoning_cut: bool = False  # SolverState.reasoning_cut
     steps: int = 0
     latency_s: float = 0.0
     end_reason: str | None = None  # SolverState.end_reason
@@ -242,6 +256,8 @@ class SessionTranscript(BaseModel):
     steps: int = 0
     input_tokens: int | None = None
     output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    reasoning_cut: bool = False
     latency_s: float = 0.0
     stop_reason: str | None = None
     end_reason: str | None = None  # why an agent's tool loop ended early (SessionResult.end_reason)

@@ -72,7 +72,7 @@ def _openai_body(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def anthropic_result(message: dict[str, Any]) -> ChatResult:
-    """An Anthropic ``message`` object as LangChain's reply: its text, tool calls and usage."""
+    """An Anthropic ``message`` object as LangChain's reply: its text, thinking, tool calls and usage."""
     text = "".join(block.get("text", "") for block in message.get("content", []) if block.get("type") == "text")
     calls = [
         {"name": block["name"], "args": block.get("input") or {}, "id": block.get("id"), "type": "tool_call"}
@@ -80,8 +80,13 @@ def anthropic_result(message: dict[str, Any]) -> ChatResult:
         if block.get("type") == "tool_use"
     ]
     usage = message.get("usage") or {}
+    # thinking blocks: kept apart from the text, where the solver's split finds them
+    thinking = "\n\n".join(
+        str(block.get("thinking") or "") for block in message.get("content", []) if block.get("type") == "thinking"
+    )
     reply = AIMessage(
         content=text,
+        additional_kwargs={"reasoning_content": thinking} if thinking.strip() else {},
         tool_calls=calls,
         response_metadata={"model": message.get("model"), "stop_reason": message.get("stop_reason"), "batch": True},
         usage_metadata={

@@ -62,6 +62,7 @@ from ape.tasks.models.llama_server import (
 )
 from ape.tasks.models.managed import ManagedChatModel
 from ape.tasks.models.mocks import Behaviour, MockChatModel
+from ape.tasks.models.reasoning_effort import check_reasoning_effort, merge_args, reasoning_effort_args
 from ape.tasks.models.requests import RequestSettings, hosted_endpoint, request_settings
 from ape.tasks.models.shared_clients import shared_client
 from ape.tasks.plugins.loader import describe_exception, load_object
@@ -99,6 +100,7 @@ def build_model(cfg: ModelConfig, base_dir: Path, batch_dir: Path | None = None)
     (``ape validate``, preflight, a judge) a batch model is only checked, and answers
     interactively.
     """
+    check_reasoning_effort(cfg)
     raw = _build_raw(cfg, base_dir)
     check_batchable(cfg, raw)
     if cfg.batch and batch_dir is not None:
@@ -106,7 +108,9 @@ def build_model(cfg: ModelConfig, base_dir: Path, batch_dir: Path | None = None)
         raw = BatchChatModel(inner=raw, model_id=cfg.model_id, folder=batch_dir, settings=settings)
     retry = RetryPolicy.from_config(cfg)
     limiter = limiter_for(cfg.model_id, cfg)
-    return ManagedChatModel(inner=raw, retry=retry, limiter=limiter, model_id=cfg.model_id)
+    return ManagedChatModel(
+        inner=raw, retry=retry, limiter=limiter, model_id=cfg.model_id, reasoning_tags=cfg.reasoning_tags
+    )
 
 
 def _build_raw(cfg: ModelConfig, base_dir: Path) -> BaseChatModel:
@@ -164,6 +168,8 @@ def _mock(cfg: ModelConfig, base_dir: Path) -> MockChatModel:
     args.setdefault("name", cfg.model_id)
     if cfg.max_tokens is not None:  # the mock cuts longer answers, as a provider would
         args.setdefault("max_tokens", cfg.max_tokens)
+    if cfg.reasoning_effort is not None:  # how long a reasoning mock thinks
+        args.setdefault("reasoning_effort", cfg.reasoning_effort)
     if args.get("call_log"):
         args["call_log"] = str(base_dir / Path(str(args["call_log"]).strip()))
     try:
@@ -194,8 +200,8 @@ def _api_key(cfg: ModelConfig, *, required_default: str | None) -> str | None:
 
 
 def _openai(cfg: ModelConfig) -> BaseChatModel:
-    try:
-        from langchain_openai import ChatOpenAI
+    try:  # ChatOpenAI that keeps reasoning_content / reasoning fields
+        from ape.tasks.models.reasoning_chat import ReasoningChatOpenAI as ChatOpenAI
     except ImportError:
         raise ApeError(
             "provider 'openai' needs the langchain-openai package",
@@ -224,6 +230,7 @@ def _openai(cfg: ModelConfig) -> BaseChatModel:
         # max_tokens (llama-cpp-python's, Ollama's) would otherwise not stop early.
         # args.extra_body replaces this where a server rejects it.
         kwargs["extra_body"] = {"max_tokens": cfg.max_tokens}
+    merge_args(kwargs, reasoning_effort_args(cfg, local=not hosted_endpoint(cfg.base_url)))
     kwargs.update(cfg.args)
     # one client per section and process, shared by every worker (shared_clients)
     return shared_client(ChatOpenAI, kwargs, lambda: _construct(ChatOpenAI, kwargs, cfg))
@@ -262,6 +269,7 @@ def _llama_cpp(cfg: ModelConfig) -> BaseChatModel:
         # langchain-openai sends max_tokens as max_completion_tokens, which llama-cpp-python's
         # server ignores (it would generate to the end of the context); send the old name
         kwargs["extra_body"] = {"max_tokens": asked.max_tokens}
+    merge_args(kwargs, reasoning_effort_args(cfg, local=True))
     kwargs.update({k: v for k, v in cfg.args.items() if k not in SERVER_ARGS})
     from ape.tasks.models.llama_chat import LlamaChatOpenAI  # the server's tool-calling quirks
 
@@ -328,6 +336,7 @@ def _integration(cfg: ModelConfig, provider: str) -> BaseChatModel:
         kwargs["api_key"] = key
     if cfg.base_url:
         kwargs["base_url"] = cfg.base_url
+    merge_args(kwargs, reasoning_effort_args(cfg, local=False))
     if known:
         module_name, class_name, package = PROVIDERS[provider]
         if importlib.util.find_spec(module_name) is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ape.schemas.config import ModelConfig
+from ape.schemas.config import DEFAULT_REASONING_TAGS, ModelConfig
 from ape.tasks.models.llama_server import is_llama_cpp, model_file
 from ape.tasks.models.requests import request_settings
 
@@ -49,6 +49,7 @@ def model_fingerprint(cfg: ModelConfig) -> dict[str, Any]:
             "temperature": asked.temperature,
             "max_tokens": asked.max_tokens,
             "logprobs": asked.logprobs,
+            **reasoning_fingerprint(cfg),
         }
     return {
         "provider": provider,
@@ -59,4 +60,17 @@ def model_fingerprint(cfg: ModelConfig) -> dict[str, Any]:
         "temperature": asked.temperature,
         "max_tokens": asked.max_tokens,
         "logprobs": asked.logprobs,
+        **reasoning_fingerprint(cfg),
     }
+
+
+def reasoning_fingerprint(cfg: ModelConfig) -> dict[str, Any]:
+    """``reasoning_effort`` (what the model may think) and ``reasoning_tags`` (what of its reply
+    is graded), only where set: a model without them keeps the fingerprint it had before
+    they existed, so its cached answers and history stay its own."""
+    found: dict[str, Any] = {}
+    if cfg.reasoning_effort is not None:
+        found["reasoning_effort"] = cfg.reasoning_effort
+    if tuple(cfg.reasoning_tags) != DEFAULT_REASONING_TAGS:
+        found["reasoning_tags"] = list(cfg.reasoning_tags)
+    return found

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_openai import ChatOpenAI
+from ape.tasks.models.reasoning_chat import ReasoningChatOpenAI
 
 
 def llama_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -28,8 +28,8 @@ def llama_payload(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-class LlamaChatOpenAI(ChatOpenAI):
-    """ChatOpenAI for APE's own llama-cpp-python server (module doc)."""
+class LlamaChatOpenAI(ReasoningChatOpenAI):
+    """ChatOpenAI (keeping reasoning fields) for APE's own llama-cpp-python server (module doc)."""
 
     def _get_request_payload(self, input_: Any, *, stop: list[str] | None = None, **kwargs: Any) -> dict:
         return llama_payload(super()._get_request_payload(input_, stop=stop, **kwargs))

@@ -18,6 +18,7 @@ from langchain_core.outputs import ChatResult
 from langchain_core.runnables import Runnable, RunnableBinding
 from pydantic import ConfigDict
 
+from ape.schemas.config import DEFAULT_REASONING_TAGS
 from ape.schemas.errors import ApeError
 from ape.tasks.models.limits import Limiter, RetryPolicy
 from ape.tasks.models.meter import meter_for
@@ -41,6 +42,8 @@ class ManagedChatModel(BaseChatModel):
     retry: RetryPolicy
     limiter: Limiter
     model_id: str
+    # [model] reasoning_tags: the solver splits the reasoning off each reply with them
+    reasoning_tags: tuple[str, str] = DEFAULT_REASONING_TAGS
 
     @property
     def _llm_type(self) -> str:

@@ -57,6 +57,11 @@ model that spent its budget thinking). A cut answer reports ``finish_reason = "l
 as OpenAI-compatible servers do; every other answer ``"stop"`` (``"tool_calls"`` for a
 tool call). Tool calls are never cut.
 
+Reasoning, for every behaviour: ``reasoning = "tags"`` or ``"field"`` thinks before each final
+answer, in that shape, for ``reasoning_words`` words (else as many as ``[model]
+reasoning_effort`` asks for); the reasoning spends ``max_tokens`` first, so a small budget
+ends inside it (:mod:`ape.tasks.models.mock_reasoning`).
+
 Each answer carries ``response_metadata["confidence"]`` (high when right, a
 seeded value otherwise) and word-count ``usage_metadata``; with
 ``logprobs = true`` also OpenAI-shaped ``response_metadata["logprobs"]`` whose
@@ -86,6 +91,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from ape.schemas.config import GIVE_UP_TOKEN
 from ape.tasks.common.arithmetic import calculate
+from ape.tasks.models.mock_reasoning import ReasoningShape, reasoning_words, think
 from ape.tasks.models.oracle import format_value as format_answer
 from ape.tasks.models.oracle import is_right, item_field, render_answer, wrong_value
 from ape.tasks.models.session_item import SessionItem, current_session_item
@@ -295,6 +301,18 @@ class MockChatModel(BaseChatModel):
         description="Share of prompts whose final answer is cut to half its words, with finish_reason 'length'.",
     )
 
+    reasoning: ReasoningShape = Field(
+        default="none",
+        description="Think before each final answer: 'tags' (<think>...</think> in the content) or 'field' "
+        "(reasoning_content); 'none' answers at once (tasks/models/mock_reasoning.py).",
+    )
+    reasoning_words: int | None = Field(
+        default=None, ge=0, description="Words of reasoning per answer (unset: by reasoning_effort, 32 for none set)."
+    )
+    reasoning_effort: str | None = Field(
+        default=None, description="[model] reasoning_effort: sets reasoning_words (none 0 ... max 128)."
+    )
+
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _instance_calls: int = PrivateAttr(default=0)
 
@@ -372,14 +390,22 @@ class MockChatModel(BaseChatModel):
             raise MockTransientError(
                 f"mock model '{self.model_key}': simulated dropped connection ({number} of {self.transient_failures})"
             )
-        message = self._cut(self._answer(messages, _tool_names(kwargs.get("tools")), number), messages)
+        answer = self._answer(messages, _tool_names(kwargs.get("tools")), number)
+        if self.reasoning == "none":
+            message, thought = self._cut(answer, messages), 0
+        else:  # the reasoning spends the budget first (mock_reasoning)
+            words = reasoning_words(self.reasoning_words, self.reasoning_effort)
+            message, thought = think(answer, self.reasoning, words, self.max_tokens)
         input_tokens = sum(_words(_text_of(m)) for m in messages)
-        output_tokens = _words(_text_of(message)) or (1 if message.tool_calls else 0)
+        shown = _words(_text_of(message)) if self.reasoning != "field" else _words(_text_of(message)) + thought
+        output_tokens = shown or (1 if message.tool_calls else 0)
         message.usage_metadata = {
             "input_tokens": input_tokens,
             "output_tokens": output_tokens,
             "total_tokens": input_tokens + output_tokens,
         }
+        if thought:
+            message.usage_metadata["output_token_details"] = {"reasoning": thought}
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _cut(self, message: AIMessage, messages: list[BaseMessage]) -> AIMessage:

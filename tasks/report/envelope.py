@@ -100,6 +100,10 @@ _EXTRA_LEADERBOARD = (
     "cost_per_session",
     "cost_per_correct",
     "cached_cost",
+    "mean_reasoning_tokens",
+    "total_reasoning_tokens",
+    "truncated_reasoning",
+    "truncated_answer",
 )
 
 

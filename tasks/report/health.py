@@ -70,6 +70,7 @@ from typing import Any
 import pandas as pd
 
 from ape.schemas.report import HealthEntry
+from ape.tasks.stats.aggregate import truncation_columns
 
 DEFAULT_SHARE = 0.8
 DEFAULT_MIN_SESSIONS = 5
@@ -248,6 +249,7 @@ def model_health(
     flagged_share = flagged / total if total else 0.0
     cut = int((sessions["outcome"].astype(str) == "TRUNCATED").sum()) if total else 0
     cut_share = cut / total if total else 0.0
+    in_reasoning = truncation_columns(sessions, cut)["truncated_reasoning"] if total else 0
     best: tuple[str | None, str | None, int] = (None, None, 0)
     for name in KINDS:
         found, shared = top_signature(sessions, name)
@@ -274,6 +276,7 @@ def model_health(
         truncated_share=round(cut_share, 4),
         truncating=cut >= MIN_TRUNCATED and cut_share >= DEFAULT_TRUNCATION_SHARE,
         truncation_threshold=DEFAULT_TRUNCATION_SHARE,
+        truncated_reasoning=in_reasoning,
         limited=limited,
         limited_share=round(limited_share, 4),
         limiting=total >= min_sessions and bool(limited) and limited_share >= share,
@@ -347,10 +350,18 @@ def injection_lines(health: dict[str, HealthEntry], show: Callable[[str], str] =
 def truncation_line(model_id: str, entry: HealthEntry, show: Callable[[str], str] = str) -> str:
     """One line for the terminal and leaderboard.md about a model whose answers were often cut short."""
     name = _shown_name(model_id, show)
+    share = f"({entry.truncated_share:.0%}, at least {entry.truncation_threshold:.0%} marks a model)"
+    if not entry.truncated_reasoning:
+        return (
+            f"answers of model {name} were cut at the token limit in {entry.truncated} of {entry.sessions} "
+            f"sessions {share}: raise [model] max_tokens, then ape retry --outcomes TRUNCATED"
+        )
+    answers = entry.truncated - entry.truncated_reasoning
+    after = f", {answers} with the answer cut after its reasoning (raise [model] max_tokens)" if answers else ""
     return (
-        f"answers of model {name} were cut at the token limit in {entry.truncated} of {entry.sessions} sessions "
-        f"({entry.truncated_share:.0%}, at least {entry.truncation_threshold:.0%} marks a model): "
-        "raise [model] max_tokens, then ape retry --outcomes TRUNCATED"
+        f"sessions of model {name} were cut at the token limit in {entry.truncated} of {entry.sessions} {share}: "
+        f"{entry.truncated_reasoning} while still reasoning, before any answer (the budget spent thinking: raise "
+        f"[model] max_tokens or lower [model] reasoning_effort){after}; then ape retry --outcomes TRUNCATED"
     )
 
 

@@ -164,6 +164,8 @@ class _Columns:
     cost: bool
     injection_flags: bool
     truncated: bool
+    truncated_reasoning: bool
+    reasoning_tokens: bool
 
     @classmethod
     def of(cls, envelope: Envelope) -> _Columns:
@@ -174,6 +176,8 @@ class _Columns:
             # a judged run always shows the column, so "0" reads as checked, not as unknown
             injection_flags=envelope.judge is not None or any(row.injection_flags for row in rows),
             truncated=any(row.outcomes.TRUNCATED for row in rows),
+            truncated_reasoning=any(row.truncated_reasoning for row in rows),
+            reasoning_tokens=any(row.mean_reasoning_tokens is not None for row in rows),
         )
 
     def header(self) -> list[str]:
@@ -181,9 +185,11 @@ class _Columns:
         header += ["pass@k", "pass^k [95% CI]"] if self.pass_at_k else []
         header += ["Solved", "Parse failed", "Gave up"]
         header += ["Truncated"] if self.truncated else []
+        header += ["Cut reasoning"] if self.truncated_reasoning else []
         header += ["Error", "Check errors"]
         header += ["Injection flags"] if self.injection_flags else []
         header += ["Latency s", "Tokens in/out"]
+        header += ["Reasoning tokens"] if self.reasoning_tokens else []
         header += ["Cost", "Cost/correct", "Cached", "Batched", "Saved by cache"] if self.cost else []
         return header
 
@@ -206,10 +212,12 @@ class _Columns:
         outcomes = row.outcomes
         cells += [str(outcomes.SOLVED), str(outcomes.PARSING_FAILED), str(outcomes.GAVE_UP)]
         cells += [str(outcomes.TRUNCATED)] if self.truncated else []
+        cells += [str(row.truncated_reasoning)] if self.truncated_reasoning else []
         cells.append(str(outcomes.ERROR))
         cells.append(str(row.check_errors))
         cells += [str(row.injection_flags)] if self.injection_flags else []
         cells += [_cell(row.mean_latency_s, 2), f"{_cell(row.mean_input_tokens, 0)}/{_cell(row.mean_output_tokens, 0)}"]
+        cells += [_cell(row.mean_reasoning_tokens, 0)] if self.reasoning_tokens else []
         if self.cost:
             cells += [_money(row.total_cost), _money(row.cost_per_correct), str(row.cached), str(row.batched)]
             cells.append(_money(row.cached_cost))
@@ -244,6 +252,18 @@ def _leaderboard_lines(envelope: Envelope) -> list[str]:
         lines += [
             "Truncated: sessions whose final answer was cut at the token limit (counted as not correct, "
             "never parsed); raise [model] max_tokens and redo them with ape retry --outcomes TRUNCATED.",
+            "",
+        ]
+    if columns.truncated_reasoning:
+        lines += [
+            "Cut reasoning: of the truncated sessions, those whose budget ran out while the model was still "
+            "reasoning, before any answer; raise [model] max_tokens or lower [model] reasoning_effort.",
+            "",
+        ]
+    if columns.reasoning_tokens:
+        lines += [
+            "Reasoning tokens: per session, where the provider reported them; they are part of the output "
+            "tokens and priced as output.",
             "",
         ]
     if columns.injection_flags:

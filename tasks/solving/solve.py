@@ -9,6 +9,13 @@ GAVE_UP. A final answer whose generation stopped at the token limit (the provide
 ``finish_reason``/``stop_reason``, :mod:`ape.tasks.solving.stops`) ends the session as
 TRUNCATED, unparsed: a cut answer is not the model's finished answer.
 
+Reasoning: every reply is split into its reasoning and its answer
+(:mod:`ape.tasks.solving.reasoning`, with the model's ``reasoning_tags``) where it becomes the
+answer, so the adapter, the reformat prompt, the checker and a judge see the answer alone;
+the transcript keeps each reply's reasoning under ``data.reasoning``. A reply that ended
+inside its reasoning (a block never closed, or the token limit with no answer begun) ends
+the session TRUNCATED with ``reasoning_cut`` set, apart from an answer cut after it.
+
 Adapt (:func:`run_adaption`): the adapter gets ``solution_adaption_attempts`` attempts: the
 first on the answer, then one after each reformat prompt, sent to the same model in the
 same conversation. If all fail, the session ends PARSING_FAILED; a reformatted answer cut
@@ -24,7 +31,8 @@ do). Otherwise it comes from OpenAI-style token log-probabilities
 ``token_nll = -sum(logprob)``, ``token_count`` = number of tokens and
 ``confidence = exp(-token_nll / token_count)``, the geometric mean probability of the
 answer's tokens. All three describe the final answer message. Token usage
-(``AIMessage.usage_metadata``) is summed over all the session's model calls.
+(``AIMessage.usage_metadata``) is summed over all the session's model calls, the reasoning
+tokens (``output_token_details.reasoning``) too.
 
 Models are LangChain chat models (any ``Runnable`` taking messages). A
 ``ModelAdapter`` runs the same dialogue as an :class:`ape.tasks.models.adapter_chat.AdapterChatModel`
@@ -62,6 +70,7 @@ from ape.schemas.results import ErrorInfo, Outcome
 from ape.schemas.transcript import EntryKind, SolveRecord, SolverState, TranscriptEntry
 from ape.tasks.common.deadline import PluginTimeout, call_with_timeout
 from ape.tasks.models.adapter_chat import AdapterChatModel, is_model_adapter, takes_item
+from ape.tasks.solving.reasoning import DEFAULT_TAGS, ReplyParts, cut_while_reasoning, split_reply
 from ape.tasks.solving.stops import InfrastructureError, SessionLimit, is_cut, stop_reason
 
 NOT_EXECUTED = "Not executed: no more tool calls now. Reply with your final answer as text."
@@ -196,12 +205,21 @@ class _Stats:
         self.token_nll = state.token_nll if state else None
         self.token_count = state.token_count if state else None
         self.stop_reason = state.stop_reason if state else None  # of the last answer
+        self.reasoning_tokens = state.reasoning_tokens if state else None
+        self.reasoning_cut = state.reasoning_cut if state else False  # of the last answer
 
     def add_usage(self, usage: dict[str, Any] | None) -> None:
         if not usage:
             return
         self.input_tokens = (self.input_tokens or 0) + int(usage.get("input_tokens") or 0)
         self.output_tokens = (self.output_tokens or 0) + int(usage.get("output_tokens") or 0)
+        reasoning = reasoning_tokens(usage)
+        if reasoning is not None:
+            self.reasoning_tokens = (self.reasoning_tokens or 0) + reasoning
+
+    def cut(self) -> bool:
+        """Whether the last answer was cut: at the token limit, or inside its reasoning."""
+        return is_cut(self.stop_reason) or self.reasoning_cut
 
     def fields(self) -> dict[str, Any]:
         return {
@@ -212,6 +230,8 @@ class _Stats:
             "token_nll": self.token_nll,
             "token_count": self.token_count,
             "stop_reason": self.stop_reason,
+            "reasoning_tokens": self.reasoning_tokens,
+            "reasoning_cut": self.reasoning_cut,
         }
 
 
@@ -241,6 +261,9 @@ class _ChatDialogue:
         self.rec = recorder
         self.stats = stats
         self._bound: Any = None
+        # the model's reasoning tags ([model] reasoning_tags, kept by the managed model)
+        self.tags = tuple(getattr(self.model, "reasoning_tags", None) or DEFAULT_TAGS)
+        self.parts = ReplyParts(None, "")  # the last reply, split into reasoning and answer
 
     def call(self) -> AIMessage:
         """One model call; records the response, or MODEL_ERROR and re-raises."""
@@ -272,6 +295,8 @@ class _ChatDialogue:
         confidence, nll, count = answer_stats(reply)
         self.stats.confidence, self.stats.token_nll, self.stats.token_count = confidence, nll, count
         self.stats.stop_reason = reason = stop_reason(reply.response_metadata)
+        self.parts = parts = split_reply(reply, self.tags)
+        self.stats.reasoning_cut = cut_while_reasoning(parts, is_cut(reason))
         data: dict[str, Any] = {"step": step}
         calls = [*reply.tool_calls, *reply.invalid_tool_calls]
         if calls:
@@ -281,11 +306,18 @@ class _ChatDialogue:
                 "input_tokens": reply.usage_metadata.get("input_tokens"),
                 "output_tokens": reply.usage_metadata.get("output_tokens"),
             }
+            spent = reasoning_tokens(reply.usage_metadata)  # type: ignore[arg-type]
+            if spent is not None:
+                data["usage"]["reasoning_tokens"] = spent
+        if parts.reasoning is not None:  # kept apart from the answer: never parsed, checked or judged
+            data["reasoning"] = parts.reasoning
+        if self.stats.reasoning_cut:
+            data["reasoning_cut"] = True
         known = (("confidence", confidence), ("token_nll", nll), ("token_count", count), ("stop_reason", reason))
         for key, value in known:
             if value is not None:
                 data[key] = value
-        self.rec.add(EntryKind.MODEL_RESPONSE, message_text(reply), data=data)
+        self.rec.add(EntryKind.MODEL_RESPONSE, parts.answer, data=data)
         return reply
 
     def say(self, text: str, kind: EntryKind) -> None:
@@ -297,7 +329,7 @@ class _ChatDialogue:
         self.say(text, kind)
         answer = self.call()
         self.decline_tools(answer)
-        return message_text(answer)
+        return self.parts.answer
 
     def execute_tools(self, reply: AIMessage) -> None:
         """Run every tool call of a reply; failures go back to the model as error messages."""
@@ -380,6 +412,21 @@ class _ChatDialogue:
 TOKEN_LIMIT = "token_limit"
 
 
+def reasoning_tokens(usage: dict[str, Any] | None) -> int | None:
+    """The reasoning tokens of one call's usage (LangChain's ``usage_metadata``:
+    ``output_token_details.reasoning``, from OpenAI's
+    ``completion_tokens_details.reasoning_tokens``), None when unreported. They are part of
+    ``output_tokens`` already, so cost counts them once, as output."""
+    details = (usage or {}).get("output_token_details") or {}
+    value = details.get("reasoning") if isinstance(details, dict) else None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _cut_data(stats: _Stats) -> dict[str, Any]:
+    """The TRUNCATED entry's data: the stop reason, and whether the cut fell in the reasoning."""
+    return {"stop_reason": stats.stop_reason, **({"reasoning_cut": True} if stats.reasoning_cut else {})}
+
+
 def _over_budget(stats: _Stats, settings: SolverConfig) -> bool:
     """Whether the session's tokens so far reach ``[solver] max_session_tokens`` (checked before
     each model call: the call that crosses it cannot be undone, the next one is not made)."""
@@ -421,7 +468,7 @@ def run_solver(
                 break
             reply = chat.call()
             if not (reply.tool_calls or reply.invalid_tool_calls):
-                answer = message_text(reply)
+                answer = chat.parts.answer
                 break
             try:
                 chat.execute_tools(reply)
@@ -441,8 +488,8 @@ def run_solver(
     gave_up = error is None and answer is not None and GIVE_UP_TOKEN in answer
     if gave_up:
         rec.add(EntryKind.GAVE_UP, answer)
-    elif error is None and answer is not None and is_cut(stats.stop_reason):
-        rec.add(EntryKind.TRUNCATED, answer, data={"stop_reason": stats.stop_reason})
+    elif error is None and answer is not None and stats.cut():
+        rec.add(EntryKind.TRUNCATED, answer, data=_cut_data(stats))
     return SolverState(
         prompt=prompt,
         system=system,
@@ -495,7 +542,7 @@ def run_adaption(
         return record(Outcome.ERROR, state.answer, state.error)
     if state.gave_up:
         return record(Outcome.GAVE_UP, state.answer)
-    if is_cut(state.stop_reason):  # cut at the token limit: a prefix, not an answer to parse
+    if is_cut(state.stop_reason) or state.reasoning_cut:  # cut: a prefix, not an answer to parse
         return record(Outcome.TRUNCATED, state.answer)
 
     dialogue = _ChatDialogue(
@@ -525,8 +572,8 @@ def run_adaption(
             if GIVE_UP_TOKEN in answer:
                 rec.add(EntryKind.GAVE_UP, answer)
                 return record(Outcome.GAVE_UP, answer)
-            if is_cut(stats.stop_reason):
-                rec.add(EntryKind.TRUNCATED, answer, data={"stop_reason": stats.stop_reason})
+            if stats.cut():
+                rec.add(EntryKind.TRUNCATED, answer, data=_cut_data(stats))
                 return record(Outcome.TRUNCATED, answer)
             continue
         solution = _jsonable(value)

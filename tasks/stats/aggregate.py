@@ -136,6 +136,7 @@ def _model_row(model_id: str, sessions: pd.DataFrame, items: pd.DataFrame) -> di
     outcomes = sessions["outcome"].astype(str) if "outcome" in sessions.columns else None
     for outcome, column in OUTCOME_COLUMNS.items():
         row[column] = int((outcomes == outcome).sum()) if outcomes is not None else 0
+    row.update(truncation_columns(sessions, int(row["truncated"])))  # type: ignore[call-overload]
     row["check_errors"] = (
         int((sessions["check_status"].astype(str) == "ERROR").sum()) if "check_status" in sessions.columns else 0
     )
@@ -145,10 +146,21 @@ def _model_row(model_id: str, sessions: pd.DataFrame, items: pd.DataFrame) -> di
         ("latency_s", "mean_latency_s"),
         ("input_tokens", "mean_input_tokens"),
         ("output_tokens", "mean_output_tokens"),
+        ("reasoning_tokens", "mean_reasoning_tokens"),  # per session that reported them
     ):
         row[name] = _mean(sessions[column]) if column in sessions.columns else math.nan
     row.update(cost_columns(sessions))
     return row
+
+
+def truncation_columns(sessions: pd.DataFrame, truncated: int) -> dict[str, int]:
+    """TRUNCATED sessions in two kinds: cut while still reasoning (the budget spent thinking,
+    no answer begun: raise max_tokens or lower reasoning_effort) and answers cut after it."""
+    if "reasoning_cut" not in sessions.columns or "outcome" not in sessions.columns:
+        return {"truncated_reasoning": 0, "truncated_answer": truncated}
+    cut = sessions["outcome"].astype(str) == "TRUNCATED"
+    in_reasoning = int((sessions["reasoning_cut"].fillna(False).astype(bool) & cut).sum())
+    return {"truncated_reasoning": in_reasoning, "truncated_answer": truncated - in_reasoning}
 
 
 def cost_columns(sessions: pd.DataFrame) -> dict[str, float | int]:
@@ -171,7 +183,8 @@ def cost_columns(sessions: pd.DataFrame) -> dict[str, float | int]:
     correct = int(sessions["correct"].fillna(False).astype(bool).sum())
     return {
         "total_input_tokens": total("input_tokens"),
-        "total_output_tokens": total("output_tokens"),
+        "total_output_tokens": total("output_tokens"),  # reasoning tokens included, billed as output
+        "total_reasoning_tokens": total("reasoning_tokens"),
         "total_cost": cost,
         "cached_cost": _cached_cost(sessions, cached),
         "cost_per_session": cost / len(sessions) if len(sessions) else math.nan,
@@ -223,6 +236,10 @@ LEADERBOARD_COLUMNS = [
     "cost_per_session",
     "cost_per_correct",
     "cached_cost",
+    "mean_reasoning_tokens",
+    "total_reasoning_tokens",
+    "truncated_reasoning",
+    "truncated_answer",
     "rank_low",
     "rank_high",
     "tie_group",

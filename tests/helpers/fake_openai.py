@@ -38,9 +38,21 @@ def completion(
     prompt_tokens: int = 12,
     completion_tokens: int = 5,
     finish_reason: str = "stop",
+    reasoning_tokens: int | None = None,
+    fields: dict[str, str] | None = None,
 ) -> dict:
     """The body of a successful answer ``text``, with one token's log-probability and usage;
-    ``finish_reason = "length"`` is an answer cut at the token limit."""
+    ``finish_reason = "length"`` is an answer cut at the token limit. A reasoning model's
+    reply: ``fields`` adds message fields (``reasoning_content``, ``reasoning``) and
+    ``reasoning_tokens`` the usage's ``completion_tokens_details``."""
+    message: dict[str, Any] = {"role": "assistant", "content": text, **(fields or {})}
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    if reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion",
@@ -49,16 +61,12 @@ def completion(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": message,
                 "finish_reason": finish_reason,
                 "logprobs": {"content": [{"token": text, "logprob": logprob, "bytes": None, "top_logprobs": []}]},
             }
         ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "usage": usage,
     }
 
 

@@ -177,7 +177,10 @@ def test_openai_provider_settings() -> None:
         Path("."),
     )
     inner = model.inner
-    assert type(inner).__name__ == "ChatOpenAI"
+    from langchain_openai import ChatOpenAI
+
+    # ChatOpenAI, keeping reasoning_content / reasoning (tasks/models/reasoning_chat.py)
+    assert isinstance(inner, ChatOpenAI) and type(inner).__name__ == "ReasoningChatOpenAI"
     assert (inner.model_name, inner.openai_api_base) == ("local", "http://127.0.0.1:9/v1")
     # a loopback endpoint gets no log-probabilities unless asked (llama.cpp computes them slowly)
     assert not inner.logprobs and inner.top_logprobs is None

@@ -21,10 +21,10 @@ import pytest
 
 pytest.importorskip("langchain_openai", reason="the shared-client tests need the 'openai' extra")
 
-import langchain_openai  # noqa: E402
 from langchain_core.messages import HumanMessage  # noqa: E402
 
 from ape.schemas.config import ModelConfig  # noqa: E402
+from ape.tasks.models import reasoning_chat  # noqa: E402
 from ape.tasks.models.build import build_model  # noqa: E402
 from ape.tasks.models.shared_clients import MAX_CLIENTS, clear_shared_clients  # noqa: E402
 
@@ -102,12 +102,12 @@ def test_concurrent_workers_build_one_client_and_get_their_own_answers(
     no more connections than requests in flight at once."""
     built: list[int] = []
 
-    class CountedChatOpenAI(langchain_openai.ChatOpenAI):
+    class CountedChatOpenAI(reasoning_chat.ReasoningChatOpenAI):  # the class provider "openai" builds
         def __init__(self, **kwargs: Any) -> None:
             built.append(1)
             super().__init__(**kwargs)
 
-    monkeypatch.setattr(langchain_openai, "ChatOpenAI", CountedChatOpenAI)
+    monkeypatch.setattr(reasoning_chat, "ReasoningChatOpenAI", CountedChatOpenAI)
     cfg = _section(f"{stub}/v1")
     workers, calls = 8, 5
     start = threading.Barrier(workers)
