@@ -23,6 +23,21 @@ _HOME = Path(tempfile.mkdtemp(prefix="ape-test-prefect-"))
 os.environ.setdefault("PREFECT_HOME", str(_HOME))
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# ... and from the user's APE home (its server, credentials, stored configs): a home of this
+# session's own, so the tests that run side by side (pytest-xdist's workers) never share a
+# server they did not start; the server a test started there is stopped when the session ends
+_APE_HOME = Path(tempfile.mkdtemp(prefix="ape-test-home-"))
+os.environ.setdefault("APE_HOME", str(_APE_HOME))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_the_sessions_ape_server() -> Iterator[None]:
+    yield
+    if os.environ.get("APE_HOME") == str(_APE_HOME):
+        from ape import server
+
+        server.stop()
+    shutil.rmtree(_APE_HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
