@@ -52,7 +52,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from ape.tasks.checking.code import sandbox as sandboxes
 from ape.tasks.checking.code.sandbox import SandboxKind, SandboxSetting
 
-HARNESS_SOURCE = (Path(__file__).with_name("harness.py")).read_text(encoding="utf-8")
+# the wire format's functions first (its `from __future__` import leads the text), then the harness
+HARNESS_SOURCE = "\n".join(
+    Path(__file__).with_name(name).read_text(encoding="utf-8") for name in ("wire.py", "harness.py")
+)
 
 FILE_LIMIT_BYTES = 16 * 1024 * 1024
 OPEN_FILES = 256
