@@ -179,7 +179,9 @@ def _solution_process(requests, answers, trusted):  # noqa: C901 - start, then o
 
     def what(value):
         """How the tests will see one of the solution's names."""
-        if callable(value) and not isinstance(value, type(os)):
+        if isinstance(value, type(os)):
+            return ["module", getattr(value, "__name__", "")]
+        if callable(value):
             return ["fn", handle_of(value)]
         try:
             return ["data", encode(value)]
@@ -381,6 +383,23 @@ def _proxy(solution, handle, name):
     return call
 
 
+def _standard_module(name):
+    """The trusted process's own copy of a standard-library module the solution imported, or None.
+
+    Only the standard library (or a module already loaded here): the name comes from the
+    solution, and importing runs the module's code in the trusted process.
+    """
+    import importlib
+
+    top = name.split(".")[0]
+    if name not in sys.modules and top not in sys.stdlib_module_names:
+        return None
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
+
+
 def _fork_solution():
     """Start the solution process; (pid, requests fd, answers fd) as the trusted process holds them."""
     to_child, from_parent = os.pipe()[::-1]
@@ -507,6 +526,7 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
         except (AttributeError, ValueError, OSError):
             pass
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a full file is an error, not a kill
+    os.chdir(start["workdir"])
     if "e" in ready:
         say(b" E " + clean(str(ready["e"])))
         return
@@ -526,6 +546,12 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
                     )
             elif kind == "fn" and type(rest[0]) is int:
                 tests_namespace[name] = _proxy(solution, rest[0], name)
+            elif kind == "module" and type(rest[0]) is str:
+                module = _standard_module(rest[0])
+                if module is None:
+                    poisoned[name] = "the tests use " + name + ", which the solution bound to a module outside the standard library"
+                else:
+                    tests_namespace[name] = module
             elif kind == "data":
                 tests_namespace[name] = decode(rest[0])
             elif kind == "bad":

@@ -26,6 +26,10 @@ MAX_DEPTH = 100
 MAX_ITEMS = 1_000_000
 MAX_FRAME = 16 * 1024 * 1024
 _LENGTH_BYTES = 4
+# bound once, at import: in the solution process code that later replaces json.dumps or
+# json.loads changes nothing here
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_loads = json.loads
 
 
 class WireError(ValueError):
@@ -118,7 +122,7 @@ def _decode(data: Any, depth: int, count: list[int]) -> Any:  # noqa: C901 - one
 
 def pack(message: dict[str, Any]) -> bytes:
     """One frame: a 4-byte big-endian length, then the message as JSON."""
-    body = json.dumps(message, separators=(",", ":")).encode("utf-8")
+    body = _dumps(message).encode("utf-8")
     if len(body) > MAX_FRAME:
         raise NotPlain(f"a message of {len(body)} bytes, over the {MAX_FRAME} bytes a value may take")
     return len(body).to_bytes(_LENGTH_BYTES, "big") + body
@@ -158,7 +162,7 @@ def receive(fd: int) -> dict[str, Any] | None:
     if body is None:
         return None
     try:
-        message = json.loads(body.decode("utf-8"))
+        message = _loads(body.decode("utf-8"))
     except (ValueError, RecursionError) as exc:
         raise WireError("a frame that is not JSON") from exc
     if type(message) is not dict:
