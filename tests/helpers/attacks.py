@@ -335,3 +335,8 @@ def processes_with(marker: str) -> list[str]:
         if marker in cmdline and state != "Z":
             found.append(f"{entry.name}: {cmdline[:100]}")
     return found
+
+
+# the forged verdicts also run through `ape run` (tests/unit/checking/code/test_code_exec_run.py):
+# each `add` is wrong, so against TESTS too their honest score is 0
+ATTACKS.update({f"forged_{name}": (code, 0.0) for name, code in FORGERIES.items()})
