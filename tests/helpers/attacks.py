@@ -285,8 +285,7 @@ FORGERIES: dict[str, str] = {
     "timer": _WALK.format(act=_SAY_PASSED)
     + "signal.signal(signal.SIGALRM, forge)\nsignal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)\n"
     "def add(a, b):\n    for _ in range(200000):\n        pass\n    return 0\n",
-    "thread": _WALK.format(act=_SAY_PASSED)
-    + "import threading\nsignal.signal(signal.SIGUSR1, forge)\ndef add(a, b):\n"
+    "thread": _WALK.format(act=_SAY_PASSED) + "import threading\nsignal.signal(signal.SIGUSR1, forge)\ndef add(a, b):\n"
     "    helper = threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGUSR1))\n"
     "    helper.start()\n    helper.join()\n    return 0\n",
     "finalizer": _WALK.format(act=_SAY_PASSED)

@@ -5,12 +5,15 @@
 :mod:`ape.tasks.checking.code.sandbox`), waits for it, kills it with everything it started, and
 scores what came back.
 
-Trust: the parent parses the tests itself, so it knows how many there are. The
-harness writes one record per test to an anonymous pipe whose descriptor is not named
-in argv or the environment; every record must begin with a random key sent only
+Trust: the parent parses the tests itself, so it knows how many there are. Inside the
+sandbox the harness runs the tests in a process of its own and the candidate's code in a
+forked one, and only plain data crosses between them (see the harness and
+:mod:`ape.tasks.checking.code.wire`). The tests' process writes one record per test to an
+anonymous pipe whose descriptor is not named in argv or the environment and that the
+candidate's process never holds; every record must begin with a random key sent only
 inside the job. The parent counts at most one passing record per test, in order, so
-``0 <= score <= 1`` always; a missing record (early exit, ``os._exit``, a kill, a time
-limit) is a test not passed, and files the candidate writes are never read.
+``0 <= score <= 1`` always; a missing record (the candidate's process ended, a time limit)
+is a test not passed, and files the candidate writes are never read.
 
 Speed: interpreters are started ahead of need by a :class:`WarmPool` (one per
 sandbox kind and process), so a check pays only for sending the job and running it.

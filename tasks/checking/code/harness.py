@@ -109,7 +109,8 @@ def _describe(exc, where=""):
 
 def _keep_only(keep):
     """Close every descriptor above 2 but ``keep``: the result pipe, the job pipe, all of them."""
-    for fd in sorted(int(name) for name in os.listdir("/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd")):
+    folder = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
+    for fd in sorted(int(name) for name in os.listdir(folder)):
         if fd > 2 and fd not in keep:
             try:
                 os.close(fd)
@@ -549,7 +550,9 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
             elif kind == "module" and type(rest[0]) is str:
                 module = _standard_module(rest[0])
                 if module is None:
-                    poisoned[name] = "the tests use " + name + ", which the solution bound to a module outside the standard library"
+                    poisoned[name] = (
+                        "the tests use " + name + ", which the solution bound to a module outside the standard library"
+                    )
                 else:
                     tests_namespace[name] = module
             elif kind == "data":

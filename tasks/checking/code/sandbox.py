@@ -9,13 +9,14 @@
     interpreter's own folders: :func:`interpreter_folders`), read-only; a fresh ``/proc``
     that shows only the sandbox, a minimal read-only ``/dev``, private size-limited tmpfs
     at ``/dev/shm`` and ``/tmp`` (the working folder), no further user namespaces (bwrap 0.8
-    and later), a new terminal session, killed with its parent. The home folder, APE_HOME,
+    and later), a new terminal session, killed with its parent; the interpreter is the PID
+    namespace's init (``--as-pid-1``), so no process inside can kill it. The home folder, APE_HOME,
     the output and config folders and the rest of ``/etc`` are not there at all.
 ``unshare``
     util-linux ``unshare`` with the same namespaces; a small shell prelude builds the same
     view on a tmpfs, makes it the root (``pivot_root``), makes every mount but the
     private ones read-only and drops every capability (``setpriv``) before the
-    interpreter starts.
+    interpreter replaces it as the PID namespace's init.
 ``none``
     no namespaces (macOS, or a container that forbids them): the limits alone.
 ``auto``

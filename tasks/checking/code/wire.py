@@ -26,6 +26,7 @@ MAX_DEPTH = 100
 MAX_ITEMS = 1_000_000
 MAX_FRAME = 16 * 1024 * 1024
 _LENGTH_BYTES = 4
+_TAGS: dict[type, str] = {list: "l", tuple: "t", set: "s", frozenset: "f"}
 # bound once, at import: in the solution process code that later replaces json.dumps or
 # json.loads changes nothing here
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
@@ -61,8 +62,7 @@ def _encode(value: Any, depth: int, count: list[int]) -> Any:  # noqa: C901 - on
     if kind is complex:
         return {"c": [value.real, value.imag]}
     if kind is list or kind is tuple or kind is set or kind is frozenset:
-        tag = {list: "l", tuple: "t", set: "s", frozenset: "f"}[kind]
-        return {tag: [_encode(item, depth + 1, count) for item in value]}
+        return {_TAGS[kind]: [_encode(item, depth + 1, count) for item in value]}
     if kind is dict:
         return {"d": [[_encode(k, depth + 1, count), _encode(v, depth + 1, count)] for k, v in value.items()]}
     try:
@@ -135,15 +135,21 @@ def send(fd: int, message: dict[str, Any]) -> None:
         view = view[os.write(fd, view) :]
 
 
+_BUFFERS: dict[int, bytearray] = {}  # what was read from a descriptor past the last frame
+
+
 def _read_exactly(fd: int, size: int) -> bytes | None:
-    chunks, left = [], size
-    while left:
-        chunk = os.read(fd, min(left, 1 << 20))
+    """``size`` bytes from ``fd``, read in large chunks (one read a call, most often); None at end of file."""
+    buffer = _BUFFERS.setdefault(fd, bytearray())
+    while len(buffer) < size:
+        chunk = os.read(fd, max(size - len(buffer), 1 << 16))
         if not chunk:
+            _BUFFERS.pop(fd, None)  # a later descriptor of this number starts empty
             return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+        buffer += chunk
+    taken = bytes(buffer[:size])
+    del buffer[:size]
+    return taken
 
 
 def receive(fd: int) -> dict[str, Any] | None:
@@ -157,6 +163,7 @@ def receive(fd: int) -> dict[str, Any] | None:
         return None
     size = int.from_bytes(head, "big")
     if size > MAX_FRAME:
+        _BUFFERS.pop(fd, None)  # the stream cannot be read on from here
         raise WireError(f"a frame of {size} bytes, over the limit of {MAX_FRAME}")
     body = _read_exactly(fd, size)
     if body is None:
