@@ -35,3 +35,40 @@ def test_the_tests_never_run_in_the_candidates_process() -> None:
     code = "import os\n\ndef where():\n    return os.getpid()\n"
     result = run_code(code, "import os\nassert where() != os.getpid()\n", timeout_s=10.0, sandbox="none")
     assert result.score == 1.0, result
+
+
+PROBE = """
+import os, signal
+
+def probe():
+    parent = os.getppid()
+    found = []
+    opened = []  # its descriptors may be listed, not opened (the result pipe among them)
+    for name in os.listdir("/proc/%d/fd" % parent):
+        try:
+            os.close(os.open("/proc/%d/fd/%s" % (parent, name), os.O_WRONLY))
+            opened.append(name)
+        except OSError as exc:
+            if not isinstance(exc, PermissionError):
+                opened.append(type(exc).__name__)
+    found.append(opened or "PermissionError")
+    for path in ("/proc/%d/mem" % parent, "/proc/%d/environ" % parent):
+        try:
+            with open(path, "rb") as handle:
+                handle.read(1)
+            found.append("read")
+        except OSError as exc:
+            found.append(type(exc).__name__)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        os.kill(parent, signum)
+    return [parent, found]
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_candidate_can_neither_read_nor_kill_the_tests_process(kind: str) -> None:
+    """The tests' process is the sandbox's init (signals from inside do not reach it) and is
+    not dumpable (its descriptors and memory are closed to the candidate's process)."""
+    tests = "import os\nassert os.getpid() == 1\nassert probe()[0] == 1\nassert os.getpid() == 1\n"
+    result = run_code(PROBE, tests + "assert probe()[1] == ['PermissionError'] * 3\n", timeout_s=10.0, sandbox=kind)
+    assert (result.passed, result.total) == (4, 4), result
