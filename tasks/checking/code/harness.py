@@ -16,9 +16,11 @@ Two processes. The verdict is computed where the candidate's code never runs:
   its two pipes to the trusted process (stdin becomes ``/dev/null``; stdout and stderr
   stay the files APE keeps the tails of), waits for the code, applies the limits, runs
   the code and then answers calls: ``{"op": "call", "h": handle, "a": args, "k": kwargs}``
-  with ``{"r": value}``, ``{"fn": handle}`` (a function it returned), ``{"x": [type,
-  message]}`` (it raised) or ``{"n": what}`` (the result is not plain data), and ``"m"``:
-  the new contents of list, dict and set arguments it was given.
+  with ``{"r": value}``, ``{"fn": handle}`` (a function it returned), ``{"o": handle}``
+  (an instance made by calling one of its classes), ``{"x": [type, message]}`` (it raised)
+  or ``{"n": what}`` (the result is not plain data), and ``"m"``: the new contents of list,
+  dict and set arguments it was given; ``{"op": "get", "h": handle, "a": name}`` reads an
+  attribute of such an instance.
 
 The tests call the candidate's functions through proxies that send the function's handle
 and plain-data arguments and decode the answer with :func:`decode`: only ``None``,
@@ -211,13 +213,15 @@ def _solution_process(requests, answers, trusted):  # noqa: C901 - start, then o
             os._exit(0)
         try:
             function = handles[message["h"]]
-            args = decode(message["a"])
-            kwargs = decode(message["k"])
+            getting = message["op"] == "get"
+            args = [] if getting else decode(message["a"])
+            kwargs = {} if getting else decode(message["k"])
         except BaseException as exc:
             reply({"x": ["SolutionError", "the call could not be read: " + _describe(exc)]})
             continue
         try:
-            result = function(*args, **kwargs)
+            # an attribute of an instance it made, or a call
+            result = getattr(function, message["a"]) if getting else function(*args, **kwargs)
         except BaseException as exc:
             try:
                 name = type.__dict__["__name__"].__get__(type(exc))
@@ -237,6 +241,8 @@ def _solution_process(requests, answers, trusted):  # noqa: C901 - start, then o
         answer["m"] = changed
         if callable(result) and not isinstance(result, type):
             answer["fn"] = handle_of(result)
+        elif isinstance(function, type) and type(result) is function and not getting:
+            answer["o"] = handle_of(result)  # an instance of its class, made by calling the class
         else:
             try:
                 answer["r"] = encode(result)
@@ -311,12 +317,13 @@ class _Solution:
             ) from None
         answer = self.exchange(message)
         try:
-            return self._result(answer, name, args, kwargs)
+            return self._result(answer, name + "()", args, kwargs)
         except WireError as exc:
             self.gone = "the solution process sent " + str(exc)
             raise SolutionGone(self.gone) from None
 
-    def _result(self, answer, name, args, kwargs):  # noqa: C901 - one branch per kind of answer
+    def _result(self, answer, label, args, kwargs):  # noqa: C901 - one branch per kind of answer
+        """What the tests get for ``answer`` to ``label`` (``add()``, ``Box().items``)."""
         if "x" in answer:
             kind, detail = answer["x"]
             if type(kind) is not str or type(detail) is not str:
@@ -329,23 +336,35 @@ class _Solution:
                 except TypeError:  # one that takes other arguments (UnicodeDecodeError)
                     pass
             raise error if error is not None else SolutionError(kind + ": " + detail)
-        self._write_back(answer, name, args, kwargs)
+        self._write_back(answer, label, args, kwargs)
         if "n" in answer:
-            problem = name + "() returned " + str(answer["n"]) + ", " + _PLAIN_WORDS
+            problem = label + " returned " + str(answer["n"]) + ", " + _PLAIN_WORDS
             self.refuse(problem)
             raise NotPlainData(problem)
-        if "fn" in answer:
-            if type(answer["fn"]) is not int:
-                raise WireError("a function handle that is not a number")
-            return _proxy(self, answer["fn"], name + "()")
+        if "fn" in answer or "o" in answer:
+            handle = answer.get("fn", answer.get("o"))
+            if type(handle) is not int:
+                raise WireError("a handle that is not a number")
+            if "o" in answer:
+                return _Instance(self, handle, label)
+            return _proxy(self, handle, label)
         if "r" not in answer:
             raise WireError("an answer without a result")
         return decode(answer["r"])
 
-    def _write_back(self, answer, name, args, kwargs):
+    def attribute(self, handle, name, attribute):
+        """An attribute of an instance in the solution process: plain data, or a method as a proxy."""
+        answer = self.exchange({"op": "get", "h": handle, "a": attribute})
+        try:
+            return self._result(answer, name + "." + attribute, (), {})  # read, not called
+        except WireError as exc:
+            self.gone = "the solution process sent " + str(exc)
+            raise SolutionGone(self.gone) from None
+
+    def _write_back(self, answer, label, args, kwargs):
         """The list, dict and set arguments get the contents the solution left in them."""
         if "m_bad" in answer:
-            self.refuse(name + "() put " + str(answer["m_bad"]) + " into an argument it was given")
+            self.refuse(label + " put " + str(answer["m_bad"]) + " into an argument it was given")
         changed = answer.get("m", [])
         if type(changed) is not list:
             raise WireError("argument contents that are not a list")
@@ -372,6 +391,30 @@ class _Solution:
 
 class NotPlainData(Exception):
     """Raised to the tests in place of a result that is not plain data."""
+
+
+class _Instance:
+    """The tests' view of an instance of the solution's class: its attributes, read across the boundary.
+
+    Only attributes cross (plain data, or methods as proxies); no special method does, so
+    ``==``, ``hash``, ``bool`` and ``str`` of it are this object's own, which the solution
+    cannot answer.
+    """
+
+    __slots__ = ("_solution", "_handle", "_name")
+
+    def __init__(self, solution, handle, name):
+        object.__setattr__(self, "_solution", solution)
+        object.__setattr__(self, "_handle", handle)
+        object.__setattr__(self, "_name", name)
+
+    def __getattr__(self, attribute):
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        return self._solution.attribute(self._handle, self._name, attribute)
+
+    def __repr__(self):
+        return "<" + self._name + " in the solution's process>"
 
 
 def _proxy(solution, handle, name):

@@ -189,11 +189,18 @@ def test_a_function_of_the_tests_is_not_handed_to_the_solution() -> None:
     assert "apply() was given an object of type function" in result.failures[0]
 
 
-def test_a_class_of_the_solution_does_not_reach_the_tests() -> None:
-    """An instance is not plain data: a test of a class fails with the reason (write tests of functions)."""
-    code = "class Stack:\n    def __init__(self):\n        self.items = []\n"
-    result = run_code(code, "s = Stack()\nassert s.items == []\n", **FAST)
-    assert result.score == 0.0 and "Stack() returned an object of type Stack, not plain data" in said(result)
+def test_an_instance_of_the_solutions_class_crosses_as_its_attributes_only() -> None:
+    """Methods and plain attributes cross; comparing the instance itself is the tests' own identity."""
+    code = (
+        ALWAYS_EQUAL
+        + "class Box:\n    def __init__(self):\n        self.items = [1]\n        self.fake = AlwaysEqual()\n"
+    )
+    code += "    def __eq__(self, other):\n        return True\n    def get(self):\n        return AlwaysEqual()\n"
+    tests = "b = Box()\nassert b.items == [1]\nassert b == 3\nassert b.fake == 3\nassert b.get() == 3\n"
+    result = run_code(code, tests, **FAST)
+    assert (result.passed, result.total) == (1, 4), result
+    assert "Box().fake returned an object of type AlwaysEqual" in result.failures[1], result
+    assert "Box().get() returned an object of type AlwaysEqual" in result.failures[2], result
 
 
 def test_the_solutions_exceptions_reach_the_tests_as_builtin_exceptions() -> None:
@@ -226,6 +233,11 @@ HONEST = {
         "def twice_shout(s):\n    return shout(s) * 2\n",
         "def shout(s):\n    return s.upper()\n\ndef check(candidate):\n    assert candidate('a') == 'AA'\n\n"
         "check(twice_shout)\n",
+    ),
+    "a class the tests use": (
+        "class Stack:\n    def __init__(self):\n        self.items = []\n"
+        "    def push(self, x):\n        self.items.append(x)\n    def pop(self):\n        return self.items.pop()\n",
+        "s = Stack()\ns.push(4)\nassert s.pop() == 4 and s.items == []\n",
     ),
     "a module it imported, which the tests use without importing it": (
         "import os\n\ndef here():\n    return os.getcwd()\n",
