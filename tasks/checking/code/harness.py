@@ -605,7 +605,7 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
                 tests_namespace[name] = decode(rest[0])
             elif kind == "bad":
                 poisoned[name] = "the tests use " + name + ", which the solution bound to " + str(rest[0])
-    except (WireError, TypeError, ValueError, IndexError) as exc:
+    except (WireError, TypeError, ValueError, LookupError) as exc:
         say(b" E " + clean("the solution process sent names that could not be read: " + _describe(exc)))
         return
 
