@@ -9,7 +9,7 @@ None against the problem's tests (the prompt's preamble, ``check`` and
 :func:`ape.tasks.checking.code.code_exec.run_code`, one check after another, ``--rounds``
 times. Prints the passes of both (expected: canonical N/N, stub 0/N; exits 1 if not) and
 the median and mean ``duration_s`` of a canonical check: the harness's own time from
-holding the job to its last record, which is where the returned-value guard runs, apart
+holding the job to its last record, which is where the tests and the calls into the candidate run, apart
 from the sandbox's start, and the CPU time of the interpreters per check (their start
 included; what a loaded machine's wall time hides). Compare figures of one machine and load, not seconds.
 """

@@ -37,7 +37,7 @@ for arg in sys.argv[1:]:
         pass
 """
         + ADD,
-        0.5,
+        0.0,  # its lines went into its own pipe to the harness too, so its answers are unreadable
     ),
     "replace_json_dumps": (
         """
@@ -252,6 +252,56 @@ def add(a, b):
 )
 
 
+# Forged verdicts: code that runs when it chooses (a signal handler, which is handed the
+# interrupted frame; a timer; a thread; a finalizer) walks up the frames to whatever
+# reports the results and reports every test passed. Each ``add`` is wrong, so the honest
+# score is 0; where the tests ran in the candidate's interpreter each of these scored 1.0.
+_WALK = """
+import os, signal, sys
+def forge(signum, frame):
+    while frame is not None:
+        found = frame.f_locals
+        if "say" in found and "passed_records" in found:
+            {act}
+        frame = frame.f_back
+"""
+_SAY_PASSED = """for record in found["passed_records"]:
+                found["say"](record)
+            found["say"](b" D")
+            return"""
+_WRITE_TO_PIPE = """for out in (found["fd"], 1, 2):
+                for number in range(len(found["passed_records"])):
+                    os.write(out, found["key"] + b" T %d 1\\n" % number)
+                os.write(out, found["key"] + b" D\\n")
+            return"""
+_EXIT_AFTER_PASS = """for record in found["passed_records"]:
+                found["say"](record)
+            sys.stdout.write("T 0 1\\nT 1 1\\n")
+            sys.stdout.flush()
+            os._exit(0)"""
+FORGERIES: dict[str, str] = {
+    "signal_from_the_function": _WALK.format(act=_SAY_PASSED)
+    + "signal.signal(signal.SIGUSR1, forge)\ndef add(a, b):\n    os.kill(os.getpid(), signal.SIGUSR1)\n    return 0\n",
+    "timer": _WALK.format(act=_SAY_PASSED)
+    + "signal.signal(signal.SIGALRM, forge)\nsignal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)\n"
+    "def add(a, b):\n    for _ in range(200000):\n        pass\n    return 0\n",
+    "thread": _WALK.format(act=_SAY_PASSED) + "import threading\nsignal.signal(signal.SIGUSR1, forge)\ndef add(a, b):\n"
+    "    helper = threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGUSR1))\n"
+    "    helper.start()\n    helper.join()\n    return 0\n",
+    "finalizer": _WALK.format(act=_SAY_PASSED)
+    + "signal.signal(signal.SIGUSR1, forge)\nclass Bomb:\n    def __del__(self):\n"
+    "        os.kill(os.getpid(), signal.SIGUSR1)\ndef add(a, b):\n    Bomb()\n    return 0\n",
+    "verdict_lines_on_the_pipe_and_fd_1": _WALK.format(act=_WRITE_TO_PIPE)
+    + "signal.signal(signal.SIGUSR1, forge)\ndef add(a, b):\n    os.kill(os.getpid(), signal.SIGUSR1)\n    return 0\n",
+    "os_exit_after_printing_a_pass": _WALK.format(act=_EXIT_AFTER_PASS)
+    + "signal.signal(signal.SIGUSR1, forge)\ndef add(a, b):\n    os.kill(os.getpid(), signal.SIGUSR1)\n"
+    "    sys.stdout.write('T 0 1\\nT 1 1\\n')\n    sys.stdout.flush()\n    os._exit(0)\n",
+    "always_equal": "class AlwaysEqual:\n    def __eq__(self, other):\n        return True\n"
+    "    __hash__ = object.__hash__\ndef add(a, b):\n    return AlwaysEqual()\n",
+}
+FORGERY_TESTS = "assert add(1, 2) == 3\nassert add(2, 2) == 4\n"
+
+
 def target_fields(home: Path, output: Path, secret_pid: int) -> tuple[dict[str, Any], socket.socket]:
     """The ``str.format`` fields of the attacks, and the loopback listener they try to reach
     (the caller closes it)."""
@@ -284,3 +334,8 @@ def processes_with(marker: str) -> list[str]:
         if marker in cmdline and state != "Z":
             found.append(f"{entry.name}: {cmdline[:100]}")
     return found
+
+
+# the forged verdicts also run through `ape run` (tests/unit/checking/code/test_code_exec_run.py):
+# each `add` is wrong, so against TESTS too their honest score is 0
+ATTACKS.update({f"forged_{name}": (code, 0.0) for name, code in FORGERIES.items()})

@@ -5,12 +5,15 @@
 :mod:`ape.tasks.checking.code.sandbox`), waits for it, kills it with everything it started, and
 scores what came back.
 
-Trust: the parent parses the tests itself, so it knows how many there are. The
-harness writes one record per test to an anonymous pipe whose descriptor is not named
-in argv or the environment; every record must begin with a random key sent only
+Trust: the parent parses the tests itself, so it knows how many there are. Inside the
+sandbox the harness runs the tests in a process of its own and the candidate's code in a
+forked one, and only plain data crosses between them (see the harness and
+:mod:`ape.tasks.checking.code.wire`). The tests' process writes one record per test to an
+anonymous pipe whose descriptor is not named in argv or the environment and that the
+candidate's process never holds; every record must begin with a random key sent only
 inside the job. The parent counts at most one passing record per test, in order, so
-``0 <= score <= 1`` always; a missing record (early exit, ``os._exit``, a kill, a time
-limit) is a test not passed, and files the candidate writes are never read.
+``0 <= score <= 1`` always; a missing record (the candidate's process ended, a time limit)
+is a test not passed, and files the candidate writes are never read.
 
 Speed: interpreters are started ahead of need by a :class:`WarmPool` (one per
 sandbox kind and process), so a check pays only for sending the job and running it.
@@ -52,7 +55,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from ape.tasks.checking.code import sandbox as sandboxes
 from ape.tasks.checking.code.sandbox import SandboxKind, SandboxSetting
 
-HARNESS_SOURCE = (Path(__file__).with_name("harness.py")).read_text(encoding="utf-8")
+# the wire format's functions first (its `from __future__` import leads the text), then the harness
+HARNESS_SOURCE = "\n".join(
+    Path(__file__).with_name(name).read_text(encoding="utf-8") for name in ("wire.py", "harness.py")
+)
 
 FILE_LIMIT_BYTES = 16 * 1024 * 1024
 OPEN_FILES = 256
@@ -61,13 +67,6 @@ _TAIL = 2000
 _MAX_FAILURES = 5
 _MAX_CHANNEL_BYTES = 4 * 1024 * 1024
 _POOL_SIZE = 3
-# Exit codes of a sandbox ended by SIGKILL, SIGTERM, SIGHUP or SIGINT, as the launcher reports
-# them (-N from unshare, which re-raises the signal; 128 + N from bwrap). Nothing in a check
-# sends these but APE's own time limit (timed_out) and an outside kill; the CPU limit
-# (SIGXCPU, one second past the wall-time limit) and exits of the code itself are not among
-# them. Code that sends itself SIGKILL is counted as killed from outside too: a check error,
-# which scores nothing either.
-_KILLED_FROM_OUTSIDE = frozenset({-9, -15, -1, -2, 137, 143, 129, 130})
 START_LIMIT_S = 15.0  # a sandbox that has not started its harness by then is broken, not slow
 START_ATTEMPTS = 2  # tries at starting a sandbox for one check before it is a SandboxError
 _RESTART_PAUSE_S = 0.5
@@ -533,17 +532,17 @@ def run_code(
     data, timed_out = collected.data, collected.timed_out
     passed, failures, error, rejected = _score(data, key, total)
     ran = passed + len(failures)
-    if not timed_out and error is None and ran < total and exit_code in _KILLED_FROM_OUTSIDE:
-        # neither the code's own exit nor APE's time limit: the sandbox was ended from outside
-        # (an operator, the host's out-of-memory killer); what the code would have scored is unknown
+    if not timed_out and error is None and ran < total:
+        # the harness ends only after its last record (the candidate's own exit ends the solution
+        # process, which the harness reports), and it is the namespace's init, which nothing inside
+        # can kill: the sandbox was ended from outside (an operator, the host's out-of-memory
+        # killer), whatever the launcher's exit code; what the code would have scored is unknown
         raise SandboxError(
             f"the {kind} sandbox was killed from outside during the check (exit code {exit_code}) after "
             f"{ran} of {total} tests, so the code's result is unknown; rerun to check again"
         )
     if timed_out:
         error = f"time limit of {timeout_s:g} s reached after {ran} of {total} tests"
-    elif error is None and ran < total:
-        error = f"the process ended (exit code {exit_code}) after {ran} of {total} tests"
     return CodeExecResult(
         score=min(1.0, max(0.0, passed / total)),
         passed=passed,

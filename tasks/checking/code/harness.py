@@ -1,372 +1,529 @@
-# mypy: disable-error-code="attr-defined,assignment,var-annotated,valid-type,misc,comparison-overlap"
-# (a program without annotations, run alone in the sandbox: its values are deliberately untyped)
+# mypy: disable-error-code="attr-defined,assignment,var-annotated,valid-type,misc,name-defined"
+# ruff: noqa: F821 - send, receive, encode, decode, WireError and NotPlain come from wire.py's text, run before this one
 """The program that runs candidate code: started (warm) inside the sandbox, used once.
 
-This file is never imported by APE. :mod:`ape.tasks.checking.code.code_exec` reads its text and
-runs it as ``python -I -c <text>``, so no path, key or channel appears in argv or in
-the environment. It waits on stdin for one job (JSON, sent by the parent once a check
-needs it), then:
+This file is never imported by APE. :mod:`ape.tasks.checking.code.code_exec` runs the text
+of :mod:`ape.tasks.checking.code.wire` followed by this one as ``python -I -c <text>``, so
+no path, key or channel appears in argv or in the environment.
 
-1. reads the job, closes stdin, moves the result pipe to a random descriptor number
-   and forgets the job text;
-2. parses and compiles the candidate code and every test *before* any candidate code
-   runs, and captures every function it reports with, so replacing ``json``,
-   ``builtins.compile``, ``os.write`` or anything else later changes nothing;
-3. applies the resource limits, installs an audit hook that refuses frame
-   introspection, tracing, ``gc`` walks, ``ctypes`` and ``/proc``, and runs the code,
-   then each test; every record it writes starts with the job's key, which the
-   candidate never sees in argv, environment or any file.
+Two processes. The verdict is computed where the candidate's code never runs:
 
-The parent counts one record per test, in order, and only records with the key;
-everything else (missing records, early exits, files) counts as not passed.
+- the **trusted process** (this program's first process) reads the job (JSON, on stdin),
+  holds the result pipe to APE, parses and compiles the tests and runs them; it makes
+  itself non-dumpable first, so no other process of the sandbox's user can read its
+  memory or descriptors (``/proc/<pid>/fd``, ``ptrace``, ``pidfd_getfd``);
+- the **solution process**, forked before the job arrives, closes every descriptor but
+  its two pipes to the trusted process (stdin becomes ``/dev/null``; stdout and stderr
+  stay the files APE keeps the tails of), waits for the code, applies the limits, runs
+  the code and then answers calls: ``{"op": "call", "h": handle, "a": args, "k": kwargs}``
+  with ``{"r": value}``, ``{"fn": handle}`` (a function it returned), ``{"o": handle}``
+  (an instance made by calling one of its classes), ``{"x": [type, message]}`` (it raised)
+  or ``{"n": what}`` (the result is not plain data), and ``"m"``: the new contents of list,
+  dict and set arguments it was given; ``{"op": "get", "h": handle, "a": name}`` reads an
+  attribute of such an instance.
 
-Results the candidate cannot fake. The tests run in the candidate's interpreter, so an
-object the candidate returns could answer ``==`` (or ``hash``, ``bool``) as it likes. So
-the candidate runs in a namespace of its own and the tests in another, which sees the
-candidate's names through a guard: each of its functions the tests read becomes a
-:func:`_guarded_call`, whose result is copied into exact builtin types (``int``, ``str``,
-``float``, ``complex``, ``bool``, ``bytes``, ``None`` and ``list``, ``tuple``, ``dict``,
-``set``, ``frozenset`` of them; a function it returns is guarded in turn) or refused; its
-plain constants are copied, anything else the tests read is refused, as is a builtin name
-it redefines that the tests use. A refusal fails the test with its reason even when the
-test catches the exception. After every guarded call and around every test, the guard
-also checks that the modules the tests import and the attributes they read of them are
-the ones imported before the candidate ran, and that no thread of the candidate is left
-running (it could rebind names while a test runs). Names a test statement binds (the
-HumanEval preamble's helpers) are handed to the candidate, functions rebuilt on its
-namespace, so they expose nothing of the tests' one.
+The tests call the candidate's functions through proxies that send the function's handle
+and plain-data arguments and decode the answer with :func:`decode`: only ``None``,
+``bool``, ``int``, ``float``, ``complex``, ``str``, ``bytes`` and lists, tuples, dicts,
+sets and frozensets of them cross, so an object of the candidate's cannot reach a test.
+Whatever the candidate does in its process (signal handlers, finalizers, threads, frame
+walks, ``os._exit``, writing to any descriptor it has, patching its builtins or modules)
+can end that process or make its answers wrong, never write a record: it holds no
+descriptor of the result pipe and its process holds nothing of the trusted one.
+A candidate's exception crosses as (type name, message) and is raised in the tests as the
+builtin exception of that name (``ValueError``) or as :class:`SolutionError`.
 
-The guard cannot be subverted from inside: it is a generator (:func:`_guard`) primed
-before any candidate code runs, so every type and function it uses is a local of a frame
-the candidate cannot reach (the audit hook refuses ``gi_frame``, frames and ``gc``),
-unlike a closure's cells or a function's defaults; ``type(x) is int`` on those captured
-references cannot be lied to by ``__class__``, a metaclass, or a patched ``builtins``,
-``isinstance``, ``type`` or ``sys.modules``. The wrapper is bound to an immutable tuple
-with ``types.MethodType``, reads no global or builtin name, and the audit hook refuses any
-change of its ``__code__``. Its refusals are kept in the generator and handed only to a
-query carrying a secret object the candidate never sees; a candidate that stops the
-generator fails every test after. ``main`` reads no global name once candidate code has
-run (a test disassembles it to check). What remains possible is code that runs at a time
-of its choosing with no call of the tests on the stack: a signal handler or a finalizer.
-
-Wire format of a record (one line): ``KEY S`` (the job arrived; sent before anything
-else, so the parent can tell a sandbox that never started from code that failed, and
-start the time limit there), ``KEY T <index> 1`` (test passed), ``KEY T <index> 0
-<reason>`` (failed), ``KEY E <reason>`` (nothing more will run: the code or a setup
-statement failed) or ``KEY D`` (all tests ran).
+Wire format of a record to APE (one line): ``KEY S`` (the job arrived; sent before
+anything else, so the parent can tell a sandbox that never started from code that failed,
+and start the time limit there), ``KEY T <index> 1`` (test passed), ``KEY T <index> 0
+<reason>`` (failed), ``KEY E <reason>`` (nothing more will run: the code, a setup
+statement or the solution process failed) or ``KEY D`` (all tests ran).
 """
 
+import builtins
 import os
 import sys
 
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
+_SHARED_STATEMENTS = ("Import", "ImportFrom", "FunctionDef", "AsyncFunctionDef", "ClassDef")
+
+
+class SolutionError(Exception):
+    """An exception of the solution's whose type is not a builtin exception (its name leads the message)."""
+
+
+class SolutionGone(BaseException):
+    """The solution process ended or broke the protocol: every test from here on fails."""
+
+
+def _prctl(option, value):
+    """True when prctl(option, value) worked; False off Linux or without ctypes."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (ImportError, OSError, AttributeError):
+        return False
+
 
 def _names(tree):  # noqa: C901 - one walk over the tests, for speed
-    """What the tests name, in one walk of their syntax tree: ``(loaded, bound, watched)``.
+    """What the tests name, in one walk of their syntax tree: ``(loaded, bound)``.
 
     ``loaded``: per top-level statement, the names it reads (``x`` in ``f(x)``), at any
     depth. ``bound``: every name the tests bind anywhere (assigned, defined, imported, a
-    parameter). ``watched``: ``(module, attributes)`` for each module the tests import,
-    with the attributes they read of it (``math.fabs``) or import from it.
+    parameter).
     """
     import ast
 
-    name_node, attribute_node, argument, plain_import, from_import = (
-        ast.Name,
-        ast.Attribute,
-        ast.arg,
-        ast.Import,
-        ast.ImportFrom,
-    )
-    definitions, load = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef), ast.Load
-    loaded, bound, aliases, used, reads = [], set(), {}, {}, []
+    loaded, bound = [], set()
     for statement in tree.body:
         names = set()
         for node in ast.walk(statement):
-            kind = type(node)
-            if kind is name_node:
-                (names if type(node.ctx) is load else bound).add(node.id)
-            elif kind is attribute_node:
-                if type(node.value) is name_node:
-                    reads.append((node.value.id, node.attr))
-            elif kind is argument:
+            if isinstance(node, ast.Name):
+                (names if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+            elif isinstance(node, ast.arg):
                 bound.add(node.arg)
-            elif kind in definitions:
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 bound.add(node.name)
-            elif kind is plain_import:
-                for alias in node.names:
-                    top = alias.name.split(".")[0]
-                    bound.add(alias.asname or top)
-                    used.setdefault(alias.name, set())
-                    aliases[alias.asname or top] = alias.name if alias.asname else top
-            elif kind is from_import:
+            elif isinstance(node, ast.Import):
+                bound.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
                 bound.update(alias.asname or alias.name for alias in node.names)
-                if not node.level and node.module and node.module != "__future__":
-                    used.setdefault(node.module, set()).update(alias.name for alias in node.names)
         loaded.append(names)
-    for alias, attribute in reads:
-        if alias in aliases:
-            used.setdefault(aliases[alias], set()).add(attribute)
-    return loaded, bound, [(name, sorted(attributes)) for name, attributes in used.items()]
+    return loaded, bound
 
 
-def _guarded_call(state, *args, **kwargs):
-    """The tests' view of one of the candidate's functions: its result is checked and copied.
-
-    Bound with ``types.MethodType`` to ``state = (function, guard.send, name)``, an immutable
-    tuple, so nothing here is a closure cell or a default the candidate could rewrite; it
-    reads no global or builtin name (the candidate may have replaced them: even the bare
-    ``except`` names no class), and the audit hook refuses any change of its ``__code__``.
-    """
-    token = state[1]((0, state[2], args, kwargs))
+def _describe(exc, where=""):
+    """``Type: message`` of an exception, safe against a hostile ``__str__`` or ``__name__``."""
     try:
-        result = state[0](*args, **kwargs)
-    except:  # noqa: E722 - a bare except looks up no name
-        state[1]((2, token))
-        raise
-    answer = state[1]((1, token, result))
-    if answer[0]:
-        return answer[1]
-    raise answer[1]
+        name = type.__dict__["__name__"].__get__(type(exc))
+        detail = str(exc)
+    except BaseException:
+        return "an exception that cannot be described" + where
+    return (name + ": " + detail if detail else name) + where
 
 
-def _guard(snapshot, secret, modules, guarded_call, method_type):  # noqa: C901 - one loop over the guard's messages
-    """The returned-value guard: a generator, primed before any candidate code runs.
+# --- the solution process --------------------------------------------------------------
 
-    Every reference it uses is one of its locals, bound at priming: a running generator's
-    frame is out of the candidate's reach (the audit hook refuses ``gi_frame``, frame
-    walks and ``gc``), unlike a closure's cells or a function's defaults. Messages
-    (``send``): ``(0, name, args, kwargs)`` before a guarded call, answered with a token;
-    ``(1, token, result)`` after it, answered ``(True, copy)`` or ``(False, exception)``;
-    ``(2, token)`` when the call raised; ``(4, value)``, answered ``(True, copy)`` or
-    ``(False, what it is)``; ``(3, secret)`` from the harness alone: the refusals since the
-    last such query (a candidate holding ``send`` cannot empty them without the secret);
-    ``(5, secret, send)``, once: its own ``send``, so that a function a guarded call returns
-    (``adder(2)``) is handed to the tests guarded in turn.
-    """
-    import _thread
 
-    type_of, id_of, join, Error, Deep, Closing = type, id, "".join, BaseException, RecursionError, GeneratorExit
-    name_of = type.__dict__["__name__"].__get__
-    threads = _thread._count
-    none_type, boolean, integer, floating, complex_type = type(None), bool, int, float, complex
-    text, raw, list_type, tuple_type, dict_type, set_type, frozen = str, bytes, list, tuple, dict, set, frozenset
-    items_of, get_from, pop_from, append, add_to, discard = (
-        dict.items,
-        dict.get,
-        dict.pop,
-        list.append,
-        set.add,
-        set.discard,
-    )
-    plain_words = "not plain data (numbers, strings, bytes, None, bools and lists, tuples, dicts and sets of them)"
-    threads_at_start = threads()
-    missing = object()
+def _keep_only(keep):
+    """Close every descriptor above 2 but ``keep``: the result pipe, the job pipe, all of them."""
+    folder = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
+    for fd in sorted(int(name) for name in os.listdir(folder)):
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
-    class NotPlainData(Error):
-        """Raised to the tests in place of a result the guard refused."""
 
-    class Refused(Exception):
+def _solution_process(requests, answers, trusted):  # noqa: C901 - start, then one loop over calls
+    """The child: run the candidate's code, then answer the trusted process's calls until EOF."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    _keep_only((requests, answers))
+    try:
+        os.setsid()  # kill(0) by the candidate reaches its own group, not the trusted process
+    except OSError:
         pass
+    if _prctl(_PR_SET_PDEATHSIG, 9) and os.getppid() != trusted:  # the trusted process is already gone
+        os._exit(0)
+    start = receive(requests)
+    if start is None:
+        os._exit(0)
+    import resource
+    import signal
+    import threading
 
-    def copy(value, memo, active):
-        """An exact-type copy of ``value``, or Refused naming the first object that is not plain."""
-        kind = type_of(value)
-        if (
-            kind is integer
-            or kind is text
-            or kind is boolean
-            or kind is floating
-            or kind is none_type
-            or kind is raw
-            or kind is complex_type
-        ):
-            return value
-        key = id_of(value)
-        done = get_from(memo, key, missing)
-        if done is not missing:
-            return done[1]
-        if key in active:
-            raise Refused("a " + name_of(kind) + " that contains itself")
-        add_to(active, key)
-        if kind is list_type:
-            result = [copy(item, memo, active) for item in value]
-        elif kind is tuple_type:
-            result = tuple_type([copy(item, memo, active) for item in value])
-        elif kind is dict_type:
-            result = {}
-            for item, entry in items_of(value):
-                result[copy(item, memo, active)] = copy(entry, memo, active)
-        elif kind is set_type:
-            result = set_type([copy(item, memo, active) for item in value])
-        elif kind is frozen:
-            result = frozen([copy(item, memo, active) for item in value])
-        else:
-            raise Refused(join(("an object of type ", name_of(kind))))
-        discard(active, key)
-        memo[key] = (value, result)  # the original is kept alive so its id is not reused
-        return result
-
-    def plain(value):
-        """(True, copy) or (False, what the first object that is not plain is)."""
+    for name, value in start["limits"]:
         try:
-            return True, copy(value, {}, set_type())
-        except Refused as exc:
-            return False, exc.args[0]
-        except Deep:
-            return False, "a value nested too deeply to check"
-        except Error:
-            return False, "a value that could not be checked"
+            resource.setrlimit(getattr(resource, name), (value, value))
+        except (AttributeError, ValueError, OSError):
+            pass
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a full file is an error, not a kill
+    os.chdir(start["workdir"])
+    streams = (sys.stdout, sys.stderr)
 
-    def environment():
-        """What changed, since the candidate was given the job, in what the tests rely on."""
-        found = []
-        for name, module, namespace, attribute, value in snapshot:
-            if get_from(modules, name) is not module:
-                append(found, join(("the solution replaced the module ", name, ", which the tests use")))
-            elif attribute is not None and get_from(namespace, attribute, missing) is not value:
-                append(found, join(("the solution changed ", name, ".", attribute, ", which the tests use")))
-        if threads() > threads_at_start:
-            append(found, "the solution left a thread running; code_exec runs the tests with no other thread")
-        return found
+    def flush():
+        for stream in streams:
+            try:
+                stream.flush()
+            except BaseException:
+                pass
 
-    is_callable, is_subclass = callable, issubclass
-    calls, refused, answer, counter, tampered, send = {}, [], None, 0, False, None
+    def reply(message):
+        flush()
+        try:
+            send(answers, message)
+        except OSError:
+            os._exit(0)
+
+    namespace = {"__name__": "solution"}
+    try:
+        program = compile(start["code"], "solution.py", "exec")
+    except BaseException as exc:  # SyntaxError, ValueError (null bytes), RecursionError
+        reply({"e": "the code does not compile: " + _describe(exc)})
+        os._exit(0)
+    try:
+        exec(program, namespace)
+    except BaseException as exc:
+        reply({"e": "the code failed before the tests: " + _describe(exc)})
+        os._exit(0)
+    handles, lock = [], threading.Lock()
+
+    def handle_of(value):
+        with lock:
+            handles.append(value)
+            return len(handles) - 1
+
+    def what(value):
+        """How the tests will see one of the solution's names."""
+        if isinstance(value, type(os)):
+            return ["module", getattr(value, "__name__", "")]
+        if callable(value):
+            return ["fn", handle_of(value)]
+        try:
+            return ["data", encode(value)]
+        except NotPlain as exc:
+            return ["bad", str(exc)]
+
+    names = []
+    for name in start["names"]:
+        if name in namespace:
+            value = namespace[name]
+            same_builtin = getattr(builtins, name, names) is value
+            names.append([name, ["builtin"] if same_builtin else what(value)])
+    for statement in start["setup"]:  # the tests' own helpers (a HumanEval preamble's), for the code to call
+        try:
+            exec(compile(statement, "tests.py", "exec"), namespace)
+        except BaseException:
+            pass
+    reply({"names": names})
     while True:
         try:
-            message = yield answer
-        except Closing:  # the interpreter ends, or candidate code closed it: the harness sees it stopped
-            return
-        except Error:  # gen.throw by candidate code that reached the guard
-            tampered, answer = True, None
-            continue
-        answer = None
+            message = receive(requests)
+        except WireError:
+            os._exit(0)
+        if message is None:
+            flush()
+            os._exit(0)
         try:
-            kind = message[0]
-            if kind == 0:
-                counter += 1
-                kept = []
-                for argument in (*message[2], *message[3].values()):
-                    if (
-                        type_of(argument) is list_type
-                        or type_of(argument) is dict_type
-                        or type_of(argument) is set_type
-                    ):
-                        if plain(argument)[0]:
-                            append(kept, argument)
-                calls[counter] = (message[1], kept)
-                answer = counter
-            elif kind == 1 or kind == 2:
-                name, kept = pop_from(calls, message[1])
-                problems = []
-                for argument in kept:
-                    good, what = plain(argument)
-                    if not good:
-                        append(problems, join((name, "() put ", what, " into an argument it was given")))
-                if kind == 1:
-                    result = message[2]
-                    sort = type_of(result)
-                    if is_callable(result) and not is_subclass(sort, type_of) and send is not None:
-                        good, what = True, method_type(guarded_call, (result, send, join((name, "()"))))
-                    else:
-                        good, what = plain(result)
-                    if good:
-                        answer = (True, what)
-                    else:
-                        append(problems, join((name, "() returned ", what, ", ", plain_words)))
-                problems += environment()
-                for problem in problems:
-                    if problem not in refused:
-                        append(refused, problem)
-                if problems and kind == 1:
-                    answer = (False, NotPlainData(problems[0]))
-            elif kind == 3 and message[1] is secret:
-                for problem in environment():
-                    if problem not in refused:
-                        append(refused, problem)
-                if tampered:
-                    append(refused, "candidate code stopped the check's guard")
-                answer, refused = refused, []
-            elif kind == 4:
-                answer = plain(message[1])
-            elif kind == 5 and message[1] is secret:
-                send = message[2]
-        except Error:
-            tampered = True
+            function = handles[message["h"]]
+            getting = message["op"] == "get"
+            args = [] if getting else decode(message["a"])
+            kwargs = {} if getting else decode(message["k"])
+        except BaseException as exc:
+            reply({"x": ["SolutionError", "the call could not be read: " + _describe(exc)]})
+            continue
+        try:
+            # an attribute of an instance it made, or a call
+            result = getattr(function, message["a"]) if getting else function(*args, **kwargs)
+        except BaseException as exc:
+            try:
+                name = type.__dict__["__name__"].__get__(type(exc))
+                detail = str(exc)
+            except BaseException:
+                name, detail = "SolutionError", "an exception that cannot be described"
+            reply({"x": [name, detail]})
+            continue
+        answer = {}
+        changed = []
+        for position, argument in [*enumerate(args), *kwargs.items()]:
+            if type(argument) in (list, dict, set):
+                try:
+                    changed.append([position, encode(argument)])
+                except NotPlain as exc:
+                    answer["m_bad"] = str(exc)
+        answer["m"] = changed
+        if callable(result) and not isinstance(result, type):
+            answer["fn"] = handle_of(result)
+        elif isinstance(function, type) and type(result) is function and not getting:
+            answer["o"] = handle_of(result)  # an instance of its class, made by calling the class
+        else:
+            try:
+                answer["r"] = encode(result)
+            except NotPlain as exc:
+                answer["n"] = str(exc)
+        try:
+            send(answers, answer)
+        except NotPlain as exc:
+            reply({"n": str(exc)})
+        except OSError:
+            os._exit(0)
+        flush()
+
+
+# --- the trusted process ---------------------------------------------------------------
+
+_PLAIN_WORDS = "not plain data (numbers, strings, bytes, None, bools and lists, tuples, dicts and sets of them)"
+
+
+class _Solution:
+    """The trusted side of the pipes to the solution process: calls, and what went wrong."""
+
+    def __init__(self, pid, requests, answers):
+        self.pid, self.requests, self.answers = pid, requests, answers
+        self.refused = []  # refusals since the tests last asked: they fail the test even when caught
+        self.gone = None  # why the solution process cannot answer any more
+
+    def exchange(self, message):
+        """Send one message, read its answer; SolutionGone when the process ended or broke the protocol."""
+        if self.gone is None:
+            try:
+                send(self.requests, message)
+                answer = receive(self.answers)
+            except OSError:
+                answer = None
+            except WireError as exc:
+                self.gone = "the solution process sent " + str(exc)
+                answer = None
+            if answer is None and self.gone is None:
+                self.gone = "the solution process ended (" + self.exit_status() + ")"
+        if self.gone is not None:
+            raise SolutionGone(self.gone)
+        return answer
+
+    def exit_status(self):
+        """``exit code N`` or ``killed by signal N`` of the solution process, waiting briefly."""
+        import time
+
+        for _ in range(50):
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return "exit code unknown"
+            if pid:
+                if os.WIFSIGNALED(status):
+                    return "killed by signal %d" % os.WTERMSIG(status)  # noqa: UP031 - plain and fast
+                return "exit code %d" % os.WEXITSTATUS(status)  # noqa: UP031
+            time.sleep(0.01)
+        return "it closed its pipe"
+
+    def refuse(self, problem):
+        if problem not in self.refused:
+            self.refused.append(problem)
+
+    def call(self, handle, name, args, kwargs):
+        """Call the solution's function ``handle`` with plain-data arguments; its plain result."""
+        try:
+            message = {"op": "call", "h": handle, "a": encode(list(args)), "k": encode(dict(kwargs))}
+        except NotPlain as exc:
+            raise TypeError(
+                name + "() was given " + str(exc) + "; code_exec passes only plain data to the solution's process"
+            ) from None
+        answer = self.exchange(message)
+        try:
+            return self._result(answer, name + "()", args, kwargs)
+        except WireError as exc:
+            self.gone = "the solution process sent " + str(exc)
+            raise SolutionGone(self.gone) from None
+
+    def _result(self, answer, label, args, kwargs):  # noqa: C901 - one branch per kind of answer
+        """What the tests get for ``answer`` to ``label`` (``add()``, ``Box().items``)."""
+        if "x" in answer:
+            kind, detail = answer["x"]
+            if type(kind) is not str or type(detail) is not str:
+                raise WireError("an exception that is not (name, message)")
+            builtin = getattr(builtins, kind, None)
+            error = None
+            if isinstance(builtin, type) and issubclass(builtin, Exception):
+                try:
+                    error = builtin(detail)
+                except TypeError:  # one that takes other arguments (UnicodeDecodeError)
+                    pass
+            raise error if error is not None else SolutionError(kind + ": " + detail)
+        self._write_back(answer, label, args, kwargs)
+        if "n" in answer:
+            problem = label + " returned " + str(answer["n"]) + ", " + _PLAIN_WORDS
+            self.refuse(problem)
+            raise NotPlainData(problem)
+        if "fn" in answer or "o" in answer:
+            handle = answer.get("fn", answer.get("o"))
+            if type(handle) is not int:
+                raise WireError("a handle that is not a number")
+            if "o" in answer:
+                return _Instance(self, handle, label)
+            return _proxy(self, handle, label)
+        if "r" not in answer:
+            raise WireError("an answer without a result")
+        return decode(answer["r"])
+
+    def attribute(self, handle, name, attribute):
+        """An attribute of an instance in the solution process: plain data, or a method as a proxy."""
+        answer = self.exchange({"op": "get", "h": handle, "a": attribute})
+        try:
+            return self._result(answer, name + "." + attribute, (), {})  # read, not called
+        except WireError as exc:
+            self.gone = "the solution process sent " + str(exc)
+            raise SolutionGone(self.gone) from None
+
+    def _write_back(self, answer, label, args, kwargs):
+        """The list, dict and set arguments get the contents the solution left in them."""
+        if "m_bad" in answer:
+            self.refuse(label + " put " + str(answer["m_bad"]) + " into an argument it was given")
+        changed = answer.get("m", [])
+        if type(changed) is not list:
+            raise WireError("argument contents that are not a list")
+        for entry in changed:
+            if type(entry) is not list or len(entry) != 2:
+                raise WireError("an argument entry that is not [position, value]")
+            position, value = entry
+            if type(position) is int and 0 <= position < len(args):
+                target = args[position]
+            elif type(position) is str and position in kwargs:
+                target = kwargs[position]
+            else:
+                raise WireError("an argument the call did not have")
+            value = decode(value)
+            if type(value) is not type(target):
+                raise WireError("an argument whose type changed")
+            if value != target:
+                target.clear()
+                if type(target) is list:
+                    target.extend(value)
+                else:
+                    target.update(value)
+
+
+class NotPlainData(Exception):
+    """Raised to the tests in place of a result that is not plain data."""
+
+
+class _Instance:
+    """The tests' view of an instance of the solution's class: its attributes, read across the boundary.
+
+    Only attributes cross (plain data, or methods as proxies); no special method does, so
+    ``==``, ``hash``, ``bool`` and ``str`` of it are this object's own, which the solution
+    cannot answer.
+    """
+
+    __slots__ = ("_solution", "_handle", "_name")
+
+    def __init__(self, solution, handle, name):
+        object.__setattr__(self, "_solution", solution)
+        object.__setattr__(self, "_handle", handle)
+        object.__setattr__(self, "_name", name)
+
+    def __getattr__(self, attribute):
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        return self._solution.attribute(self._handle, self._name, attribute)
+
+    def __repr__(self):
+        return "<" + self._name + " in the solution's process>"
+
+
+def _proxy(solution, handle, name):
+    """The tests' view of one of the solution's functions: a call across the process boundary."""
+
+    def call(*args, **kwargs):
+        return solution.call(handle, name, args, kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+def _standard_module(name):
+    """The trusted process's own copy of a standard-library module the solution imported, or None.
+
+    Only the standard library (or a module already loaded here): the name comes from the
+    solution, and importing runs the module's code in the trusted process.
+    """
+    import importlib
+
+    top = name.split(".")[0]
+    if name not in sys.modules and top not in sys.stdlib_module_names:
+        return None
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
+
+
+def _fork_solution():
+    """Start the solution process; (pid, requests fd, answers fd) as the trusted process holds them."""
+    to_child, from_parent = os.pipe()[::-1]
+    from_child, to_parent = os.pipe()
+    trusted = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(to_child)
+            os.close(from_child)
+            _solution_process(from_parent, to_parent, trusted)
+        finally:
+            os._exit(0)
+    os.close(from_parent)
+    os.close(to_parent)
+    return pid, to_child, from_child
 
 
 def main():  # noqa: C901 - one straight line of setup, then the loop over tests
-    read, write, close, dup2, urandom = os.read, os.write, os.close, os.dup2, os.urandom
     try:
         # a session (and process group) of its own: kill(0) by the candidate then reaches
-        # nobody but itself, not the sandbox's launcher outside the namespace
+        # nobody but its own process
         os.setsid()
     except OSError:
         pass  # already a session leader (bwrap --new-session, or no sandbox)
-    # every builtin used once candidate code has run is bound here, before it can replace them
-    run, Error, length, type_of, text_of = exec, BaseException, len, type, str
-    chunks = []
-    while True:
-        chunk = read(0, 1 << 20)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    if not chunks:
-        return  # the parent went away before giving a job
-    # deferred on purpose: this program runs alone in the sandbox (never imported by APE) and
-    # imports what it needs once its job has arrived
+    linux = sys.platform.startswith("linux")
+    if not _prctl(_PR_SET_DUMPABLE, 0) and linux:
+        # fail closed: without it the solution process could read this one's descriptors
+        sys.stderr.write("code_exec harness: prctl(PR_SET_DUMPABLE, 0) failed\n")
+        sys.exit(3)
     import ast
     import json
     import resource
     import signal
 
+    # as the namespace's init, a signal left at its default is ignored when sent from inside:
+    # the candidate cannot interrupt the tests with SIGINT (Python's own handler would raise)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    pid, requests, answers = _fork_solution()
+    chunks = []
+    while True:
+        chunk = os.read(0, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    if not chunks:
+        return  # the parent went away before giving a job
     job = json.loads(b"".join(chunks).decode("utf-8"))
     del chunks
     key = job.pop("key").encode("ascii")
-    fd = 3 + int.from_bytes(urandom(2), "little") % 900
-    while fd == job["fd"]:
-        fd += 1
-    dup2(job["fd"], fd)
-    close(job["fd"])
+    fd = job["fd"]
     try:  # the start record: the job is here and no candidate code has run yet
-        write(fd, key + b" S\n")
+        os.write(fd, key + b" S\n")
     except OSError:
         pass
     null = os.open(os.devnull, os.O_RDONLY)
-    dup2(null, 0)
-    close(null)
-    code, tests = job.pop("code"), job.pop("tests")
-    limits = job.pop("limits")
+    os.dup2(null, 0)
+    os.close(null)
+    code, tests, limits = job["code"], job["tests"], job["limits"]
 
     def clean(text, limit=500):
-        text = text if length(text) <= limit else text[:limit] + "..."
+        text = text if len(text) <= limit else text[:limit] + "..."
         return text.replace("\n", " ").encode("utf-8", "replace")
-
-    def describe(exc, where):
-        try:
-            name = type_of(exc).__name__
-            detail = text_of(exc)
-        except Error:  # a hostile __str__ or __name__
-            return "an exception that cannot be described" + where
-        return (name + ": " + detail if detail else name) + where
-
-    streams = (sys.stdout, sys.stderr)
 
     def say(record):
         if record[:2] in (b" D", b" E"):  # the parent stops the sandbox on these: flush first
-            for stream in streams:
+            for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
-                except Error:
+                except BaseException:
                     pass
         try:
-            write(fd, key + record + b"\n")
+            os.write(fd, key + record + b"\n")
         except OSError:
             pass
 
     try:
         tree = ast.parse(tests, "tests.py")
     except SyntaxError as exc:
-        say(b" E " + clean("the tests do not parse: " + describe(exc, "")))
+        say(b" E " + clean("the tests do not parse: " + _describe(exc)))
         return
     # the tests' leading `from __future__` imports go first in every statement compiled alone
     future = []
@@ -378,7 +535,7 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
     for node in tree.body:
         body = [node] if node in future else [*future, node]
         statements.append((node, compile(ast.Module(body=body, type_ignores=[]), "tests.py", "exec")))
-    loaded, bound, watched = _names(tree)
+    loaded, bound = _names(tree)
     units, count = [], 0
     if any(isinstance(node, ast.Assert) for node in tree.body):
         for (node, unit), names in zip(statements, loaded):  # each top-level assert is one test, the rest is setup
@@ -389,186 +546,97 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
         count = 1
         units.append((0, [(node.lineno, unit) for node, unit in statements], set().union(*loaded)))
     loaded = set().union(*loaded)
+    shared = [
+        ast.unparse(ast.Module(body=[*future, node], type_ignores=[]))
+        for node in tree.body
+        if type(node).__name__ in _SHARED_STATEMENTS and node not in future
+    ]
+    rlimits = [
+        ["RLIMIT_AS", limits["memory_bytes"]],
+        ["RLIMIT_CPU", limits["cpu_seconds"]],
+        ["RLIMIT_FSIZE", limits["file_bytes"]],
+        ["RLIMIT_NOFILE", limits["open_files"]],
+        ["RLIMIT_NPROC", limits["processes"]],
+        ["RLIMIT_CORE", 0],
+    ]
+    solution = _Solution(pid, requests, answers)
+    start = {"code": code, "setup": shared, "names": sorted(loaded), "limits": rlimits, "workdir": job["workdir"]}
+    del job, code, tests, tree
     try:
-        program = compile(code, "solution.py", "exec")
-    except BaseException as exc:  # SyntaxError, ValueError (null bytes), RecursionError
-        say(b" E " + clean("the code does not compile: " + describe(exc, "")))
+        ready = solution.exchange(start)
+    except SolutionGone as exc:
+        say(b" E " + clean("the code failed before the tests: " + str(exc)))
         return
-    passed_records = [b" T %d 1" % number for number in range(count)]
-    failed_records = [b" T %d 0 " % number for number in range(count)]
-
-    for name, value in (
-        ("RLIMIT_AS", limits["memory_bytes"]),
-        ("RLIMIT_CPU", limits["cpu_seconds"]),
-        ("RLIMIT_FSIZE", limits["file_bytes"]),
-        ("RLIMIT_NOFILE", limits["open_files"]),
-        ("RLIMIT_NPROC", limits["processes"]),
-        ("RLIMIT_CORE", 0),
-    ):
+    for name, value in rlimits:
         try:
             resource.setrlimit(getattr(resource, name), (value, value))
         except (AttributeError, ValueError, OSError):
             pass
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a full file is an error, not a kill
-    os.chdir(job.pop("workdir"))
-    del job, code, tests, tree
-
-    blocked_events = frozenset(
-        (
-            "sys._getframe",
-            "sys._current_frames",
-            "sys._current_exceptions",
-            "sys.settrace",
-            "sys.setprofile",
-            "gc.get_objects",
-            "gc.get_referrers",
-            "gc.get_referents",
-            "ctypes.dlopen",
-            "ctypes.dlsym",
-            "ctypes.addressof",
-            "ctypes.cdata",
-            "ctypes.string_at",
-            "ctypes.wstring_at",
-            "ctypes.call_function",
-        )
-    )
-    blocked_attributes = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"))
-
-    def audit(
-        event,
-        args,
-        blocked_events=blocked_events,
-        blocked_attributes=blocked_attributes,
-        length=length,
-        is_a=isinstance,
-        text=str,
-        refuse=ValueError,
-        deny=PermissionError,
-        guarded=_guarded_call,
-    ):
-        if event in blocked_events:
-            raise refuse("code_exec does not allow " + event)
-        if event == "object.__getattr__" and length(args) > 1 and args[1] in blocked_attributes:
-            raise refuse("code_exec does not allow reading " + args[1])
-        if event == "open" and args and is_a(args[0], text) and args[0].startswith("/proc"):
-            raise deny("code_exec does not allow opening " + args[0])
-        if event == "object.__setattr__" and args and args[0] is guarded:
-            raise refuse("code_exec does not allow changing its guard")
-
-    sys.addaudithook(audit)
-    import builtins
-    import types
-
-    pristine = dict(builtins.__dict__)  # the tests get a fresh copy of these before each test
-    copy_of, items_of, keys_of, get_from, list_of = dict, dict.items, dict.keys, dict.get, list
-    function_type, method_type, module_type = types.FunctionType, types.MethodType, types.ModuleType
-    is_callable, is_subclass, text_type = callable, issubclass, str
-    missing = object()
-    # the modules and attributes the tests use, imported and noted before the candidate can touch them
-    snapshot = []
-    for name, attributes in watched:
-        try:
-            __import__(name)
-            module = sys.modules[name]
-        except Error:  # the tests will fail to import it themselves
-            continue
-        namespace_of = vars(module)
-        snapshot.append((name, module, namespace_of, None, None))
-        for attribute in attributes:
-            if attribute in namespace_of:
-                snapshot.append((name, module, namespace_of, attribute, namespace_of[attribute]))
-    secret = object()  # only this function and the guard hold it: the candidate cannot drain the guard
-    guarded_call = _guarded_call  # a global: the candidate could rebind it in __main__
-    guard = _guard(tuple(snapshot), secret, sys.modules, guarded_call, method_type)
-    next(guard)
-    send = guard.send
-    send((5, secret, send))  # its own send, for the functions a guarded call returns
-
-    def refusals():
-        """What the guard refused since the last call (candidate code may have stopped it)."""
-        try:
-            found = send((3, secret))
-        except Error:
-            return ["the check's guard was stopped by the candidate"]
-        return found
-
-    # the candidate runs in a namespace of its own; the tests see its names through the guard
-    namespace = {"__name__": "solution", "__builtins__": copy_of(pristine)}
-    try:
-        run(program, namespace)
-    except Error as exc:
-        say(b" E " + clean("the code failed before the tests: " + describe(exc, "")))
+    os.chdir(start["workdir"])
+    if "e" in ready:
+        say(b" E " + clean(str(ready["e"])))
         return
+    pristine = dict(builtins.__dict__)  # the tests get a fresh copy of these before each test
     tests_namespace = {"__name__": "solution"}
-    poisoned = {}  # names the tests use that the candidate bound to something the tests may not see
-    for name, value in list_of(items_of(namespace)):
-        if type_of(name) is not text_type or name not in loaded or name in ("__builtins__", "__name__"):
-            continue
-        kind = type_of(value)
-        if name in pristine and name not in bound and value is not pristine[name]:
-            poisoned[name] = (
-                "the solution defines " + name + ", a builtin name the tests use; code_exec lets no "
-                "solution change what the tests' builtins mean (rename it)"
-            )
-        elif name in pristine and name not in bound:
-            continue  # the builtin itself (`from builtins import abs`): the tests have it already
-        elif is_subclass(kind, type_of) or kind is module_type:
-            tests_namespace[name] = value  # a class or module: as it is
-        elif is_callable(value):
-            tests_namespace[name] = method_type(guarded_call, (value, send, name))
-        else:
-            answer = send((4, value))
-            if answer[0]:
-                tests_namespace[name] = answer[1]
-            else:
-                poisoned[name] = "the tests use " + name + ", which the solution bound to " + answer[1]
-
-    def share(before):
-        """Names a test statement bound, given to the candidate (functions rebound to its namespace)."""
-        for name, value in list_of(items_of(tests_namespace)):
-            if name == "__builtins__" or get_from(before, name, missing) is value:
+    poisoned = {}  # names the tests use that the solution bound to something the tests may not see
+    try:
+        names = ready["names"]
+        for name, (kind, *rest) in names:
+            if type(name) is not str or name not in loaded or type(kind) is not str:
                 continue
-            kind = type_of(value)
-            if kind is function_type:
-                rebound = function_type(
-                    value.__code__, namespace, value.__name__, value.__defaults__, value.__closure__
-                )
-                rebound.__kwdefaults__ = value.__kwdefaults__
-                rebound.__qualname__ = value.__qualname__
-                value = rebound
-            else:
-                answer = send((4, value))
-                if answer[0]:
-                    value = answer[1]
-            namespace[name] = value
+            if name in pristine and name not in bound:
+                if kind != "builtin":
+                    poisoned[name] = (
+                        "the solution defines " + name + ", a builtin name the tests use; code_exec lets no "
+                        "solution change what the tests' builtins mean (rename it)"
+                    )
+            elif kind == "fn" and type(rest[0]) is int:
+                tests_namespace[name] = _proxy(solution, rest[0], name)
+            elif kind == "module" and type(rest[0]) is str:
+                module = _standard_module(rest[0])
+                if module is None:
+                    poisoned[name] = (
+                        "the tests use " + name + ", which the solution bound to a module outside the standard library"
+                    )
+                else:
+                    tests_namespace[name] = module
+            elif kind == "data":
+                tests_namespace[name] = decode(rest[0])
+            elif kind == "bad":
+                poisoned[name] = "the tests use " + name + ", which the solution bound to " + str(rest[0])
+    except (WireError, TypeError, ValueError, LookupError) as exc:
+        say(b" E " + clean("the solution process sent names that could not be read: " + _describe(exc)))
+        return
 
-    for number, statements, names in units:
-        tests_namespace["__builtins__"] = copy_of(pristine)
+    for number, unit_statements, names in units:
+        tests_namespace["__builtins__"] = dict(pristine)
         problem = None
-        for name in keys_of(poisoned):
+        for name in poisoned:
             if name in names:
                 problem = poisoned[name]
                 break
-        refused = refusals()
-        for line, unit in statements if problem is None and not refused else ():
-            before = copy_of(tests_namespace)
+        solution.refused = []
+        for line, unit in unit_statements if problem is None else ():
             try:
-                run(unit, tests_namespace)
-            except Error as exc:
-                problem = describe(exc, " (tests.py line %d)" % line)  # noqa: UP031 - no str methods in the sandbox
+                exec(unit, tests_namespace)
+            except BaseException as exc:
+                problem = _describe(exc, " (tests.py line %d)" % line)  # noqa: UP031 - plain and fast
                 break
-            finally:
-                share(before)
-        refused = refused + refusals()
-        if refused:
-            problem = "; ".join(refused)
+        if solution.refused:
+            problem = "; ".join(solution.refused)
+        if solution.gone is not None and problem is None:
+            problem = solution.gone
         if problem is None:
             if number >= 0:
-                say(passed_records[number])
+                say(b" T %d 1" % number)
         elif number >= 0:
-            say(failed_records[number] + clean(problem))
+            say(b" T %d 0 " % number + clean(problem))
         else:
             say(b" E " + clean("test setup failed: " + problem))
+            return
+        if solution.gone is not None:
+            say(b" E " + clean(solution.gone))
             return
     say(b" D")
 

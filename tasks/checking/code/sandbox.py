@@ -9,13 +9,14 @@
     interpreter's own folders: :func:`interpreter_folders`), read-only; a fresh ``/proc``
     that shows only the sandbox, a minimal read-only ``/dev``, private size-limited tmpfs
     at ``/dev/shm`` and ``/tmp`` (the working folder), no further user namespaces (bwrap 0.8
-    and later), a new terminal session, killed with its parent. The home folder, APE_HOME,
+    and later), a new terminal session, killed with its parent; the interpreter is the PID
+    namespace's init (``--as-pid-1``), so no process inside can kill it. The home folder, APE_HOME,
     the output and config folders and the rest of ``/etc`` are not there at all.
 ``unshare``
     util-linux ``unshare`` with the same namespaces; a small shell prelude builds the same
     view on a tmpfs, makes it the root (``pivot_root``), makes every mount but the
     private ones read-only and drops every capability (``setpriv``) before the
-    interpreter starts.
+    interpreter replaces it as the PID namespace's init.
 ``none``
     no namespaces (macOS, or a container that forbids them): the limits alone.
 ``auto``
@@ -166,6 +167,7 @@ def bwrap_argv(
     binds: tuple[tuple[str, str, bool], ...] = (),
     chdir: str = SANDBOX_HOME,
     env: dict[str, str] | None = None,
+    as_pid_1: bool = False,
 ) -> list[str]:
     """The bubblewrap command line that precedes the interpreter.
 
@@ -179,6 +181,10 @@ def bwrap_argv(
         *("bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534"),
         *("--die-with-parent", "--new-session"),
     ]
+    if as_pid_1:
+        # the interpreter is the PID namespace's init: no process inside can SIGKILL it, so
+        # the candidate's process cannot end the one that runs the tests
+        argv.append("--as-pid-1")
     if disable_userns:
         argv.append("--disable-userns")
     for path, link in _system_folders():
@@ -204,11 +210,12 @@ def bwrap_argv(
 # /tmp and /dev/shm read-only, checks that, and drops every capability for good. Each
 # program it runs costs a process start, so it uses as few as it can (empty files are made
 # by redirection, folders by one mkdir, binds made read-only as they are made, and the
-# last loop remounts only what is still writable). The interpreter runs as this shell's
-# child, not in its place: the shell (the namespace's init) then exits with 128 + N when
-# the interpreter is killed by signal N, as bwrap does, so a sandbox killed from outside
-# reads as one (unshare's own re-raising of the signal fails in a user namespace and would
-# report exit code 1).
+# last loop remounts only what is still writable). The interpreter replaces the shell
+# (exec) and so is the PID namespace's init: no process inside can SIGKILL it, so the
+# candidate's process (code_exec's harness forks it) cannot end the one that runs the
+# tests. Killed from outside, it makes unshare exit 1 (its re-raising of the signal fails
+# in a user namespace); code_exec reads any end of the harness before its last record as
+# a sandbox killed from outside, whatever the exit code.
 _UNSHARE_PRELUDE = r"""
 set -e
 %(opened)s
@@ -241,7 +248,7 @@ for probe in /.ape-rw-probe /usr/.ape-rw-probe /dev/.ape-rw-probe /etc/.ape-rw-p
   if true 2>/dev/null > "$probe"; then echo "the sandbox's $probe stayed writable" >&2; exit 97; fi
 done
 cd /tmp
-setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- env -i %(env)s "$@"
+exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- env -i %(env)s "$@"
 """
 
 
@@ -316,7 +323,11 @@ def prefix(kind: SandboxKind) -> tuple[str, ...]:
     if shutil.which(tool) is None or (kind == "unshare" and shutil.which("setpriv") is None):
         package = "bubblewrap" if kind == "bwrap" else "util-linux"
         raise SandboxUnavailable(f"'{tool}' is not installed (Debian package {package})")
-    candidates = [bwrap_argv(), bwrap_argv(disable_userns=False)] if kind == "bwrap" else [unshare_argv()]
+    candidates = (
+        [bwrap_argv(as_pid_1=True), bwrap_argv(disable_userns=False, as_pid_1=True)]
+        if kind == "bwrap"
+        else [unshare_argv()]
+    )
     reasons = []
     for argv in candidates:
         reason = _probe(argv)

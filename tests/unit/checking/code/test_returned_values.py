@@ -1,10 +1,11 @@
 """code_exec: a value that reaches the tests from the candidate is plain data, or the test fails.
 
 Each hostile solution returns (or plants) an object that would pass the comparison on its
-own; every one must score 0 with the guard's reason among the failures, while honest
-solutions that return lists, tuples, dicts, sets, floats, None and nested mixes still pass.
-Most run without a sandbox (the guard lives in the harness, the same in every sandbox);
-the always-equal object also runs in each sandbox this machine has.
+own; every one must score 0, while honest solutions that return lists, tuples, dicts,
+sets, floats, None and nested mixes still pass. The candidate runs in a process of its own
+and only plain data crosses back to the tests' process, so these run without a sandbox
+(the boundary is the harness's, the same in every sandbox); the always-equal object also
+runs in each sandbox this machine has.
 """
 
 from __future__ import annotations
@@ -101,6 +102,11 @@ NESTED_TESTS = {
 }
 
 
+# patching its own builtins or the harness's functions breaks the candidate's own process,
+# which then sends nothing readable: the tests fail with that reason instead
+BREAKS_ITS_OWN_PROCESS = {"patches_builtins_before_returning", "patches_the_guard"}
+
+
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 @pytest.mark.parametrize("shape", ["asserts", "check_function"])
 def test_an_object_that_fools_the_comparison_scores_zero_with_the_reason(name: str, shape: str) -> None:
@@ -109,6 +115,9 @@ def test_an_object_that_fools_the_comparison_scores_zero_with_the_reason(name: s
         tests = tests.replace("candidate(1, 2) == 3", "candidate(1, 2) == [3]")
     result = run_code(HOSTILE[name], tests, **FAST)
     assert result.score == 0.0, result
+    if name in BREAKS_ITS_OWN_PROCESS:
+        assert "the solution process" in said(result), result
+        return
     assert result.failures and all("add() returned an object of type" in f for f in result.failures), result
     assert PLAIN in result.failures[0]
 
@@ -150,34 +159,60 @@ def test_shadowing_a_builtin_the_tests_use_fails() -> None:
     assert result.score == 0.0 and "the solution defines abs, a builtin name the tests use" in result.failures[0]
 
 
-def test_patching_a_module_the_tests_use_fails() -> None:
+def test_patching_a_module_in_its_process_does_not_reach_the_tests() -> None:
     code = "import math\nmath.fabs = lambda x: 0.0\n\ndef root(x):\n    return 12.0\n"
     result = run_code(code, "import math\nassert math.fabs(root(4.0) - 2.0) < 1e-6\n", **FAST)
-    assert result.score == 0.0 and "the solution changed math.fabs, which the tests use" in said(result)
+    assert result.score == 0.0 and result.failures == ["AssertionError (tests.py line 2)"], result
     swapped = "import sys, types\nfake = types.ModuleType('math')\nfake.fabs = lambda x: 0.0\n"
     swapped += "sys.modules['math'] = fake\n\ndef root(x):\n    return 12.0\n"
     result = run_code(swapped, "import math\nassert math.fabs(root(4.0) - 2.0) < 1e-6\n", **FAST)
-    assert result.score == 0.0 and "the solution replaced the module math" in said(result)
+    assert result.score == 0.0 and result.failures == ["AssertionError (tests.py line 2)"], result
 
 
 def test_rebinding_its_own_names_during_a_call_does_not_reach_the_tests() -> None:
     code = ALWAYS_EQUAL + "def add(a, b):\n    globals()['add'] = lambda a, b: AlwaysEqual()\n    return a + b\n"
     result = run_code(code, "assert add(1, 2) == 3 and add(2, 2) == 5\nassert add(1, 1) == 2\n", **FAST)
-    assert (result.passed, result.total) == (1, 2), result  # the tests still call the guarded add
+    assert (result.passed, result.total) == (1, 2), result  # the tests still call the add they were given
 
 
-def test_a_thread_left_running_fails() -> None:
+def test_a_thread_left_running_changes_nothing() -> None:
     code = "import threading, time\n\ndef add(a, b):\n"
     code += "    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n    return a + b\n"
-    result = run_code(code, "assert add(1, 2) == 3\n", **FAST)
-    assert result.score == 0.0 and "left a thread running" in result.failures[0]
+    result = run_code(code, "assert add(1, 2) == 3\nassert add(2, 2) == 5\n", **FAST)
+    assert (result.passed, result.total) == (1, 2), result
 
 
-def test_stopping_the_guard_fails_every_test_after() -> None:
-    code = "def apply(fn):\n    fn.__self__[1].__self__.close()\n    return 1\n\ndef add(a, b):\n    return a + b\n"
-    result = run_code(code, "assert apply(add) == 1\nassert add(1, 2) == 3\n", **FAST)
-    assert result.passed == 0, result
-    assert "stopped" in said(result)
+def test_a_function_of_the_tests_is_not_handed_to_the_solution() -> None:
+    code = "def apply(fn):\n    return fn(1, 2)\n\ndef add(a, b):\n    return a + b\n"
+    result = run_code(code, "assert apply(add) == 3\nassert add(1, 2) == 3\n", **FAST)
+    assert (result.passed, result.total) == (1, 2), result
+    assert "apply() was given an object of type function" in result.failures[0]
+
+
+def test_an_instance_of_the_solutions_class_crosses_as_its_attributes_only() -> None:
+    """Methods and plain attributes cross; comparing the instance itself is the tests' own identity."""
+    code = (
+        ALWAYS_EQUAL
+        + "class Box:\n    def __init__(self):\n        self.items = [1]\n        self.fake = AlwaysEqual()\n"
+    )
+    code += "    def __eq__(self, other):\n        return True\n    def get(self):\n        return AlwaysEqual()\n"
+    tests = "b = Box()\nassert b.items == [1]\nassert b == 3\nassert b.fake == 3\nassert b.get() == 3\n"
+    result = run_code(code, tests, **FAST)
+    assert (result.passed, result.total) == (1, 4), result
+    assert "Box().fake returned an object of type AlwaysEqual" in result.failures[1], result
+    assert "Box().get() returned an object of type AlwaysEqual" in result.failures[2], result
+
+
+def test_the_solutions_exceptions_reach_the_tests_as_builtin_exceptions() -> None:
+    code = "class Odd(Exception):\n    pass\n\ndef parse(s):\n    if s == 'odd':\n        raise Odd('strange')\n    return int(s)\n"
+    tests = (
+        "try:\n    parse('x')\n    raise AssertionError('no error')\nexcept ValueError as exc:\n    assert 'invalid literal' in str(exc)\n"
+        "assert parse('4') == 4\n"
+        "try:\n    parse('odd')\nexcept Exception as exc:\n    assert str(exc) == 'Odd: strange', exc\n"
+        "assert parse('5') == 5\n"
+    )
+    result = run_code(code, tests, **FAST)
+    assert result.score == 1.0, result
 
 
 HONEST = {
@@ -202,7 +237,11 @@ HONEST = {
     "a class the tests use": (
         "class Stack:\n    def __init__(self):\n        self.items = []\n"
         "    def push(self, x):\n        self.items.append(x)\n    def pop(self):\n        return self.items.pop()\n",
-        "s = Stack()\ns.push(4)\nassert s.pop() == 4\n",
+        "s = Stack()\ns.push(4)\nassert s.pop() == 4 and s.items == []\n",
+    ),
+    "a module it imported, which the tests use without importing it": (
+        "import os\n\ndef here():\n    return os.getcwd()\n",
+        "assert here() == os.getcwd()\n",
     ),
     "a function it returns": (
         "def adder(n):\n    return lambda x: x + n\n",
@@ -220,34 +259,3 @@ def test_honest_solutions_still_pass(name: str) -> None:
     code, tests = HONEST[name]
     result = run_code(code, tests, **FAST)
     assert result.score == 1.0, result
-
-
-def test_the_harness_reads_no_global_name_once_candidate_code_has_run() -> None:
-    """The candidate may rebind any name of the harness's module (``__main__``) or of builtins:
-    main() from the candidate's first statement on, the wrapper and the guard after priming
-    must use only names they bound before it."""
-    import dis
-    import types
-
-    from ape.tasks.checking.code.code_exec import HARNESS_SOURCE
-
-    module = compile(HARNESS_SOURCE, "harness.py", "exec")
-    functions = {code.co_name: code for code in module.co_consts if isinstance(code, types.CodeType)}
-    lines = HARNESS_SOURCE.splitlines()
-    candidate_runs = next(n for n, line in enumerate(lines, 1) if "run(program, namespace)" in line)
-    first_yield = next(n for n, line in enumerate(lines, 1) if "message = yield answer" in line)
-
-    def global_reads(code: types.CodeType, after: int) -> list[str]:
-        found = [
-            f"{code.co_name} line {ins.positions.lineno}: {ins.argval}"
-            for ins in dis.get_instructions(code)
-            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and (ins.positions.lineno or 0) >= after
-        ]
-        for inner in code.co_consts:
-            if isinstance(inner, types.CodeType) and inner.co_name not in ("NotPlainData", "Refused"):
-                found += global_reads(inner, after)
-        return found
-
-    assert global_reads(functions["main"], candidate_runs) == []
-    assert global_reads(functions["_guarded_call"], 0) == []
-    assert global_reads(functions["_guard"], first_yield) == []
