@@ -57,6 +57,7 @@ instead of showing a frozen bar.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import logging
@@ -210,7 +211,7 @@ class Batcher:
         self._answers: dict[str, tuple[str, dict[str, Any]]] = {}  # custom id -> (request hash, body)
         self.board = board_for(model_id)
         self._resume()
-        threading.Thread(target=self._gather, name=f"ape-batch-{model_id}", daemon=True).start()
+        _start(self._gather, name=f"ape-batch-{model_id}")
 
     # -- the ledger --------------------------------------------------------------------------
     def _resume(self) -> None:
@@ -316,7 +317,7 @@ class Batcher:
         self._in_flight[batch.batch_id] = batch
         for cid in batch.custom_ids:
             self._by_request[cid] = batch.batch_id
-        threading.Thread(target=self._wait_for, args=(batch,), name=f"ape-batch-{batch.batch_id}", daemon=True).start()
+        _start(self._wait_for, batch, name=f"ape-batch-{batch.batch_id}")
 
     # -- asking --------------------------------------------------------------------------------
     def ask(self, cid: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -487,7 +488,7 @@ class Batcher:
                 log.warning(
                     "batch %s of %s: fetching results failed (%s); trying again", batch.batch_id, self.model_id, exc
                 )
-                threading.Thread(target=self._wait_for, args=(batch,), daemon=True).start()
+                _start(self._wait_for, batch, name=f"ape-batch-{batch.batch_id}")
                 return
             self._finish(batch, None, f"fetching the batch's results failed: {exc}")
             return
@@ -581,6 +582,14 @@ class Batcher:
                     reason = result.error if result is not None and result.error else missing
                     note = " (ape retry redoes it)" if result is None or result.expired else ""
                     future.set_exception(BatchRequestError(f"batch {batch.batch_id}: {reason}{note}"))
+
+
+def _start(target: Any, *args: Any, name: str) -> None:
+    """A daemon thread for the batcher, run in the context of the code that started it: the
+    model's flow run, so the batch's lines (submitted, waiting, collected) reach that flow
+    run's logs in the UI. A thread without it made Prefect print "attempted to send logs to
+    the API without a flow run id" on the terminal and kept the lines from the UI."""
+    threading.Thread(target=contextvars.copy_context().run, args=(target, *args), name=name, daemon=True).start()
 
 
 _registry: dict[tuple[str, str], Batcher] = {}

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 pytest.importorskip("langchain_openai", reason="batch mode for provider 'openai' needs the 'openai' extra")
@@ -115,6 +116,11 @@ def test_batch_run_errors_and_retry(tmp_path: Path, prefect_server: str, stub: B
     for name in ("batches.jsonl", "batch_results.jsonl"):
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
     assert "submitted, 4 requests" in first.stderr and "completed" in first.stderr  # state lines, not a frozen bar
+    # ... which reach the model's flow run's logs in the UI too, and Prefect warns of nothing
+    assert "without a flow run id" not in first.stdout + first.stderr
+    logs = httpx.post(f"{prefect_server}/logs/filter", json={"limit": 200}, timeout=30).json()
+    batch_lines = [row for row in logs if ": submitted, " in row["message"]]
+    assert len(batch_lines) == 2 and all(row["flow_run_id"] for row in batch_lines), logs
     report = json.loads((out / "report.json").read_text())
     assert report["leaderboard"][0]["batched"] == 6
 
