@@ -48,7 +48,11 @@ class Number(int):
     pass
 
 
-@pytest.mark.parametrize("value", [AlwaysEqual(), Number(3), [1, AlwaysEqual()], {"k": print}], ids=repr)
+@pytest.mark.parametrize(
+    "value",
+    [AlwaysEqual(), Number(3), [1, AlwaysEqual()], {"k": print}],
+    ids=["always-equal", "int-subclass", "nested-always-equal", "builtin-function"],
+)
 def test_encoding_refuses_what_is_not_plain(value: object) -> None:
     with pytest.raises(wire.NotPlain, match="an object of type"):
         wire.encode(value)
