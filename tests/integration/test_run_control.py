@@ -32,6 +32,8 @@ from tests.helpers.runner import make_benchmark
 ITEMS = 80
 ARGS = 'behaviour = "arithmetic", latency_s = 0.5, call_log = "calls.log"'
 RUN = "solver_workers = 4\n"
+# long enough (about 20 s) that `ape ctl pause` starts and acts before the run ends on a busy machine
+FILE_ITEMS = 160
 
 
 def _env(api: str | None) -> dict[str, str]:
@@ -171,7 +173,7 @@ def test_drain_ends_resumably_with_exit_4_and_the_next_run_goes_on(prefect_serve
 
 
 def test_without_a_server_the_file_channel_pauses_and_resumes(tmp_path: Path) -> None:
-    config = make_benchmark(tmp_path, n=24, model_args=ARGS, run=RUN)
+    config = make_benchmark(tmp_path, n=FILE_ITEMS, model_args=ARGS, run=RUN)
     out, calls = tmp_path / "out", tmp_path / "calls.log"
     proc = _start(config, None)
     try:
@@ -180,7 +182,7 @@ def test_without_a_server_the_file_channel_pauses_and_resumes(tmp_path: Path) ->
         assert (out / "control.json").stat().st_mode & 0o777 == 0o600
         _wait("the pause", lambda: "paused with" in (out / "run.log").read_text(), proc)
         saved, made = _still(out, calls, 2.5)
-        assert made == saved < 24
+        assert made == saved < FILE_ITEMS
         # the live view says so (ape status reads it), and ape ctl still finds the run by its folder
         _wait("live.json paused", lambda: json.loads((out / "live.json").read_text())["state"] == "paused", proc)
         assert _ctl("resume", str(out), None).returncode == 0
@@ -189,5 +191,5 @@ def test_without_a_server_the_file_channel_pauses_and_resumes(tmp_path: Path) ->
         stop_group(proc, 5)
     assert proc.returncode == 0, output
     ids = _ids(out)
-    assert len(ids) == 24 and set(ids.values()) == {1}
-    assert len(_lines(calls)) == 24
+    assert len(ids) == FILE_ITEMS and set(ids.values()) == {1}
+    assert len(_lines(calls)) == FILE_ITEMS
