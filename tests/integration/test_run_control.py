@@ -64,7 +64,7 @@ def _ids(out: Path) -> Counter[str]:
     return Counter(json.loads(line)["item_id"] for line in _lines(out / "results.jsonl"))
 
 
-def _wait(what: str, check, proc: subprocess.Popen[str], timeout_s: float = 90) -> None:
+def _wait(what: str, check, proc: subprocess.Popen[str], timeout_s: float = 180) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
         if proc.poll() is not None:
