@@ -420,11 +420,12 @@ RUNNING_AFTER_S = float(os.environ.get("APE_SESSION_RUNNING_AFTER_S") or 3.0)
 SLOW_SESSIONS = SlowSessions(RUNNING_AFTER_S)
 
 
-def server_behind(max_lag: int = MAX_LAG) -> bool:
-    """Whether the server is more than ``max_lag`` task runs behind this process (at the
+def server_behind(max_lag: int | None = None) -> bool:
+    """Whether the server is more than ``max_lag`` (:data:`MAX_LAG`) task runs behind this process (at the
     last poll): a session ending now leaves its task runs out, to be sent after the run
     (``ape.tasks.recording.afterwards``), instead of adding to a queue that would overflow."""
-    return max_lag > 0 and TASK_RUN_COUNTS.lag() > max_lag
+    limit = MAX_LAG if max_lag is None else max_lag
+    return limit > 0 and TASK_RUN_COUNTS.lag() > limit
 
 
 @contextmanager
