@@ -35,7 +35,7 @@ from ape.tasks.checking.canary import CanaryFailed
 from ape.tasks.common.home import password_hint, ui_password_file
 from ape.tasks.models.limits import RETRY_LINES
 from ape.tasks.models.llama_server import local_model_servers, with_base_urls
-from ape.tasks.recording import wait_for_server
+from ape.tasks.recording import finish_recording
 from ape.tasks.report.health import limit_lines, suspect_lines, truncation_lines
 from ape.tasks.setup.judge_agreement import judge_agreement_task
 from ape.tasks.setup.model import run_label
@@ -208,7 +208,7 @@ def _evaluate_all(
         "output": str(config.run.output),
     }
     # before the regression events go out, so they don't queue behind the run's own
-    _wait_recorded(subflow_runs)
+    _wait_recorded(subflow_runs, Path(config.run.output))
     if drained is not None:  # ended resumably: its own exit code, not "items failed"
         return Failed(message="; ".join(failures), data=Drained("; ".join(failures)))
     if failures:
@@ -222,7 +222,8 @@ def _evaluate_all(
     return result
 
 
-def _wait_recorded(flow_run_ids: list[str]) -> None:
+def _wait_recorded(flow_run_ids: list[str], output: Path) -> None:
     """Before the run reports done, the Prefect server holds every task run of its model
-    flows (see ape.tasks.recording), or the log says how many it lacks."""
-    wait_for_server(flow_run_ids, on_progress=log.info)
+    flows, or, after a short wait, the rest follows in the background (the log says how
+    far the UI is behind; see ape.tasks.recording.catch_up)."""
+    finish_recording(flow_run_ids, output, on_progress=log.info)

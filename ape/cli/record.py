@@ -8,6 +8,10 @@ them, the times reconstructed from what was saved), sends them to the flow runs 
 belong to, waits until the server holds them, and rewrites the file (and the report's
 count) with nothing left out. Sending twice is harmless: a stage's task run has a fixed
 id, so a second ``ape record`` finds nothing left to record.
+
+A run whose server is behind at its end starts this command itself, detached, for its output
+folder (``ape.tasks.recording.catch_up``: the background catch-up, logged to ``record.log``);
+run by hand it completes what a killed run or a killed catch-up left.
 """
 
 from __future__ import annotations

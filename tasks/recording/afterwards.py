@@ -1,7 +1,10 @@
 """Record, after the run, the stage chains a run left out of the Prefect UI (``ape record``).
 
-A run leaves a plain chain out while the server is behind (``ape.tasks.recording.server``) and
-names the session in its model folder's ``stage_chains.json``. Here each such chain is
+A run leaves a plain chain out while the server is behind (``ape.tasks.recording.server``),
+and a whole session (its own task run too) while the server is more than
+:data:`~ape.tasks.recording.server.MAX_LAG` task runs behind, and names the session in its
+model folder's ``stage_chains.json``; the session's own task run is rebuilt too when the
+server does not hold it (:func:`sessions_lacking`). Here each such chain is
 rebuilt from the session's saved result and sent as the same task runs the live run
 would have sent: the same ids (:func:`~ape.tasks.recording.stage_runs.stage_run_id`, so sending
 twice updates the same runs), names, states and flow run. The states come from the same
@@ -78,6 +81,29 @@ def session_marks(session: SessionResult, end: float) -> list[StageMark]:
     return recorder.marks
 
 
+def session_mark(chain: list[StageMark]) -> StageMark:
+    """The session's own task run of a rebuilt chain, for a session the run left out whole
+    (nothing sent while the server was behind): solve -> adapt, as the run records it,
+    Cached when its solve came from the cache, else Completed (a session that raised was
+    always sent by the run)."""
+    by_stage = {mark.stage: mark for mark in chain}
+    solve, adapt = by_stage["solve"], by_stage["adapt"]
+    name = "Cached" if solve.state_name == "Cached" else "Completed"
+    return StageMark("session", solve.start, adapt.end, "COMPLETED", name)
+
+
+def sessions_lacking(flow_run_id: str, sessions: list[tuple[str, int]]) -> set[tuple[str, int]]:
+    """The sessions whose own task run the server does not hold (their fixed ids asked for
+    by id, at most a slice of :data:`SLICE` at a time)."""
+    ids = {str(stage_run_id(flow_run_id, key, index, "session")): (key, index) for key, index in sessions}
+    body = {"task_runs": {"id": {"any_": list(ids)}}, "limit": len(ids)}
+    with get_client(sync_client=True) as client:
+        response = client.request("POST", "/task_runs/filter", json=body)
+    response.raise_for_status()
+    held = {str(run["id"]) for run in response.json()}
+    return {session for task_run_id, session in ids.items() if task_run_id not in held}
+
+
 def rebuild(results: Path, wanted: Iterable[tuple[str, int]]) -> dict[tuple[str, int], list[StageMark]]:
     """(item id, run index) -> the rebuilt marks of each wanted session found in ``results``
     (the item's last saved batch; sessions not in the file are left out of the answer)."""
@@ -143,10 +169,14 @@ def record_flow_run(
         held = count_task_runs([flow_run_id], FINAL_TYPES, task_run_ids=ids)
         if held < len(ids):  # not sent before (or only in part): send the slice
             counts.throttle(max_lag=MAX_LAG)
+            lacking = sessions_lacking(flow_run_id, batch)  # left out whole while the server was behind
             for key, index in batch:
-                # nested in the session's task run the run recorded (a fixed id), as the run nests them
-                done.task_runs += record_stage_runs(flow_run_id, key, index, marks[(key, index)], nested=True)
-            counts.add(flow_run_id, len(ids) - held)
+                chain = marks[(key, index)]
+                if (key, index) in lacking:
+                    done.task_runs += record_stage_runs(flow_run_id, key, index, [session_mark(chain)])
+                # nested in the session's task run (a fixed id), as the run nests them
+                done.task_runs += record_stage_runs(flow_run_id, key, index, chain, nested=True)
+            counts.add(flow_run_id, len(ids) - held + len(lacking))
         if time.monotonic() - said >= 5.0:
             on_progress(f"sent {min(first + SLICE, len(sessions))}/{len(sessions)} chains of flow run {flow_run_id}")
             said = time.monotonic()

@@ -22,11 +22,14 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from ape.schemas.config import RunConfig
 from ape.tasks.recording import server
+from ape.tasks.recording.catch_up import start_catch_up
 from ape.tasks.recording.server import ChainTally, ServerHeld, session_bookkeeping
 from ape.tasks.recording.stage_runs import StageRecorder, current_flow_run_id
+from ape.tasks.storage.stage_chains import CHAINS_FILE, read_chains
 
 log = logging.getLogger("ape")
 
@@ -103,3 +106,50 @@ def wait_for_server(flow_run_ids: list[str], on_progress: Callable[[str], None] 
         return server.wait_until_recorded(flow_run_ids, server.TASK_RUN_COUNTS, on_progress=on_progress)
     finally:
         server.TASK_RUN_COUNTS.forget(flow_run_ids)
+
+
+def left_out_sessions(output: Path, flow_run_ids: Iterable[str]) -> int:
+    """Sessions of ``flow_run_ids`` that ``stage_chains.json`` files in ``output`` or its model
+    folders name as left out (to be sent after the run)."""
+    ids = set(flow_run_ids)
+    left = 0
+    for path in [output / CHAINS_FILE, *output.glob(f"*/{CHAINS_FILE}")]:
+        try:
+            chains = read_chains(path.parent)
+        except Exception:  # a damaged file: `ape record` says so; the count here is a hint
+            log.debug("could not read %s", path, exc_info=True)
+            continue
+        if chains is not None:
+            left += sum(len(run.left_out) for run in chains.flow_runs if run.flow_run_id in ids)
+    return left
+
+
+def finish_recording(flow_run_ids: list[str], output: Path, on_progress: Callable[[str], None]) -> Path | None:
+    """The run's end: wait a few seconds (:data:`~ape.tasks.recording.server.END_WAIT_S`) for
+    the server to hold what was sent; when more is left (task runs still on their way, or
+    sessions left out while it was behind), start the background catch-up
+    (:mod:`~ape.tasks.recording.catch_up`), say how far the UI is behind, and return the
+    catch-up's log. None when the server holds the whole run."""
+    try:
+        held = server.wait_until_recorded(
+            flow_run_ids, server.TASK_RUN_COUNTS, on_progress=on_progress, say_missing=False
+        )
+    finally:
+        server.TASK_RUN_COUNTS.forget(flow_run_ids)
+    left = left_out_sessions(output, flow_run_ids)
+    if left == 0 and (held is None or held.complete):
+        return None
+    try:
+        log_path, pid = start_catch_up(output)
+    except OSError as exc:
+        on_progress(
+            f"could not start the background catch-up ({exc}); run `ape record {output}` "
+            "to complete the run in the Prefect UI (results on disk are complete)"
+        )
+        return None
+    sent = f"{held.final:,} of {held.expected:,} task runs sent" if held is not None else "every task run sent"
+    on_progress(
+        f"UI: the Prefect server holds {sent}, and {left:,} session chain(s) wait to be sent; "
+        f"the rest follows in the background (pid {pid}), see {log_path}"
+    )
+    return log_path

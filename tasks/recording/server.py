@@ -11,12 +11,14 @@ server keeps up with; this module makes the rest safe:
 - a process-wide :class:`TaskRunCounts` (:data:`TASK_RUN_COUNTS`, which no flow knows of)
   counts the task runs
   APE itself created per flow run (each session's live task runs and its recorded stages);
-- :meth:`TaskRunCounts.throttle` holds a solver worker back while the server is more than
-  :data:`MAX_LAG` task runs behind, so the broker's queue never overflows;
+- :func:`server_behind`: while the server is more than :data:`MAX_LAG` task runs behind,
+  a session that ends sends nothing and is noted as left out whole (sent after the run by
+  ``ape record``, in the background), so the broker's queue never overflows and no solver
+  waits; :meth:`TaskRunCounts.throttle` holds back only live task runs (stage granularity);
 - :func:`wait_until_recorded` runs at the end of a flow: it polls
   ``/task_runs/count`` for those flow runs until every expected task run is there in a
-  final state (none Pending or Running), printing a progress line, and gives up after a
-  bound, saying how many are missing;
+  final state (none Pending or Running), for a few seconds at most (:data:`END_WAIT_S`),
+  then hands the rest to the background catch-up (``ape.tasks.recording.catch_up``);
 - :func:`keep_chain` decides which sessions' stage chains are recorded: every chain with a
   stage that did not end plainly, every chain of a flow run's first :data:`CHAIN_FIRST`
   sessions (so a small run, the README's example among them, shows all of them), and
@@ -91,8 +93,13 @@ CHAIN_MAX_LAG = _env_int("APE_CHAIN_MAX_LAG", 100)
 # 90 per model) records every chain and says nothing about chains left out, for an end
 # wait of a second or two (docs/server.md); past it, the lag rule above
 CHAIN_FIRST = _env_int("APE_CHAIN_FIRST", 200)
-# how long the end of a run waits for the server, at most (seconds)
+# how long `ape record` (the catch-up after a run) waits for the server, at most (seconds)
 WAIT_S = float(_env_int("APE_RECORD_WAIT_S", 300))
+# how long the end of a run waits for the server, at most (seconds): a run the server keeps up
+# with is held within its recorder's next flush (about a second) and ends fully recorded; what
+# is still missing after this goes to the background catch-up (docs/server.md), so the model,
+# not the server, sets the run's pace
+END_WAIT_S = float(_env_int("APE_RECORD_END_WAIT_S", 5))
 # the seconds of waiting for the server (solvers held back, or the end of the run) from which
 # the run says the server set its pace: a run the server keeps up with ends within its
 # recorder's next flush, about a second
@@ -413,6 +420,14 @@ RUNNING_AFTER_S = float(os.environ.get("APE_SESSION_RUNNING_AFTER_S") or 3.0)
 SLOW_SESSIONS = SlowSessions(RUNNING_AFTER_S)
 
 
+def server_behind(max_lag: int | None = None) -> bool:
+    """Whether the server is more than ``max_lag`` (:data:`MAX_LAG`) task runs behind this process (at the
+    last poll): a session ending now leaves its task runs out, to be sent after the run
+    (``ape.tasks.recording.afterwards``), instead of adding to a queue that would overflow."""
+    limit = MAX_LAG if max_lag is None else max_lag
+    return limit > 0 and TASK_RUN_COUNTS.lag() > limit
+
+
 @contextmanager
 def session_bookkeeping(
     flow_run_id: str | None,
@@ -425,29 +440,44 @@ def session_bookkeeping(
 ) -> Iterator[StageRecorder]:
     """The bookkeeping around one session's chain, which runs inside the ``with`` block.
 
-    Before: wait while the server is behind (:meth:`TaskRunCounts.throttle`) and make a
-    fresh recorder, with a stage clock when ``record_stages`` (the caller binds it to the
-    thread the chain runs on: ``ape.tasks.session.report.reporting_to``). After: send
-    the session's recorded task run (also when the chain raised) and the recorded stage
-    runs when :func:`keep_chain` keeps them, note the chain as recorded or left out, and
-    count every task run the session created in :data:`TASK_RUN_COUNTS`. Each chain is
-    noted through ``note`` (flow run id, item id, run index, recorded): counted in this
-    process, or collected for the flow's process (:class:`~ape.tasks.recording.RunRecording`).
-    A session that raised counts only its recorded task run. ``live_stages``: the stages ran as live
-    task runs (stage granularity), so the chain counts as recorded.
+    Before: make a fresh recorder, with a stage clock when ``record_stages`` (the caller
+    binds it to the thread the chain runs on: ``ape.tasks.session.report.reporting_to``).
+    After: send the session's recorded task run (also when the chain raised) and the
+    recorded stage runs when :func:`keep_chain` keeps them, note the chain as recorded or
+    left out, and count every task run the session created in :data:`TASK_RUN_COUNTS`.
+    Each chain is noted through ``note`` (flow run id, item id, run index, recorded):
+    counted in this process, or collected for the flow's process
+    (:class:`~ape.tasks.recording.RunRecording`). A session that raised counts only its
+    recorded task run. ``live_stages``: the stages ran as live task runs (stage
+    granularity), so the chain counts as recorded.
+
+    No solver waits for the server: a session that ends while the server is more than
+    :data:`MAX_LAG` task runs behind (:func:`server_behind`) sends nothing, and is noted as
+    left out whole, its own task run included; ``ape record`` (run in the background after
+    the run, docs/server.md) sends it from the saved result. Only live task runs (stage
+    granularity), which Prefect's engine sends and nothing can send later, still wait
+    (:meth:`TaskRunCounts.throttle`).
     """
-    TASK_RUN_COUNTS.throttle()
+    if live_stages:
+        TASK_RUN_COUNTS.throttle()
     recorder = StageRecorder(
         StageClock() if record_stages else None, session=(flow_run_id, item_id, run_index), watch=SLOW_SESSIONS.watch
     )
+    raised, left_whole = True, False
     try:
         yield recorder
+        raised = False
     finally:  # the session's own task run, recorded: every session keeps it, one that raised too
-        if recorder.session_mark is not None:
+        left_whole = recorder.session_mark is not None and not raised and server_behind()
+        if recorder.session_mark is not None and not left_whole:
             sent = record_stage_runs(flow_run_id, item_id, run_index, [recorder.session_mark])
             recorder.ran(sent)
             TASK_RUN_COUNTS.add(flow_run_id, sent)
             recorder.task_runs -= sent  # counted now; the rest of the chain is counted below
+    if left_whole:  # nothing sent: the whole session goes after the run
+        note(flow_run_id, item_id, run_index, False)
+        TASK_RUN_COUNTS.add(flow_run_id, recorder.task_runs)
+        return
     if recorder.clock is not None and recorder.marks:
         kept = keep_chain(recorder.marks, TASK_RUN_COUNTS.lag(), first=TASK_RUN_COUNTS.first_chain(flow_run_id))
         if kept:
@@ -511,11 +541,15 @@ def poll_server(
 def wait_until_recorded(
     flow_run_ids: Iterable[str] | None = None,
     counts: TaskRunCounts = TASK_RUN_COUNTS,
-    wait_s: float = WAIT_S,
+    wait_s: float = END_WAIT_S,
     on_progress: Callable[[str], None] | None = None,
+    *,
+    say_missing: bool = True,
 ) -> ServerHeld | None:
     """Poll the server until it holds every task run ``counts`` expects of ``flow_run_ids``
-    in a final state (and none open), or ``wait_s`` passes. None when nothing was expected."""
+    in a final state (and none open), or ``wait_s`` passes. None when nothing was expected.
+    ``say_missing``: a line for task runs still missing at the end (off where the caller
+    hands them to the background catch-up and says so itself)."""
     expected_by = counts.expected(flow_run_ids)
     ids = [k for k, v in expected_by.items() if v > 0]
     if not ids:
@@ -535,7 +569,7 @@ def wait_until_recorded(
     pace = pace_note(counts.held_s(), polled.waited_s if polled.done else 0.0)
     if pace:
         notify(pace)
-    if not result.complete:
+    if not result.complete and say_missing:
         notify(
             f"the Prefect server has not recorded {result.missing} of {expected} task runs "
             f"({result.open} still open) after {result.waited_s:.0f} s; the UI shows the run incomplete "

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -98,13 +101,37 @@ def _chains(out: Path) -> StageChains:
     return chains
 
 
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _catch_up_pid(said: str) -> int:
+    """The background catch-up the run's last line names."""
+    found = re.search(r"follows in the background \(pid (\d+)\), see (\S+record\.log)", said)
+    assert found, said[-3000:]
+    return int(found.group(1))
+
+
+def _wait_until(condition: Callable[[], bool], timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("n", [200, 4000])
-def test_the_server_holds_the_whole_run_when_ape_run_returns(
-    n: int, ape_server: dict[str, str], tmp_path: Path
-) -> None:
+def test_the_server_holds_the_whole_run_when_ape_run_returns(ape_server: dict[str, str], tmp_path: Path) -> None:
+    """A run the server keeps up with is fully recorded when it returns: no catch-up."""
+    n = 200
     done = _run(tmp_path / "bench", n, ape_server)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "follows in the background" not in done.stdout + done.stderr
+    assert not (tmp_path / "bench" / "out" / "record.log").exists()
     prefix = f"[r{n}x"
     # every session's live task run, finished
     assert _count(ape_server, f"session{prefix}") == n
@@ -155,6 +182,9 @@ def test_a_fast_run_leaves_plain_chains_out_on_the_default_settings(ape_server: 
     said = done.stdout + done.stderr
     assert said.count("left out") == 1 and "ape record" in said, said[-3000:]
     assert "WARNING" not in said and "Warning" not in said, said[-3000:]
+    pid = _catch_up_pid(said)  # the chains left out follow in the background
+    _wait_until(lambda: not _alive(pid))
+    assert _count(ape_server, "render[fast800x") == n
 
 
 @pytest.mark.slow
@@ -256,3 +286,54 @@ def test_ape_record_records_the_chains_a_run_left_out(ape_server: dict[str, str]
     (out / "stage_chains.json").write_text(json.dumps(data))
     unknown = _ape(bench, env, "record", "out")
     assert unknown.returncode == 2 and "does not know flow run" in unknown.stderr, unknown.stderr
+
+
+@pytest.mark.slow
+def test_a_run_far_ahead_of_the_server_ends_without_waiting_and_the_catch_up_records_it_once(
+    ape_server: dict[str, str], tmp_path: Path
+) -> None:
+    """With room for only 20 task runs of lag, most of 1,000 instant sessions end while the
+    server is behind: the run ends (exit 0, every result on disk) without waiting for it, says
+    so, and its detached catch-up leaves the server holding every session's task run, and
+    chain, exactly once (fixed ids: a count of n is n distinct task runs)."""
+    n = 1000
+    env = dict(ape_server, APE_RECORD_MAX_LAG="20")
+    bench, out = tmp_path / "bench", tmp_path / "bench" / "out"
+    done = _run(bench, n, env, prefix="ahead1kx")
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said[-3000:]
+    pid = _catch_up_pid(said)
+    left = read_chains(out)
+    assert left is not None and left.chains_left_out > 0  # it did not wait for the server
+    assert _count(ape_server, "session[ahead1kx") < n  # the moment the run returned (the catch-up takes 10 s or more)
+    _wait_until(lambda: not _alive(pid))
+    assert (out / "record.log").stat().st_mode & 0o077 == 0  # owner-only
+    assert "recorded" in (out / "record.log").read_text()
+    assert _count(ape_server, "session[ahead1kx") == n
+    assert _count(ape_server, "score[ahead1kx") == n
+    assert _count(ape_server, "[ahead1kx", recording.OPEN_TYPES) == 0
+    after = read_chains(out)
+    assert after is not None and (after.chains_recorded, after.chains_left_out) == (n, 0)
+
+
+@pytest.mark.slow
+def test_a_killed_catch_up_is_completed_by_ape_record(ape_server: dict[str, str], tmp_path: Path) -> None:
+    """kill -9 of the background catch-up the moment it starts: ``ape record`` completes the
+    run, every session's task run on the server exactly once."""
+    n = 600
+    env = dict(ape_server, APE_RECORD_MAX_LAG="20")
+    bench, out = tmp_path / "bench", tmp_path / "bench" / "out"
+    done = _run(bench, n, env, prefix="killed600x")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    pid = _catch_up_pid(done.stdout + done.stderr)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:  # it ended already: `ape record` then finds little or nothing to do
+        pass
+    _wait_until(lambda: not _alive(pid), timeout=60)
+    record = _ape(bench, env, "record", "out")
+    assert record.returncode == 0, record.stdout[-2000:] + record.stderr[-2000:]
+    assert _count(ape_server, "session[killed600x") == n
+    assert _count(ape_server, "[killed600x", recording.OPEN_TYPES) == 0
+    after = read_chains(out)
+    assert after is not None and after.chains_left_out == 0

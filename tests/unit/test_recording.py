@@ -390,3 +390,37 @@ def test_a_server_that_keeps_up_gets_no_pace_line(monkeypatch: pytest.MonkeyPatc
     lines: list[str] = []
     wait_until_recorded(["f1"], counts, wait_s=10, on_progress=lines.append)
     assert not any("pace" in line for line in lines)
+
+
+def test_a_session_far_behind_the_server_is_left_out_whole_and_no_solver_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past MAX_LAG a session that ends sends nothing, its own task run included, and is named
+    as left out (sent after the run); one that raised is still sent; the solver never waits."""
+    monkeypatch.setattr(recording, "MAX_LAG", 100)
+    monkeypatch.setattr(recording, "CHAIN_FIRST", 0)
+    counts = _counts(monkeypatch, lag=101)
+
+    def no_wait(*args: object, **kwargs: object) -> float:
+        raise AssertionError("a solver waited for the server")
+
+    monkeypatch.setattr(counts, "throttle", no_wait)
+    sent: list[list[str]] = []
+    monkeypatch.setattr(
+        recording, "record_stage_runs", lambda f, i, r, marks, **kw: sent.append([m.stage for m in marks]) or len(marks)
+    )
+    run = RunRecording("flow-y", record_stages=True, live_stages=False)
+    with run.session("q1", 0) as recorder:
+        recorder.rendered()
+        recorder.session(time.time(), "COMPLETED", "Completed")
+    assert sent == []
+    with pytest.raises(RuntimeError), run.session("q2", 0) as recorder:
+        recorder.session(time.time(), "FAILED", "Failed", "boom")
+        raise RuntimeError("boom")
+    assert sent == [["session"]]  # a session that raised keeps its task run
+    monkeypatch.setattr(counts, "lag", lambda: 100)  # caught up to the limit: sent again
+    with run.session("q3", 0) as recorder:
+        recorder.rendered()
+        recorder.session(time.time(), "COMPLETED", "Completed")
+    assert sent[1] == ["session"]
+    assert run.finish().left_out == [("q1", 0)]

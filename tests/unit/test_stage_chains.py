@@ -155,3 +155,13 @@ def test_a_redone_item_left_out_earlier_loses_its_left_out_entry_not_a_recorded_
     chains = note_flow_run(tmp_path, "m", "second", 1, [], superseded={"a": 1})
     assert chains.chains_left_out == 1  # b's chain still waits for ape record
     assert chains.chains_recorded == 9  # 8 earlier + a's new one
+
+
+def test_a_session_left_out_whole_gets_its_own_task_run_rebuilt() -> None:
+    from ape.tasks.recording.afterwards import session_mark
+
+    chain = session_marks(_session(0), end=1000.0)
+    mark = session_mark(chain)
+    assert (mark.stage, mark.state_type, mark.state_name) == ("session", "COMPLETED", "Completed")
+    assert (mark.start, mark.end) == (chain[1].start, chain[2].end)  # solve -> adapt, as the run records it
+    assert session_mark(session_marks(_session(0, cached=True), end=10.0)).state_name == "Cached"
