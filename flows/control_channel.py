@@ -30,6 +30,7 @@ from ape.schemas.control import (
     ctl_tag,
     variable_name,
 )
+from ape.tasks.storage import prefect_api
 from ape.tasks.storage.save import atomic_write_text
 
 MAX_FILE_BYTES = 4096
@@ -129,21 +130,16 @@ def read_variable(client: Any, flow_run_id: UUID | str) -> Request | None:
 
 def create_variable(client: Any, flow_run_id: UUID | str) -> None:
     """The run's control variable with the value ``run`` (made anew if one is left over)."""
-    from prefect.client.schemas.actions import VariableCreate, VariableUpdate  # noqa: PLC0415
-
     name = variable_name(flow_run_id)
     if client.read_variable_by_name(name) is not None:
-        client.update_variable(VariableUpdate(name=name, value="run", tags=["ape-control"]))
+        prefect_api.update_variable(client, name, "run", ["ape-control"])
     else:
-        client.create_variable(VariableCreate(name=name, value="run", tags=["ape-control"]))
+        prefect_api.create_variable(client, name, "run", ["ape-control"])
 
 
 def set_variable(client: Any, flow_run_id: UUID | str, action: Action, user: str) -> None:
     """``ape ctl``'s request through the server: the value, and a tag that says who asked."""
-    from prefect.client.schemas.actions import VariableUpdate  # noqa: PLC0415
-
-    name = variable_name(flow_run_id)
-    client.update_variable(VariableUpdate(name=name, value=action, tags=["ape-control", ctl_tag(user, action)]))
+    prefect_api.update_variable(client, variable_name(flow_run_id), action, ["ape-control", ctl_tag(user, action)])
 
 
 def delete_variable(client: Any, flow_run_id: UUID | str) -> None:

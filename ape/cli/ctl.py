@@ -25,6 +25,7 @@ from ape.cli.status import is_uuid
 from ape.schemas.control import Action
 from ape.schemas.errors import ApeError
 from ape.tasks.common.inert import terminal_safe
+from ape.tasks.storage import prefect_api
 
 NAME = "ctl"
 HELP = "pause, resume or drain a running evaluation (by its output folder, or its flow run on a server)"
@@ -104,12 +105,11 @@ def _by_flow_run(run: str, action: Action, user: str) -> tuple[list[str], Path |
             where=run,
             hint=HINT,
         )
-    from prefect.client.orchestration import get_client
 
     from ape.flows.control_channel import set_variable
     from ape.schemas.control import variable_name
 
-    with get_client(sync_client=True) as client:
+    with prefect_api.sync_client() as client:
         found = _find_flow_run(client, run)
         models = _model_runs(client, found)
         if not models:
