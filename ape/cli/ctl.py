@@ -44,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def ctl(verb: str, run: str) -> int:
-    from ape.flows.control_channel import current_user
+    from ape.tasks.storage.control_channel import current_user
 
     action = ACTION_OF[verb]
     user = current_user()
@@ -80,7 +80,7 @@ def _after(verb: str) -> str:
 def _by_folder(folder: Path, action: Action, user: str) -> list[str]:
     """Write the request to each model of the folder whose loop is going (its live.json says
     ``running``, ``paused`` or ``draining``)."""
-    from ape.flows.control_channel import write_request_file
+    from ape.tasks.storage.control_channel import write_request_file
     from ape.tasks.storage.live_files import find_live, read_live
 
     going = [(path.parent, read_live(path)) for path in find_live(folder)]
@@ -106,8 +106,8 @@ def _by_flow_run(run: str, action: Action, user: str) -> tuple[list[str], Path |
             hint=HINT,
         )
 
-    from ape.flows.control_channel import set_variable
     from ape.schemas.control import variable_name
+    from ape.tasks.storage.control_channel import set_variable
 
     with prefect_api.sync_client() as client:
         found = _find_flow_run(client, run)

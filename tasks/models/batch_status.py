@@ -4,7 +4,7 @@ A run whose sessions wait for a provider batch saves no item for minutes or hour
 progress bar stands still. The :class:`BatchBoard` of each batcher holds its batches'
 latest state (id, status, counts, age), told by the batcher on each submit, poll and end:
 
-- the progress bar's batch column (:mod:`ape.flows.batch_view`) reads
+- the progress bar's batch column (:mod:`ape.flows.live.batch_column`) reads
   :func:`waiting_text` at each refresh, so the terminal shows the waiting batch;
 - a markdown artifact keyed ``<model>-batches`` on the flow run that asked (one per flow
   run and model, updated in place) holds the table of the model's batches, with a first

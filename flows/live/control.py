@@ -33,7 +33,11 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from ape.flows.control_channel import (
+from ape.flows.logs import CONSOLE_SKIP
+from ape.schemas.config import ApeConfig
+from ape.schemas.control import Action, ControlEvent, variable_name
+from ape.tasks.storage import prefect_api
+from ape.tasks.storage.control_channel import (
     Refused,
     Request,
     create_variable,
@@ -41,10 +45,6 @@ from ape.flows.control_channel import (
     read_request_file,
     read_variable,
 )
-from ape.flows.logs import CONSOLE_SKIP
-from ape.schemas.config import ApeConfig
-from ape.schemas.control import Action, ControlEvent, variable_name
-from ape.tasks.storage import prefect_api
 
 __all__ = ["POLL_EVERY_S", "RunControl", "control_log", "recorded_events"]
 

@@ -1,6 +1,6 @@
 """The two channels that carry pause / resume / drain to a running model (:mod:`ape.schemas.control`).
 
-Plain functions, used by the run (:mod:`ape.flows.control`, reading) and by ``ape ctl``
+Plain functions, used by the run (:mod:`ape.flows.live.control`, reading) and by ``ape ctl``
 (writing). What is read is hostile until checked: ``control.json`` only as a plain file owned
 by this user and not writable by others, validated; a variable's value only when it is one
 of the known actions, its ``ape-ctl`` tag only when the user name in it is a plain name.

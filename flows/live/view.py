@@ -47,7 +47,7 @@ __all__ = ["PUBLISH_EVERY_S", "LiveView", "live_markdown"]
 log = logging.getLogger("ape")
 
 PUBLISH_EVERY_S = 3.0
-# live.json's state while the loop goes, by the control mode (ape.flows.control) it is in
+# live.json's state while the loop goes, by the control mode (ape.flows.live.control) it is in
 GOING_STATES: dict[str, State] = {"run": "running", "pause": "paused", "drain": "draining"}
 
 
