@@ -30,6 +30,7 @@ from ape.schemas.control import (
     ctl_tag,
     variable_name,
 )
+from ape.schemas.errors import validation_lines
 from ape.tasks.storage import prefect_api
 from ape.tasks.storage.save import atomic_write_text
 
@@ -87,10 +88,8 @@ def read_request_file(folder: Path, *, since: datetime | None = None) -> Request
         raise Refused(f"{path}: larger than {MAX_FILE_BYTES} bytes")
     try:
         request = ControlRequest.model_validate_json(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(the file)"
-        raise Refused(f"{path}: {where}: {first['msg']}") from None
+    except ValidationError as exc:  # the first problem, located as every config error is
+        raise Refused(f"{path}: {validation_lines(exc, default='(the file)', quote=False)[0]}") from None
     at = request.at if request.at.tzinfo else request.at.replace(tzinfo=UTC)
     if since is not None and at < since:
         return None
