@@ -110,7 +110,7 @@ def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Pat
     )
     print("nothing lost, nothing doubled" if not lost_or_doubled else "MISMATCH: a session or chain lost or doubled")
     for line in done.stderr.splitlines()[-4:]:
-        print("  ape:", line.strip()[-160:])
+        print("  ape:", line.strip())
     if lost_or_doubled:
         raise SystemExit(1)
 
