@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ape.schemas.config import TaskConfig
+from ape.schemas.config import ApeConfig, TaskConfig
 from ape.tasks.checking.lm_eval_check import cut_at_stops
 from ape.tasks.storage.lm_eval_tasks import load_tasks
 from ape.tasks.storage.save import read_batches
@@ -93,3 +93,36 @@ def run_scores(cfg: TaskConfig, base_dir: Path, results_files: dict[str, Path]) 
         "harness": f"lm-eval {getattr(lm_eval, '__version__', '?')}",
         "models": {model: harness_scores(cfg, base_dir, saved_answers(path)) for model, path in results_files.items()},
     }
+
+
+def report_scores(config: ApeConfig) -> dict[str, Any] | None:
+    """``summary.lm_eval`` of a ``[task] lm_eval`` run's report (None for other runs): the
+    harness's scores of each model's saved answers, or the error that stopped them (the
+    leaderboard stands either way)."""
+    if config.task is None:
+        return None
+    files = {m.model_id: config.output_dir_for(m) / config.run.save_file for m in config.model}
+    try:
+        return run_scores(config.task, config.base_dir, {k: v for k, v in files.items() if v.exists()})
+    except Exception as exc:  # the report's other numbers stand; this one says why it is missing
+        return {"task": config.task.lm_eval, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def markdown_lines(scores: dict[str, Any]) -> list[str]:
+    """The report's "lm-evaluation-harness" table: one row per model, task or group and metric."""
+    title = f"## lm-evaluation-harness: `{scores.get('task')}` ({scores.get('harness', 'harness')})"
+    if "error" in scores:
+        return [title, "", f"Not computed: {scores['error']}", ""]
+    rows = []
+    for model, found in scores.get("models", {}).items():
+        for name, metrics in found.get("results", {}).items():
+            for key, value in metrics.items():
+                if "," not in key or "_stderr" in key or not isinstance(value, float):
+                    continue
+                stderr = metrics.get(key.replace(",", "_stderr,", 1))
+                shown = f"{value:.4f}" + (f" ± {stderr:.4f}" if isinstance(stderr, float) else "")
+                rows.append(f"| `{model}` | `{name}` | {key.replace(',', ' (', 1)}) | {shown} |")
+        if found.get("missing"):
+            rows.append(f"| `{model}` | | documents without an answer (scored as empty) | {found['missing']} |")
+    lines = [title, "", "| Model | Task | Metric (filter) | Value ± stderr |", "|---|---|---|---|", *rows, ""]
+    return lines + ["The harness's own filters, metrics and aggregation of the answers above (docs/lm_eval.md).", ""]
