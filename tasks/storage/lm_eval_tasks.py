@@ -24,6 +24,7 @@ import importlib
 import json
 import os
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -154,7 +155,11 @@ def _load_tasks(key: str) -> dict[str, Any]:
                 hint=(f"close names: {', '.join(close)}" if close else "no close name")
                 + "; list them with: python -m lm_eval ls tasks",
             )
-    built = _build(manager, entry, overrides(cfg, base_dir), name)
+    found = overrides(cfg, base_dir)
+    raw_cfg = {**(entry.cfg or {}), **found}
+    if "task" in raw_cfg and "group" not in raw_cfg:  # one task: refused before its data set is read
+        refuse_unsupported(name, raw_cfg.get)
+    built = _build(manager, entry, found, name)
     loaded: dict[str, Any] = manager.load([built])
     for task in loaded["tasks"].values():
         if cfg.num_fewshot is not None and task.get_config("num_fewshot") != 0:
@@ -173,18 +178,53 @@ def _build(manager: Any, entry: Any, found: dict[str, Any], name: str) -> Any:
     except ApeError:
         raise
     except Exception as exc:  # the data set, a hook, a malformed YAML: the harness's own words
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ApeError(
-            f"task '{name}' did not load: {type(exc).__name__}: {first[:300]}",
+        raise load_error(name, {**(entry.cfg or {}), **found}, exc) from None
+
+
+def load_error(name: str, raw_cfg: dict[str, Any], exc: Exception) -> ApeError:
+    """The one line for a task that did not load, naming its data set where it has one."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    dataset = raw_cfg.get("dataset_path")
+    if isinstance(exc, KeyError) and dataset in _SUFFIX_LOADERS.values():
+        return ApeError(
+            f"task '{name}' reads the split {first} that [task] data_files does not name",
+            where="[task] data_files",
+            hint="give a file for every split the task reads (test_split, and training_split or fewshot_split "
+            "for few-shot examples)",
+        )
+    if dataset and not Path(str(dataset)).exists() and dataset not in _SUFFIX_LOADERS.values():
+        config_name = raw_cfg.get("dataset_name")
+        splits = ", ".join(str(raw_cfg[k]) for k in ("test_split", "validation_split") if raw_cfg.get(k))
+        return ApeError(
+            f"task '{name}': the data set '{dataset}'"
+            + (
+                f" (configuration '{config_name}'" + (f", split {splits}" if splits else "") + ")"
+                if config_name
+                else ""
+            )
+            + f" is neither cached nor given ({type(exc).__name__}: {first})",
             where=WHERE,
-            hint="a data set that is not cached: give it as local files ([task] data_files, or dataset_path "
-            "= a local copy), or set HF_DATASETS_OFFLINE=1 with the Hugging Face cache holding it",
-        ) from None
+            hint="give it as local files with [task] data_files (or dataset_path = a local copy of the "
+            "data set's folder), or fill the Hugging Face cache where there is a network and set HF_DATASETS_OFFLINE=1",
+        )
+    unreachable = isinstance(exc, ConnectionError | FileNotFoundError) or "DatasetNotFound" in type(exc).__name__
+    return ApeError(
+        f"task '{name}' did not load: {type(exc).__name__}: {first}",
+        where=WHERE,
+        hint="a group's subtasks read their own data sets: give a local copy of each with [task] dataset_path "
+        "(a folder whose README names one configuration per subtask), or fill the Hugging Face cache and set "
+        "HF_DATASETS_OFFLINE=1"
+        if unreachable
+        else None,
+    )
 
 
-def refuse_unsupported(name: str, task: Any) -> None:
-    """One line naming the task, the feature and what to do for what APE cannot run."""
-    kind = task.get_config("output_type") or getattr(task, "OUTPUT_TYPE", None)
+def refuse_unsupported(name: str, setting: Callable[[str], Any], flags: Any = None) -> None:
+    """One line naming the task, the feature and what to do for what APE cannot run.
+    ``setting``: the task config's value of a key (a built task's ``get_config``, or a raw
+    config's ``get`` before its data set is loaded); ``flags``: the built task, whose class
+    says whether it shows images or runs code."""
+    kind = setting("output_type") or getattr(flags, "OUTPUT_TYPE", None) or "generate_until"
     if kind != "generate_until":
         raise ApeError(
             f"task '{name}' is a {kind} task (scored by log-likelihoods), and APE runs only generate_until "
@@ -193,18 +233,18 @@ def refuse_unsupported(name: str, task: Any) -> None:
             hint="pick a generative variant (e.g. mmlu_generative, arc_challenge_chat), or score choices "
             "with your own data and [choices]",
         )
-    repeats = task.get_config("repeats") or 1
+    repeats = setting("repeats") or 1
     if repeats != 1:
         raise ApeError(
             f"task '{name}' asks {repeats} generations per document (repeats), which APE does not run",
             where=WHERE,
             hint="set [task] options = {repeats = 1}, or run the task with lm_eval itself",
         )
-    if getattr(task, "MULTIMODAL", False) or task.get_config("doc_to_image") or task.get_config("doc_to_audio"):
+    if getattr(flags, "MULTIMODAL", False) or setting("doc_to_image") or setting("doc_to_audio"):
         raise ApeError(
             f"task '{name}' shows images or audio, which APE does not send", where=WHERE, hint="pick a text task"
         )
-    if getattr(task, "UNSAFE_CODE", False):
+    if getattr(flags, "UNSAFE_CODE", False) or (setting("metadata") or {}).get("unsafe_code"):
         raise ApeError(
             f"task '{name}' runs the model's code outside a sandbox",
             where=WHERE,
@@ -227,7 +267,7 @@ def item_lines(cfg: TaskConfig, base_dir: Path) -> list[str]:
     with _LOCK:
         for name in sorted(loaded["tasks"]):
             task = loaded["tasks"][name]
-            refuse_unsupported(name, task)
+            refuse_unsupported(name, task.get_config, task)
             for instance in build_requests(task, cfg.limit, cfg.fewshot_seed):
                 lines.append(json.dumps(_item(name, task, instance), ensure_ascii=False, default=str))
     if not lines:
