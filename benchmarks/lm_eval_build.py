@@ -12,7 +12,8 @@ as the Hub's copy of MMLU does) is built twice, each in a fresh Python process, 
   the same through APE and writes the items file (``OUTPUT/lm_eval/...jsonl``), then the
   data scan ``ape validate`` runs.
 
-Each process reports its wall time and its peak memory (ru_maxrss); the script prints both
+Each process starts with an empty cache of the ``datasets`` library (both read the data
+files, neither a cache), and reports its wall time and its peak memory (ru_maxrss); the script prints both
 and APE's ratios to the harness (medians of ``--repeat`` rounds). No network, no model.
 
     python benchmarks/lm_eval_build.py               # 14,042 questions, 57 subjects
@@ -120,7 +121,9 @@ def child(kind: str, data: Path, work: Path) -> None:
 
 
 def measure(kind: str, data: Path, work: Path) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    # a fresh cache of the datasets library per process: both read the data files, none a cache
+    env = dict(os.environ, PYTHONPATH=path, HF_DATASETS_CACHE=str(work / "hf-datasets-cache"))
     done = subprocess.run(
         [sys.executable, __file__, "--child", kind, "--data", str(data), "--work", str(work)],
         capture_output=True,

@@ -15,7 +15,7 @@ import pytest
 def needs_lm_eval() -> Any:
     """The ``lm_eval`` package, or the test skips saying so."""
     return pytest.importorskip(
-        "lm_eval", reason="lm-evaluation-harness is not installed (pip install 'ape-bench[lm_eval]')"
+        "lm_eval", reason="lm-evaluation-harness is not installed (pip install -e '.[lm_eval]')"
     )
 
 
