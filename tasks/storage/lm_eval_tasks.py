@@ -163,6 +163,9 @@ def _load_tasks(key: str) -> dict[str, Any]:
             )
         manager = _manager(str(path.parent))
         entry = importlib.import_module("lm_eval.tasks._index").TaskIndex.entry_from_path(path)
+        if entry is not None and not isinstance(entry.name, str):  # a group file, named by its task list
+            raw_file = importlib.import_module("lm_eval.tasks._yaml_loader").load_yaml(path, resolve_func=False)
+            entry = manager.task_index.get(str(raw_file.get("group")))  # indexed: its folder is the include path
         if entry is None:
             raise ApeError(f"{path} holds no 'task' or 'group' key", where=WHERE)
     else:

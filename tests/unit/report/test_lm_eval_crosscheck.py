@@ -121,3 +121,54 @@ def test_mmlu_subject_prompts_and_metrics_match_the_harness(tmp_path: Path, monk
     assert [g["exact_match,get_response"] for g in grades] == [per_doc[item.doc_id] for item in items]
     _same_metrics(harness["results"]["mmlu_aa_local"], scores["results"][subject])
     assert 0 < scores["results"][subject]["exact_match,get_response"] < 1
+
+
+def test_a_groups_aggregation_matches_the_harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group of two MMLU-shaped subjects (a task file of one's own): APE's items per
+    subtask, and the group's size-weighted exact_match, as simple_evaluate gives them."""
+    from lm_eval.tasks import TaskManager
+
+    offline(monkeypatch)
+    sources = [
+        ("abstract_algebra", tmp_path, write_mmlu(tmp_path, test=6)),
+        ("anatomy", tmp_path / "b", write_mmlu(tmp_path / "b", test=3)),
+    ]
+    members = [
+        {
+            "task": f"local_{name}",
+            "include": str(Path(lm_eval.__file__).parent / "tasks" / "mmlu" / "generative" / f"mmlu_{name}.yaml"),
+            "dataset_path": "json",
+            "dataset_name": None,
+            "dataset_kwargs": {"data_files": {split: str(base / file) for split, file in data.items()}},
+        }
+        for name, base, data in sources
+    ]
+    for member in members:
+        (tmp_path / f"{member['task']}.yaml").write_text(json.dumps(member), encoding="utf-8")
+    group = {
+        "group": "local_mmlu",
+        "task": [m["task"] for m in members],
+        "aggregate_metric_list": [{"metric": "exact_match", "weight_by_size": True, "filter_list": "get_response"}],
+    }
+    (tmp_path / "local_mmlu.yaml").write_text(json.dumps(group), encoding="utf-8")
+    answers = {doc_id: "A" if doc_id % 2 else "B" for doc_id in range(6)}
+    prompts: list[str] = []
+    model = replay_lm(lambda request: answers[request.doc_id], prompts)
+    harness = lm_eval.simple_evaluate(
+        model=model, tasks=["local_mmlu"], task_manager=TaskManager(include_path=str(tmp_path)), num_fewshot=1
+    )
+
+    from ape.tasks.report.lm_eval_scores import harness_scores
+    from ape.tasks.storage.lm_eval_tasks import item_lines
+
+    cfg = TaskConfig(lm_eval="local_mmlu.yaml", num_fewshot=1)
+    items = [LmEvalItem.model_validate_json(line) for line in item_lines(cfg, tmp_path)]
+    assert sorted(item.context for item in items) == sorted(prompts)
+    assert {item.task for item in items} == {"local_abstract_algebra", "local_anatomy"} and len(items) == 9
+    scores = harness_scores(cfg, tmp_path, {item.id: answers[item.doc_id] for item in items})
+    for name in ("local_mmlu", "local_abstract_algebra", "local_anatomy"):
+        _same_metrics(harness["results"][name], scores["results"][name])
+    by_task = [scores["results"][t]["exact_match,get_response"] for t in ("local_abstract_algebra", "local_anatomy")]
+    assert scores["results"]["local_mmlu"]["exact_match,get_response"] == pytest.approx(
+        (by_task[0] * 6 + by_task[1] * 3) / 9
+    )
