@@ -14,9 +14,7 @@ import pytest
 
 def needs_lm_eval() -> Any:
     """The ``lm_eval`` package, or the test skips saying so."""
-    return pytest.importorskip(
-        "lm_eval", reason="lm-evaluation-harness is not installed (pip install -e '.[lm_eval]')"
-    )
+    return pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed (pip install -e '.[lm_eval]')")
 
 
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
