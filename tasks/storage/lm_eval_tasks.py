@@ -57,6 +57,7 @@ def is_task_file(name: str) -> bool:
 def _manager(include_path: str | None) -> Any:
     """The harness's task index (reading its ~14,000 YAML files takes seconds: once a process)."""
     harness()
+    importlib.import_module("datasets").disable_progress_bars()  # APE's own progress bar is the one shown
     tasks = importlib.import_module("lm_eval.tasks")
     return tasks.TaskManager(include_path=include_path)
 
