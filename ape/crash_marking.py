@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import timedelta
 from typing import TYPE_CHECKING
+
+from ape.tasks.storage import prefect_api
 
 if TYPE_CHECKING:
     from prefect.events.schemas.automations import AutomationCore
@@ -55,41 +56,19 @@ def enable_heartbeats() -> None:
 
 def crash_automation() -> AutomationCore:
     """The automation that marks a flow run Crashed when its heartbeats stop (see above)."""
-    # deferred: Prefect reads its settings when it is first imported
-    from prefect.client.schemas.objects import StateType  # noqa: PLC0415
-    from prefect.events.actions import ChangeFlowRunState  # noqa: PLC0415
-    from prefect.events.schemas.automations import (  # noqa: PLC0415
-        AutomationCore,
-        EventTrigger,
-        Posture,
-        ResourceSpecification,
-    )
-
-    return AutomationCore(
-        name=AUTOMATION_NAME,
+    return prefect_api.silence_automation(
+        AUTOMATION_NAME,
         description=(
             "Created by APE: a flow run that sent heartbeats and then fell silent for "
             f"{SILENCE_S} s without a final state lost its process (killed, out of memory, "
             "machine lost)."
         ),
-        trigger=EventTrigger(
-            after={"prefect.flow-run.heartbeat"},
-            expect={"prefect.flow-run.heartbeat", *(f"prefect.flow-run.{state}" for state in _TERMINAL)},
-            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
-            for_each={"prefect.resource.id"},
-            posture=Posture.Proactive,
-            threshold=1,
-            within=timedelta(seconds=SILENCE_S),
+        message=(
+            f"No heartbeat for {SILENCE_S} s: the run's process died (killed, out of "
+            "memory or the machine lost). Rerun the same command to resume it."
         ),
-        actions=[
-            ChangeFlowRunState(
-                state=StateType.CRASHED,
-                message=(
-                    f"No heartbeat for {SILENCE_S} s: the run's process died (killed, out of "
-                    "memory or the machine lost). Rerun the same command to resume it."
-                ),
-            )
-        ],
+        silence_s=SILENCE_S,
+        terminal=_TERMINAL,
     )
 
 
@@ -97,13 +76,8 @@ def ensure_crash_automation() -> bool:
     """Create the automation on the configured server unless one of that name is there;
     True when it is there afterwards. A failure is one warning, never the run's end: the run
     is the point, the mark is a courtesy to the UI."""
-    from prefect.client.orchestration import get_client  # noqa: PLC0415 - deferred, as above
-
     try:
-        with get_client(sync_client=True) as client:
-            if client.read_automations_by_name(AUTOMATION_NAME):
-                return True
-            client.create_automation(crash_automation())
+        prefect_api.ensure_silence_automation(crash_automation())
         return True
     except Exception as exc:  # noqa: BLE001 - any client or server error: warn and go on
         reason = str(exc).splitlines()[0][:200] if str(exc) else ""

@@ -52,6 +52,7 @@ from ape.schemas.errors import ApeError
 from ape.tasks.common import ownership
 from ape.tasks.common.env_number import env_number
 from ape.tasks.common.home import AUTH_FILE, CLIENT_AUTH_KEY, ape_home, password_hint, server_home, ui_password_file
+from ape.tasks.storage import prefect_api
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4200
@@ -683,9 +684,7 @@ def configured_api_url() -> str | None:
     value = os.environ.get("PREFECT_API_URL")
     if value:
         return value
-    from prefect.settings import get_current_settings  # deferred: Prefect reads the settings APE sets, at import
-
-    return get_current_settings().api.url or None
+    return prefect_api.api_url()
 
 
 def existing_api_url(on_status: StatusCallback | None = None) -> str | None:
@@ -926,11 +925,7 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 
 def _refresh_prefect_settings() -> None:
     """Make Prefect re-read the environment: its settings are captured at import time."""
-    from prefect import context  # deferred, as above: imported only once the environment is set
-
-    refresh = getattr(context, "refresh_global_settings_context", None)
-    if refresh is not None:
-        refresh()
+    prefect_api.refresh_settings()
 
 
 __all__ = [

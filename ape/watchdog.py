@@ -53,6 +53,7 @@ from pathlib import Path
 from ape.server import OwnServer, healthy, own_server, process_alive
 from ape.tasks.common import ownership
 from ape.tasks.common.exits import ProcessExit
+from ape.tasks.storage import prefect_api
 from ape.tasks.storage.save import WRITE_GUARD
 
 EXIT_API_LOST = 1
@@ -179,9 +180,7 @@ class ApiWatchdog:
 def api_watchdog(output: Path) -> ApiWatchdog | None:
     """A watchdog for the configured PREFECT_API_URL (None with Prefect's in-process server,
     which cannot be lost), watching the server's process when APE started it."""
-    from prefect.settings import PREFECT_API_URL  # deferred: Prefect is imported after APE sets its settings
-
-    url = PREFECT_API_URL.value()
+    url = prefect_api.api_url()
     if not url:
         return None
     return ApiWatchdog(url, output, owner=own_server(url))

@@ -41,7 +41,8 @@ def child(mode: str, n: int) -> None:
     from prefect import flow, task
     from prefect.cache_policies import NO_CACHE
 
-    from ape.tasks.recording.stage_runs import StageMark, current_flow_run_id, record_stage_runs
+    from ape.tasks.recording.stage_runs import StageMark, record_stage_runs
+    from ape.tasks.storage.prefect_api import current_flow_run_id
 
     @task(name="trivial", cache_policy=NO_CACHE, persist_result=False)
     def trivial(i: int) -> int:
@@ -52,7 +53,7 @@ def child(mode: str, n: int) -> None:
             trivial(i)
         elif mode == "recorded":
             now = time.time()
-            record_stage_runs(current_flow_run_id(), f"i{i}", 0, [StageMark("solve", now, now)])
+            record_stage_runs(str(current_flow_run_id()), f"i{i}", 0, [StageMark("solve", now, now)])
 
     @flow(name=f"profile-{mode}", persist_result=False)
     def profile_flow() -> tuple[float, float, str | None]:
@@ -61,7 +62,7 @@ def child(mode: str, n: int) -> None:
             futures = [pool.submit(contextvars.copy_context().run, one, i) for i in range(n)]
             for future in futures:
                 future.result()
-        return time.process_time() - cpu0, time.perf_counter() - wall0, current_flow_run_id()
+        return time.process_time() - cpu0, time.perf_counter() - wall0, str(current_flow_run_id())
 
     cpu0 = time.process_time()
     _, wall, flow_run_id = profile_flow()

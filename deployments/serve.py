@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from prefect import serve as prefect_serve
-from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     DeploymentFilter,
     DeploymentFilterName,
@@ -42,6 +41,7 @@ from ape.flows.served import CONFIG_ENV, OVERRIDES
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.plugins.loader import load_object
+from ape.tasks.storage import prefect_api
 
 if TYPE_CHECKING:
     from prefect import Flow
@@ -192,7 +192,7 @@ def stop_outcome(deployment_name: str, stopped_at: datetime) -> StopOutcome:
     runs = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=STOPPED_TYPES + UNFINISHED_TYPES)))
     deployments = DeploymentFilter(name=DeploymentFilterName(any_=[name]))
     flows = FlowFilter(name=FlowFilterName(any_=[flow_name]))
-    with get_client(sync_client=True) as client:
+    with prefect_api.sync_client() as client:
         found = client.read_flow_runs(flow_filter=flows, flow_run_filter=runs, deployment_filter=deployments, limit=50)
     cancelled, unfinished = [], []
     for run in found:

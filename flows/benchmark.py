@@ -21,8 +21,8 @@ from prefect.runtime import deployment, flow_run
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.states import Failed
 
-from ape.flows.control import control_log
 from ape.flows.evaluate import Drained, ItemsFailed, dask_task_runner, evaluate
+from ape.flows.live.control import control_log
 from ape.flows.logs import run_logs
 from ape.flows.preflight import Checked, graded_canary, hand_over, handed
 from ape.flows.progress import RUN_ERROR_LINES

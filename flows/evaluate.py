@@ -24,30 +24,27 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
-from uuid import UUID
 
 from prefect import State, flow
 from prefect.runtime import flow_run
 from prefect.states import Failed
 from pydantic import BaseModel
 
-from ape.flows.control import RunControl, recorded_events
 from ape.flows.feeders import DaskFeeder, Feeder, ThreadFeeder, dask_task_runner
 from ape.flows.heartbeats import model_heartbeats
 from ape.flows.item import ItemProcessor
-from ape.flows.live_view import LiveView
+from ape.flows.live.control import recorded_events
+from ape.flows.live.run import LiveRun
 from ape.flows.logs import CONSOLE_SKIP, run_logs
 from ape.flows.preflight import handed
-from ape.flows.progress import ProgressView, Tally, repeated_errors, report_errors
+from ape.flows.progress import Tally, repeated_errors
 from ape.flows.resume import apply_changes, recorded, refuse_mixing, retry_lines
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.common.words import count
 from ape.tasks.models.batch_status import take_refused
-from ape.tasks.models.limits import limiter_for, uses_server_limits
-from ape.tasks.models.meter import meter_for
-from ape.tasks.models.server_limits import limit_names, limit_notes, server_limits_enabled
+from ape.tasks.models.limits import limiter_for
 from ape.tasks.recording import RunRecording
 from ape.tasks.report.provenance import run_provenance
 from ape.tasks.setup.model import ModelSetup, make_setup, resume_fingerprints, run_label
@@ -125,7 +122,6 @@ class Runner:
             tally.resumed(saver.counts.get(key, (0, 0)))
         if tally.done:
             log.info("%s: resuming, %d of %d items already saved", setup.model_id, tally.done, tally.total)
-        window = cfg.run.window or 4 * cfg.run.solver_workers
         log.info(
             "%s: %d items, %d to run, %s each, %s, output %s",
             setup.model_id,
@@ -135,7 +131,6 @@ class Runner:
             count(cfg.run.solver_workers, "solver worker"),
             setup.out_dir,
         )
-        label = f"{cfg.name} · {setup.model_id}"
         feeder: Feeder
         recording = RunRecording.start(cfg.run)  # this flow run's mirror in the Prefect UI
         if cfg.run.task_runner == "dask":
@@ -144,15 +139,17 @@ class Runner:
             feeder = ThreadFeeder(self.processor, self.refresh, self.session_log, recording)
         items = (item for item in provider if item_id(item) not in skip)
         budget = Budget.for_run(cfg)  # [run] max_cost: checked before each item starts
-        control = RunControl(
-            out_dir=setup.out_dir,
-            model=setup.model_id,
-            flow_run_id=UUID(recording.flow_run_id) if recording.flow_run_id else None,
-            server=server_limits_enabled(),  # a real server: the variable, the Paused state
+        live = LiveRun(
+            setup,
+            tally=tally,
+            results_path=saver.results_path,
+            resumed=resumed,
+            in_flight=lambda: len(feeder.pending),
+            flow_run_id=recording.flow_run_id,
+            earlier_control=self.earlier_control,
         )
-        live = self._live_view(saver, tally.total, resumed, feeder, recording, label, control)
         try:
-            self._loop(saver, feeder, items, window, tally, label, budget, live, control)
+            self._loop(saver, feeder, items, budget, live)
         except OSError as exc:  # a transcript or log write failed (disk full, folder gone)
             raise SaveFailed(
                 f"writing to {setup.out_dir} failed: {exc.strerror or exc}; the "
@@ -164,7 +161,7 @@ class Runner:
             self.chains = self._stage_chains(recording)
         if budget.stopped and tally.done < tally.total:
             raise BudgetReached(budget.message(setup.model_id, tally.total - tally.done))
-        if control.mode == "drain" and tally.done < tally.total:
+        if live.mode == "drain" and tally.done < tally.total:
             raise Drained(
                 f"{setup.model_id}: drained with {tally.done} of {tally.total} items saved; "
                 f"run the same command again (or `ape retry {cfg.run.output}`) to go on from there"
@@ -220,31 +217,22 @@ class Runner:
                 log.log(level, "%s", line)
 
     def _loop(
-        self,
-        saver: SaveHandler,
-        feeder: Feeder,
-        items: Iterator[BaseModel],
-        window: int,
-        tally: Tally,
-        label: str,
-        budget: Budget,
-        live: LiveView,
-        control: RunControl,
+        self, saver: SaveHandler, feeder: Feeder, items: Iterator[BaseModel], budget: Budget, live: LiveRun
     ) -> None:
+        """Feed items in a window, save what is done, obey the live run's mode (:mod:`ape.flows.live`)."""
         setup, cfg = self.setup, self.setup.config
         assert self.session_log is not None  # opened by run() before the loop
-        # the UI's progress artifact is the live view's, published off this thread
-        progress = ProgressView(label, tally, enabled=cfg.cli.progress, name=setup.model_id, artifact=False)
-        with saver, self.session_log, progress as view, live, control:
+        window = cfg.run.window or 4 * cfg.run.solver_workers
+        with saver, self.session_log, live:
             exhausted = False
             held: deque[BaseModel] = deque()  # items a pause took back before they started
             while feeder.pending or held or not exhausted:
-                if control.mode != "run":  # read off the hot path (ape.flows.control)
+                if live.mode != "run":  # read off the hot path (ape.flows.live.control)
                     held.extend(feeder.withdraw())  # queued, not started: only sessions going finish
-                if control.mode == "drain":
+                if live.mode == "drain":
                     exhausted = True
                     held.clear()  # not run now: the next run takes them
-                while (held or not exhausted) and control.mode == "run" and len(feeder.pending) < window:
+                while (held or not exhausted) and live.mode == "run" and len(feeder.pending) < window:
                     if not budget.allow(len(feeder.pending)):
                         exhausted = budget.stopped  # else: wait for items in flight, ask again
                         break
@@ -254,62 +242,19 @@ class Runner:
                         break
                     feeder.submit(item)
                 if not feeder.pending:
-                    if control.mode == "pause" and (held or not exhausted):  # in flight all saved: wait
-                        saver.note("control", self._control_log(control))
-                        saver.flush_metadata()
-                        control.hold(tally.done, tally.total)
+                    if live.mode == "pause" and (held or not exhausted):  # in flight all saved: wait
+                        live.hold(saver)
                         continue
                     break
                 batches = feeder.next_done()
                 saver.save(batches)
                 budget.add(batches)
                 for batch in batches:
-                    tally.add(batch)
-                    live.add(batch)
-                    report_errors(batch, tally)
+                    live.saw(batch)
                     if setup.hook is not None:
                         self._call_hook(batch)
-                view.update()
-            self._note_limits(saver)
-            if control.events or self.earlier_control:  # who paused, resumed or drained, when, what changed
-                saver.note("control", self._control_log(control))
-
-    def _control_log(self, control: RunControl) -> list[Any]:
-        """metadata.json's ``control``: the earlier runs' actions on this folder, then this run's."""
-        return self.earlier_control + [e.model_dump(mode="json") for e in control.events]
-
-    def _live_view(
-        self,
-        saver: SaveHandler,
-        total: int,
-        resumed: list[str],
-        feeder: Feeder,
-        recording: RunRecording,
-        label: str,
-        control: RunControl,
-    ) -> LiveView:
-        """The live view of this run (:mod:`ape.flows.live_view`): live.json and the flow run's artifacts."""
-        setup, cfg = self.setup, self.setup.config
-        return LiveView(
-            out_dir=setup.out_dir,
-            benchmark=cfg.name,
-            model=setup.model_id,
-            label=label,
-            total=total,
-            results_path=saver.results_path,
-            resumed=resumed,
-            meter=None if cfg.run.task_runner == "dask" else meter_for(setup.model_id),  # Dask: in its workers
-            items_in_flight=lambda: len(feeder.pending),
-            control_mode=lambda: control.mode,  # paused / draining while ape ctl holds it
-            flow_run_id=UUID(recording.flow_run_id) if recording.flow_run_id else None,
-        )
-
-    def _note_limits(self, saver: SaveHandler) -> None:
-        """The Prefect server's limits this model's calls took (which value held, changes seen
-        mid-run) go to metadata.json's ``server_limits`` (:mod:`ape.tasks.models.server_limits`)."""
-        model_cfg = self.setup.model_cfg
-        if uses_server_limits(model_cfg):
-            saver.note("server_limits", limit_notes(limit_names(model_cfg)))
+                live.update()
+            live.note(saver)  # the server's limits the calls took; who paused, resumed or drained
 
     def _finish(self, saver: SaveHandler, tally: Tally, started: float) -> dict[str, Any]:
         setup, cfg = self.setup, self.setup.config

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from ape.schemas.data import id_field_name, item_id
 from ape.schemas.results import CheckResult, ErrorInfo, Outcome, OutputBatch, SessionResult
-from ape.schemas.transcript import SolveRecord
+from ape.schemas.transcript import RESULT_FROM_RECORD, SolveRecord
 from ape.tasks.checking.check import CheckerCarousel
 from ape.tasks.report.health import prompt_hash
 from ape.tasks.session.chain import stages_for
@@ -99,25 +99,14 @@ class ItemProcessor:
         data = setup.config.data
         price = session_cost(setup.model_cfg, record.input_tokens, record.output_tokens)
         return SessionResult(
+            **{name: getattr(record, name) for name in RESULT_FROM_RECORD},  # outcome, solution, tokens...
             item_id=spec.item_id,
             run_index=spec.run_index,
             model_id=setup.model_id,
-            outcome=record.outcome,
-            solution=record.solution,
-            raw_output=record.raw_output,
-            error=record.error,
             check=check,
             metric=metric,
             score=scored[0],
             correct=scored[1],
-            confidence=record.confidence,
-            token_nll=record.token_nll,
-            token_count=record.token_count,
-            input_tokens=record.input_tokens,
-            output_tokens=record.output_tokens,
-            reasoning_tokens=record.reasoning_tokens,
-            reasoning_cut=record.reasoning_cut,
-            steps=record.steps,
             latency_s=latency_s,
             category=_field_text(item, data.category_field),
             cached=cached,
@@ -126,10 +115,7 @@ class ItemProcessor:
             cost=0.0 if cached and price is not None else price,
             cached_cost=price if cached else None,
             prompt_hash=prompt_hash(spec.prompt, spec.system),
-            stop_reason=record.stop_reason,
             batch=setup.model_cfg.batch and not cached,
-            end_reason=record.end_reason,
-            sandbox=record.sandbox,
         )
 
     def run_item(

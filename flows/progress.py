@@ -27,7 +27,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from ape.flows.batch_view import BatchColumn
+from ape.flows.live.batch_column import BatchColumn
 from ape.flows.logs import CONSOLE_SKIP
 from ape.schemas.results import CheckStatus, Outcome, OutputBatch
 from ape.tasks.common.console import Repeats

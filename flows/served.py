@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
-from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 from prefect.states import Failed
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -36,6 +35,7 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError, validation_error
 from ape.schemas.results import Outcome
 from ape.tasks.setup.model import run_label
+from ape.tasks.storage import prefect_api
 from ape.tasks.storage.config_file import load_config
 
 log = logging.getLogger("ape")
@@ -128,7 +128,7 @@ def name_refused_parameters(flow: Any, flow_run: Any, state: Any) -> None:
 
     message = refused_message(refused)
     log.error("%s", message)
-    with get_client(sync_client=True) as client:
+    with prefect_api.sync_client() as client:
         client.set_flow_run_state(flow_run.id, Failed(message=message), force=True)
 
 

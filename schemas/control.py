@@ -1,6 +1,6 @@
 """Control of a running evaluation: pause, resume, drain (see ``docs/live-control.md``).
 
-Two channels carry a request to a model's running loop (:mod:`ape.flows.control`), read
+Two channels carry a request to a model's running loop (:mod:`ape.flows.live.control`), read
 about once a second, off the loop that saves:
 
 - ``control.json`` in the model's output folder (:data:`CONTROL_FILE`), written by

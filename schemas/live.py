@@ -1,7 +1,7 @@
 """``live.json``: how far one model's run has got, rewritten every few seconds while it goes.
 
 Each model's output folder holds one (``ape status`` reads it; the Prefect UI shows the same
-numbers as the flow run's artifacts, :mod:`ape.flows.live_view`). Written whole and atomically
+numbers as the flow run's artifacts, :mod:`ape.flows.live.view`). Written whole and atomically
 (a reader sees the old or the new file), owner-only like every output of a run. What
 ``ape status`` reads back is untrusted (anyone who can write the folder can write it), so it
 is validated against this model: unknown keys, wrong types, negative counts and non-finite

@@ -92,13 +92,14 @@ cache keeps them as JSON (:mod:`ape.tasks.storage.cache_format`).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome
+from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome, SessionResult
 
 
 class EntryKind(str, Enum):
@@ -263,3 +264,17 @@ class SessionTranscript(BaseModel):
     end_reason: str | None = None  # why an agent's tool loop ended early (SessionResult.end_reason)
     written_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     entries: list[TranscriptEntry] = Field(default_factory=list)
+
+
+def carried_fields(source: type[BaseModel], target: type[BaseModel], *, apart: Collection[str] = ()) -> tuple[str, ...]:
+    """The fields ``target`` takes as they are from ``source``: every name both models declare,
+    in ``target``'s order, but those in ``apart`` (the caller sets them otherwise)."""
+    return tuple(name for name in target.model_fields if name in source.model_fields and name not in apart)
+
+
+# A session's fields, defined once by the models that carry them from stage to stage: a
+# SolveRecord's go into its SessionResult as they are (but the latency, measured again for a
+# cached answer), and a SessionResult's into its line of sessions.jsonl (but the solution,
+# which is made plain JSON there). A field added to two of the models travels without more code.
+RESULT_FROM_RECORD = carried_fields(SolveRecord, SessionResult, apart={"latency_s"})
+TRANSCRIPT_FROM_RESULT = carried_fields(SessionResult, SessionTranscript, apart={"solution"})

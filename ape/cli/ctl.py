@@ -25,6 +25,7 @@ from ape.cli.status import is_uuid
 from ape.schemas.control import Action
 from ape.schemas.errors import ApeError
 from ape.tasks.common.inert import terminal_safe
+from ape.tasks.storage import prefect_api
 
 NAME = "ctl"
 HELP = "pause, resume or drain a running evaluation (by its output folder, or its flow run on a server)"
@@ -43,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def ctl(verb: str, run: str) -> int:
-    from ape.flows.control_channel import current_user
+    from ape.tasks.storage.control_channel import current_user
 
     action = ACTION_OF[verb]
     user = current_user()
@@ -79,7 +80,7 @@ def _after(verb: str) -> str:
 def _by_folder(folder: Path, action: Action, user: str) -> list[str]:
     """Write the request to each model of the folder whose loop is going (its live.json says
     ``running``, ``paused`` or ``draining``)."""
-    from ape.flows.control_channel import write_request_file
+    from ape.tasks.storage.control_channel import write_request_file
     from ape.tasks.storage.live_files import find_live, read_live
 
     going = [(path.parent, read_live(path)) for path in find_live(folder)]
@@ -104,12 +105,11 @@ def _by_flow_run(run: str, action: Action, user: str) -> tuple[list[str], Path |
             where=run,
             hint=HINT,
         )
-    from prefect.client.orchestration import get_client
 
-    from ape.flows.control_channel import set_variable
     from ape.schemas.control import variable_name
+    from ape.tasks.storage.control_channel import set_variable
 
-    with get_client(sync_client=True) as client:
+    with prefect_api.sync_client() as client:
         found = _find_flow_run(client, run)
         models = _model_runs(client, found)
         if not models:

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ape.tasks.storage import prefect_api
+
 __all__ = ["flow_run_output", "output_of"]
 
 
@@ -30,13 +32,11 @@ def flow_run_output(run_id: str) -> Path | None:
 
     if not existing_api_url():
         return None
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
+    not_found, _ = prefect_api.object_errors()
     try:
-        with get_client(sync_client=True) as client:
+        with prefect_api.sync_client() as client:
             flow_run = client.read_flow_run(uuid.UUID(run_id))
-    except (ObjectNotFound, ValueError):
+    except (not_found, ValueError):
         return None
     folder = output_of(flow_run.parameters)
     return folder if folder is not None and folder.is_dir() else None

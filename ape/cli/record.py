@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from ape.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from ape.schemas.errors import ApeError
+from ape.tasks.storage import prefect_api
 from ape.tasks.storage.file_modes import following
 
 if TYPE_CHECKING:
@@ -103,10 +104,8 @@ def _connect() -> str:
             "no Prefect server reachable: none configured (PREFECT_API_URL) and this APE home's is not running",
             hint="start it with `ape server start`, or set PREFECT_API_URL to the server the run reported to",
         )
-    from prefect.client.orchestration import get_client  # deferred: after the settings above
-
     try:
-        with get_client(sync_client=True) as client:
+        with prefect_api.sync_client() as client:
             client.request("GET", "/health").raise_for_status()
     except Exception as exc:
         message = f"no Prefect server reachable at {api}: {exc}"

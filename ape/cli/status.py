@@ -2,7 +2,7 @@
 
 RUN is an output folder: the ``[run] output`` folder of a run by hand, a run folder under
 its ``runs/`` (a scheduled or served run; the folder itself shows its newest run), or one
-model's folder. The numbers are the live view's (:mod:`ape.flows.live_view`), read from each
+model's folder. The numbers are the live view's (:mod:`ape.flows.live.view`), read from each
 model's ``live.json`` (validated: :mod:`ape.tasks.storage.live_files`): the same the flow
 run's artifacts show in the Prefect UI. Reading a folder needs no server, so it works with
 ``--no-server`` runs, and after the server is gone. RUN may also be a flow run's id

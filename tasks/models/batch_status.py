@@ -4,7 +4,7 @@ A run whose sessions wait for a provider batch saves no item for minutes or hour
 progress bar stands still. The :class:`BatchBoard` of each batcher holds its batches'
 latest state (id, status, counts, age), told by the batcher on each submit, poll and end:
 
-- the progress bar's batch column (:mod:`ape.flows.batch_view`) reads
+- the progress bar's batch column (:mod:`ape.flows.live.batch_column`) reads
   :func:`waiting_text` at each refresh, so the terminal shows the waiting batch;
 - a markdown artifact keyed ``<model>-batches`` on the flow run that asked (one per flow
   run and model, updated in place) holds the table of the model's batches, with a first
@@ -26,10 +26,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 from uuid import UUID
 
 from ape.tasks.common.inert import md_text
+from ape.tasks.storage import prefect_api
 
 __all__ = ["BatchBoard", "BatchRow", "artifact_key_for", "board_for", "take_refused", "waiting_text"]
 
@@ -59,8 +59,7 @@ class BatchRow:
 
 def artifact_key_for(model_id: str) -> str:
     """The artifact's key: Prefect keys take lowercase letters, digits and dashes."""
-    slug = "".join(c if c.isalnum() else "-" for c in model_id.lower()).strip("-") or "model"
-    return f"{slug}-batches"
+    return prefect_api.artifact_key(prefect_api.artifact_key(model_id, fallback="model"), "batches")
 
 
 def _age(seconds: float) -> str:
@@ -201,26 +200,20 @@ class BatchBoard:
         with self._lock:
             flow_run_id, artifact_id = self._flow_run_id, self._artifact_id
         try:
-            # deferred, as elsewhere in the models layer: APE sets Prefect's settings first
-            from prefect.client.orchestration import get_client  # noqa: PLC0415
-            from prefect.client.schemas.actions import ArtifactCreate, ArtifactUpdate  # noqa: PLC0415
-
-            with get_client(sync_client=True) as client:
-                if artifact_id is None:
-                    created = client.create_artifact(
-                        ArtifactCreate(
-                            key=artifact_key_for(self.model_id),
-                            type="markdown",
-                            data=markdown,
-                            description=f"{self.model_id}: provider batches (id, status, counts, age)",
-                            flow_run_id=flow_run_id,
-                        )
-                    )
-                    with self._lock:
-                        if self._flow_run_id == flow_run_id:
-                            self._artifact_id = created.id
-                else:
-                    client.update_artifact(artifact_id, ArtifactUpdate(data=markdown))
+            with prefect_api.sync_client() as client:
+                made = prefect_api.upsert_artifact(
+                    client,
+                    artifact_id,
+                    key=artifact_key_for(self.model_id),
+                    kind="markdown",
+                    data=markdown,
+                    description=f"{self.model_id}: provider batches (id, status, counts, age)",
+                    flow_run_id=flow_run_id,
+                )
+            if artifact_id is None:
+                with self._lock:
+                    if self._flow_run_id == flow_run_id:
+                        self._artifact_id = made
         except Exception as exc:  # no API, or a hiccup: the terminal and the log still say it
             log.debug("batch artifact of %s unavailable: %s", self.model_id, exc)
 
@@ -250,18 +243,3 @@ def waiting_text(model_id: str) -> str:
     waits (or the model does not batch)."""
     board = _boards.get(model_id)
     return board.text() if board is not None else ""
-
-
-def current_flow_run_id() -> UUID | None:
-    """The flow run of the calling thread's context: a solver worker's copied context, or on a
-    Dask worker the item task's run, which names its flow run."""
-    try:
-        from prefect.context import FlowRunContext, TaskRunContext  # noqa: PLC0415 - settings first
-
-        context: Any = FlowRunContext.get()
-        if context is not None and context.flow_run is not None:
-            return context.flow_run.id
-        task: Any = TaskRunContext.get()
-        return task.task_run.flow_run_id if task is not None else None
-    except Exception:
-        return None

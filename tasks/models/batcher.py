@@ -73,10 +73,11 @@ from pathlib import Path
 from typing import Any
 
 from ape.tasks.models.batch_clients import BatchClient, BatchState, RequestResult
-from ape.tasks.models.batch_status import board_for, current_flow_run_id
+from ape.tasks.models.batch_status import board_for
 from ape.tasks.models.batch_trust import ProviderRecord, batch_refusal, request_hash, trusted_answers
 from ape.tasks.models.limits import classify_error
 from ape.tasks.storage.file_modes import created_file_mode, not_own_file
+from ape.tasks.storage.prefect_api import current_flow_run_id
 
 __all__ = ["LEDGER", "BatchRequestError", "Batcher", "BatchSettings", "batcher_for", "custom_id", "open_batches"]
 

@@ -1,5 +1,5 @@
 """How many model requests of a model are going now, and how many have started: for the
-live view (:mod:`ape.flows.live_view`), which samples them every few seconds.
+live view (:mod:`ape.flows.live.view`), which samples them every few seconds.
 
 Counted around every request a :class:`ape.tasks.models.managed.ManagedChatModel` sends
 (each retry is a request of its own), inside the limiter's slot: a request waiting for a slot

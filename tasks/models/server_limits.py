@@ -58,6 +58,7 @@ from uuid import UUID, uuid4
 
 from ape.schemas.config import ModelConfig
 from ape.tasks.models.limiter import Limiter
+from ape.tasks.storage import prefect_api
 
 log = logging.getLogger("ape.models")
 
@@ -113,9 +114,7 @@ def waiting_variable(name: str) -> str:
 def server_limits_enabled() -> bool:
     """True when a real Prefect server is configured; Prefect's temporary server keeps no
     limits between processes, so the in-process limiter stays then."""
-    from prefect.settings import PREFECT_API_URL  # noqa: PLC0415 - APE sets Prefect's settings first
-
-    return bool(PREFECT_API_URL.value())
+    return bool(prefect_api.api_url())
 
 
 # -- what the run records ------------------------------------------------------------------
@@ -167,12 +166,6 @@ def _now() -> str:
 ClientFactory = Callable[[], Any]
 
 
-def _default_client() -> Any:
-    from prefect.client.orchestration import get_client  # noqa: PLC0415 - only runs with a server need it
-
-    return get_client(sync_client=True)
-
-
 def _status(exc: BaseException) -> int | None:
     response = getattr(exc, "response", None)
     return getattr(response, "status_code", None)
@@ -188,20 +181,18 @@ def _retry_after(exc: BaseException, default: float) -> float:
 def _ensure(client: Any, name: str, model_id: str, key: str, wanted: float, decay: float | None) -> Any:
     """Read the limit ``name``, creating it with the config's value when the server has none;
     log and note which value holds when they differ. Returns the server's limit."""
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate  # noqa: PLC0415 - as above
-    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound  # noqa: PLC0415 - as above
-
+    not_found, already_exists = prefect_api.object_errors()
     try:
         current = client.read_global_concurrency_limit_by_name(name)
-    except ObjectNotFound:
+    except not_found:
         create: dict[str, Any] = {"name": name, "limit": int(math.ceil(wanted)) if decay else int(wanted)}
         if decay:
             create["slot_decay_per_second"] = decay
         try:
-            client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(**create))
+            prefect_api.create_global_limit(client, create)
             log.info("%s: created the server's limit %s from [model] %s = %s", model_id, name, key, wanted)
             _note(name, config_value=wanted, server_value=wanted, holds="config", why="created by this run")
-        except ObjectAlreadyExists:  # another run created it a moment ago: its value holds
+        except already_exists:  # another run created it a moment ago: its value holds
             pass
         current = client.read_global_concurrency_limit_by_name(name)
     server_value = current.slot_decay_per_second if decay else current.limit
@@ -242,7 +233,7 @@ class ServerSlots:
     """Concurrency slots of one global concurrency limit, taken in leases and lent to this
     process's workers (module docstring). Same ``acquire()`` as the in-process limiter."""
 
-    def __init__(self, name: str, model_id: str, config_value: int, client: ClientFactory = _default_client):
+    def __init__(self, name: str, model_id: str, config_value: int, client: ClientFactory = prefect_api.sync_client):
         self.name = name
         self.model_id = model_id
         self.config_value = config_value
@@ -361,11 +352,10 @@ class ServerSlots:
         self.limit = value
 
     def _read(self, client: Any) -> None:
-        from prefect.exceptions import ObjectNotFound  # noqa: PLC0415 - as in _default_client
-
+        not_found, _ = prefect_api.object_errors()
         try:
             current = client.read_global_concurrency_limit_by_name(self.name)
-        except ObjectNotFound:  # deleted mid-run: created again with the config's value
+        except not_found:  # deleted mid-run: created again with the config's value
             current = _ensure(client, self.name, self.model_id, "max_concurrency", self.config_value, None)
         self._set_limit(current.limit if current.active else SWITCHED_OFF)
         self._full = current.active and current.active_slots >= current.limit
@@ -457,17 +447,15 @@ class ServerSlots:
 
     def _signal_waiting(self, client: Any) -> None:
         """Say that this process waits for the limit and holds none of it (at most once a second)."""
-        from prefect.client.schemas.actions import VariableCreate, VariableUpdate  # noqa: PLC0415 - as above
-        from prefect.exceptions import ObjectAlreadyExists  # noqa: PLC0415 - as above
-
+        _, already_exists = prefect_api.object_errors()
         if time.monotonic() - self._signalled < 1.0:
             return
         self._signalled = time.monotonic()
         name, value = waiting_variable(self.name), {"token": self._token, "at": time.time()}
         try:
-            client.create_variable(VariableCreate(name=name, value=value, tags=["ape"]))
-        except ObjectAlreadyExists:
-            client.update_variable(VariableUpdate(name=name, value=value))
+            prefect_api.create_variable(client, name, value, ["ape"])
+        except already_exists:
+            prefect_api.update_variable(client, name, value)
 
     def close(self, timeout_s: float = 60.0) -> None:
         """Hand every lease back and stop the keeper (at the process's end: :func:`close_all`).
@@ -528,7 +516,7 @@ class ServerRate:
     from 63.7 s to 8.9 s. The turn also reads the limit every :data:`POLL_S`, so a rate
     changed on the server is logged and recorded like a concurrency limit's change."""
 
-    def __init__(self, name: str, model_id: str, per_second: float, client: ClientFactory = _default_client):
+    def __init__(self, name: str, model_id: str, per_second: float, client: ClientFactory = prefect_api.sync_client):
         self.name = name
         self.model_id = model_id
         self.per_second = per_second
@@ -574,20 +562,14 @@ class ServerRate:
         """A settings context in which Prefect's client does not retry by itself: it would
         wait 2, 4, 8, 16 and 32 s after a busy answer while the turn (and every call of this
         process) waits behind it; :meth:`wait` asks again after :data:`BUSY_RETRY_S`."""
-        from prefect.context import SettingsContext, get_settings_context  # noqa: PLC0415 - as above
-        from prefect.settings import PREFECT_CLIENT_MAX_RETRIES  # noqa: PLC0415 - as above
-
-        context = get_settings_context()
-        if self._settings is None:  # made once: a copy of Prefect's settings takes about 50 ms
-            self._settings = context.settings.copy_with_update(updates={PREFECT_CLIENT_MAX_RETRIES: 0})
-        return SettingsContext(profile=context.profile, settings=self._settings)
+        context, self._settings = prefect_api.settings_without_retries(self._settings)  # the copy made once
+        return context
 
     def _read(self, client: Any) -> None:
-        from prefect.exceptions import ObjectNotFound  # noqa: PLC0415 - as in _default_client
-
+        not_found, _ = prefect_api.object_errors()
         try:
             current = client.read_global_concurrency_limit_by_name(self.name)
-        except ObjectNotFound:  # deleted mid-run: created again with the config's value
+        except not_found:  # deleted mid-run: created again with the config's value
             current = self._ensure(client)
         self._set_rate(current)
         self._read_at = time.monotonic()
@@ -632,7 +614,7 @@ def _number(value: float) -> float:
 class SharedLimiter(Limiter):
     """The server's rate limit, then the server's concurrency limit, around each request."""
 
-    def __init__(self, cfg: ModelConfig, client: ClientFactory = _default_client):
+    def __init__(self, cfg: ModelConfig, client: ClientFactory = prefect_api.sync_client):
         slots_name, rate_name = limit_names(cfg)
         self.names = tuple(n for n, v in ((slots_name, cfg.max_concurrency), (rate_name, cfg.requests_per_second)) if v)
         self.slots = ServerSlots(slots_name, cfg.model_id, cfg.max_concurrency, client) if cfg.max_concurrency else None

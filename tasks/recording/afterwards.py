@@ -27,8 +27,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prefect.client.orchestration import get_client
-
 from ape.schemas.results import Outcome, OutputBatch, SessionResult
 from ape.schemas.transcript import SolveRecord
 from ape.tasks.recording.server import (
@@ -48,6 +46,7 @@ from ape.tasks.recording.stage_runs import (
     record_stage_runs,
     stage_run_id,
 )
+from ape.tasks.storage import prefect_api
 from ape.tasks.storage.save import read_batches
 from ape.tasks.storage.stage_chains import FlowRunChains
 
@@ -97,7 +96,7 @@ def sessions_lacking(flow_run_id: str, sessions: list[tuple[str, int]]) -> set[t
     by id, at most a slice of :data:`SLICE` at a time)."""
     ids = {str(stage_run_id(flow_run_id, key, index, "session")): (key, index) for key, index in sessions}
     body = {"task_runs": {"id": {"any_": list(ids)}}, "limit": len(ids)}
-    with get_client(sync_client=True) as client:
+    with prefect_api.sync_client() as client:
         response = client.request("POST", "/task_runs/filter", json=body)
     response.raise_for_status()
     held = {str(run["id"]) for run in response.json()}
@@ -126,7 +125,7 @@ def rebuild(results: Path, wanted: Iterable[tuple[str, int]]) -> dict[tuple[str,
 
 def flow_run_known(flow_run_id: str) -> bool:
     """Whether the server holds the flow run ``flow_run_id``."""
-    with get_client(sync_client=True) as client:
+    with prefect_api.sync_client() as client:
         try:
             response = client.request("GET", "/flow_runs/{id}", path_params={"id": flow_run_id})
         except Exception as exc:  # Prefect's client raises on 4xx answers

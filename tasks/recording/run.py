@@ -28,7 +28,8 @@ from ape.schemas.config import RunConfig
 from ape.tasks.recording import server
 from ape.tasks.recording.catch_up import start_catch_up
 from ape.tasks.recording.server import ChainTally, ServerHeld, session_bookkeeping
-from ape.tasks.recording.stage_runs import StageRecorder, current_flow_run_id
+from ape.tasks.recording.stage_runs import StageRecorder
+from ape.tasks.storage.prefect_api import current_flow_run_id
 from ape.tasks.storage.stage_chains import CHAINS_FILE, read_chains
 
 log = logging.getLogger("ape")
@@ -59,8 +60,9 @@ class RunRecording:
     @classmethod
     def start(cls, run: RunConfig, *, collect: bool = False) -> RunRecording:
         """The recording of the flow run the caller belongs to, by its ``[run]`` settings."""
+        flow_run_id = current_flow_run_id()
         return cls(
-            current_flow_run_id(),
+            None if flow_run_id is None else str(flow_run_id),
             record_stages=run.task_granularity == "session" and run.stage_runs,
             live_stages=run.task_granularity == "stage",
             collect=collect,

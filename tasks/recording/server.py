@@ -49,7 +49,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefect.client.orchestration import get_client
 from prefect.events import emit_event
 from prefect.settings import get_current_settings
 
@@ -59,6 +58,7 @@ from ape.tasks.recording.stage_runs import (
     record_stage_runs,
     running_event,
 )
+from ape.tasks.storage import prefect_api
 
 log = logging.getLogger("ape")
 
@@ -164,7 +164,7 @@ def _counting_client() -> Any:
         if client is None:
             while len(_CLIENTS) >= 4:  # keep a few: the oldest goes
                 _CLIENTS.pop(next(iter(_CLIENTS))).__exit__(None, None, None)
-            client = get_client(sync_client=True)
+            client = prefect_api.sync_client()
             client.__enter__()
             _CLIENTS[key] = client
     return client

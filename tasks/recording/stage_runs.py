@@ -41,7 +41,6 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefect.context import FlowRunContext, TaskRunContext
 from prefect.events import emit_event
 
 from ape.schemas.results import CheckResult, CheckStatus, ErrorInfo, Outcome
@@ -365,18 +364,6 @@ def running_event(flow_run_id: str, item_id: str, run_index: int, stage: str, st
     """The ``emit_event`` arguments that show ``stage`` of a session as Running since ``start``
     (a slow session, :class:`SlowSessions`); its final event later updates the same task run."""
     return _task_run_event(flow_run_id, item_id, run_index, StageMark(stage, start, start), None, (), running=True)
-
-
-def current_flow_run_id() -> str | None:
-    """The flow run the calling code belongs to (directly, or through its task run)."""
-
-    task_ctx = TaskRunContext.get()
-    if task_ctx is not None and task_ctx.task_run.flow_run_id is not None:
-        return str(task_ctx.task_run.flow_run_id)
-    flow_ctx = FlowRunContext.get()
-    if flow_ctx is not None and flow_ctx.flow_run is not None:
-        return str(flow_ctx.flow_run.id)
-    return None
 
 
 def record_stage_runs(

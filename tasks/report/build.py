@@ -85,7 +85,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from ape.schemas.errors import ApeError
-from ape.schemas.report import CalibrationEntry, Envelope, StageChainsEntry
+from ape.schemas.report import CalibrationEntry, Envelope, StageChainsEntry, Summary
 from ape.tasks.report.chart import write_summary_chart
 from ape.tasks.report.envelope import error_envelope, leaderboard_rows, pairwise_rows, summary_of, write_envelope
 from ape.tasks.report.health import DEFAULT_MIN_SESSIONS, DEFAULT_SHARE, injection_counts, run_health
@@ -193,22 +193,7 @@ def build_report(
         partial["health"] = run_health(sessions, share=health_share, min_sessions=health_min_sessions)
 
         stage = "aggregating the leaderboard"
-        # a model whose every session errored has no result: listed apart, never ranked
-        # (ape.tasks.report.unranked); everything below that compares models uses `ranked`
-        ranked, partial["unranked"] = split_unranked(sessions)
-        # infrastructure errors (a sandbox that would not start) are counted apart and scored
-        # nowhere (ape.tasks.report.infrastructure); ape retry redoes them
-        infrastructure = infrastructure_counts(ranked)
-        summary.infrastructure_errors = int(infrastructure_mask(sessions).sum())
-        ranked = ranked[~infrastructure_mask(ranked)]
-        leaderboard = with_injection_flags(aggregate(ranked), injection_counts(ranked))
-        leaderboard["infrastructure_errors"] = (
-            leaderboard["model_id"].astype(str).map(infrastructure).fillna(0).astype("int64")
-        )
-        summary.injection_flags = int(leaderboard["injection_flags"].sum()) if len(leaderboard) else 0
-        categories = category_breakdown(ranked)
-        write_frame(categories[CATEGORY_COLUMNS], report_dir / "categories.parquet", {"n_items"})
-        partial["leaderboard"] = leaderboard_rows(leaderboard, categories)
+        ranked, leaderboard, categories = _leaderboard(sessions, summary, partial, report_dir)
 
         stage = "comparing models pairwise"
         pairwise = pairwise_diffs(ranked)
@@ -242,6 +227,30 @@ def build_report(
         if raise_on_error:
             raise
         return envelope
+
+
+def _leaderboard(
+    sessions: pd.DataFrame, summary: Summary, partial: dict[str, Any], report_dir: Path
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The ranked sessions, the leaderboard before its rank intervals and the categories;
+    ``categories.parquet`` written, the counts set on ``summary`` and the parts on ``partial``."""
+    # a model whose every session errored has no result: listed apart, never ranked
+    # (ape.tasks.report.unranked); everything below that compares models uses `ranked`
+    ranked, partial["unranked"] = split_unranked(sessions)
+    # infrastructure errors (a sandbox that would not start) are counted apart and scored
+    # nowhere (ape.tasks.report.infrastructure); ape retry redoes them
+    infrastructure = infrastructure_counts(ranked)
+    summary.infrastructure_errors = int(infrastructure_mask(sessions).sum())
+    ranked = ranked[~infrastructure_mask(ranked)]
+    leaderboard = with_injection_flags(aggregate(ranked), injection_counts(ranked))
+    leaderboard["infrastructure_errors"] = (
+        leaderboard["model_id"].astype(str).map(infrastructure).fillna(0).astype("int64")
+    )
+    summary.injection_flags = int(leaderboard["injection_flags"].sum()) if len(leaderboard) else 0
+    categories = category_breakdown(ranked)
+    write_frame(categories[CATEGORY_COLUMNS], report_dir / "categories.parquet", {"n_items"})
+    partial["leaderboard"] = leaderboard_rows(leaderboard, categories)
+    return ranked, leaderboard, categories
 
 
 def _write_failed(report_dir: Path, exc: Exception, stage: str, partial: dict[str, Any]) -> Envelope:

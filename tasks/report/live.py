@@ -1,6 +1,6 @@
 """The live view's numbers: what one model's run has done so far, its pace and time left.
 
-Plain, thread-safe bookkeeping for :mod:`ape.flows.live_view` (which publishes it) and the
+Plain, thread-safe bookkeeping for :mod:`ape.flows.live.view` (which publishes it) and the
 text both the Prefect UI and ``ape status`` show (:func:`describe`). Kept cheap where it is
 called per saved item (:meth:`LiveCounts.add`: counters under a lock), and doing the real
 work only when a snapshot is taken, every few seconds, in the publishing thread:

@@ -159,24 +159,7 @@ def make_setup(config: ApeConfig, model_cfg: ModelConfig, judge: JudgeSpec | Non
     system = prompt_text(config.prompt.system_file, config.prompt.system, "system")
     if system:
         check_template(system, data_model, where=f"{src} [prompt] system")
-    if config.data.category_field and config.data.category_field not in data_model.model_fields:
-        raise ApeError(
-            f"'{config.data.category_field}' is not a field of {data_model.__name__}",
-            where=f"{src} [data] category_field",
-        )
-    if config.data.cluster_field and config.data.cluster_field not in data_model.model_fields:
-        raise ApeError(
-            f"'{config.data.cluster_field}' is not a field of {data_model.__name__}",
-            where=f"{src} [data] cluster_field",
-        )
-    if config.run.max_cost is not None and not all(
-        m.price_input_per_mtok is not None or m.price_output_per_mtok is not None for m in config.model
-    ):
-        raise ApeError(
-            "[run] max_cost needs a price for every model",
-            where=f"{src} [run] max_cost",
-            hint="set price_input_per_mtok and price_output_per_mtok in each [[model]]",
-        )
+    _check_run_fields(config, data_model)
     adapter = functools.partial(
         call_with_timeout,
         load_adapter(config.adapter, config.base_dir),
@@ -195,6 +178,49 @@ def make_setup(config: ApeConfig, model_cfg: ModelConfig, judge: JudgeSpec | Non
         AgentPlan.of(config)
     hook = load_hook(config, "on_batch_saved")
     load_hook(config, "on_regression")  # fail now, not after the run
+    fingerprint = _cache_fingerprint(config, model_cfg, system)
+    return ModelSetup(
+        config=config,
+        model_cfg=model_cfg,
+        data_model=data_model,
+        template=template,
+        system=system,
+        adapter=adapter,
+        checker_factory=checker_factory,
+        metric=getattr(probe, "metric", None),
+        hook=hook,
+        fingerprint=fingerprint,
+        fingerprint_key=fingerprint_hash(fingerprint, size=32),
+        judge=judge,
+    )
+
+
+def _check_run_fields(config: ApeConfig, data_model: type[BaseModel]) -> None:
+    """The [data] fields named in the config are the data model's, and [run] max_cost has
+    every model's price: checked before any model is called."""
+    src = config.shown_file()
+    if config.data.category_field and config.data.category_field not in data_model.model_fields:
+        raise ApeError(
+            f"'{config.data.category_field}' is not a field of {data_model.__name__}",
+            where=f"{src} [data] category_field",
+        )
+    if config.data.cluster_field and config.data.cluster_field not in data_model.model_fields:
+        raise ApeError(
+            f"'{config.data.cluster_field}' is not a field of {data_model.__name__}",
+            where=f"{src} [data] cluster_field",
+        )
+    if config.run.max_cost is not None and not all(
+        m.price_input_per_mtok is not None or m.price_output_per_mtok is not None for m in config.model
+    ):
+        raise ApeError(
+            "[run] max_cost needs a price for every model",
+            where=f"{src} [run] max_cost",
+            hint="set price_input_per_mtok and price_output_per_mtok in each [[model]]",
+        )
+
+
+def _cache_fingerprint(config: ApeConfig, model_cfg: ModelConfig, system: str | None) -> dict[str, Any]:
+    """What a cached answer of ``model_cfg`` depends on: the key of the run's result cache."""
     fingerprint = {
         "version": CACHE_VERSION,
         "model": model_fingerprint(model_cfg),
@@ -225,20 +251,7 @@ def make_setup(config: ApeConfig, model_cfg: ModelConfig, judge: JudgeSpec | Non
         fingerprint["checker"] = config.checker.model_dump(mode="json", exclude={"timeout_s"})
     if config.choices is not None:  # log-likelihood scoring; the metric is applied after the cache
         fingerprint["choices"] = config.choices.model_dump(mode="json", exclude={"metric"})
-    return ModelSetup(
-        config=config,
-        model_cfg=model_cfg,
-        data_model=data_model,
-        template=template,
-        system=system,
-        adapter=adapter,
-        checker_factory=checker_factory,
-        metric=getattr(probe, "metric", None),
-        hook=hook,
-        fingerprint=fingerprint,
-        fingerprint_key=fingerprint_hash(fingerprint, size=32),
-        judge=judge,
-    )
+    return fingerprint
 
 
 def run_checker_factory(

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from pydantic_core import to_jsonable_python
 
 from ape.schemas.results import SessionResult
-from ape.schemas.transcript import EntryKind, SessionTranscript, TranscriptEntry
+from ape.schemas.transcript import TRANSCRIPT_FROM_RESULT, EntryKind, SessionTranscript, TranscriptEntry
 
 LOG_FILE = "sessions.log"
 JSONL_FILE = "sessions.jsonl"
@@ -87,24 +87,9 @@ def _answer_and_expected(result: SessionResult) -> dict[str, Any]:
 def session_transcript(result: SessionResult, transcript: list[TranscriptEntry]) -> SessionTranscript:
     """The whole session as one ``sessions.jsonl`` record, closing entries included."""
     return SessionTranscript(
-        item_id=result.item_id,
-        run_index=result.run_index,
-        model_id=result.model_id,
-        outcome=result.outcome,
-        score=result.score,
-        correct=result.correct,
+        **{name: getattr(result, name) for name in TRANSCRIPT_FROM_RESULT},  # ids, outcome, score, tokens...
         check_status=result.check.status if result.check else None,
         solution=to_jsonable_python(result.solution, fallback=repr),
-        error=result.error,
-        confidence=result.confidence,
-        steps=result.steps,
-        input_tokens=result.input_tokens,
-        output_tokens=result.output_tokens,
-        reasoning_tokens=result.reasoning_tokens,
-        reasoning_cut=result.reasoning_cut,
-        latency_s=result.latency_s,
-        stop_reason=result.stop_reason,
-        end_reason=result.end_reason,
         entries=[*transcript, *closing_entries(result, transcript)],
     )
 

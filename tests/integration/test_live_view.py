@@ -1,4 +1,4 @@
-"""The live view on a real Prefect server (ape.flows.live_view, ``ape status``).
+"""The live view on a real Prefect server (ape.flows.live.view, ``ape status``).
 
 One real ``ape run`` of two models against a real ``prefect server start``: a mock model
 that takes its time and cuts some answers (truncations), and a plugin model whose endpoint

@@ -1,4 +1,4 @@
-"""Pause, resume and drain a running evaluation (ape.flows.control, ``ape ctl``).
+"""Pause, resume and drain a running evaluation (ape.flows.live.control, ``ape ctl``).
 
 Real ``ape run`` processes with a slow mock model that logs each call (``call_log``), a real
 Prefect server (the ``prefect_server`` fixture), and ``ape ctl`` run as a user would:

@@ -26,7 +26,8 @@ def _chain() -> tuple[str, list[Any]]:
     """One flow run holding a live render -> solve chain (item q1) and a recorded one (q2)."""
     from prefect import flow, task
 
-    from ape.tasks.recording.stage_runs import StageMark, current_flow_run_id, record_stage_runs
+    from ape.tasks.recording.stage_runs import StageMark, record_stage_runs
+    from ape.tasks.storage.prefect_api import current_flow_run_id
 
     @task(task_run_name="{stage}[q1]#0", persist_result=False)
     def stage_task(stage: str) -> str:
@@ -39,8 +40,8 @@ def _chain() -> tuple[str, list[Any]]:
         stage_task.submit("solve", wait_for=[render]).result()
         t = time.time()
         marks = [StageMark("render", t, t + 0.05), StageMark("solve", t + 0.05, t + 0.1)]
-        flow_run_id = current_flow_run_id()
-        assert flow_run_id is not None
+        flow_run_id = str(current_flow_run_id())
+        assert flow_run_id != "None"
         assert record_stage_runs(flow_run_id, "q2", 0, marks) == 2
         return flow_run_id
 

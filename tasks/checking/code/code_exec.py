@@ -458,6 +458,47 @@ def _start_failure(box: _Sandbox, exit_code: int | None) -> str:
     return f"{what}: {said[-1][:160]}" if said else what
 
 
+def _job_fields(code: str, tests: str, key: bytes, timeout_s: float, memory_mb: int) -> dict[str, object]:
+    """The job the harness reads: the code, the tests, the run's key and its limits."""
+    return {
+        "key": key.decode("ascii"),
+        "code": code,
+        "tests": tests,
+        "limits": {
+            "memory_bytes": memory_mb * 1024 * 1024,
+            "cpu_seconds": math.ceil(timeout_s) + 1,
+            "file_bytes": FILE_LIMIT_BYTES,
+            "open_files": OPEN_FILES,
+            "processes": PROCESSES,
+        },
+    }
+
+
+def _started_run(
+    kind: SandboxKind, fields: Mapping[str, object], key: bytes, timeout_s: float
+) -> tuple[_Sandbox, _Collected, int | None]:
+    """The job run in a sandbox that started, tried up to :data:`START_ATTEMPTS` times;
+    :class:`SandboxError` when none did (the code never ran)."""
+    problems: list[str] = []
+    for attempt in range(START_ATTEMPTS):
+        if attempt:
+            time.sleep(_RESTART_PAUSE_S)
+        try:
+            box, collected, exit_code = _run_in_sandbox(kind, fields, key, timeout_s)
+        except OSError as exc:  # no process or file left to start one
+            problems.append(f"could not launch it: {exc}")
+            continue
+        if collected.started_at is not None:
+            break
+        problems.append(_start_failure(box, exit_code))
+    else:
+        raise SandboxError(
+            f"the {kind} sandbox failed to start ({START_ATTEMPTS} tries), the code was not run: "
+            f"{problems[-1]}; fix the sandbox, then rerun to check again"
+        )
+    return box, collected, exit_code
+
+
 def run_code(
     code: str,
     tests: str,
@@ -497,36 +538,9 @@ def run_code(
         raise NoTestsError("the tests are empty (no statement to run, only blank lines or comments)")
     kind = sandboxes.resolve(sandbox)
     key = secrets.token_hex(16).encode("ascii")
-    fields = {
-        "key": key.decode("ascii"),
-        "code": code,
-        "tests": tests,
-        "limits": {
-            "memory_bytes": memory_mb * 1024 * 1024,
-            "cpu_seconds": math.ceil(timeout_s) + 1,
-            "file_bytes": FILE_LIMIT_BYTES,
-            "open_files": OPEN_FILES,
-            "processes": PROCESSES,
-        },
-    }
+    fields = _job_fields(code, tests, key, timeout_s, memory_mb)
     asked = time.monotonic()
-    problems: list[str] = []
-    for attempt in range(START_ATTEMPTS):
-        if attempt:
-            time.sleep(_RESTART_PAUSE_S)
-        try:
-            box, collected, exit_code = _run_in_sandbox(kind, fields, key, timeout_s)
-        except OSError as exc:  # no process or file left to start one
-            problems.append(f"could not launch it: {exc}")
-            continue
-        if collected.started_at is not None:
-            break
-        problems.append(_start_failure(box, exit_code))
-    else:
-        raise SandboxError(
-            f"the {kind} sandbox failed to start ({START_ATTEMPTS} tries), the code was not run: "
-            f"{problems[-1]}; fix the sandbox, then rerun to check again"
-        )
+    box, collected, exit_code = _started_run(kind, fields, key, timeout_s)
     ended, started_at = time.monotonic(), collected.started_at
     assert started_at is not None  # the loop ends early only for a sandbox that started
     data, timed_out = collected.data, collected.timed_out

@@ -1,4 +1,4 @@
-"""The control channels and the run's control (ape.flows.control_channel, ape.flows.control), without a server."""
+"""The control channels and the run's control (ape.tasks.storage.control_channel, ape.flows.live.control), without a server."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from uuid import uuid4
 
 import pytest
 
-from ape.flows.control import RunControl, recorded_events
-from ape.flows.control_channel import Refused, read_request_file, request_of_variable, write_request_file
+from ape.flows.live.control import RunControl, recorded_events
 from ape.schemas.control import CONTROL_FILE
+from ape.tasks.storage.control_channel import Refused, read_request_file, request_of_variable, write_request_file
 
 
 def _write(folder: Path, payload: dict, mode: int = 0o600) -> Path:

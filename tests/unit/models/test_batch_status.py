@@ -12,7 +12,7 @@ from uuid import uuid4
 import pytest
 from rich.progress import Progress
 
-from ape.flows.batch_view import BatchColumn
+from ape.flows.live.batch_column import BatchColumn
 from ape.tasks.models.batch_status import BatchBoard, artifact_key_for, board_for, waiting_text
 from ape.tasks.models.batcher import Batcher, BatchSettings, custom_id
 from tests.helpers.batch_stub import BatchStub

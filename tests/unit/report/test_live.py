@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from ape.cli import main as cli_main
-from ape.flows.live_view import LiveView, artifact_key, live_markdown
+from ape.flows.live.view import LiveView, artifact_key, live_markdown
 from ape.schemas.errors import ApeError
 from ape.schemas.live import LIVE_FILE, LiveStatus
 from ape.schemas.results import CheckResult, CheckStatus, Outcome, OutputBatch, SessionResult

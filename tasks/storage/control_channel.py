@@ -1,6 +1,6 @@
 """The two channels that carry pause / resume / drain to a running model (:mod:`ape.schemas.control`).
 
-Plain functions, used by the run (:mod:`ape.flows.control`, reading) and by ``ape ctl``
+Plain functions, used by the run (:mod:`ape.flows.live.control`, reading) and by ``ape ctl``
 (writing). What is read is hostile until checked: ``control.json`` only as a plain file owned
 by this user and not writable by others, validated; a variable's value only when it is one
 of the known actions, its ``ape-ctl`` tag only when the user name in it is a plain name.
@@ -30,6 +30,8 @@ from ape.schemas.control import (
     ctl_tag,
     variable_name,
 )
+from ape.schemas.errors import validation_lines
+from ape.tasks.storage import prefect_api
 from ape.tasks.storage.save import atomic_write_text
 
 MAX_FILE_BYTES = 4096
@@ -86,10 +88,8 @@ def read_request_file(folder: Path, *, since: datetime | None = None) -> Request
         raise Refused(f"{path}: larger than {MAX_FILE_BYTES} bytes")
     try:
         request = ControlRequest.model_validate_json(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(the file)"
-        raise Refused(f"{path}: {where}: {first['msg']}") from None
+    except ValidationError as exc:  # the first problem, located as every config error is
+        raise Refused(f"{path}: {validation_lines(exc, default='(the file)', quote=False)[0]}") from None
     at = request.at if request.at.tzinfo else request.at.replace(tzinfo=UTC)
     if since is not None and at < since:
         return None
@@ -129,21 +129,16 @@ def read_variable(client: Any, flow_run_id: UUID | str) -> Request | None:
 
 def create_variable(client: Any, flow_run_id: UUID | str) -> None:
     """The run's control variable with the value ``run`` (made anew if one is left over)."""
-    from prefect.client.schemas.actions import VariableCreate, VariableUpdate  # noqa: PLC0415
-
     name = variable_name(flow_run_id)
     if client.read_variable_by_name(name) is not None:
-        client.update_variable(VariableUpdate(name=name, value="run", tags=["ape-control"]))
+        prefect_api.update_variable(client, name, "run", ["ape-control"])
     else:
-        client.create_variable(VariableCreate(name=name, value="run", tags=["ape-control"]))
+        prefect_api.create_variable(client, name, "run", ["ape-control"])
 
 
 def set_variable(client: Any, flow_run_id: UUID | str, action: Action, user: str) -> None:
     """``ape ctl``'s request through the server: the value, and a tag that says who asked."""
-    from prefect.client.schemas.actions import VariableUpdate  # noqa: PLC0415
-
-    name = variable_name(flow_run_id)
-    client.update_variable(VariableUpdate(name=name, value=action, tags=["ape-control", ctl_tag(user, action)]))
+    prefect_api.update_variable(client, variable_name(flow_run_id), action, ["ape-control", ctl_tag(user, action)])
 
 
 def delete_variable(client: Any, flow_run_id: UUID | str) -> None:

@@ -33,7 +33,11 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from ape.flows.control_channel import (
+from ape.flows.logs import CONSOLE_SKIP
+from ape.schemas.config import ApeConfig
+from ape.schemas.control import Action, ControlEvent, variable_name
+from ape.tasks.storage import prefect_api
+from ape.tasks.storage.control_channel import (
     Refused,
     Request,
     create_variable,
@@ -41,9 +45,6 @@ from ape.flows.control_channel import (
     read_request_file,
     read_variable,
 )
-from ape.flows.logs import CONSOLE_SKIP
-from ape.schemas.config import ApeConfig
-from ape.schemas.control import Action, ControlEvent, variable_name
 
 __all__ = ["POLL_EVERY_S", "RunControl", "control_log", "recorded_events"]
 
@@ -51,12 +52,6 @@ log = logging.getLogger("ape")
 
 POLL_EVERY_S = 1.0
 ClientFactory = Callable[[], Any]
-
-
-def _default_client() -> Any:
-    from prefect.client.orchestration import get_client  # noqa: PLC0415 - only runs with a server
-
-    return get_client(sync_client=True)
 
 
 class RunControl:
@@ -70,7 +65,7 @@ class RunControl:
         flow_run_id: UUID | None,
         server: bool = True,
         every_s: float = POLL_EVERY_S,
-        client: ClientFactory = _default_client,
+        client: ClientFactory = prefect_api.sync_client,
     ):
         self.out_dir = out_dir
         self.model = model
@@ -212,12 +207,10 @@ class RunControl:
     def _set_paused(self) -> None:
         if self.flow_run_id is None:
             return
-        from prefect.states import Paused  # noqa: PLC0415
-
         try:
             with self._client_factory() as client:
                 # no timeout: a pause lasts until someone resumes it; not rescheduled: this process waits
-                result = client.set_flow_run_state(self.flow_run_id, Paused(reschedule=False, pause_key=_pause_key()))
+                result = client.set_flow_run_state(self.flow_run_id, prefect_api.paused_state(_pause_key()))
             self._held_on_server = result.state is not None and result.state.is_paused()
             if not self._held_on_server:
                 said = f"the server did not take the Paused state ({result.details}); paused here"
@@ -242,20 +235,12 @@ class RunControl:
         if self.flow_run_id is None:
             yield None
             return
-        try:
-            client = self._client_factory()
-            client.__enter__()
-        except Exception as exc:
+
+        def down(exc: BaseException) -> None:
             self._tell("client", f"no Prefect client for the control channel ({exc}); the file channel still works")
-            yield None
-            return
-        try:
+
+        with prefect_api.client_or_none(down, self._client_factory) as client:
             yield client
-        finally:
-            try:
-                client.__exit__(None, None, None)
-            except Exception:
-                pass
 
     def _tell(self, key: str, text: str) -> None:
         """One warning in run.log per kind of trouble (a channel read every second would flood it)."""

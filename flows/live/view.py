@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import re
 import threading
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -40,6 +39,7 @@ from ape.schemas.results import OutputBatch
 from ape.tasks.common.inert import md_text
 from ape.tasks.models.meter import CallMeter
 from ape.tasks.report.live import LiveCounts, describe
+from ape.tasks.storage import prefect_api
 from ape.tasks.storage.save import atomic_write_text, read_batches
 
 __all__ = ["PUBLISH_EVERY_S", "LiveView", "live_markdown"]
@@ -47,7 +47,7 @@ __all__ = ["PUBLISH_EVERY_S", "LiveView", "live_markdown"]
 log = logging.getLogger("ape")
 
 PUBLISH_EVERY_S = 3.0
-# live.json's state while the loop goes, by the control mode (ape.flows.control) it is in
+# live.json's state while the loop goes, by the control mode (ape.flows.live.control) it is in
 GOING_STATES: dict[str, State] = {"run": "running", "pause": "paused", "drain": "draining"}
 
 
@@ -55,10 +55,9 @@ def artifact_key(benchmark: str, model: str) -> str:
     """``<benchmark>-live-<model>`` in what Prefect allows in a key (lowercase ASCII letters,
     digits, dashes), the benchmark first as the run's other artifacts have it."""
 
-    def part(text: str) -> str:
-        return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-    return "-".join(filter(None, [part(benchmark) or "benchmark", "live", part(model) or "model"]))[:200]
+    return prefect_api.artifact_key(
+        prefect_api.artifact_key(benchmark), "live", prefect_api.artifact_key(model, fallback="model")
+    )
 
 
 def live_markdown(status: LiveStatus) -> str:
@@ -170,22 +169,8 @@ class LiveView:
         if self._flow_run_id is None:
             yield None
             return
-        try:
-            from prefect.client.orchestration import get_client  # noqa: PLC0415 - only with a flow run
-
-            client = get_client(sync_client=True)
-            client.__enter__()
-        except Exception as exc:
-            self._ui_down(exc)
-            yield None
-            return
-        try:
+        with prefect_api.client_or_none(self._ui_down) as client:
             yield client
-        finally:
-            try:
-                client.__exit__(None, None, None)
-            except Exception:
-                pass
 
     def _publish(self, state: State, client: Any) -> None:
         in_flight, started = self._meter.read() if self._meter is not None else (None, None)
@@ -205,29 +190,21 @@ class LiveView:
                 self._ui_down(exc)
 
     def _show(self, client: Any, status: LiveStatus) -> None:
-        from prefect.client.schemas.actions import ArtifactCreate, ArtifactUpdate  # noqa: PLC0415
-
         percent = round(100.0 * status.done / status.total, 1) if status.total else 100.0
         wanted: dict[str, Any] = {"progress": percent, "markdown": live_markdown(status)}
         for kind, data in wanted.items():
             if self._shown.get(kind) == data:
                 continue
-            artifact_id = self._artifacts.get(kind)
-            if artifact_id is None:
-                key = artifact_key(status.benchmark, status.model) if kind == "markdown" else None
-                what = "items done" if kind == "progress" else "live view"
-                created = client.create_artifact(
-                    ArtifactCreate(
-                        key=key,
-                        type=kind,
-                        data=data,
-                        description=f"{self.label}: {what}",
-                        flow_run_id=self._flow_run_id,
-                    )
-                )
-                self._artifacts[kind] = created.id
-            else:
-                client.update_artifact(artifact_id, ArtifactUpdate(data=data))
+            what = "items done" if kind == "progress" else "live view"
+            self._artifacts[kind] = prefect_api.upsert_artifact(
+                client,
+                self._artifacts.get(kind),
+                key=artifact_key(status.benchmark, status.model) if kind == "markdown" else None,
+                kind=kind,
+                data=data,
+                description=f"{self.label}: {what}",
+                flow_run_id=self._flow_run_id,
+            )
             self._shown[kind] = data
 
     def _ui_down(self, exc: BaseException) -> None:
