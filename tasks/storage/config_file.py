@@ -54,6 +54,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ap
         table = raw.get(section)
         if isinstance(table, dict) and isinstance(table.get(key), str):
             table[key] = str((base / table[key]).resolve())
+    _resolve_data_files(raw, base)
     raw.setdefault("name", path.stem)
     raw["base_dir"] = str(base)
     raw["config_file"] = str(path.resolve())
@@ -68,6 +69,16 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ap
             model.model_path = (base / model.model_path.expanduser()).resolve()
     _check_files(config, path, text)
     return config
+
+
+def _resolve_data_files(raw: dict[str, Any], base: Path) -> None:
+    """``[data] hf_data_files`` (one path or a list; globs allowed), relative to the config file."""
+    data = raw.get("data")
+    files = data.get("hf_data_files") if isinstance(data, dict) else None
+    if isinstance(files, str):
+        files = [files]
+    if isinstance(data, dict) and isinstance(files, list) and all(isinstance(f, str) for f in files):
+        data["hf_data_files"] = [str(base / Path(f).expanduser()) for f in files]
 
 
 def _resolve_packaged_data(raw: dict[str, Any], path: Path, text: str) -> None:
