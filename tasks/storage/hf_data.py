@@ -213,3 +213,29 @@ def _failed(source: HFSource, exc: BaseException) -> ApeError:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def cache_roots() -> tuple[Path, Path]:
+    """The local Hugging Face caches, as ``datasets`` and ``huggingface_hub`` find them: the
+    prepared datasets (``HF_DATASETS_CACHE``) and the Hub's downloads (``HF_HUB_CACHE``)."""
+    home = Path(os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface")
+    home = home.expanduser()
+    prepared = Path(os.environ.get("HF_DATASETS_CACHE") or home / "datasets").expanduser()
+    hub = Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or home / "hub").expanduser()
+    return prepared, hub
+
+
+def cached(path: str, name: str | None, split: str) -> bool:
+    """Whether the local cache holds ``path``'s configuration ``name`` so that it loads with
+    ``HF_DATASETS_OFFLINE=1``: its split prepared by ``datasets`` (``<namespace>___<dataset>/
+    <configuration>/<version>/<commit>/<dataset>-<split>*.arrow``), or the dataset's repository
+    downloaded by the Hub client (``datasets--<namespace>--<dataset>/snapshots/<commit>``).
+    Read from the folders alone: no import of ``datasets``, no network."""
+    prepared, hub = cache_roots()
+    namespace, _, dataset = path.rpartition("/")
+    folder = f"{namespace}___{dataset}" if namespace else dataset
+    arrows = (prepared / folder / (name or "default")).glob(f"*/*/*-{split}*.arrow")
+    if any(arrows):
+        return True
+    snapshots = hub / f"datasets--{path.replace('/', '--')}" / "snapshots"
+    return snapshots.is_dir() and any(child.is_dir() for child in snapshots.iterdir())
