@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, computed_field, model_validator
 
 __all__ = [
     "ARCItem",
@@ -104,18 +104,22 @@ class MMLUHubItem(_MultipleChoice):
     def gold(self) -> int:
         return self.answer
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def A(self) -> str:  # noqa: N802 - the letters the prompt lists
         return self.options[0]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def B(self) -> str:  # noqa: N802
         return self.options[1]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def C(self) -> str:  # noqa: N802
         return self.options[2]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def D(self) -> str:  # noqa: N802
         return self.options[3]
@@ -162,6 +166,7 @@ class HellaSwagItem(_MultipleChoice):
     endings: list[str]
     label: int
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def query(self) -> str:
         """``activity: ctx_a Ctx_b``, cleaned, as lm-evaluation-harness's hellaswag task builds it."""
@@ -252,6 +257,7 @@ class MBPPItem(_Row):
         """The setup code and the task's asserts, run after the solution by ``code_exec``."""
         return "\n".join([self.test_setup_code, *self.test_list]) + "\n"
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def first_test(self) -> str:
         """The first assert, shown in the prompt (as the MBPP paper's prompt shows the tests)."""

@@ -56,9 +56,9 @@ def entry(name: str) -> Entry:
     if found is not None:
         return found
     close = _close_names(name, list(entries))
-    return_names = ", ".join(close) if close else ", ".join(entries)
+    shown = ", ".join(close or entries)
     raise ApeError(
-        f"no benchmark '{name}' in the catalogue; {'did you mean' if close else 'it has'}: {return_names}",
+        f"no benchmark '{name}' in the catalogue; {'did you mean' if close else 'it has'}: {shown}",
         hint="`ape benchmarks` lists them",
     )
 
@@ -67,8 +67,9 @@ def _close_names(name: str, names: list[str]) -> list[str]:
     import difflib  # noqa: PLC0415 - only for an unknown name
 
     key = name.strip().lower().replace("-", "_")
-    close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
-    return close or [n for n in names if key and (key in n or n in key)][:3]
+    containing = [n for n in names if key and (key in n or n in key)]
+    spelled = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
+    return list(dict.fromkeys([*containing, *spelled]))[:3]
 
 
 def availability(item: Entry) -> str:
