@@ -27,11 +27,14 @@ scripts run: ``datasets`` 4 and later load none).
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import hashlib
 import json
 import logging
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -120,12 +123,36 @@ class HFData:
 
 
 def load_hf(data: DataConfig) -> HFData:
-    """The split ``data`` names, loaded once per process (see the module doc)."""
-    return _load(HFSource.from_config(data))
+    """The split ``data`` names (see the module doc), loaded once while it stays the same: a
+    run asks for it several times (checks, each model, history), a served deployment's process
+    for every run. Local files are loaded again once one changed (their sizes and times), a
+    Hub dataset every :data:`HUB_RELOAD_S` seconds (``datasets`` then asks the Hub for news)."""
+    source = HFSource.from_config(data)
+    return _load(source, _stamp(source))
+
+
+HUB_RELOAD_S = 600
+
+
+def _stamp(source: HFSource) -> tuple[object, ...]:
+    """What tells a changed source: each local file's path, size and modification time (the
+    files a glob or folder holds included), or for the Hub the current reload period."""
+    if not source.data_files:
+        return ("hub", int(time.monotonic() // HUB_RELOAD_S))
+    found: list[tuple[str, int, int]] = []
+    for name in source.data_files:
+        for path in sorted(glob.glob(name, recursive=True)) or [name]:
+            files = [Path(path)] if not Path(path).is_dir() else sorted(p for p in Path(path).rglob("*") if p.is_file())
+            for file in files:
+                with contextlib.suppress(OSError):
+                    stat = file.stat()
+                    found.append((str(file), stat.st_size, stat.st_mtime_ns))
+    return tuple(found)
 
 
 @lru_cache(maxsize=8)
-def _load(source: HFSource) -> HFData:
+def _load(source: HFSource, stamp: tuple[object, ...]) -> HFData:
+    del stamp  # part of the cache key only
     datasets = _datasets()
     if source.data_files:
         return _load_local(datasets, source)

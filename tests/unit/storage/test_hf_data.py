@@ -94,8 +94,7 @@ def test_provenance_records_the_dataset_and_a_hash_that_a_changed_row_changes(tm
     assert record["data_sha256"] == dataset["rows_sha256"] and len(record["data_sha256"]) == 64
     assert data_provenance(gsm8k(tmp_path))["data_sha256"] == record["data_sha256"]  # same rows, same hash
 
-    hf_data._load.cache_clear()  # a later run, another process: the file is read again
-    changed = [ROWS[0], {**ROWS[1], "answer": "1000 - 2 = 998\n#### 998"}, ROWS[2]]
+    changed = [ROWS[0], {**ROWS[1], "answer": "1000 - 2 = 998 pins\n#### 998"}, ROWS[2]]  # the file changed: read again
     again = data_provenance(gsm8k(tmp_path, changed))
     assert again["data_sha256"] != record["data_sha256"]
     assert again["hf_dataset"]["hf_path"] == dataset["hf_path"]  # the same dataset, changed rows
