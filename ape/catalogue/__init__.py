@@ -39,7 +39,9 @@ class Entry(BaseModel):
     hf_name: str | None = None
     hf_split: str = "test"
     local_shape: str = Field(description="The rows' shape, for local files (hf_data_files).")
-    logprobs: bool = Field(default=False, description="Scored by log-likelihood ([choices]): the endpoint must score prompts.")
+    logprobs: bool = Field(
+        default=False, description="Scored by log-likelihood ([choices]): the endpoint must score prompts."
+    )
     extras: list[str] = Field(default_factory=list, description="Extras beyond hf that it needs.")
 
 

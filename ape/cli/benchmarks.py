@@ -37,11 +37,12 @@ def benchmarks(*, show_all: bool = False) -> int:
 
     for item in catalogue():
         dataset = item.hf_path + (f" ({item.hf_name})" if item.hf_name else "") + f", split {item.hf_split}"
-        needs = f"; needs {', '.join(item.extras)}" if item.extras else ""
+        needs = f"; needs the {', '.join(item.extras)} extra" if item.extras else ""
+        scored = item.scoring + ("; the endpoint must score prompts (completions with echo)" if item.logprobs else "")
         print(f"{item.name}: {item.title}")
         for label, text in (
             ("measures", item.measures),
-            ("scored", item.scoring),
+            ("scored", scored),
             ("format", item.format),
             ("data", f"{dataset}: {AVAILABLE[availability(item)]}{needs}"),
         ):

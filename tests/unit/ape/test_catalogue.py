@@ -5,7 +5,6 @@ Hugging Face shape (given as local files), refuses to overwrite and names close 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -33,7 +32,12 @@ ARC = [
         "choices": {"text": ["wood", "iron", "glass"], "label": ["A", "B", "C"]},
         "answerKey": "B",
     },
-    {"id": "Q2", "question": "Water freezes at?", "choices": {"text": ["0 C", "50 C"], "label": ["1", "2"]}, "answerKey": "1"},
+    {
+        "id": "Q2",
+        "question": "Water freezes at?",
+        "choices": {"text": ["0 C", "50 C"], "label": ["1", "2"]},
+        "answerKey": "1",
+    },
 ]
 SHAPES: dict[str, list[dict]] = {
     "gsm8k": [{"question": "2 + 2?", "answer": "#### 4"}, {"question": "1,000 + 1?", "answer": "#### 1,001"}],
@@ -52,10 +56,22 @@ SHAPES: dict[str, list[dict]] = {
             "endings": ["fries it.", "eats the pan.", "sings.", "flies away."],
             "label": "0",
         },
-        {"ind": 9, "activity_label": "Cars", "ctx_a": "She starts the car.", "ctx_b": "she", "endings": ["drives."] * 4, "label": "2"},
+        {
+            "ind": 9,
+            "activity_label": "Cars",
+            "ctx_a": "She starts the car.",
+            "ctx_b": "she",
+            "endings": ["drives."] * 4,
+            "label": "2",
+        },
     ],
     "winogrande": [
-        {"sentence": "The cup fell off the table because _ was tilted.", "option1": "the cup", "option2": "the table", "answer": "2"},
+        {
+            "sentence": "The cup fell off the table because _ was tilted.",
+            "option1": "the cup",
+            "option2": "the table",
+            "answer": "2",
+        },
         {"sentence": "Tom paid Bob because _ owed him.", "option1": "Tom", "option2": "Bob", "answer": "1"},
     ],
     "truthfulqa_mc1": [
@@ -65,7 +81,7 @@ SHAPES: dict[str, list[dict]] = {
     "humaneval": [
         {
             "task_id": "HumanEval/0",
-            "prompt": "def add(a, b):\n    \"\"\"Sum.\"\"\"\n",
+            "prompt": 'def add(a, b):\n    """Sum."""\n',
             "canonical_solution": "    return a + b\n",
             "test": "def check(f):\n    assert f(1, 2) == 3\n",
             "entry_point": "add",
@@ -79,12 +95,38 @@ SHAPES: dict[str, list[dict]] = {
         },
     ],
     "mbpp": [
-        {"task_id": 11, "text": "Add two numbers.", "code": "def add(a, b):\n    return a + b", "test_list": ["assert add(1, 2) == 3"], "test_setup_code": ""},
-        {"task_id": 12, "text": "Negate.", "code": "def neg(a):\n    return -a", "test_list": ["assert neg(1) == -1"], "test_setup_code": ""},
+        {
+            "task_id": 11,
+            "text": "Add two numbers.",
+            "code": "def add(a, b):\n    return a + b",
+            "test_list": ["assert add(1, 2) == 3"],
+            "test_setup_code": "",
+        },
+        {
+            "task_id": 12,
+            "text": "Negate.",
+            "code": "def neg(a):\n    return -a",
+            "test_list": ["assert neg(1) == -1"],
+            "test_setup_code": "",
+        },
     ],
     "math500": [
-        {"problem": "1/2 + 0?", "solution": "...", "answer": "\\frac{1}{2}", "subject": "Algebra", "level": 1, "unique_id": "a/1.json"},
-        {"problem": "2 + 2?", "solution": "...", "answer": "4", "subject": "Prealgebra", "level": 1, "unique_id": "b/2.json"},
+        {
+            "problem": "1/2 + 0?",
+            "solution": "...",
+            "answer": "\\frac{1}{2}",
+            "subject": "Algebra",
+            "level": 1,
+            "unique_id": "a/1.json",
+        },
+        {
+            "problem": "2 + 2?",
+            "solution": "...",
+            "answer": "4",
+            "subject": "Prealgebra",
+            "level": 1,
+            "unique_id": "b/2.json",
+        },
     ],
 }
 
@@ -154,7 +196,7 @@ def test_every_config_validates_on_local_files_in_its_shape(name, tmp_path, monk
     config = tmp_path / f"{name}.toml"
     rows = tmp_path / f"{name}.jsonl"
     rows.write_text("".join(json.dumps(r) + "\n" for r in SHAPES[name]))
-    text = config.read_text().replace(f'hf_split = "', f'hf_data_files = "{rows.name}"\nhf_split = "', 1)
+    text = config.read_text().replace('hf_split = "', f'hf_data_files = "{rows.name}"\nhf_split = "', 1)
     model_line = next(line for line in text.splitlines() if line.startswith("model = {"))
     mock = 'model = { name = "m", provider = "mock", model = "echo" }'  # validate calls no model
     config.write_text(text.replace(model_line, mock))
