@@ -4,8 +4,8 @@ GSM8K's two answer extractions follow lm-evaluation-harness's ``gsm8k`` task (it
 ``strict-match`` and ``flexible-extract`` filters), so that a score says which one it is:
 
 ``gsm8k_strict``
-    the number after ``The answer is`` or ``####`` (the format of the task's few-shot
-    answers); a reply without one fails to parse, as the harness scores it wrong;
+    the first number after ``#### `` (the format of the dataset's answers); a reply without
+    one fails to parse, as the harness scores it wrong;
 ``gsm8k_flexible``
     the last number in the reply.
 
@@ -24,16 +24,16 @@ import re
 
 from ape.schemas.benchmark_items import normalize_number
 
-_STRICT = re.compile(r"(?:#### |The answer is )(\-?[0-9\.\,]+)")
+_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
 _FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
 def gsm8k_strict(text: str) -> str:
-    """The number after ``The answer is`` / ``####`` (the first such), normalized."""
+    """The number after ``#### `` (the first such), normalized."""
     match = _STRICT.search(text)
     if match is None:
-        raise ValueError("no 'The answer is N' or '#### N' in the reply (strict-match)")
+        raise ValueError("no '#### N' in the reply (strict-match)")
     return normalize_number(match.group(1))
 
 
