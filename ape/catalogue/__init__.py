@@ -13,6 +13,7 @@ folders (:func:`ape.tasks.storage.hf_data.cached`), without a network.
 
 from __future__ import annotations
 
+import importlib.util
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -76,7 +77,10 @@ def _close_names(name: str, names: list[str]) -> list[str]:
 
 def availability(item: Entry) -> str:
     """``cached`` when the local Hugging Face cache holds the dataset's split, else what is
-    needed: ``download`` (a network, or local files through hf_data_files)."""
+    needed: ``download`` (a network, or local files through hf_data_files); ``no datasets``
+    when the hf extra that reads either is not installed."""
+    if importlib.util.find_spec("datasets") is None:
+        return "no datasets"
     return "cached" if cached(item.hf_path, item.hf_name, item.hf_split) else "download"
 
 

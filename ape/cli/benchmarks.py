@@ -18,6 +18,7 @@ HELP = "list the ready-to-run benchmarks (GSM8K, MMLU, ARC, ...) that `ape init 
 AVAILABLE = {
     "cached": "in the local Hugging Face cache (runs offline)",
     "download": "not here: downloaded on the first run with a network, or give local files (hf_data_files)",
+    "no datasets": "not readable here: pip install 'ape-bench[hf]' (the datasets library)",
 }
 
 
@@ -46,7 +47,11 @@ def benchmarks(*, show_all: bool = False) -> int:
             ("format", item.format),
             ("data", f"{dataset}: {AVAILABLE[availability(item)]}{needs}"),
         ):
-            print(textwrap.fill(text, width=100, initial_indent=f"  {label:9} ", subsequent_indent=" " * 12))
+            print(
+                textwrap.fill(
+                    text, width=100, initial_indent=f"  {label:9} ", subsequent_indent=" " * 12, break_on_hyphens=False
+                )
+            )
     print("\n`ape init NAME [DIR]` writes a runnable config for one of them.")
     if show_all:
         _print_lm_eval()

@@ -215,7 +215,11 @@ def _datasets() -> Any:
     try:
         import datasets  # noqa: PLC0415 - optional extra, imported only for a dataset-backed [data]
     except ImportError:
-        raise ApeError("[data] hf_path needs the datasets library, which is not installed", hint=INSTALL_HINT) from None
+        raise ApeError(
+            "a Hugging Face dataset needs the datasets library, which is not installed",
+            where="[data] hf_path",
+            hint=INSTALL_HINT,
+        ) from None
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
     return datasets

@@ -140,6 +140,7 @@ def test_the_catalogue_holds_every_required_benchmark_described():
 
 
 def test_ape_benchmarks_tells_what_is_cached(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("datasets", reason="the hf extra (datasets) is not installed")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     for name in ("HF_DATASETS_CACHE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         monkeypatch.delenv(name, raising=False)
@@ -203,3 +204,14 @@ def test_every_config_validates_on_local_files_in_its_shape(name, tmp_path, monk
     capsys.readouterr()
     assert main(["validate", str(config)]) == 0, capsys.readouterr().err
     assert "data: 2 items" in capsys.readouterr().out
+
+
+def test_without_datasets_no_data_reads_as_available(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "datasets" else real(name, *a))
+    assert main(["benchmarks"]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # the blocks' lines unwrapped
+    assert text.count("not readable here: pip install 'ape-bench[hf]'") == len(catalogue())
+    assert "in the local Hugging Face cache" not in text
