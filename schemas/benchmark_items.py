@@ -92,9 +92,19 @@ class MMLUHubItem(_MultipleChoice):
     @model_validator(mode="before")
     @classmethod
     def _options(cls, data: Any) -> Any:
+        """The dataset's ``choices`` column is ``options`` here (``choices`` is what [choices]
+        reads); the question stripped, as the harness's prompt strips it."""
         if isinstance(data, dict) and "choices" in data and "options" not in data:
             data = {**data, "options": data["choices"]}
+        if isinstance(data, dict) and isinstance(data.get("question"), str):
+            data = {**data, "question": data["question"].strip()}
         return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def topic(self) -> str:
+        """The subject as the harness's description names it: ``abstract algebra``."""
+        return self.subject.replace("_", " ")
 
     @property
     def choices(self) -> list[str]:
