@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import math
 import os
 import secrets
 import shlex
@@ -51,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ape import crash_marking, server_db
 from ape.schemas.errors import ApeError
 from ape.tasks.common import ownership
+from ape.tasks.common.env_number import env_number
 from ape.tasks.common.home import AUTH_FILE, CLIENT_AUTH_KEY, ape_home, password_hint, server_home, ui_password_file
 
 DEFAULT_HOST = "127.0.0.1"
@@ -290,21 +290,14 @@ def _base_url(host: str, port: int) -> str:
 def retention_days() -> float:
     """The days a new server keeps flow runs: ``$APE_SERVER_RETENTION_DAYS``, else
     :data:`DEFAULT_RETENTION_DAYS`; 0 keeps them forever."""
-    value = os.environ.get(RETENTION_ENV, "").strip()
-    if not value:
-        return DEFAULT_RETENTION_DAYS
-    try:
-        days = float(value)
-    except ValueError:
-        days = -1.0
-    if days != 0 and not (MIN_RETENTION_DAYS < days < 100_000):
-        raise ApeError(
-            f"{RETENTION_ENV}={value!r} is not a retention in days",
-            where="environment",
-            hint=f"give days (more than {MIN_RETENTION_DAYS:.4f}, Prefect's one hour), 0 to keep every run, "
-            f"or unset it for {DEFAULT_RETENTION_DAYS:g}",
-        )
-    return days
+    return env_number(
+        RETENTION_ENV,
+        DEFAULT_RETENTION_DAYS,
+        lambda days: days == 0 or MIN_RETENTION_DAYS < days < 100_000,
+        expected="a retention in days",
+        hint=f"give days (more than {MIN_RETENTION_DAYS:.4f}, Prefect's one hour), 0 to keep every run, "
+        f"or unset it for {DEFAULT_RETENTION_DAYS:g}",
+    )
 
 
 def retention_settings(days: float) -> dict[str, str]:
@@ -722,20 +715,13 @@ SLOW_START_HINT = (
 def start_wait_s() -> float:
     """How long a starting server may go without progress: ``APE_SERVER_START_TIMEOUT``
     (seconds), else :data:`DEFAULT_START_WAIT_S`."""
-    text = os.environ.get(START_TIMEOUT_ENV, "").strip()
-    if not text:
-        return DEFAULT_START_WAIT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise ApeError(
-            f"{START_TIMEOUT_ENV}={text!r} is not a number of seconds above 0",
-            where=START_TIMEOUT_ENV,
-            hint=f"e.g. export {START_TIMEOUT_ENV}=300, or unset it for {DEFAULT_START_WAIT_S:g} s",
-        )
-    return value
+    return env_number(
+        START_TIMEOUT_ENV,
+        DEFAULT_START_WAIT_S,
+        lambda seconds: seconds > 0,
+        expected="a number of seconds above 0",
+        hint=f"e.g. export {START_TIMEOUT_ENV}=300, or unset it for {DEFAULT_START_WAIT_S:g} s",
+    )
 
 
 class LogProgress:

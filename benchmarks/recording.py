@@ -5,11 +5,12 @@ Two measurements, each against servers started for the purpose (state in a temp 
 
 - ``--n N`` (default 20,000): ``python -m ape run`` of N instant-model items with 16
   solver workers against a server APE starts (its settings, ``ape.server.SERVER_SETTINGS``).
-  The moment the command returns, counts the task runs on the server: every session's
-  live task run in a final state, the recorded stage chains (as many as the run's
-  ``stage_chains.json`` says it recorded: every chain while the server kept within
-  ``APE_CHAIN_MAX_LAG`` task runs, and every unusual one), none Pending or Running; prints
-  the wall time, items/s, the chains left out and the events the server's broker dropped
+  Counts the task runs on the server twice: the moment the command returns (what the run
+  sent while it ran), and when the background catch-up has ended (``record.log`` in the
+  output folder; ``ape.tasks.recording.catch_up``): then every session's task run once, in
+  a final state, every chain ``stage_chains.json`` says was recorded, none left out, none
+  Pending or Running, and nothing doubled. Prints the run's wall time, items/s, how long
+  after the run's end the mirror was complete, and the events the server's broker dropped
   (its "Subscription queue is full" warnings).
 - ``--idle S``: the CPU a freshly started, idle server uses over S seconds (psutil, the
   server's process tree), with Prefect's defaults and with APE's settings, side by side.
@@ -46,8 +47,39 @@ def count(api: str, name: str, types: list[str]) -> int:
         return int(session.post("/task_runs/count", json=body).json())
 
 
-def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Path) -> None:
+def server_counts(api: str) -> dict[str, int]:
+    """Task runs on the server in a final state, per stage name, and those still open."""
     from ape.tasks.recording import server as recording
+
+    final = list(recording.FINAL_TYPES)
+    counts = {s: count(api, f"{s}[", final) for s in ("session", "render", "solve", "adapt", "check", "score")}
+    counts["open"] = count(api, "[", list(recording.OPEN_TYPES))
+    return counts
+
+
+def wait_for_mirror(folder: Path, api: str, n: int, stall_s: float = 300.0) -> tuple[float, dict[str, int]]:
+    """Seconds until the catch-up has left nothing out and the server holds every session and
+    every recorded chain (polled every 2 s), and the counts then; raises when the server's
+    counts stop growing for ``stall_s`` (a loaded machine only slows the catch-up down)."""
+    from ape.tasks.storage.stage_chains import read_chains
+
+    started = last_change = time.perf_counter()
+    last: dict[str, int] = {}
+    while time.perf_counter() - last_change < stall_s:
+        said = read_chains(folder / "out")
+        counts = server_counts(api)
+        chains = said.chains_recorded if said else 0
+        settled = counts["session"] >= n and counts["open"] == 0
+        chains_held = all(counts[s] >= chains for s in ("render", "solve", "adapt", "check", "score"))
+        if (said is None or said.chains_left_out == 0) and settled and chains_held:
+            return time.perf_counter() - started, counts
+        if counts != last:
+            last, last_change = counts, time.perf_counter()
+        time.sleep(2)
+    raise RuntimeError(f"the mirror stopped growing for {stall_s:.0f} s: {last} (see {folder / 'out' / 'record.log'})")
+
+
+def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Path) -> None:
     from ape.tasks.storage.stage_chains import read_chains
 
     folder = work / f"run-{n}"
@@ -59,25 +91,31 @@ def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Pat
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(done.stdout[-2000:] + done.stderr[-2000:])
-    final, opened = list(recording.FINAL_TYPES), list(recording.OPEN_TYPES)
-    sessions = count(api, "session[", final)
+    at_end = server_counts(api)
     said = read_chains(folder / "out")  # what the run says it recorded and left out
-    chains, left_out = (said.chains_recorded, said.chains_left_out) if said else (0, 0)
-    stages = {s: count(api, f"{s}[", final) for s in ("render", "solve", "adapt", "check", "score")}
-    still_open = count(api, "[", opened)
+    left_at_end = said.chains_left_out if said else 0
+    after, final = wait_for_mirror(folder, api, n)
+    said = read_chains(folder / "out")
+    chains = said.chains_recorded if said else 0
     drops = log_file.read_text(errors="replace").count("Subscription queue is full")
-    waited = [line for line in done.stderr.splitlines() if "recording the run" in line or "not recorded" in line]
-    print(f"N = {n}: ape run returned after {wall:.1f} s ({n / wall:.0f} items/s, server wait included)")
-    print("| task runs on the server when `ape run` returned | held | expected |")
-    print("|---|---|---|")
-    print(f"| session (final state) | {sessions} | {n} |")
-    for stage, held in stages.items():
-        print(f"| {stage} (recorded chain) | {held} | {chains} |")
-    print(f"| any still Pending/Running | {still_open} | 0 |")
-    print(f"stage chains left out (stage_chains.json; `ape record` records them): {left_out}")
+    print(f"N = {n}: ape run returned after {wall:.1f} s ({n / wall:.0f} items/s)")
+    print(f"the mirror was complete {after:.1f} s after the run returned")
+    print("| task runs on the server | when `ape run` returned | after the catch-up | expected |")
+    print("|---|---|---|---|")
+    print(f"| session (final state) | {at_end['session']} | {final['session']} | {n} |")
+    for stage in ("render", "solve", "adapt", "check", "score"):
+        print(f"| {stage} (recorded chain) | {at_end[stage]} | {final[stage]} | {chains} |")
+    print(f"| any still Pending/Running | {at_end['open']} | {final['open']} | 0 |")
+    print(f"stage chains left out when the run returned: {left_at_end}; after the catch-up: 0")
     print(f"events the server's broker dropped (all consumers): {drops}")
-    for line in waited[-3:]:
-        print("  ape:", line.strip()[-160:])
+    lost_or_doubled = final["session"] != n or any(
+        final[s] != chains for s in ("render", "solve", "adapt", "check", "score")
+    )
+    print("nothing lost, nothing doubled" if not lost_or_doubled else "MISMATCH: a session or chain lost or doubled")
+    for line in done.stderr.splitlines()[-4:]:
+        print("  ape:", line.strip())
+    if lost_or_doubled:
+        raise SystemExit(1)
 
 
 def measure_idle(seconds: float, work: Path) -> None:

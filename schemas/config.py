@@ -729,6 +729,41 @@ class SandboxConfig(Section):
         return self
 
 
+class TaskConfig(Section):
+    """``[task]``: an lm-evaluation-harness task run through APE, in place of ``[data]``,
+    ``[prompt]``, ``[adapter]`` and ``[checker]`` (docs/lm_eval.md). The harness builds each
+    document's prompt and scores the answers with its own filters, metrics and aggregation;
+    APE runs the requests as its sessions."""
+
+    lm_eval: str = Field(
+        description="A task or group name of the installed lm-evaluation-harness ('gsm8k', "
+        "'mmlu_generative'), or a task file of one's own (.yaml, relative to the config file; "
+        "its includes and !function hooks beside it)."
+    )
+    num_fewshot: int | None = Field(
+        default=None, ge=0, le=1000, description="Few-shot examples per prompt (unset: the task's own)."
+    )
+    limit: int | None = Field(default=None, ge=1, description="Only the first N documents of each task.")
+    fewshot_seed: int = Field(
+        default=1234, description="Seed of the few-shot sampler (the harness's default, so prompts match its own)."
+    )
+    dataset_path: str | None = Field(
+        default=None,
+        description="Overrides the task's dataset_path: a local dataset folder (relative to the config "
+        "file; e.g. a copy of the Hub repository) or a loader name ('json', 'csv', 'parquet') with data_files.",
+    )
+    data_files: str | list[str] | dict[str, str | list[str]] | None = Field(
+        default=None,
+        description='Local data files by split, e.g. {test = "test.jsonl", train = "train.jsonl"} '
+        "(relative to the config file); the loader is read from their suffix unless dataset_path names it.",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Keys of the harness's task config that replace the task's own "
+        "(generation_kwargs, test_split, metric_list, ...).",
+    )
+
+
 class ApeConfig(Section):
     """One ``config.toml``: the top-level keys and one field per section."""
 
@@ -755,6 +790,11 @@ class ApeConfig(Section):
     cli: CliConfig = Field(default_factory=CliConfig)
     hooks: HooksConfig = Field(default_factory=HooksConfig)
     monitor: MonitorConfig = Field(default_factory=MonitorConfig)
+    task: TaskConfig | None = Field(
+        default=None,
+        description="An lm-evaluation-harness task instead of [data], [prompt], [adapter] and [checker] "
+        "(the loader fills those in; docs/lm_eval.md).",
+    )
     base_dir: Path = Field(default=Path("."), description="Folder of the config file; plugins import from here.")
     config_file: Path | None = None
 

@@ -19,6 +19,7 @@ from ape.tasks.after_run.alerts import artifact_key, publish
 from ape.tasks.after_run.join_history import explain_moves, flagged_items, join_history
 from ape.tasks.report.build import build_report
 from ape.tasks.report.envelope import write_envelope
+from ape.tasks.report.lm_eval_scores import report_scores
 from ape.tasks.report.markdown import calibration_table, markdown_table
 from ape.tasks.storage.runs import RunInfo, finish_run
 
@@ -30,6 +31,9 @@ def report_task(config: ApeConfig, wall_seconds: float, extra: dict[str, Any] | 
     """Leaderboard, pairwise comparison and calibration from the saved results (no model calls)."""
 
     files = [config.output_dir_for(m) / config.run.save_file for m in config.model]
+    harness = report_scores(config)  # [task] lm_eval: the harness's own aggregation beside the leaderboard
+    if harness is not None:
+        extra = {**(extra or {}), "lm_eval": harness}
     envelope = build_report(
         [f for f in files if f.exists()],
         config.run.output,

@@ -12,6 +12,7 @@ from ape.tasks.common.words import count
 from ape.tasks.report.cache_notes import cache_lines
 from ape.tasks.report.health import injection_lines, limit_lines, suspect_lines, truncation_lines
 from ape.tasks.report.judge_agreement import judge_markdown
+from ape.tasks.report.lm_eval_scores import markdown_lines as harness_markdown
 from ape.tasks.storage.stage_chains import record_line
 
 
@@ -117,12 +118,19 @@ def markdown_table(envelope: Envelope) -> str:
         choice_metrics_lines(envelope) if envelope.choices else [],
         judge_markdown(envelope.judge) if envelope.judge is not None else [],
         _category_lines(envelope),
+        _harness_lines(envelope),
         _pairwise_lines(envelope),
         ["## Calibration", "", *calibration_table(envelope), ""] if envelope.calibration else [],
         _regression_lines(envelope),
         _summary_lines(envelope),
     ]
     return "\n".join(line for section in sections for line in section) + "\n"
+
+
+def _harness_lines(envelope: Envelope) -> list[str]:
+    """A ``[task] lm_eval`` run: the harness's own aggregated metrics beside the leaderboard."""
+    scores = (envelope.summary.model_extra or {}).get("lm_eval")
+    return harness_markdown(scores) if isinstance(scores, dict) else []
 
 
 def _failure_lines(envelope: Envelope) -> list[str]:

@@ -19,7 +19,10 @@ from pydantic import BaseModel, ValidationError
 
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError, did_you_mean, more_problems, problem_message, shown_path
+from ape.tasks.storage import lm_eval_tasks
 from ape.tasks.storage.toml_errors import toml_error
+
+WHERE_TASK = "[task] lm_eval"
 
 # Config keys that hold paths, resolved against the config file's folder.
 _PATH_KEYS = (
@@ -55,6 +58,8 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ap
         if isinstance(table, dict) and isinstance(table.get(key), str):
             table[key] = str((base / table[key]).resolve())
     _resolve_data_files(raw, base)
+    if isinstance(raw.get("task"), dict):  # an lm-evaluation-harness task stands for four sections
+        lm_eval_tasks.fill_sections(raw, _where(path, text, ["task"]))
     raw.setdefault("name", path.stem)
     raw["base_dir"] = str(base)
     raw["config_file"] = str(path.resolve())
@@ -67,6 +72,8 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ap
     for model in config.model:  # [model] model_path (provider "llama-cpp"), like the other paths
         if model.model_path is not None:
             model.model_path = (base / model.model_path.expanduser()).resolve()
+    if config.task is not None:
+        _compile_task(config, path, text)
     _check_files(config, path, text)
     return config
 
@@ -79,6 +86,19 @@ def _resolve_data_files(raw: dict[str, Any], base: Path) -> None:
         files = [files]
     if isinstance(data, dict) and isinstance(files, list) and all(isinstance(f, str) for f in files):
         data["hf_data_files"] = [str(base / Path(f).expanduser()) for f in files]
+
+
+def _compile_task(config: ApeConfig, path: Path, text: str) -> None:
+    """``[task] lm_eval``: the harness's requests written as the run's data file, and the
+    harness's checker told which task scores them (:mod:`ape.tasks.storage.lm_eval_tasks`)."""
+    assert config.task is not None
+    try:
+        config.data.file = lm_eval_tasks.compile_items(config.task, config.base_dir, config.run.output)
+    except ApeError as exc:
+        key = (exc.where or WHERE_TASK).replace("[", "").replace("]", "").split()  # "[task] lm_eval": task, lm_eval
+        exc.where = _where(path, text, key)
+        raise
+    config.checker.args = lm_eval_tasks.checker_args(config.task, config.base_dir)
 
 
 def _resolve_packaged_data(raw: dict[str, Any], path: Path, text: str) -> None:

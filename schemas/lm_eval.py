@@ -1,0 +1,37 @@
+"""One lm-evaluation-harness request as an APE data item (``[task] lm_eval``).
+
+The loader compiles a harness task into a JSON Lines file of these items
+(:mod:`ape.tasks.storage.lm_eval_tasks`), one line per document:
+
+- ``id``: ``"<task name>/<doc_id>"``, unique across the subtasks of a group;
+- ``task``, ``doc_id``: where the harness's own scoring finds the document again;
+- ``context``: the exact prompt the harness builds (few-shot examples included), which
+  the pass-through template ``{{context}}`` hands the model unchanged;
+- ``until``: the stop sequences; an answer is cut at the first of them before scoring, as
+  the harness's own model back ends cut a generation;
+- ``generation_kwargs``: the task's other generation arguments, recorded for the reader
+  (the model's own settings come from ``[model]``);
+- ``target``: the task's ``doc_to_target``, shown in transcripts and used by mock models;
+- ``doc``: the document itself, as JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class LmEvalItem(BaseModel):
+    """A ``generate_until`` request of one harness document."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    task: str
+    doc_id: int = Field(ge=0)
+    context: str
+    until: list[str] = Field(default_factory=list)
+    generation_kwargs: dict[str, Any] = Field(default_factory=dict)
+    target: str = ""
+    doc: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,123 @@
+"""Small local data sets in the shapes of lm-evaluation-harness's GSM8K and MMLU subjects
+(no network), the answers a model might give to them, and a harness model object that
+returns those answers, for the tests that run harness tasks through APE."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def needs_lm_eval() -> Any:
+    """The ``lm_eval`` package, or the test skips saying so."""
+    return pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed (pip install -e '.[lm_eval]')")
+
+
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Hub look-ups: the tests' data sets are local files."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def gsm8k_rows(count: int, start: int = 1) -> list[dict[str, Any]]:
+    """Word problems with GSM8K's fields: the answer's reasoning, then ``#### N``."""
+    rows = []
+    for i in range(start, start + count):
+        total = i * 3 + 1
+        rows.append(
+            {
+                "question": f"Ann has {i} boxes of 3 pens and 1 loose pen. How many pens does she have?",
+                "answer": f"She has {i} * 3 = {i * 3} pens in boxes.\n{i * 3} + 1 = {total}\n#### {total:,}",
+            }
+        )
+    return rows
+
+
+def write_gsm8k(folder: Path, test: int = 6, train: int = 8) -> dict[str, str]:
+    """``train.jsonl`` and ``test.jsonl`` under ``folder``; the data_files table (relative names)."""
+    _write_jsonl(folder / "gsm8k" / "train.jsonl", gsm8k_rows(train, start=100))
+    _write_jsonl(folder / "gsm8k" / "test.jsonl", gsm8k_rows(test, start=1))
+    return {"train": "gsm8k/train.jsonl", "test": "gsm8k/test.jsonl"}
+
+
+def gsm8k_answers(test: int = 6) -> dict[int, str]:
+    """Answers by doc id: right in the strict format, right only to the flexible filter, wrong,
+    and one that runs on past a stop sequence (cut there, as the harness cuts it)."""
+    answers = {}
+    for doc_id, row in enumerate(gsm8k_rows(test, start=1)):
+        total = row["answer"].rsplit("#### ", 1)[1]
+        answers[doc_id] = [
+            f"Three times {doc_id + 1} plus one.\n#### {total}",
+            f"The answer is {total}.",
+            "#### 7",
+            f"So it is {total}.\n\nQuestion: and then?\nAnswer: #### 999",
+            f"#### {total}.",
+            "I do not know.",
+        ][doc_id % 6]
+    return answers
+
+
+MMLU_SUBJECT = "abstract_algebra"
+
+
+def mmlu_rows(count: int, start: int = 0) -> list[dict[str, Any]]:
+    """Questions with MMLU's fields (question, subject, choices, answer as an index)."""
+    return [
+        {
+            "question": f"Find the order of the element {i} in Z_{i + 5}.",
+            "subject": MMLU_SUBJECT,
+            "choices": [str(i + 1), str(i + 5), str(2 * i + 3), "infinite"],
+            "answer": i % 4,
+        }
+        for i in range(start, start + count)
+    ]
+
+
+def write_mmlu(folder: Path, test: int = 8, dev: int = 5) -> dict[str, str]:
+    _write_jsonl(folder / "mmlu" / "dev.jsonl", mmlu_rows(dev, start=50))
+    _write_jsonl(folder / "mmlu" / "test.jsonl", mmlu_rows(test))
+    return {"dev": "mmlu/dev.jsonl", "test": "mmlu/test.jsonl"}
+
+
+def mmlu_answers(test: int = 8) -> dict[int, str]:
+    letters = "ABCD"
+    return {
+        doc_id: [f"{letters[row['answer']]}", f" {letters[row['answer']]}. x\nmore", "B", "(C)"][doc_id % 4]
+        for doc_id, row in enumerate(mmlu_rows(test))
+    }
+
+
+def replay_lm(answer: Callable[[Any], str], prompts: list[str]) -> Any:
+    """A harness model object answering each ``generate_until`` request with ``answer(request)``
+    (the stop sequences applied, as the harness's own back ends apply them) and noting its prompt."""
+    from lm_eval.api.model import LM
+
+    class Replay(LM):
+        def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+            out = []
+            for request in requests:
+                context, kwargs = request.args
+                prompts.append(context)
+                text = answer(request)
+                for stop in kwargs.get("until", []):
+                    text = text.split(stop)[0] if stop else text
+                out.append(text)
+            return out
+
+        def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
+            raise NotImplementedError
+
+        def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
+            raise NotImplementedError
+
+    return Replay()

@@ -1,0 +1,116 @@
+"""``[task] lm_eval`` configs: compiled into a content-hashed data file by the loader, and
+every input APE cannot run refused in one line before any model call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ape.schemas.errors import ApeError
+from ape.schemas.lm_eval import LmEvalItem
+from tests.helpers.lm_eval_data import needs_lm_eval, offline, write_gsm8k
+
+needs_lm_eval()
+
+MODEL = '[model]\nprovider = "mock"\nmodel = "oracle"\nargs = { field = "target" }\n'
+
+
+def _config(tmp_path: Path, task: str, extra: str = "") -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(f"{extra}[task]\n{task}\n{MODEL}", encoding="utf-8")
+    return path
+
+
+def _load(path: Path):
+    from ape.config import load_config
+
+    return load_config(path)
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    offline(monkeypatch)
+
+
+def test_a_task_becomes_a_data_file_named_by_its_content(tmp_path: Path) -> None:
+    write_gsm8k(tmp_path, test=5)
+    files = '{ train = "gsm8k/train.jsonl", test = "gsm8k/test.jsonl" }'
+    config = _load(_config(tmp_path, f'lm_eval = "gsm8k"\nnum_fewshot = 2\nlimit = 4\ndata_files = {files}'))
+    assert config.data.file.parent == config.run.output / "lm_eval"
+    assert config.data.file.name.startswith("gsm8k-")
+    items = [LmEvalItem.model_validate_json(line) for line in config.data.file.read_text().splitlines()]
+    assert [item.id for item in items] == [f"gsm8k/{i}" for i in range(4)]  # limit
+    assert items[0].until == ["Question:", "</s>", "<|im_end|>"]
+    assert items[0].context.count("Question:") == 3 and items[0].context.endswith("Answer:")
+    assert items[0].target.endswith("#### 4")
+    assert config.prompt.template == "{{context}}" and config.data.category_field == "task"
+    assert config.checker.args["task"]["lm_eval"] == "gsm8k"
+    again = _load(_config(tmp_path, f'lm_eval = "gsm8k"\nnum_fewshot = 2\nlimit = 4\ndata_files = {files}'))
+    assert again.data.file == config.data.file  # same content, same file: resume and the cache hold
+    other = _load(_config(tmp_path, f'lm_eval = "gsm8k"\nnum_fewshot = 1\nlimit = 4\ndata_files = {files}'))
+    assert other.data.file != config.data.file
+
+
+def test_an_unknown_task_is_one_line_with_close_names(tmp_path: Path) -> None:
+    with pytest.raises(ApeError) as caught:
+        _load(_config(tmp_path, 'lm_eval = "gsm8kk"'))
+    text = str(caught.value)
+    assert "config.toml:2 [task.lm_eval]: unknown lm-evaluation-harness task 'gsm8kk'" in text
+    assert "close names: gsm8k" in text and "\n" not in text
+
+
+def test_a_log_likelihood_task_is_refused_before_its_data_is_read(tmp_path: Path) -> None:
+    with pytest.raises(ApeError) as caught:
+        _load(_config(tmp_path, 'lm_eval = "arc_easy"'))  # no data given: the refusal comes first
+    text = str(caught.value)
+    assert "task 'arc_easy' is a multiple_choice task" in text and "generate_until" in text
+    assert "[choices]" in text and "\n" not in text
+
+
+def test_repeated_generations_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ApeError, match=r"asks 64 generations per document \(repeats\)"):
+        _load(_config(tmp_path, 'lm_eval = "gsm8k_cot_self_consistency"'))
+
+
+def test_a_missing_data_set_names_it_and_the_two_ways_to_give_it(tmp_path: Path) -> None:
+    with pytest.raises(ApeError) as caught:
+        _load(_config(tmp_path, 'lm_eval = "gsm8k"'))
+    text = str(caught.value)
+    assert "the data set 'openai/gsm8k' (configuration 'main', split test) is neither cached nor given" in text
+    assert "[task] data_files" in text and "HF_DATASETS_OFFLINE=1" in text and "\n" not in text
+
+
+def test_a_split_the_files_lack_is_named(tmp_path: Path) -> None:
+    write_gsm8k(tmp_path)
+    with pytest.raises(ApeError, match=r"\[task.data_files\]: task 'gsm8k' reads the split 'train'"):
+        _load(_config(tmp_path, 'lm_eval = "gsm8k"\ndata_files = { test = "gsm8k/test.jsonl" }'))
+
+
+def test_sections_the_task_stands_for_are_refused_beside_it(tmp_path: Path) -> None:
+    data = '[data]\nfile = "d.jsonl"\nschema = "m:M"\n'
+    with pytest.raises(ApeError, match=r"\[task\] lm_eval replaces \[data\]"):
+        _load(_config(tmp_path, 'lm_eval = "gsm8k"', extra=data))
+
+
+def test_a_task_file_of_ones_own_with_its_include_and_hook(tmp_path: Path) -> None:
+    """A task file beside the config: its ``include`` and a ``!function`` hook in a module beside it."""
+    write_gsm8k(tmp_path)
+    (tmp_path / "hooks.py").write_text(
+        "def shout(doc):\n    return 'Q: ' + doc['question'].upper() + '\\nA:'\n", encoding="utf-8"
+    )
+    (tmp_path / "_base.yaml").write_text(
+        "output_type: generate_until\ndataset_path: json\ntest_split: test\n"
+        'generation_kwargs:\n  until: ["\\n\\n"]\nmetric_list:\n  - metric: exact_match\n',
+        encoding="utf-8",
+    )
+    (tmp_path / "mine.yaml").write_text(
+        "include: _base.yaml\ntask: shouty\ndoc_to_text: !function hooks.shout\n"
+        "doc_to_target: \"{{answer.split('#### ')[-1]}}\"\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {tmp_path / 'gsm8k' / 'test.jsonl'}\n",
+        encoding="utf-8",
+    )
+    config = _load(_config(tmp_path, 'lm_eval = "mine.yaml"'))
+    items = [LmEvalItem.model_validate_json(line) for line in config.data.file.read_text().splitlines()]
+    assert items[0].id == "shouty/0" and items[0].context.startswith("Q: ANN HAS 1 BOXES")
+    assert items[0].until == ["\n\n"] and items[0].target == "4"
