@@ -132,12 +132,32 @@ def _scalar_kinds(annotation: Any) -> set[str]:
 
 
 class DataConfig(Section):
-    """``[data]``: the benchmark's items, a data file whose every line or row becomes one
-    item of the pydantic DataModel named by ``schema``."""
+    """``[data]``: the benchmark's items, a data file (or a Hugging Face dataset, ``hf_path``)
+    whose every line or row becomes one item of the pydantic DataModel named by ``schema``."""
 
-    file: Path = Field(
+    file: Path | None = Field(
+        default=None,
         description="Input file, .csv or .jsonl (optionally .gz); relative to the config file, "
-        "or to the installed package named by 'package'."
+        "or to the installed package named by 'package'. Set this or 'hf_path', not both.",
+    )
+    hf_path: str | None = Field(
+        default=None,
+        description="A Hugging Face dataset instead of 'file' (needs the hf extra), e.g. \"openai/gsm8k\": "
+        "read through the datasets library from the Hub, or from the local Hugging Face cache when "
+        "HF_DATASETS_OFFLINE=1, or from 'hf_data_files'.",
+    )
+    hf_name: str | None = Field(
+        default=None, description='The dataset\'s configuration (subset), e.g. "main" for GSM8K.'
+    )
+    hf_split: str = Field(default="test", description="The split whose rows are the items.")
+    hf_revision: str | None = Field(
+        default=None, description="A branch, tag or commit of the dataset's Hub repository; the newest when unset."
+    )
+    hf_data_files: list[str] | None = Field(
+        default=None,
+        description="Local files (.jsonl, .json, .csv, .parquet; globs allowed) holding the split's rows, "
+        "or one folder (a copy of the dataset's repository), relative to the config file: read instead "
+        "of the Hub, with the same DataModel.",
     )
     package: str | None = Field(
         default=None,
@@ -170,6 +190,27 @@ class DataConfig(Section):
         "'ape validate' and 'ape run' before any model call, naming the file and line. At most 200 "
         "(pydantic stops writing an item nested past about 250 levels as JSON).",
     )
+
+    @field_validator("hf_data_files", mode="before")
+    @classmethod
+    def _one_or_more_files(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataConfig:
+        if (self.file is None) == (self.hf_path is None):
+            raise ValueError("set exactly one of 'file' (a .jsonl or .csv file) or 'hf_path' (a Hugging Face dataset)")
+        if self.hf_path is None and (self.hf_name or self.hf_revision or self.hf_data_files):
+            raise ValueError("'hf_name', 'hf_revision' and 'hf_data_files' need 'hf_path'")
+        if self.hf_path is not None and self.package is not None:
+            raise ValueError("'package' names where 'file' is; a Hugging Face dataset ('hf_path') takes none")
+        return self
+
+    def source_name(self) -> str:
+        """How messages name the data: the file, or ``dataset/configuration[split]``."""
+        if self.hf_path is None:
+            return str(self.file)
+        return f"{self.hf_path}{'/' + self.hf_name if self.hf_name else ''}[{self.hf_split}]"
 
 
 class PromptConfig(Section):

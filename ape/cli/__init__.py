@@ -23,10 +23,12 @@ from types import ModuleType
 
 from ape.cli import (
     baseline,
+    benchmarks,
     ctl,
     demo,
     diff,
     history,
+    init,
     items,
     plan,
     prune,
@@ -65,6 +67,8 @@ REGISTRY: tuple[ModuleType, ...] = (
     diff,
     record,
     prune,
+    benchmarks,
+    init,
 )
 COMMANDS = tuple(command.NAME for command in REGISTRY)
 

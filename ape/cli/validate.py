@@ -44,7 +44,7 @@ def validate(config_path: Path, *, estimate: bool = False, overrides: dict | Non
     variables = ", ".join(sorted(template_variables(setup.template))) or "none"
     print(f"ok: {config_path}")
     first_last = terminal_safe(f" ({ids[0]} .. {ids[-1]})") if ids else ""  # ids come from the data file
-    print(f"  data: {len(ids)} items from {config.data.file.name}{first_last}")
+    print(f"  data: {len(ids)} items from {_data_name(config)}{first_last}")
     print(f"  template variables: {variables}")
     print(f"  models: {', '.join(m.model_id for m in config.model)}")
     served = [target for target in map(probe_target, config.model) if target is not None]
@@ -121,3 +121,10 @@ def _print_estimate(config: ApeConfig, setup: Any) -> None:
             + (f" of max_cost {config.run.max_cost:g}" if config.run.max_cost is not None else "")
         )
     print("    tool calls, reformat prompts and max_steps > 1 add to this")
+
+
+def _data_name(config: ApeConfig) -> str:
+    """The data file's name, or the Hugging Face dataset's ``path/name[split]``."""
+    if config.data.file is not None:
+        return config.data.file.name
+    return terminal_safe(config.data.source_name())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +35,7 @@ from ape.tasks.stats.item_health import flagged_count, item_ledger
 from ape.tasks.stats.regression import compare
 from ape.tasks.stats.significance import holm_rejected
 from ape.tasks.storage import history
-from ape.tasks.storage.data import DataProvider
+from ape.tasks.storage.data import DataProvider, data_provenance
 from ape.tasks.storage.run_files import metadata_by_model
 from ape.tasks.storage.runs import RunInfo, run_folder
 
@@ -177,6 +178,11 @@ def join_history(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope
     hashes = item_hashes(config)
     items = run_items(sessions, hashes)
     data_fp = fingerprint_hash(sorted(hashes.items()))
+    source = data_provenance(config.data)  # the data's own hash and, for a dataset, what was read
+    data_columns = {
+        "data_sha256": source["data_sha256"],
+        "hf_dataset": json.dumps(source["hf_dataset"], sort_keys=True) if source["hf_dataset"] else None,
+    }
     pinned = history.baseline(top)
     before = history.read_runs(top)
     finished = clock()
@@ -187,7 +193,7 @@ def join_history(config: ApeConfig, top: Path, info: RunInfo, envelope: Envelope
         model_id = model.model_id
         if not any(r.model_id == model_id for r in envelope.leaderboard):
             continue
-        prints = {**fingerprints(config, index), "data_fingerprint": data_fp}
+        prints = {**fingerprints(config, index), "data_fingerprint": data_fp, **data_columns}
         mine = items[items["model_id"] == model_id]
         summary = {
             **_summary(envelope, model_id, sessions),

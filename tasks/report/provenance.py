@@ -8,7 +8,9 @@ model arguments never enter a model fingerprint (:func:`ape.tasks.models.fingerp
 Fields: ``ape_version``; ``python``; ``platform``; ``packages`` (versions of the
 libraries that shape results); ``config_file``, ``config_sha256`` (the file's bytes),
 ``config_resolved_sha256`` (the validated config after command-line overrides);
-``data_file``, ``data_sha256``; ``git_commit`` and ``git_dirty`` of the config's
+``data_file``, ``data_sha256`` and ``hf_dataset`` (a Hugging Face dataset's id,
+configuration, split, revision, commit, fingerprint and rows' hash; null for a data file:
+:func:`ape.tasks.storage.data.data_provenance`); ``git_commit`` and ``git_dirty`` of the config's
 folder when it is inside a git work tree (else null); ``seeds`` (the report's bootstrap
 seed and every model's ``seed`` argument); ``models`` (model id -> its fingerprint, the
 fingerprint's hash, and ``requests``: what each request asks for, log-probabilities,
@@ -39,6 +41,7 @@ from ape.tasks.checking.code.sandbox import SandboxUnavailable, resolve
 from ape.tasks.models.fingerprint import model_fingerprint
 from ape.tasks.models.requests import request_settings
 from ape.tasks.stats.intervals import BOOTSTRAP_SEED
+from ape.tasks.storage.data import data_provenance, file_sha256
 from ape.tasks.storage.run_files import RunFiles
 
 PACKAGES = (
@@ -66,18 +69,6 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return found
-
-
-def file_sha256(path: Path) -> str | None:
-    """SHA-256 of a file's bytes, read in chunks; None when it cannot be read."""
-    digest = hashlib.sha256()
-    try:
-        with Path(path).open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-    except OSError:
-        return None
-    return digest.hexdigest()
 
 
 @lru_cache(maxsize=32)
@@ -128,8 +119,7 @@ def run_provenance(config: ApeConfig) -> dict[str, Any]:
         "config_file": str(config.config_file) if config.config_file else None,
         "config_sha256": file_sha256(config.config_file) if config.config_file else None,
         "config_resolved_sha256": hashlib.sha256(resolved.encode()).hexdigest(),
-        "data_file": str(config.data.file),
-        "data_sha256": file_sha256(config.data.file),
+        **data_provenance(config.data),
         "git_commit": commit,
         "git_dirty": dirty,
         "seeds": {

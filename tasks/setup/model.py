@@ -38,7 +38,7 @@ from ape.tasks.session.agent import AgentPlan
 from ape.tasks.solving.adapt import load_adapter
 from ape.tasks.solving.render import check_template
 from ape.tasks.storage.config_ref import resolve_config
-from ape.tasks.storage.data import DataProvider
+from ape.tasks.storage.data import DataProvider, data_provenance
 from ape.tasks.storage.runs import cache_dir, cache_scope_key
 
 # Bump when the meaning of cached generations changes, to invalidate old caches.
@@ -353,7 +353,7 @@ def resume_fingerprints(setup: ModelSetup) -> dict[str, Any]:
     generation = {
         "prompt": fingerprint_hash([setup.template, fp.get("system")]),
         "model": fingerprint_hash(fp.get("model")),
-        "data": file_digest(cfg.data.file),
+        "data": data_provenance(cfg.data)["data_sha256"],
         "solver": fingerprint_hash([fp.get("solver"), fp.get("adapter"), fp.get("tools"), fp.get("checker")]),
     }
     if fp.get("choices") is not None:
@@ -399,18 +399,6 @@ def readable_fields(data_model: type[BaseModel]) -> set[str]:
         | set(data_model.model_computed_fields)
         | {n for n in dir(data_model) if isinstance(getattr(data_model, n, None), property)}
     )
-
-
-def file_digest(path: Path) -> str | None:
-    """sha256 of a file's bytes (None when unreadable: the data loader reports that)."""
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    except OSError:
-        return None
-    return digest.hexdigest()
 
 
 def fingerprint_hash(data: Any, size: int = 16) -> str:

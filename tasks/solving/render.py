@@ -23,7 +23,10 @@ def template_variables(template: str) -> set[str]:
 
 
 def schema_variables(model: type[BaseModel]) -> set[str]:
-    return {info.alias or name for name, info in model.model_fields.items()}
+    """The names a template may use: the fields (by alias) and the computed fields, which
+    :func:`item_context` renders too (``model_dump`` holds them)."""
+    computed = {info.alias or name for name, info in model.model_computed_fields.items()}
+    return {info.alias or name for name, info in model.model_fields.items()} | computed
 
 
 def check_template(template: str, model: type[BaseModel], *, where: str) -> None:

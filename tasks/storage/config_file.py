@@ -57,6 +57,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ap
         table = raw.get(section)
         if isinstance(table, dict) and isinstance(table.get(key), str):
             table[key] = str((base / table[key]).resolve())
+    _resolve_data_files(raw, base)
     if isinstance(raw.get("task"), dict):  # an lm-evaluation-harness task stands for four sections
         lm_eval_tasks.fill_sections(raw, _where(path, text, ["task"]))
     raw.setdefault("name", path.stem)
@@ -75,6 +76,16 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ap
         _compile_task(config, path, text)
     _check_files(config, path, text)
     return config
+
+
+def _resolve_data_files(raw: dict[str, Any], base: Path) -> None:
+    """``[data] hf_data_files`` (one path or a list; globs allowed), relative to the config file."""
+    data = raw.get("data")
+    files = data.get("hf_data_files") if isinstance(data, dict) else None
+    if isinstance(files, str):
+        files = [files]
+    if isinstance(data, dict) and isinstance(files, list) and all(isinstance(f, str) for f in files):
+        data["hf_data_files"] = [str(base / Path(f).expanduser()) for f in files]
 
 
 def _compile_task(config: ApeConfig, path: Path, text: str) -> None:

