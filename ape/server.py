@@ -38,6 +38,7 @@ import secrets
 import shlex
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -598,7 +599,24 @@ def start(
         kept = describe_retention(started.retention_days if started is not None else None)
         note = f"log: {home / LOG_FILE}; {password_hint(home)}"
         notify(f"Starting a Prefect server at {_base_url(host, port)} ({note}); retention: {kept}")
-        return _wait_healthy(home, host, port, proc.pid, proc, wait_s)
+        info = _wait_healthy(home, host, port, proc.pid, proc, wait_s)
+        _index_database(home, notify)
+        return info
+
+
+def _index_database(home: Path, notify: StatusCallback) -> None:
+    """APE's index for the task-run recorder on the SQLite database of the server it started
+    (:func:`ape.server_db.ensure_recorder_index`), made after Prefect's migrations have run (the
+    server answers its health check only then). A database that cannot take it is said in one line
+    and the server serves on: the index saves time, it changes no result."""
+    database = server_db.database_path(home)
+    if database is None or not database.exists():
+        return
+    try:
+        if server_db.index_database(database):
+            notify(f"Added APE's task-run index to {database}")
+    except sqlite3.Error as exc:
+        notify(f"could not add APE's task-run index to {database} ({exc}); runs work, recording may be slower")
 
 
 def _free_port(host: str, after: int) -> int:
