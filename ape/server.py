@@ -580,7 +580,9 @@ def start(
         if mine is not None:
             # Our server is still booting (or hung): wait for it instead of starting another.
             notify(f"Waiting for the Prefect server (pid {mine.pid}) to answer")
-            return _wait_healthy(home, host, port, mine.pid, None, wait_s)
+            info = _wait_healthy(home, host, port, mine.pid, None, wait_s)
+            _index_database(home, notify)
+            return info
         if ours is not None:
             raise ApeError(
                 f"ape already runs a Prefect server on port {ours.port} (pid {ours.pid}); it manages one at a time",
@@ -613,8 +615,7 @@ def _index_database(home: Path, notify: StatusCallback) -> None:
     if database is None or not database.exists():
         return
     try:
-        if server_db.index_database(database):
-            notify(f"Added APE's task-run index to {database}")
+        server_db.index_database(database)
     except sqlite3.Error as exc:
         notify(f"could not add APE's task-run index to {database} ({exc}); runs work, recording may be slower")
 
