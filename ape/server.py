@@ -821,7 +821,7 @@ def server_env(home: Path, host: str, port: int) -> dict[str, str]:
 
 def _spawn(home: Path, host: str, port: int) -> subprocess.Popen[bytes]:
     env = server_env(home, host, port)
-    command = [sys.executable, "-m", "prefect", "server", "start"]
+    command = [sys.executable, "-m", "ape.prefect_sqlite", "server", "start"]  # Prefect on the newest SQLite
     command += ["--host", host, "--port", str(port)]
     # a process group of its own, so a Ctrl-C in the caller's terminal does not stop it
     creationflags = 0

@@ -47,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from ape import server, server_db  # noqa: E402
+from ape import prefect_sqlite, server, server_db  # noqa: E402
 
 DAY_S = 86400
 # The tables copied night by night, and the events copied for the last week only.
@@ -338,6 +338,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="measured runs on each server, alternating")
     parser.add_argument("--port", type=int, default=4600, help="first of the three ports it uses")
     parser.add_argument("--without-ape-index", action="store_true", help="drop APE's recorder index after start")
+    parser.add_argument(
+        "--system-sqlite", action="store_true", help="servers on Python's own SQLite (APE_SERVER_SQLITE=system)"
+    )
     parser.add_argument("--plans", action="store_true", help="print the recorder lookup's query plans and stop")
     parser.add_argument("--build-only", action="store_true", help="build the history and stop")
     args = parser.parse_args()
@@ -359,6 +362,12 @@ def main() -> None:
         return
     load = os.getloadavg()
     print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)
+    if args.system_sqlite:
+        os.environ["APE_SERVER_SQLITE"] = "system"
+    newer = prefect_sqlite.newer_sqlite()
+    in_use = newer.sqlite_version if newer is not None else sqlite3.sqlite_version
+    index = "dropped" if args.without_ape_index else "made at start"
+    print(f"servers on SQLite {in_use}; APE's recorder index {index}", flush=True)
     servers: dict[str, server.ServerInfo] = {}
     try:
         servers["fresh"] = start(work / "fresh-home", args.port, None)
