@@ -12,7 +12,8 @@ Then two servers run side by side, both started the way ``ape run`` starts its s
 (:func:`ape.server.start`; the history one with ``PREFECT_API_DATABASE_CONNECTION_URL``
 pointing at the built file): a fresh one and the one with the history. Each round runs a
 ``--sessions`` instant-model run on each (the order alternates, so the machine's load hits
-both), then times the UI's main API calls on each. Printed: the run's wall time (the item
+both), then times the UI's main API calls on each. Both keep every run (retention off, as a
+team that keeps a year of history sets it). Printed: the run's wall time (the item
 loop plus the wait until the server holds every task run, as ``ape run`` waits), the server
 process tree's CPU per recorded task run (read from /proc), each UI call's median, and
 history / fresh ratios.
@@ -345,6 +346,9 @@ def main() -> None:
     parser.add_argument("--build-only", action="store_true", help="build the history and stop")
     args = parser.parse_args()
     speed = _speed_module()
+    # a server that keeps the year: with APE's default retention (30 days) the history server's
+    # db_vacuum would delete most of the history while it is measured
+    os.environ[server.RETENTION_ENV] = "0"
     work = Path(tempfile.mkdtemp(prefix="ape-history-bench-"))
     kept_at = Path(tempfile.gettempdir()) / f"ape-history-{args.task_runs}.db"
     database = (args.db or (kept_at if args.keep else work / "history.db")).resolve()
@@ -379,7 +383,7 @@ def main() -> None:
         measure(speed, servers, work, args.rounds, args.sessions)
     finally:
         for name in servers:
-            stop(servers[name].home)
+            stop(servers[name].home.parent)  # ServerInfo.home is the APE home's server folder
         if args.keep or args.db:
             print(f"kept {database}")
         else:
