@@ -73,16 +73,29 @@ def wait_deployment(client, name: str, proc: subprocess.Popen, limit_s: float = 
     raise SystemExit(f"no deployment {name} after {limit_s:g} s")
 
 
+def call(client, method: str, path: str, **kwargs):
+    """``client.request`` again while the server answers 503 (SQLite busy on a loaded machine),
+    as Prefect's own client does."""
+    delay = 0.5
+    for _ in range(8):
+        response = client.request(method, path, **kwargs)
+        if response.status_code != 503:
+            break
+        time.sleep(delay)
+        delay = min(2 * delay, 8)
+    response.raise_for_status()
+    return response
+
+
 def run_once(client, deployment_id: str, proc: subprocess.Popen, limit_s: float = 900) -> tuple[str, float]:
     """Start one flow run of the deployment and wait for its end: (final state, seconds)."""
     started = time.perf_counter()
-    created = client.post(f"/deployments/{deployment_id}/create_flow_run", json={"parameters": {}})
-    created.raise_for_status()
+    created = call(client, "POST", f"/deployments/{deployment_id}/create_flow_run", json={"parameters": {}})
     flow_run_id = created.json()["id"]
     while time.perf_counter() - started < limit_s:
         if proc.poll() is not None:
             raise SystemExit(f"ape serve ended with exit code {proc.returncode}")
-        state = client.get(f"/flow_runs/{flow_run_id}").json()["state"]["type"]
+        state = call(client, "GET", f"/flow_runs/{flow_run_id}").json()["state"]["type"]
         if state in FINAL:
             return state, time.perf_counter() - started
         time.sleep(1)
@@ -111,7 +124,7 @@ def main() -> None:
     print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
     rows: list[tuple[int, str, float, dict[str, float]]] = []
     try:
-        with server.api_session(info.api_url, timeout=60) as client:
+        with server.api_session(info.api_url, timeout=60, auth=server.auth_string(info.home)) as client:
             deployment_id = wait_deployment(client, "benchmark/soak", proc)
             for run in range(1, args.runs + 1):
                 state, seconds = run_once(client, deployment_id, proc)
