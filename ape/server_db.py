@@ -171,10 +171,11 @@ def ensure_recorder_index(con: sqlite3.Connection) -> bool:
 
     Why: Prefect's task-run recorder (3.9) looks up the task runs it is about to write by
     ``(flow_run_id, task_key, dynamic_key) IN (VALUES ...)``, once per flush and once per chunk of
-    about 30 rows. SQLite (3.40-3.46) plans that as a scan, whatever indexes exist: of the whole
-    table, 2.4 KB a row, without this index; of this index, about 150 bytes a row, with it
-    (``SCAN task_run USING COVERING INDEX``). The scan stays, but reads a sixteenth of the bytes:
-    docs/server.md, "The same speed with a year behind it", has the figures.
+    about 30 rows. SQLite 3.40 plans that as a scan, whatever indexes exist: of the whole table,
+    about 2.6 KB a row, without this index; of this index, with it (``SCAN task_run USING
+    COVERING INDEX``): half the time at a million task runs, still a scan. A current SQLite
+    (:mod:`ape.prefect_sqlite`) searches Prefect's unique index instead and leaves this one
+    unused. docs/server.md, "The same speed with a year behind it", has the figures.
 
     Safe to call on every start: nothing is done when the index (or an index of the same columns,
     should Prefect ship one) exists, or when the file has no ``task_run`` table (not a Prefect
