@@ -374,6 +374,7 @@ def main() -> None:
     if args.plans:
         show_plans(database)
     if args.plans or args.build_only:
+        shutil.rmtree(work, ignore_errors=True)  # the seed run's folders; the database is kept
         return
     load = os.getloadavg()
     print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)
