@@ -362,7 +362,7 @@ def main() -> None:
     os.environ[server.RETENTION_ENV] = "0"
     work = Path(tempfile.mkdtemp(prefix="ape-history-bench-"))
     kept_at = Path(tempfile.gettempdir()) / f"ape-history-{args.task_runs}.db"
-    database = (args.db or (kept_at if args.keep else work / "history.db")).resolve()
+    database = (args.db or (kept_at if args.keep or args.build_only else work / "history.db")).resolve()
     if not database.exists():
         database.parent.mkdir(parents=True, exist_ok=True)
         print(f"free disk: {server_db.free_disk(database.parent) / 1e9:.0f} GB", flush=True)
