@@ -37,6 +37,7 @@ import secrets
 import shlex
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -573,7 +574,9 @@ def start(
         if mine is not None:
             # Our server is still booting (or hung): wait for it instead of starting another.
             notify(f"Waiting for the Prefect server (pid {mine.pid}) to answer")
-            return _wait_healthy(home, host, port, mine.pid, None, wait_s)
+            info = _wait_healthy(home, host, port, mine.pid, None, wait_s)
+            _index_database(home, notify)
+            return info
         if ours is not None:
             raise ApeError(
                 f"ape already runs a Prefect server on port {ours.port} (pid {ours.pid}); it manages one at a time",
@@ -592,7 +595,23 @@ def start(
         kept = describe_retention(started.retention_days if started is not None else None)
         note = f"log: {home / LOG_FILE}; {password_hint(home)}"
         notify(f"Starting a Prefect server at {_base_url(host, port)} ({note}); retention: {kept}")
-        return _wait_healthy(home, host, port, proc.pid, proc, wait_s)
+        info = _wait_healthy(home, host, port, proc.pid, proc, wait_s)
+        _index_database(home, notify)
+        return info
+
+
+def _index_database(home: Path, notify: StatusCallback) -> None:
+    """APE's index for the task-run recorder on the SQLite database of the server it started
+    (:func:`ape.server_db.ensure_recorder_index`), made after Prefect's migrations have run (the
+    server answers its health check only then). A database that cannot take it is said in one line
+    and the server serves on: the index saves time, it changes no result."""
+    database = server_db.database_path(home)
+    if database is None or not database.exists():
+        return
+    try:
+        server_db.index_database(database)
+    except sqlite3.Error as exc:
+        notify(f"could not add APE's task-run index to {database} ({exc}); runs work, recording may be slower")
 
 
 def _free_port(host: str, after: int) -> int:
@@ -787,7 +806,7 @@ def server_env(home: Path, host: str, port: int) -> dict[str, str]:
 
 def _spawn(home: Path, host: str, port: int) -> subprocess.Popen[bytes]:
     env = server_env(home, host, port)
-    command = [sys.executable, "-m", "prefect", "server", "start"]
+    command = [sys.executable, "-m", "ape.prefect_sqlite", "server", "start"]  # Prefect on the newest SQLite
     command += ["--host", host, "--port", str(port)]
     # a process group of its own, so a Ctrl-C in the caller's terminal does not stop it
     creationflags = 0

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -18,7 +20,7 @@ from prefect import context as prefect_context
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.utilities.urls import url_for
 
-from ape import server
+from ape import server, server_db
 from ape.schemas.errors import ApeError
 from tests.helpers.processes import free_port
 
@@ -236,8 +238,11 @@ def test_start_reuse_status_stop(ape_home: Path, quiet_settings: None, monkeypat
     # Flows in this process (and its subprocesses) now report to the local server.
     assert os.environ["PREFECT_API_URL"] == api_url
     assert prefect_context.GLOBAL_SETTINGS_CONTEXT.settings.api.url == api_url
-    # Its database lives in APE_HOME, not in the user's Prefect home.
+    # Its database lives in APE_HOME, not in the user's Prefect home, with APE's index for the
+    # task-run recorder made once Prefect's migrations have run.
     assert (ape_home / "server" / "prefect").is_dir()
+    with contextlib.closing(sqlite3.connect(ape_home / "server" / "prefect" / "prefect.db")) as con:
+        assert server_db.recorder_index_present(con)
 
     again: list[str] = []
     reused = server.start(port=port, on_status=again.append)
