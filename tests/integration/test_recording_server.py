@@ -178,7 +178,8 @@ def test_a_fast_run_leaves_plain_chains_out_on_the_default_settings(ape_server: 
     assert chains.chains_recorded + chains.chains_left_out == n
     assert recording.CHAIN_FIRST <= chains.chains_recorded < n
     assert _count(ape_server, "session[fast800x") == n
-    assert _count(ape_server, "render[fast800x") == chains.chains_recorded
+    # the background catch-up starts as the run ends and may already have sent some
+    assert chains.chains_recorded <= _count(ape_server, "render[fast800x") <= n
     said = done.stdout + done.stderr
     assert said.count("left out") == 1 and "ape record" in said, said[-3000:]
     assert "WARNING" not in said and "Warning" not in said, said[-3000:]
