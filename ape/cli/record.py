@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from ape.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from ape.schemas.errors import ApeError
@@ -46,8 +48,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    with following(args.folder):  # the rewritten stage_chains.json: as private as the folder
-        return record(args.folder)
+    import httpx  # deferred: the CLI starts without httpx
+
+    try:
+        with following(args.folder):  # the rewritten stage_chains.json: as private as the folder
+            return record(args.folder)
+    except httpx.TransportError as exc:
+        server_gone(args.folder, exc)
+
+
+def server_gone(folder: Path, exc: Exception) -> NoReturn:
+    """The server stopped answering while chains were being sent: say so once and end now.
+
+    Why ``os._exit``: Prefect's events worker would otherwise drain its queue at exit, one
+    failed connection per event (hundreds, for half an hour, to a port nothing listens on).
+    Nothing is lost: ``stage_chains.json`` still names every chain not confirmed on the
+    server, and a stage's task run has a fixed id, so the next ``ape record`` sends only what
+    is missing."""
+    sys.stdout.flush()
+    sys.stderr.write(
+        f"error: the Prefect server stopped answering ({type(exc).__name__}: {exc}); the chains not yet "
+        f"recorded stay listed in {folder}: run `ape record {folder}` again once the server is up "
+        "(results on disk are complete)\n"
+    )
+    sys.stderr.flush()
+    os._exit(EXIT_FAILED)
 
 
 def record(folder: Path) -> int:
