@@ -49,6 +49,11 @@ def json_schema() -> dict[str, Any]:
     if "choices" in properties and "checker" in schema["required"]:  # [choices] brings its own checker
         schema["required"].remove("checker")
         schema["anyOf"] = [{"required": ["checker"]}, {"required": ["choices"]}]
+    if "task" in properties:  # [task] lm_eval brings its own data, prompt and checker (the loader fills them)
+        own = [key for key in ("data", "prompt") if key in schema["required"]]
+        schema["required"] = [key for key in schema["required"] if key not in own]
+        schema["if"] = {"not": {"required": ["task"]}}
+        schema["then"] = {"required": own, **({"anyOf": schema.pop("anyOf")} if "anyOf" in schema else {})}
     properties["name"]["description"] += " Default: the config file's name without .toml."
     return {"$schema": SCHEMA_URL, **schema, "title": "APE config.toml"}
 

@@ -78,3 +78,12 @@ def test_one_model_table_or_an_array_of_them():
     config["model"] = config["model"][0]  # [model] instead of [[model]]
     assert list(_validator().iter_errors(config)) == []
     assert json.loads(schema_text())["title"] == "APE config.toml"
+
+
+def test_a_task_config_needs_no_data_prompt_or_checker():
+    config = {"task": {"lm_eval": "gsm8k"}, "model": {"name": "m", "provider": "mock"}}
+    assert [e.message for e in _validator().iter_errors(config)] == []
+    config.pop("task")  # without [task], [data], [prompt] and a checker are required again
+    messages = [e.message for e in _validator().iter_errors(config)]
+    assert any("'data' is a required property" in m for m in messages), messages
+    assert any("'prompt' is a required property" in m for m in messages), messages
