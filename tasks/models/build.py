@@ -64,6 +64,7 @@ from ape.tasks.models.managed import ManagedChatModel
 from ape.tasks.models.mocks import Behaviour, MockChatModel
 from ape.tasks.models.reasoning_effort import check_reasoning_effort, merge_args, reasoning_effort_args
 from ape.tasks.models.requests import RequestSettings, hosted_endpoint, request_settings
+from ape.tasks.models.sdk_types import build_response_types
 from ape.tasks.models.shared_clients import shared_client
 from ape.tasks.plugins.loader import describe_exception, load_object
 from ape.tasks.plugins.registry import BUILTINS, PROVIDER_PACKAGES
@@ -102,6 +103,7 @@ def build_model(cfg: ModelConfig, base_dir: Path, batch_dir: Path | None = None)
     """
     check_reasoning_effort(cfg)
     raw = _build_raw(cfg, base_dir)
+    build_response_types()  # before any worker thread parses a response: pydantic's lazy build races
     check_batchable(cfg, raw)
     if cfg.batch and batch_dir is not None:
         settings = BatchSettings(size=cfg.batch_size, wait_s=cfg.batch_wait_s, poll_s=cfg.batch_poll_s)
