@@ -34,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from ape.schemas.errors import ApeError
-from ape.tasks.models.batcher import LEDGER, open_batches
+from ape.tasks.models.batch.batcher import LEDGER, open_batches
 from ape.tasks.storage.history import RUN_COPY, RUN_ITEMS_COPY, baseline, check_history, history_dir, read_runs
 from ape.tasks.storage.runs import LATEST, RUN_FILE, RUN_ID_PATTERN, RunInfo, read_info, runs_root, write_info
 

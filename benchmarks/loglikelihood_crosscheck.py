@@ -396,7 +396,7 @@ def main() -> int:
     import importlib.util
 
     from ape import server as prefect_server
-    from ape.tasks.models.llama_server import KNOWN_MODELS
+    from ape.tasks.models.local.llama_server import KNOWN_MODELS
 
     module, filename, _ = KNOWN_MODELS["smollm2-135m"]
     spec = importlib.util.find_spec(module)

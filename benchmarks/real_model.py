@@ -177,7 +177,7 @@ def run_inspect(task: Any, base_url: str, max_tokens: int, log_dir: Path) -> dic
 
 def start_server(logits_all: bool, log: Path) -> Any:
     from ape.schemas.config import ModelConfig
-    from ape.tasks.models.llama_server import LlamaServer, ServerSpec, model_file
+    from ape.tasks.models.local.llama_server import LlamaServer, ServerSpec, model_file
 
     server = LlamaServer(
         ServerSpec(file=model_file(ModelConfig(provider="llama-cpp", model="smollm2-135m")), logits_all=logits_all), log

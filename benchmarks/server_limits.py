@@ -1,7 +1,7 @@
 """The cost of taking a model's concurrency slots from the Prefect server instead of in-process.
 
 With a real Prefect server, ``[model] max_concurrency`` is a global concurrency limit on the
-server (:mod:`ape.tasks.models.server_limits`): slots are taken in leases of up to 16 and lent
+server (:mod:`ape.tasks.models.limits.server`): slots are taken in leases of up to 16 and lent
 to the workers locally. This script runs the same workload (the mock model sleeping
 ``latency_s`` per call, ``max_concurrency`` = workers, so the limit is full the whole run)
 twice per round, alternating: with ``shared_limits = false`` (the in-process limiter) and with

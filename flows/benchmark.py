@@ -33,8 +33,8 @@ from ape.schemas.report import HealthEntry
 from ape.tasks.after_run.tasks import join_history_task, report_task
 from ape.tasks.checking.canary import CanaryFailed
 from ape.tasks.common.home import password_hint, ui_password_file
-from ape.tasks.models.limits import RETRY_LINES
-from ape.tasks.models.llama_server import local_model_servers, with_base_urls
+from ape.tasks.models.limits.policy import RETRY_LINES
+from ape.tasks.models.local.llama_server import local_model_servers, with_base_urls
 from ape.tasks.recording import finish_recording
 from ape.tasks.report.health import limit_lines, suspect_lines, truncation_lines
 from ape.tasks.setup.judge_agreement import judge_agreement_task

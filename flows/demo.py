@@ -46,7 +46,7 @@ from ape.schemas.models import ModelAdapter
 from ape.schemas.report import Envelope
 from ape.schemas.taskspec import TASK_TEMPLATE, TaskSpec
 from ape.tasks.checking.taskspec import check_unique, load_tasks, validate_task, write_tasks
-from ape.tasks.models.demo_adapters import demo_adapters, model_entry, unregister_adapter
+from ape.tasks.models.mocks.demo_adapters import demo_adapters, model_entry, unregister_adapter
 from ape.tasks.report.demo_criteria import Breach, Criterion, first_breach, with_criteria
 from ape.tasks.report.envelope import write_envelope
 from ape.tasks.report.markdown import markdown_table

@@ -43,8 +43,8 @@ from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.common.words import count
-from ape.tasks.models.batch_status import take_refused
-from ape.tasks.models.limits import limiter_for
+from ape.tasks.models.batch.status import take_refused
+from ape.tasks.models.limits.policy import limiter_for
 from ape.tasks.recording import RunRecording
 from ape.tasks.report.provenance import run_provenance
 from ape.tasks.setup.model import ModelSetup, make_setup, resume_fingerprints, run_label

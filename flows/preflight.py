@@ -11,7 +11,7 @@ one line (naming the file and key) whichever way the run was started:
   and a ``[choices]`` endpoint's prompt log-probabilities) with the checker the run uses;
 - :func:`endpoints` sends one request to every served model's endpoint (and a judge's),
   all at once, and stops the run when one cannot be reached
-  (:mod:`ape.tasks.models.reachability`). ``ape validate`` and ``ape plan`` stay offline.
+  (:mod:`ape.tasks.models.limits.reachability`). ``ape validate`` and ``ape plan`` stay offline.
 
 What preflight resolved travels as one object, :class:`Checked` (each model's setup, the
 judge, and once graded the canary's result), handed to the flows explicitly: by argument
@@ -41,14 +41,14 @@ from ape.schemas.config import ApeConfig, ModelConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.checking.judge import JudgeSpec
 from ape.tasks.models.build import build_model
-from ape.tasks.models.mock_data import check_mock_data
-from ape.tasks.models.reachability import (
+from ape.tasks.models.limits.reachability import (
     auth_warnings,
     path_warnings,
     probe_all,
     probe_target,
     unreachable_lines,
 )
+from ape.tasks.models.mocks.data import check_mock_data
 from ape.tasks.models.scoring import build_scorer
 from ape.tasks.setup.model import ModelSetup, grade_canary, make_setup, resume_fingerprints, run_judge
 from ape.tasks.solving.choices import check_item
@@ -214,7 +214,7 @@ def endpoints(config: ApeConfig, only_models: list[str] | None = None) -> None:
     (``[[model]]`` sections, ``only_models`` of them when given, and a ``[checker.judge]``
     block), all at once, before any session: a dead ``base_url`` is one line naming the
     model, the URL and the cause, instead of every session failing after its retries.
-    An endpoint that answers 401/403 is a warning (:mod:`ape.tasks.models.reachability`).
+    An endpoint that answers 401/403 is a warning (:mod:`ape.tasks.models.limits.reachability`).
 
     Raises:
         ApeError: an endpoint that could not be reached (exit code 2; nothing has run).

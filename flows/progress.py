@@ -32,7 +32,7 @@ from ape.flows.logs import CONSOLE_SKIP
 from ape.schemas.results import CheckStatus, Outcome, OutputBatch
 from ape.tasks.common.console import Repeats
 from ape.tasks.common.inert import terminal_safe
-from ape.tasks.models.limits import RETRY_LINES
+from ape.tasks.models.limits.policy import RETRY_LINES
 
 log = logging.getLogger("ape")
 

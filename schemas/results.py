@@ -58,7 +58,7 @@ class ErrorInfo(Record):
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
         frames = list(traceback.extract_tb(exc.__traceback__)) if exc.__traceback__ is not None else []
         # notes (BaseException.add_note) say what the message leaves out: the endpoint of a
-        # connection failure (ape.tasks.models.limits.endpoint_note)
+        # connection failure (ape.tasks.models.limits.policy.endpoint_note)
         notes = [str(note) for note in getattr(exc, "__notes__", ()) if str(note).strip()]
         message = str(exc) + "".join(f" ({note})" for note in notes)
         return cls(

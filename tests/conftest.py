@@ -127,7 +127,7 @@ def _restore_process_state() -> Iterator[None]:
     ``peak_concurrency`` counts across tests). Each test starts from the state the
     session had, and leaves it so (each test gets its own, empty table of limiters).
     """
-    from ape.tasks.models import limits
+    from ape.tasks.models.limits import policy as limits
 
     environ = dict(os.environ)
     logger = logging.getLogger("ape")

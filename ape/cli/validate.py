@@ -34,7 +34,7 @@ def validate(config_path: Path, *, estimate: bool = False, overrides: dict | Non
     """``ape validate``: everything a run checks before its first model call; ``overrides``
     are the dotted keys of command-line flags (``--output``), as for ``ape run``."""
     from ape.flows.preflight import canary, preflight  # deferred: the plugins and Prefect (CLI start-up)
-    from ape.tasks.models.reachability import probe_target
+    from ape.tasks.models.limits.reachability import probe_target
     from ape.tasks.solving.render import template_variables
 
     config = load_config(config_path, overrides)

@@ -2,7 +2,7 @@
 
 The bar is redrawn by rich several times a second, but its fields change only when an item
 is saved; a run whose sessions wait for a batch saves nothing for a long time. This
-column reads the batch board (:func:`ape.tasks.models.batch_status.waiting_text`) at
+column reads the batch board (:func:`ape.tasks.models.batch.status.waiting_text`) at
 each redraw, so the terminal shows the batch's id, status, counts and age while it waits,
 and nothing for a model that does not batch.
 """
@@ -13,7 +13,7 @@ from rich.progress import ProgressColumn, Task
 from rich.text import Text
 
 from ape.tasks.common.inert import terminal_safe
-from ape.tasks.models.batch_status import waiting_text
+from ape.tasks.models.batch.status import waiting_text
 
 __all__ = ["BatchColumn"]
 

@@ -6,6 +6,7 @@ handed to its saving loop. It holds
 - the terminal's progress bar (:class:`ape.flows.progress.ProgressView`, with the batch
   column of :mod:`ape.flows.live.batch_column`),
 - the live view (:mod:`ape.flows.live.view`: ``live.json`` and the flow run's artifacts),
+  and for a batch model the table of its batches (:mod:`ape.flows.live.batch_table`),
 - the control of the loop (:mod:`ape.flows.live.control`: pause, resume and drain through
   the channels of :mod:`ape.tasks.storage.control_channel`),
 - and what the run notes in ``metadata.json`` of them: the control actions (``control``) and
@@ -21,14 +22,16 @@ from contextlib import ExitStack
 from typing import Any
 from uuid import UUID
 
+from ape.flows.live.batch_table import BatchArtifact
 from ape.flows.live.control import RunControl
 from ape.flows.live.view import LiveView
 from ape.flows.progress import ProgressView, Tally, report_errors
 from ape.schemas.control import Action
 from ape.schemas.results import OutputBatch
-from ape.tasks.models.limits import uses_server_limits
-from ape.tasks.models.meter import meter_for
-from ape.tasks.models.server_limits import limit_names, limit_notes, server_limits_enabled
+from ape.tasks.models.batch.status import show_batches
+from ape.tasks.models.limits.meter import meter_for
+from ape.tasks.models.limits.policy import uses_server_limits
+from ape.tasks.models.limits.server import limit_names, limit_notes, server_limits_enabled
 from ape.tasks.setup.model import ModelSetup
 from ape.tasks.storage.save import SaveHandler
 
@@ -84,6 +87,8 @@ class LiveRun:
             stack.enter_context(self.progress)
             stack.enter_context(self.view)
             stack.enter_context(self.control)
+            if self.setup.model_cfg.batch:  # the batch board's table, on this flow run
+                stack.callback(show_batches(self.setup.model_id, BatchArtifact()))
             self._stack = stack.pop_all()
         return self
 

@@ -37,7 +37,7 @@ from ape.flows.logs import CONSOLE_SKIP
 from ape.schemas.live import LIVE_FILE, LiveStatus, State
 from ape.schemas.results import OutputBatch
 from ape.tasks.common.inert import md_text
-from ape.tasks.models.meter import CallMeter
+from ape.tasks.models.limits.meter import CallMeter
 from ape.tasks.report.live import LiveCounts, describe
 from ape.tasks.storage import prefect_api
 from ape.tasks.storage.save import atomic_write_text, read_batches

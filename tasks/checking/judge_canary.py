@@ -55,7 +55,7 @@ from ape.tasks.checking.judge import (
     parse_scale,
     solution_text,
 )
-from ape.tasks.models.llama_server import is_llama_cpp, local_model_servers
+from ape.tasks.models.local.llama_server import is_llama_cpp, local_model_servers
 from ape.tasks.storage.data import DataProvider
 from ape.tasks.storage.runs import cache_dir
 

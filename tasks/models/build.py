@@ -2,7 +2,7 @@
 
 Sources of a model, in the order :func:`build_model` checks them:
 
-- ``provider = "mock"``: the built-in :class:`ape.tasks.models.mocks.MockChatModel`.
+- ``provider = "mock"``: the built-in :class:`ape.tasks.models.mocks.chat.MockChatModel`.
 - ``provider = "openai"``: any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama,
   a llama.cpp server) through ``langchain-openai`` (the ``openai`` extra).
   Token log-probabilities are requested by default from hosted endpoints only (no
@@ -12,7 +12,7 @@ Sources of a model, in the order :func:`build_model` checks them:
   ``*.local``, ``*.internal``, a name without a dot) gets none unless ``logprobs =
   true``: llama-cpp-python's server computes them in Python, several times slower.
 - ``provider = "llama-cpp"``: a local GGUF model that APE serves itself for the
-  length of a run (:mod:`ape.tasks.models.llama_server`), spoken to like ``openai``; no
+  length of a run (:mod:`ape.tasks.models.local.llama_server`), spoken to like ``openai``; no
   log-probabilities unless asked for, since that server computes them slowly.
 - another provider name (``anthropic``, ``mistralai``, ...): its installed
   LangChain integration, through ``langchain``'s ``init_chat_model`` when that
@@ -49,10 +49,10 @@ from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError, did_you_mean
 from ape.schemas.models import ModelAdapter
 from ape.tasks.models.adapter_chat import AdapterChatModel
-from ape.tasks.models.batch_chat import BatchChatModel, check_batchable
-from ape.tasks.models.batcher import BatchSettings
-from ape.tasks.models.limits import RetryPolicy, limiter_for
-from ape.tasks.models.llama_server import (
+from ape.tasks.models.batch.batcher import BatchSettings
+from ape.tasks.models.batch.chat import BatchChatModel, check_batchable
+from ape.tasks.models.limits.policy import RetryPolicy, limiter_for
+from ape.tasks.models.local.llama_server import (
     ALIAS,
     SERVER_ARGS,
     guarded_clients,
@@ -61,7 +61,7 @@ from ape.tasks.models.llama_server import (
     server_missing,
 )
 from ape.tasks.models.managed import ManagedChatModel
-from ape.tasks.models.mocks import Behaviour, MockChatModel
+from ape.tasks.models.mocks.chat import Behaviour, MockChatModel
 from ape.tasks.models.reasoning_effort import check_reasoning_effort, merge_args, reasoning_effort_args
 from ape.tasks.models.requests import RequestSettings, hosted_endpoint, request_settings
 from ape.tasks.models.sdk_types import build_response_types
@@ -97,7 +97,7 @@ def build_model(cfg: ModelConfig, base_dir: Path, batch_dir: Path | None = None)
     :class:`ApeError` naming the section for every configuration problem.
 
     ``batch_dir``: the model's output folder, where a ``batch = true`` model keeps its
-    batch ledger (:mod:`ape.tasks.models.batcher`); a solver worker passes it. Without it
+    batch ledger (:mod:`ape.tasks.models.batch.batcher`); a solver worker passes it. Without it
     (``ape validate``, preflight, a judge) a batch model is only checked, and answers
     interactively.
     """
@@ -273,7 +273,7 @@ def _llama_cpp(cfg: ModelConfig) -> BaseChatModel:
         kwargs["extra_body"] = {"max_tokens": asked.max_tokens}
     merge_args(kwargs, reasoning_effort_args(cfg, local=True))
     kwargs.update({k: v for k, v in cfg.args.items() if k not in SERVER_ARGS})
-    from ape.tasks.models.llama_chat import LlamaChatOpenAI  # the server's tool-calling quirks
+    from ape.tasks.models.local.llama_chat import LlamaChatOpenAI  # the server's tool-calling quirks
 
     def build() -> Any:
         # every request first checks that APE's server still runs and holds its port

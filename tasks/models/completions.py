@@ -26,8 +26,8 @@ from typing import Any
 
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
-from ape.tasks.models.limits import Limiter, RetryPolicy, limiter_for
-from ape.tasks.models.meter import meter_for
+from ape.tasks.models.limits.meter import meter_for
+from ape.tasks.models.limits.policy import Limiter, RetryPolicy, limiter_for
 from ape.tasks.models.score_types import ContinuationScore, Scored, ScoreRequest
 
 __all__ = ["CompletionsScorer", "EchoLogprobs", "LogprobsMissing", "completions_scorer", "continuation_score"]

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from ape.schemas.config import DEFAULT_REASONING_TAGS, ModelConfig
-from ape.tasks.models.llama_server import is_llama_cpp, model_file
+from ape.tasks.models.local.llama_server import is_llama_cpp, model_file
 from ape.tasks.models.requests import request_settings
 
 __all__ = ["model_fingerprint"]

@@ -5,10 +5,10 @@ its choices) with the summed log-probability of each continuation's tokens given
 prompt and the number of those tokens, as lm-evaluation-harness's ``loglikelihood``
 requests do. Which model can do that, from a ``[model]`` section (:func:`build_scorer`):
 
-- ``provider = "mock"``: :class:`ape.tasks.models.mock_scorer.MockScorer`, made-up but
+- ``provider = "mock"``: :class:`ape.tasks.models.mocks.scorer.MockScorer`, made-up but
   deterministic log-likelihoods, for demos, dry runs and tests;
 - ``provider = "llama-cpp"``: the GGUF file, loaded *in this process* by llama-cpp-python
-  (:mod:`ape.tasks.models.llama_inprocess`); its server is not started for such runs,
+  (:mod:`ape.tasks.models.local.llama_inprocess`); its server is not started for such runs,
   since that server's prompt log-probabilities are shifted by one token for models
   that add no BOS token (SmolLM2 among them; llama-cpp-python issue #1983);
 - ``provider = "openai"`` with a ``base_url``: any OpenAI-compatible ``/v1/completions``
@@ -30,9 +30,9 @@ from pathlib import Path
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.models.completions import completions_scorer
-from ape.tasks.models.llama_inprocess import llama_scorer
-from ape.tasks.models.llama_server import is_llama_cpp
-from ape.tasks.models.mock_scorer import mock_scorer
+from ape.tasks.models.local.llama_inprocess import llama_scorer
+from ape.tasks.models.local.llama_server import is_llama_cpp
+from ape.tasks.models.mocks.scorer import mock_scorer
 from ape.tasks.models.score_types import ContinuationScore, Scored, Scorer, ScoreRequest
 
 __all__ = ["ContinuationScore", "ScoreRequest", "Scored", "Scorer", "build_scorer", "check_can_score"]

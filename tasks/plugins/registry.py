@@ -29,7 +29,7 @@ from ape.schemas.taskspec import METRIC_NAMES
 Kind = Literal["schema", "adapter", "checker", "provider", "model", "tool", "postprocess"]
 
 _ADAPT = "ape.tasks.solving.adapt"
-_MODELS = "ape.tasks.models.demo_adapters"
+_MODELS = "ape.tasks.models.mocks.demo_adapters"
 
 BUILTINS: dict[str, dict[str, str]] = {
     "schema": {"taskspec": "ape.schemas.taskspec:TaskSpec", "mmlu": "ape.schemas.choices:MMLUItem"},
@@ -48,9 +48,9 @@ BUILTINS: dict[str, dict[str, str]] = {
         "sandbox_state": "ape.tasks.agent.grade:SandboxStateChecker",
     },
     "provider": {
-        "mock": "ape.tasks.models.mocks:MockChatModel",
+        "mock": "ape.tasks.models.mocks.chat:MockChatModel",
         "openai": "langchain_openai:ChatOpenAI",
-        "llama-cpp": "ape.tasks.models.llama_server:LlamaServer",
+        "llama-cpp": "ape.tasks.models.local.llama_server:LlamaServer",
         "anthropic": "langchain_anthropic:ChatAnthropic",
         "azure_openai": "langchain_openai:AzureChatOpenAI",
         "bedrock_converse": "langchain_aws:ChatBedrockConverse",
@@ -68,7 +68,7 @@ BUILTINS: dict[str, dict[str, str]] = {
         "xai": "langchain_xai:ChatXAI",
     },
     "model": {
-        "mock": "ape.tasks.models.mocks:MockChatModel",
+        "mock": "ape.tasks.models.mocks.chat:MockChatModel",
         "rule-based": f"{_MODELS}:RuleBasedAdapter",
         "noisy": f"{_MODELS}:NoisyAdapter",
         "biased": f"{_MODELS}:BiasedAdapter",

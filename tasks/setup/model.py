@@ -30,7 +30,7 @@ from ape.tasks.checking.judge_labels import check_calibration_file
 from ape.tasks.checking.logprob_canary import run_logprob_canary
 from ape.tasks.common.deadline import call_with_timeout
 from ape.tasks.models.fingerprint import model_fingerprint
-from ape.tasks.models.llama_server import with_base_urls
+from ape.tasks.models.local.llama_server import with_base_urls
 from ape.tasks.models.scoring import check_can_score
 from ape.tasks.plugins.hooks import load_hook
 from ape.tasks.plugins.loader import load_object
@@ -100,7 +100,7 @@ class ModelSetup:
 
     def served(self, base_urls: dict[str, str]) -> ModelSetup:
         """This setup with the endpoints of the models APE serves for the run (model id to
-        ``base_url``, :func:`ape.tasks.models.llama_server.local_model_servers`): the model's,
+        ``base_url``, :func:`ape.tasks.models.local.llama_server.local_model_servers`): the model's,
         and the judge's when it is one of them. The fingerprint stays (a served model's port
         is not part of it)."""
         if not base_urls:

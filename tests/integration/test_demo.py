@@ -18,7 +18,7 @@ from ape.schemas.report import Envelope
 from ape.schemas.results import Generation
 from ape.tasks.checking.taskspec import load_tasks
 from ape.tasks.models.build import build_model
-from ape.tasks.models.demo_adapters import RandomAdapter, RuleBasedAdapter, demo_adapters, model_entry
+from ape.tasks.models.mocks.demo_adapters import RandomAdapter, RuleBasedAdapter, demo_adapters, model_entry
 from ape.tasks.report.demo_criteria import EXIT_CODES, Criterion
 from tests.helpers.report_keys import REPORT_KEYS
 

@@ -172,7 +172,7 @@ def test_the_documented_mock_run_passes_every_problem_through_the_sandbox(tmp_pa
     the oracle's canonical solutions pass them all through the sandboxed code_exec, and "half"
     passes exactly the problems its seeded draw answers right (the rest run a stub that fails)."""
     from ape.tasks.checking.code import sandbox as sandboxes
-    from ape.tasks.models.oracle import is_right
+    from ape.tasks.models.mocks.oracle import is_right
 
     bench = tmp_path / "humaneval"
     shutil.copytree(EXAMPLE, bench, ignore=shutil.ignore_patterns("__pycache__", "output*"))

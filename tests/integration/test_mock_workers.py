@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ape.config import load_config
-from ape.tasks.models.oracle import is_right
+from ape.tasks.models.mocks.oracle import is_right
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.runner import make_benchmark, read_results
 

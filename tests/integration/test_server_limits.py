@@ -1,4 +1,4 @@
-"""A model's limits are the Prefect server's: shared by runs, changed live (ape.tasks.models.server_limits).
+"""A model's limits are the Prefect server's: shared by runs, changed live (ape.tasks.models.limits.server).
 
 Two real ``ape run`` processes against one real Prefect server and one real OpenAI-compatible
 endpoint on the loopback (a threaded HTTP server in this test process, so it counts the
@@ -29,7 +29,7 @@ import pytest
 
 pytest.importorskip("langchain_openai", reason="an openai model needs the 'openai' extra")
 
-from ape.tasks.models.server_limits import waiting_variable  # noqa: E402
+from ape.tasks.models.limits.server import waiting_variable  # noqa: E402
 from tests.helpers.counting_endpoint import CountingEndpoint
 from tests.helpers.paths import REPO_ROOT  # noqa: E402
 from tests.helpers.prefect_api import PrefectApi  # noqa: E402

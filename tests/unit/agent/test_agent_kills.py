@@ -19,7 +19,7 @@ from ape.tasks.agent import limits
 from ape.tasks.agent import sandbox as agent_sandbox
 from ape.tasks.agent.sandbox import AgentSandbox, SandboxError
 from ape.tasks.agent.tools import bash
-from ape.tasks.models.mocks import MockChatModel
+from ape.tasks.models.mocks.chat import MockChatModel
 from ape.tasks.models.session_item import session_item
 from ape.tasks.solving.solve import run_solver
 from tests.helpers.sandbox_kinds import available

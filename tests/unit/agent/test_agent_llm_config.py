@@ -36,7 +36,7 @@ def test_llama_cpp_requests_carry_tool_calls_the_server_accepts() -> None:
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
     from langchain_core.tools import tool
 
-    from ape.tasks.models.llama_chat import LlamaChatOpenAI
+    from ape.tasks.models.local.llama_chat import LlamaChatOpenAI
 
     @tool
     def bash(command: str) -> str:

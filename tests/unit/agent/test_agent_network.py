@@ -26,7 +26,7 @@ from ape.tasks.agent import network
 from ape.tasks.agent.network import SOCKET_IN_SANDBOX, Refused, parse_head, permitted
 from ape.tasks.agent.sandbox import AgentSandbox
 from ape.tasks.agent.tools import bash
-from ape.tasks.models.mocks import MockChatModel
+from ape.tasks.models.mocks.chat import MockChatModel
 from ape.tasks.models.session_item import session_item
 from ape.tasks.report.provenance import agent_sandbox_of
 from ape.tasks.session.agent import AgentPlan, agent_solve

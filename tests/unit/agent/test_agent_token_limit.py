@@ -10,7 +10,7 @@ from langchain_core.tools import StructuredTool
 
 from ape.schemas.config import SolverConfig
 from ape.schemas.results import Outcome
-from ape.tasks.models.mocks import MockChatModel
+from ape.tasks.models.mocks.chat import MockChatModel
 from ape.tasks.models.session_item import session_item
 from ape.tasks.report.health import LIMIT_SETTINGS
 from ape.tasks.solving.solve import run_adaption, run_solver

@@ -191,7 +191,7 @@ def test_run_eval_leaves_no_temporary_folder_behind(tmp_path, monkeypatch):
     import ape.flows.demo
     from ape.flows.demo import run_eval
     from ape.schemas.report import Envelope
-    from ape.tasks.models.demo_adapters import RuleBasedAdapter
+    from ape.tasks.models.mocks.demo_adapters import RuleBasedAdapter
 
     seen: list[Path] = []
 

@@ -34,7 +34,7 @@ def test_the_registry_matches_the_implementations():
 def test_short_names_used_by_configs():
     from ape.schemas.taskspec import TaskSpec
     from ape.tasks.checking.taskspec import TaskSpecChecker
-    from ape.tasks.models.demo_adapters import RuleBasedAdapter
+    from ape.tasks.models.mocks.demo_adapters import RuleBasedAdapter
 
     assert load_object("taskspec", kind="schema") is TaskSpec
     assert load_object("rule-based", kind="model") is RuleBasedAdapter

@@ -118,7 +118,7 @@ def test_every_builtin_adapter_and_checker_has_its_section(kind):
 def test_every_mock_model_argument_is_in_the_models_table():
     from langchain_core.language_models import BaseChatModel
 
-    from ape.tasks.models.mocks import MockChatModel
+    from ape.tasks.models.mocks.chat import MockChatModel
 
     text = (DOCS / "models.md").read_text(encoding="utf-8")
     own = [name for name in MockChatModel.model_fields if name not in BaseChatModel.model_fields]
@@ -129,7 +129,7 @@ def test_every_mock_model_argument_is_in_the_models_table():
 def test_every_mock_behaviour_is_documented_in_the_models_page():
     from typing import get_args
 
-    from ape.tasks.models.mocks import Behaviour
+    from ape.tasks.models.mocks.chat import Behaviour
 
     text = (DOCS / "models.md").read_text(encoding="utf-8")
     row = next(line for line in text.splitlines() if line.startswith("| `behaviour` |"))
@@ -137,7 +137,7 @@ def test_every_mock_behaviour_is_documented_in_the_models_page():
 
 
 def test_the_choices_page_lists_every_argument_of_the_log_likelihood_mock():
-    from ape.tasks.models.mock_scorer import MockScorer
+    from ape.tasks.models.mocks.scorer import MockScorer
 
     text = (DOCS / "config" / "choices.md").read_text(encoding="utf-8")
     missing = [name for name in MockScorer.model_fields if name != "name" and f"| `{name}` |" not in text]

@@ -15,7 +15,7 @@ from ape.schemas.errors import ApeError
 from ape.schemas.results import Generation, Outcome
 from ape.schemas.transcript import EntryKind, SolveRecord
 from ape.tasks.models.adapter_chat import AdapterChatModel, adapter_prompt, takes_item
-from ape.tasks.models.limits import RateLimiter, RetryPolicy
+from ape.tasks.models.limits.policy import RateLimiter, RetryPolicy
 from ape.tasks.models.managed import ManagedChatModel
 from ape.tasks.solving.adapt import LastNumberAdapter, RawAdapter
 from ape.tasks.solving.solve import bind_tools, run_adaption, run_solver, solve_session

@@ -15,9 +15,9 @@ import pytest
 
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
-from ape.tasks.models.batch_chat import anthropic_result
-from ape.tasks.models.batch_clients import AnthropicBatchClient
-from ape.tasks.models.batcher import Batcher, BatchRequestError, BatchSettings, custom_id
+from ape.tasks.models.batch.batcher import Batcher, BatchRequestError, BatchSettings, custom_id
+from ape.tasks.models.batch.chat import anthropic_result
+from ape.tasks.models.batch.clients import AnthropicBatchClient
 from ape.tasks.models.build import build_model
 from ape.tasks.stats.cost import session_cost
 from tests.helpers.batch_stub import BatchStub
@@ -82,7 +82,7 @@ def test_anthropic_reply_keeps_tool_calls() -> None:
 def _openai_batcher(stub: BatchStub, folder: Path, model_id: str = "m", **settings: float) -> Batcher:
     import openai
 
-    from ape.tasks.models.batch_clients import OpenAIBatchClient
+    from ape.tasks.models.batch.clients import OpenAIBatchClient
 
     client = OpenAIBatchClient(openai.OpenAI(api_key="k", base_url=stub.base_url, max_retries=0))
     return Batcher(model_id, folder, client, BatchSettings(**{"size": 10, "wait_s": 0.1, "poll_s": 0.05, **settings}))
@@ -177,7 +177,7 @@ def test_batch_model_answers_through_the_stub(stub: BatchStub, tmp_path: Path) -
 
 def test_a_failed_batch_request_is_not_retried_within_the_run() -> None:
     """Each retry would be another batch round (hours); ``ape retry`` redoes the item instead."""
-    from ape.tasks.models.limits import classify_error
+    from ape.tasks.models.limits.policy import classify_error
 
     assert classify_error(BatchRequestError("batch b1: HTTP 429: overloaded, rate limit")) == "permanent"
 
@@ -190,7 +190,7 @@ def _intent(folder: Path, provider: str, cids: list[str], tag: str, bodies: list
     import json
     from datetime import UTC, datetime
 
-    from ape.tasks.models.batch_trust import request_hash
+    from ape.tasks.models.batch.trust import request_hash
 
     line = {"event": "submitting", "tag": tag, "provider": provider, "custom_ids": sorted(cids)}
     line["requests"] = {cid: request_hash(body) for cid, body in zip(cids, bodies or [], strict=False)}
@@ -214,7 +214,7 @@ def _anthropic_batcher(stub: BatchStub, folder: Path) -> Batcher:
 def test_a_batch_accepted_but_not_recorded_is_adopted_not_sent_again(
     stub: BatchStub, tmp_path: Path, provider: str
 ) -> None:
-    from ape.tasks.models.batch_clients import OpenAIBatchClient
+    from ape.tasks.models.batch.clients import OpenAIBatchClient
 
     bodies = {q: _ask(q) for q in ("1 + 2", "2 + 3")}
     cids = {q: custom_id(body, (q, 0)) for q, body in bodies.items()}
@@ -273,7 +273,7 @@ def test_a_live_process_submit_is_left_to_it(stub: BatchStub, tmp_path: Path) ->
     import json
     import os
 
-    from ape.tasks.models.batcher import _owner
+    from ape.tasks.models.batch.batcher import _owner
 
     _intent(tmp_path, "openai", ["x"], "ape-live")
     rows = _events(tmp_path)
@@ -302,7 +302,7 @@ def _planted_answer(cid: str, batch_id: str, body: dict | None = None) -> dict:
 
     row = {"custom_id": cid, "batch_id": batch_id, "body": _openai_completion("The answer is 999.")}
     if body is not None:
-        from ape.tasks.models.batch_trust import request_hash
+        from ape.tasks.models.batch.trust import request_hash
 
         row["request_hash"] = request_hash(body)
     return row
@@ -333,7 +333,7 @@ def test_planted_answer_rows_are_refused_and_the_requests_asked_again(stub: Batc
     }
     assert (stub.submissions, stub.requests) == (1, 4)
     assert batcher.refused == 4
-    from ape.tasks.models.batch_status import take_refused
+    from ape.tasks.models.batch.status import take_refused
 
     assert take_refused("planted") == 4 and take_refused("planted") == 0  # the run's summary takes the count once
 
@@ -341,7 +341,7 @@ def test_planted_answer_rows_are_refused_and_the_requests_asked_again(stub: Batc
 def test_an_answer_row_for_another_request_body_is_refused_when_asked(stub: BatchStub, tmp_path: Path) -> None:
     body = _ask("1 + 2")
     cid = custom_id(body, ("i0", 0))
-    from ape.tasks.models.batch_trust import request_hash
+    from ape.tasks.models.batch.trust import request_hash
 
     line = {"event": "submitted", "batch_id": "b1", "tag": "t", "provider": "openai", "custom_ids": [cid]}
     line["requests"] = {cid: request_hash(_ask("5 + 5"))}  # the ledger and the row agree with each other
@@ -360,8 +360,8 @@ def test_a_ledger_line_naming_a_batch_of_other_requests_is_refused(
     """A ``submitted`` line names a real batch at the provider (someone else's, with other
     requests, answered or not yet; Anthropic shows them only with the results): it is not
     collected; this folder's requests go in a new batch."""
-    from ape.tasks.models.batch_clients import OpenAIBatchClient
-    from ape.tasks.models.batch_trust import request_hash
+    from ape.tasks.models.batch.clients import OpenAIBatchClient
+    from ape.tasks.models.batch.trust import request_hash
 
     stub.delay_s = delay_s
     questions = ["1 + 2", "2 + 3"]
@@ -397,7 +397,7 @@ def test_a_ledger_line_naming_a_batch_of_other_requests_is_refused(
 
 
 def test_a_ledger_line_whose_request_bodies_differ_at_the_provider_is_refused() -> None:
-    from ape.tasks.models.batch_trust import ProviderRecord, batch_refusal, request_hash
+    from ape.tasks.models.batch.trust import ProviderRecord, batch_refusal, request_hash
 
     line = {"tag": "t", "custom_ids": ["a", "b"], "requests": {"a": request_hash(_ask("1 + 2")), "b": "x"}}
     same = {"a": request_hash(_ask("1 + 2")), "b": "x"}
@@ -430,7 +430,7 @@ def test_a_resumed_batch_is_collected_once_the_provider_shows_its_requests(stub:
     second = _openai_batcher(stub, tmp_path)
     assert second.ask(cid, body)["choices"][0]["message"]["content"] == "The answer is 3."
     assert second.refused == 0 and stub.submissions == 1
-    from ape.tasks.models.batch_trust import request_hash
+    from ape.tasks.models.batch.trust import request_hash
 
     rows = [json.loads(line) for line in (tmp_path / "batch_results.jsonl").read_text().splitlines()]
     assert [row["request_hash"] for row in rows] == [request_hash(body)]
@@ -441,7 +441,7 @@ def test_batch_files_another_user_could_write_are_moved_aside(stub: BatchStub, t
     everyone are not this user's run's files: moved aside, counted, the request asked again."""
     import os
 
-    from ape.tasks.models.batch_trust import request_hash
+    from ape.tasks.models.batch.trust import request_hash
 
     body = _ask("1 + 2")
     cid = custom_id(body, ("i0", 0))

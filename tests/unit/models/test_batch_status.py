@@ -13,9 +13,11 @@ import pytest
 from rich.progress import Progress
 
 from ape.flows.live.batch_column import BatchColumn
-from ape.tasks.models.batch_status import BatchBoard, artifact_key_for, board_for, waiting_text
-from ape.tasks.models.batcher import Batcher, BatchSettings, custom_id
+from ape.flows.live.batch_table import artifact_key_for
+from ape.tasks.models.batch.batcher import Batcher, BatchSettings, custom_id
+from ape.tasks.models.batch.status import BatchBoard, BatchTable, board_for, show_batches, waiting_text
 from tests.helpers.batch_stub import BatchStub
+from tests.helpers.paths import REPO_ROOT
 
 pytest.importorskip("openai")
 
@@ -37,7 +39,7 @@ def _until(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped
 def test_a_waiting_batch_shows_in_the_bar_and_the_table_then_done(stub: BatchStub, tmp_path: Path) -> None:
     import openai
 
-    from ape.tasks.models.batch_clients import OpenAIBatchClient
+    from ape.tasks.models.batch.clients import OpenAIBatchClient
 
     model = f"m-{uuid4().hex[:8]}"
     client = OpenAIBatchClient(openai.OpenAI(api_key="k", base_url=stub.base_url, max_retries=0))
@@ -81,12 +83,56 @@ def test_artifact_writes_are_throttled_with_a_trailing_write() -> None:
     assert len(writes) == 3 and writes[-1].startswith("**done**")
 
 
+def test_the_table_goes_to_the_displays_registered_for_the_model_until_they_stop() -> None:
+    model = f"m-{uuid4().hex[:8]}"
+    board = board_for(model)
+    board.publish_every_s = 0.0
+    shown: list[BatchTable] = []
+    other: list[BatchTable] = []
+    stop = show_batches(model, shown.append)
+    show_batches("another model", other.append)
+    board.submitted("b1", 2)
+    assert shown == []  # no flow run has asked yet: nowhere to show it
+    run = uuid4()
+    board.asked_from(run)
+    assert [(t.model_id, t.flow_run_id) for t in shown] == [(model, run)]
+    assert shown[-1].markdown.startswith("**waiting** for 1 of 1 batch(es)")
+    stop()
+    board.ended("b1", "completed")
+    assert len(shown) == 1 and other == []
+    late: list[BatchTable] = []
+    show_batches(model, late.append)  # registered after the batches began: shown at once
+    assert late and late[0].markdown.startswith("**done**")
+
+
+def test_a_failing_display_costs_the_batches_nothing() -> None:
+    model = f"m-{uuid4().hex[:8]}"
+    board = board_for(model)
+
+    def broken(table: BatchTable) -> None:
+        raise ConnectionError("no API")
+
+    show_batches(model, broken)
+    board.asked_from(uuid4())
+    board.submitted("b1", 1)
+    board.ended("b1", "completed")
+    assert board.rows()[0].ended
+
+
+def test_the_models_layer_writes_no_prefect_artifacts() -> None:
+    models = REPO_ROOT / "tasks" / "models"
+    writers = [
+        p.name for p in models.rglob("*.py") if "upsert_artifact" in p.read_text() or "create_artifact" in p.read_text()
+    ]
+    assert writers == []
+
+
 def test_artifact_key_is_a_prefect_key() -> None:
     assert artifact_key_for("GPT 4o/mini") == "gpt-4o-mini-batches"
 
 
 def test_refused_batch_records_are_on_the_table_and_taken_once_into_a_summary() -> None:
-    from ape.tasks.models.batch_status import take_refused
+    from ape.tasks.models.batch.status import take_refused
 
     board = BatchBoard("refusing")
     board.refused(2)

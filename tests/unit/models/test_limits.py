@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from ape.schemas.config import ModelConfig
-from ape.tasks.models.limits import (
+from ape.tasks.models.limits.policy import (
     RateLimiter,
     RetryPolicy,
     classify_error,
@@ -25,8 +25,8 @@ from tests.helpers.concurrency import TIMEOUT_S, Gate
 def in_process_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     """These are the in-process limiter's tests: as with no Prefect server configured (a server
     test earlier in the session leaves one set, and threads do not see a temporary setting),
-    else a limited model takes the server's limits (:func:`ape.tasks.models.limits.uses_server_limits`)."""
-    from ape.tasks.models import server_limits
+    else a limited model takes the server's limits (:func:`ape.tasks.models.limits.policy.uses_server_limits`)."""
+    from ape.tasks.models.limits import server as server_limits
 
     monkeypatch.setattr(server_limits, "server_limits_enabled", lambda: False)
 

@@ -25,9 +25,9 @@ import pytest
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.common import ownership
-from ape.tasks.models import llama_server
 from ape.tasks.models.build import build_model
-from ape.tasks.models.llama_server import ServerGone, local_model_servers, server_missing, with_base_urls
+from ape.tasks.models.local import llama_server
+from ape.tasks.models.local.llama_server import ServerGone, local_model_servers, server_missing, with_base_urls
 from tests.helpers import other_user
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.processes import free_port

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from ape.schemas.config import ModelConfig
-from ape.tasks.models.llama_inprocess import ScoreTimeout, llama_scorer
+from ape.tasks.models.local.llama_inprocess import ScoreTimeout, llama_scorer
 from ape.tasks.models.score_types import ScoreRequest
 
 pytestmark = pytest.mark.skipif(

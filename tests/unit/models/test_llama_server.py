@@ -27,7 +27,7 @@ from ape.schemas.config import ApeConfig, ModelConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.models.build import NOT_STARTED_URL, build_model
 from ape.tasks.models.fingerprint import model_fingerprint
-from ape.tasks.models.llama_server import (
+from ape.tasks.models.local.llama_server import (
     KNOWN_MODELS,
     ServerSpec,
     is_llama_cpp,

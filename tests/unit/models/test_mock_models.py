@@ -16,10 +16,10 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from pydantic import ValidationError
 
-import ape.tasks.models.mocks as mock_models
+import ape.tasks.models.mocks.chat as mock_models
 from ape.schemas.config import GIVE_UP_TOKEN
-from ape.tasks.models.limits import classify_error
-from ape.tasks.models.mocks import MockChatModel, MockTransientError, find_expression, format_number
+from ape.tasks.models.limits.policy import classify_error
+from ape.tasks.models.mocks.chat import MockChatModel, MockTransientError, find_expression, format_number
 from tests.helpers import mock_calls
 from tests.helpers.concurrency import TIMEOUT_S, Gate
 

@@ -9,7 +9,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from ape.schemas.config import ModelConfig
 from ape.tasks.models.build import build_model
-from ape.tasks.models.mock_reasoning import EFFORT_WORDS, think
+from ape.tasks.models.mocks.reasoning import EFFORT_WORDS, think
 from ape.tasks.solving.reasoning import ReplyParts, cut_while_reasoning, split_reply
 from ape.tasks.solving.stops import is_cut, stop_reason
 

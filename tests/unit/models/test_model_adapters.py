@@ -18,7 +18,8 @@ from ape.schemas.taskspec import METRIC_NAMES, POSTPROCESS_NAMES, TASK_TEMPLATE,
 from ape.tasks.checking.taskspec import POSTPROCESSORS, TaskSpecChecker, load_tasks, postprocess, write_tasks
 from ape.tasks.models.adapter_chat import AdapterChatModel
 from ape.tasks.models.build import build_model
-from ape.tasks.models.demo_adapters import (
+from ape.tasks.models.managed import ManagedChatModel
+from ape.tasks.models.mocks.demo_adapters import (
     REGISTRY_PATH,
     BiasedAdapter,
     NoisyAdapter,
@@ -29,7 +30,6 @@ from ape.tasks.models.demo_adapters import (
     registered_adapter,
     unregister_adapter,
 )
-from ape.tasks.models.managed import ManagedChatModel
 from ape.tasks.solving.render import render
 from tests.helpers.paths import REPO_ROOT
 
@@ -264,7 +264,7 @@ def test_pydantic_adapter_becomes_a_class_path_entry_that_rebuilds_the_same_mode
     adapter = BiasedAdapter(seed=7, strong_category="reasoning")
     entry, key = model_entry(adapter)
     assert key is None
-    assert entry["class"] == "ape.tasks.models.demo_adapters:BiasedAdapter"
+    assert entry["class"] == "ape.tasks.models.mocks.demo_adapters:BiasedAdapter"
     assert entry["name"] == "biased" and entry["args"]["seed"] == 7
     built = build_model(ModelConfig.model_validate(entry), REPO_ROOT)
     assert isinstance(built, ManagedChatModel) and built.model_id == "biased"

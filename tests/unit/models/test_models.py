@@ -28,7 +28,7 @@ from ape.tasks.models.adapter_chat import AdapterChatModel
 from ape.tasks.models.build import build_model
 from ape.tasks.models.fingerprint import model_fingerprint
 from ape.tasks.models.managed import ManagedChatModel
-from ape.tasks.models.mocks import MockChatModel, MockTransientError
+from ape.tasks.models.mocks.chat import MockChatModel, MockTransientError
 from tests.helpers.concurrency import TIMEOUT_S, Gate
 
 FAST = {"retry_initial_s": 0.001, "retry_max_s": 0.002}
@@ -117,7 +117,7 @@ def test_same_config_shares_one_limiter(in_process_limits: None) -> None:
 @pytest.fixture
 def in_process_limits() -> Iterator[None]:
     """No Prefect server configured (a server test earlier in the session sets one), so the
-    limits hold in the process (:func:`ape.tasks.models.limits.uses_server_limits`)."""
+    limits hold in the process (:func:`ape.tasks.models.limits.policy.uses_server_limits`)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with temporary_settings({PREFECT_API_URL: None}), pytest.MonkeyPatch.context() as patch:
@@ -341,7 +341,7 @@ def test_init_chat_model_is_used_when_langchain_is_installed(monkeypatch: pytest
 
 def test_class_path_to_a_chat_model() -> None:
     model = build_model(
-        cfg(**{"class": "ape.tasks.models.mocks:MockChatModel", "args": {"behaviour": "echo"}}), Path(".")
+        cfg(**{"class": "ape.tasks.models.mocks.chat:MockChatModel", "args": {"behaviour": "echo"}}), Path(".")
     )
     assert isinstance(model, ManagedChatModel)
     assert model.invoke("hey").content == "hey"
@@ -350,7 +350,7 @@ def test_class_path_to_a_chat_model() -> None:
 def test_class_path_to_a_factory_beside_the_config(tmp_path: Path) -> None:
     module = write_plugin(
         tmp_path,
-        "from ape.tasks.models.mocks import MockChatModel\n"
+        "from ape.tasks.models.mocks.chat import MockChatModel\n"
         "def make(answer):\n"
         "    return MockChatModel(behaviour='scripted', responses=[answer])\n",
     )
@@ -401,7 +401,7 @@ def test_class_path_errors(tmp_path: Path) -> None:
     with pytest.raises(ApeError, match="did you mean 'make'"):
         build_model(cfg(**{"class": f"{module}:mkae"}), tmp_path)
     with pytest.raises(ApeError, match="temperature only apply to 'provider' models"):
-        build_model(cfg(**{"class": "ape.tasks.models.mocks:MockChatModel", "temperature": 0.5}), tmp_path)
+        build_model(cfg(**{"class": "ape.tasks.models.mocks.chat:MockChatModel", "temperature": 0.5}), tmp_path)
 
 
 # --- fingerprints ---------------------------------------------------------------------------

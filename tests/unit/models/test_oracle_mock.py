@@ -14,9 +14,9 @@ from pydantic import BaseModel, Field, ValidationError
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
 from ape.tasks.models.build import build_model
-from ape.tasks.models.mock_scorer import MockScorer, mock_scorer
-from ape.tasks.models.mocks import MockChatModel
-from ape.tasks.models.oracle import is_right, wrong_value
+from ape.tasks.models.mocks.chat import MockChatModel
+from ape.tasks.models.mocks.oracle import is_right, wrong_value
+from ape.tasks.models.mocks.scorer import MockScorer, mock_scorer
 from ape.tasks.models.score_types import ScoreRequest
 from ape.tasks.models.session_item import current_session_item, session_item
 from ape.tasks.solving.choices import predictions

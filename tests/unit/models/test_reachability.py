@@ -19,8 +19,8 @@ import pytest
 from ape.schemas.config import ModelConfig
 from ape.schemas.results import ErrorInfo
 from ape.tasks.common.console import CONSOLE_SKIP
-from ape.tasks.models.limits import RETRY_LINES, RetryPolicy, endpoint_note
-from ape.tasks.models.reachability import (
+from ape.tasks.models.limits.policy import RETRY_LINES, RetryPolicy, endpoint_note
+from ape.tasks.models.limits.reachability import (
     Target,
     auth_warnings,
     path_warnings,

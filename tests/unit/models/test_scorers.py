@@ -14,7 +14,7 @@ from ape.schemas.errors import ApeError
 from ape.tasks.checking.canary import CanaryFailed
 from ape.tasks.checking.logprob_canary import check_endpoint
 from ape.tasks.models.completions import CompletionsScorer
-from ape.tasks.models.mock_scorer import MockScorer
+from ape.tasks.models.mocks.scorer import MockScorer
 from ape.tasks.models.scoring import ScoreRequest, build_scorer, check_can_score
 from tests.helpers.fake_openai import LoopbackEndpoint, Request, error_body
 

@@ -1,5 +1,5 @@
 """Which limiter a model gets, the names of its server limits, and how slots are lent
-(ape.tasks.models.server_limits). The server here is a small fake that counts slots as
+(ape.tasks.models.limits.server). The server here is a small fake that counts slots as
 Prefect's does; the real server is in tests/integration/test_server_limits.py."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
 from ape.schemas.config import ModelConfig
-from ape.tasks.models import server_limits
-from ape.tasks.models.limits import RateLimiter, limiter_for, uses_server_limits
-from ape.tasks.models.server_limits import ServerRate, ServerSlots, SharedLimiter, limit_names, limit_notes
+from ape.tasks.models.limits import server as server_limits
+from ape.tasks.models.limits.policy import RateLimiter, limiter_for, uses_server_limits
+from ape.tasks.models.limits.server import ServerRate, ServerSlots, SharedLimiter, limit_names, limit_notes
 
 
 def test_names_are_valid_prefect_names_and_name_endpoint_and_model() -> None:

@@ -11,7 +11,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from ape.schemas.config import ModelConfig, SolverConfig
 from ape.schemas.results import Outcome
 from ape.schemas.transcript import EntryKind
-from ape.tasks.models.limits import RetryPolicy, limiter_for
+from ape.tasks.models.limits.policy import RetryPolicy, limiter_for
 from ape.tasks.models.managed import ManagedChatModel
 from ape.tasks.solving.reasoning import ReplyParts, cut_while_reasoning, split_reply, split_text
 from ape.tasks.solving.solve import reasoning_tokens, solve_session
@@ -202,7 +202,7 @@ def test_a_model_adapters_reply_is_split_too() -> None:
 
 
 def test_an_anthropic_batch_answer_keeps_its_thinking_apart() -> None:
-    from ape.tasks.models.batch_chat import anthropic_result
+    from ape.tasks.models.batch.chat import anthropic_result
 
     result = anthropic_result(
         {

@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from ape.schemas.config import GIVE_UP_TOKEN, SolverConfig
 from ape.schemas.results import Outcome
 from ape.schemas.transcript import EntryKind
-from ape.tasks.models.mocks import MockChatModel
+from ape.tasks.models.mocks.chat import MockChatModel
 from ape.tasks.solving.solve import solve_session
 from ape.tasks.solving.stops import is_cut, stop_reason
 from ape.tasks.solving.tools import calculator

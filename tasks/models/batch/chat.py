@@ -4,7 +4,7 @@
 ``ChatAnthropic`` when ``langchain-anthropic`` is installed) and borrows its two halves:
 the request body it would send (``_get_request_payload``: messages, tools, sampling) and,
 for OpenAI, the way it reads an answer (``_create_chat_result``). Between them, instead
-of an HTTP call, the request goes to the process's :class:`ape.tasks.models.batcher.Batcher`
+of an HTTP call, the request goes to the process's :class:`ape.tasks.models.batch.batcher.Batcher`
 for this model, and the session's thread waits for its answer. A multi-step session
 (tools, reformat, force-finish) thus makes one batch round per step, and everything after
 the model call (usage, tool calls, log-probabilities) reads as from an interactive call;
@@ -14,20 +14,18 @@ the reply's ``response_metadata["batch"]`` is true.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import Runnable
-from pydantic import ConfigDict
 
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
-from ape.tasks.models.batch_clients import AnthropicBatchClient, BatchClient, OpenAIBatchClient
-from ape.tasks.models.batcher import Batcher, BatchSettings, batcher_for, custom_id
+from ape.tasks.models.batch.batcher import Batcher, BatchSettings, batcher_for, custom_id
+from ape.tasks.models.batch.clients import AnthropicBatchClient, BatchClient, OpenAIBatchClient
+from ape.tasks.models.chat_wrapper import WrappedChatModel
 from ape.tasks.models.session_item import current_session_item
 
 __all__ = ["BatchChatModel", "batch_provider", "check_batchable"]
@@ -98,23 +96,12 @@ def anthropic_result(message: dict[str, Any]) -> ChatResult:
     return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
-class BatchChatModel(BaseChatModel):
+class BatchChatModel(WrappedChatModel):
     """The provider's model, asked through batches (see the module docstring)."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
-
-    inner: BaseChatModel
-    model_id: str
     folder: Path
     settings: BatchSettings
-
-    @property
-    def _llm_type(self) -> str:
-        return f"ape-batch-{self.inner._llm_type}"
-
-    @property
-    def _identifying_params(self) -> dict[str, Any]:
-        return dict(self.inner._identifying_params)
+    wrapper_kind: ClassVar[str] = "batch"
 
     def batcher(self) -> Batcher:
         return batcher_for(self.model_id, self.folder, lambda: _client(self.inner), self.settings)
@@ -139,15 +126,3 @@ class BatchChatModel(BaseChatModel):
         for generation in result.generations:
             generation.message.response_metadata["batch"] = True
         return result
-
-    def bind_tools(
-        self,
-        tools: Sequence[Any],
-        *,
-        tool_choice: Any = None,
-        **kwargs: Any,
-    ) -> Runnable[LanguageModelInput, AIMessage]:
-        if tool_choice is not None:
-            kwargs["tool_choice"] = tool_choice
-        bound = self.inner.bind_tools(tools, **kwargs)
-        return self.bind(**getattr(bound, "kwargs", {}))

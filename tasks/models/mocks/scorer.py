@@ -13,7 +13,7 @@ choice probabilities are higher on known items than on guessed ones, which is wh
 calibration table should show.
 
 With ``behaviour = "oracle"`` it plays the ``oracle`` chat mock instead
-(:mod:`ape.tasks.models.oracle`): it is right on a share ``accuracy`` of the items, drawn
+(:mod:`ape.tasks.models.mocks.oracle`): it is right on a share ``accuracy`` of the items, drawn
 from ``seed`` and the item's id (the run index too with ``sampling``), never from the prompt
 or the order, and on the others a seeded other choice is the most likely, so ``acc`` and
 ``acc_norm`` both come out near ``accuracy`` itself (not ``accuracy`` plus chance), the same
@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError, problem_key, problem_message
-from ape.tasks.models.oracle import is_right
+from ape.tasks.models.mocks.oracle import is_right
 from ape.tasks.models.score_types import ContinuationScore, Scored, ScoreRequest
 from ape.tasks.models.session_item import current_session_item
 

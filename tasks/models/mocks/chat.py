@@ -25,7 +25,7 @@ Behaviours:
   with ``responses[(n - 1) % len]``, reformat and force-finish prompts included: which item
   gets which response then depends on the workers and their timing (one worker and one call
   per session: the file order).
-- ``oracle``: answers from the item's ``field`` (:mod:`ape.tasks.models.oracle`): right on a
+- ``oracle``: answers from the item's ``field`` (:mod:`ape.tasks.models.mocks.oracle`): right on a
   share ``accuracy`` of the items, drawn from ``seed`` and the item id (and the run index with
   ``sampling``), a wrong value otherwise (``wrong``, else one made from the right one, another
   of the ``choices`` field's choices for multiple choice), written through the mustache
@@ -60,7 +60,7 @@ tool call). Tool calls are never cut.
 Reasoning, for every behaviour: ``reasoning = "tags"`` or ``"field"`` thinks before each final
 answer, in that shape, for ``reasoning_words`` words (else as many as ``[model]
 reasoning_effort`` asks for); the reasoning spends ``max_tokens`` first, so a small budget
-ends inside it (:mod:`ape.tasks.models.mock_reasoning`).
+ends inside it (:mod:`ape.tasks.models.mocks.reasoning`).
 
 Each answer carries ``response_metadata["confidence"]`` (high when right, a
 seeded value otherwise) and word-count ``usage_metadata``; with
@@ -78,22 +78,19 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import Runnable
-from langchain_core.tools import BaseTool
-from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from ape.schemas.config import GIVE_UP_TOKEN
 from ape.tasks.common.arithmetic import calculate
-from ape.tasks.models.mock_reasoning import ReasoningShape, reasoning_words, think
-from ape.tasks.models.oracle import format_value as format_answer
-from ape.tasks.models.oracle import is_right, item_field, render_answer, wrong_value
+from ape.tasks.models.chat_wrapper import ToolBindingChatModel
+from ape.tasks.models.mocks.oracle import format_value as format_answer
+from ape.tasks.models.mocks.oracle import is_right, item_field, render_answer, wrong_value
+from ape.tasks.models.mocks.reasoning import ReasoningShape, reasoning_words, think
 from ape.tasks.models.session_item import SessionItem, current_session_item
 
 Behaviour = Literal["arithmetic", "echo", "scripted", "agent", "give_up", "grader", "obedient", "oracle"]
@@ -223,7 +220,7 @@ def _called_tool(result: ToolMessage, messages: list[BaseMessage]) -> str | None
     return None
 
 
-class MockChatModel(BaseChatModel):
+class MockChatModel(ToolBindingChatModel):
     """A local chat model with a fixed behaviour, for demos, dry runs and load tests."""
 
     model_config = ConfigDict(extra="forbid")
@@ -304,7 +301,7 @@ class MockChatModel(BaseChatModel):
     reasoning: ReasoningShape = Field(
         default="none",
         description="Think before each final answer: 'tags' (<think>...</think> in the content) or 'field' "
-        "(reasoning_content); 'none' answers at once (tasks/models/mock_reasoning.py).",
+        "(reasoning_content); 'none' answers at once (tasks/models/mocks/reasoning.py).",
     )
     reasoning_words: int | None = Field(
         default=None, ge=0, description="Words of reasoning per answer (unset: by reasoning_effort, 32 for none set)."
@@ -343,19 +340,6 @@ class MockChatModel(BaseChatModel):
     def model_key(self) -> str:
         """The name its calls are logged under (``call_log``): its ``name``, else the behaviour."""
         return self.name or f"mock/{self.behaviour}"
-
-    def bind_tools(
-        self,
-        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
-        *,
-        tool_choice: str | None = None,
-        **kwargs: Any,
-    ) -> Runnable[LanguageModelInput, AIMessage]:
-        """Bind tools the way OpenAI-style models do: as ``tools=[{"type": "function", ...}]``."""
-        formatted = [convert_to_openai_tool(tool) for tool in tools]
-        if tool_choice is not None:
-            kwargs["tool_choice"] = tool_choice
-        return self.bind(tools=formatted, **kwargs)
 
     def _record_call(self, messages: list[BaseMessage]) -> int:
         with self._lock:

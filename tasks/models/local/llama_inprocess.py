@@ -42,7 +42,7 @@ import numpy as np
 
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
-from ape.tasks.models.llama_server import DEFAULT_CONTEXT, ServerSpec, model_file
+from ape.tasks.models.local.llama_server import DEFAULT_CONTEXT, ServerSpec, model_file
 from ape.tasks.models.score_types import ContinuationScore, Scored, ScoreRequest
 
 __all__ = ["LlamaScorer", "ScoreTimeout", "llama_scorer", "log_softmax"]

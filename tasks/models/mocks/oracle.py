@@ -5,8 +5,8 @@ probability ``accuracy``, else a wrong one. Which items it gets right is drawn f
 ``seed`` and the item's id (and the session's run index with ``sampling``), never from
 the prompt, the call order or the worker, so a run's grades are the same with 1 or 64
 solver workers, on every resume, and in every process. The chat mock
-(:mod:`ape.tasks.models.mocks`) writes the answer through a mustache ``template``; the
-log-likelihood mock (:mod:`ape.tasks.models.mock_scorer`) makes the gold choice (or, when
+(:mod:`ape.tasks.models.mocks.chat`) writes the answer through a mustache ``template``; the
+log-likelihood mock (:mod:`ape.tasks.models.mocks.scorer`) makes the gold choice (or, when
 wrong, another one) the most likely.
 
 A wrong answer is one the benchmark's checker fails and its adapter still reads, where

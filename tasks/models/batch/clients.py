@@ -10,8 +10,8 @@ among the provider's batches for the one a submit with a given tag created (the 
 a process killed before it could record the batch id); :meth:`BatchClient.record` returns
 what the provider shows of a batch (its tag, size and requests), so a batch named by the
 ledger of a resumed run is checked to hold that folder's requests before it is collected
-(:mod:`ape.tasks.models.batch_trust`). Gathering, the ledger and waiting are
-:mod:`ape.tasks.models.batcher`'s job.
+(:mod:`ape.tasks.models.batch.trust`). Gathering, the ledger and waiting are
+:mod:`ape.tasks.models.batch.batcher`'s job.
 
 Finding a batch by its tag:
 
@@ -53,7 +53,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from ape.tasks.models.batch_trust import ProviderRecord, request_hash
+from ape.tasks.models.batch.trust import ProviderRecord, request_hash
 
 __all__ = [
     "AnthropicBatchClient",

@@ -57,7 +57,7 @@ from urllib.parse import urlsplit
 from uuid import UUID, uuid4
 
 from ape.schemas.config import ModelConfig
-from ape.tasks.models.limiter import Limiter
+from ape.tasks.models.limits.limiter import Limiter
 from ape.tasks.storage import prefect_api
 
 log = logging.getLogger("ape.models")

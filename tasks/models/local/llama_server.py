@@ -10,7 +10,7 @@ the kernel kills it should the run itself be killed). Models of one run that nam
 same file share one server. The server's output goes to ``llama-server.log`` (one
 ``llama-server-<file>.log`` per file when several) in the run's output folder. A
 ``[choices]`` run (log-likelihood scoring) starts none: it loads the model in its own
-process (:mod:`ape.tasks.models.llama_inprocess`), since this server's echoed prompt
+process (:mod:`ape.tasks.models.local.llama_inprocess`), since this server's echoed prompt
 log-probabilities are one position late for models without a BOS token.
 
 llama-cpp-python's server answers one request at a time, so a run's solver workers
@@ -447,7 +447,7 @@ def local_model_servers(config: ApeConfig) -> Iterator[dict[str, str]]:
     """
     local = [index for index, model in enumerate(config.model) if is_llama_cpp(model)]
     if config.choices is not None:
-        local = []  # log-likelihood runs load the model in process (ape.tasks.models.llama_inprocess)
+        local = []  # log-likelihood runs load the model in process (ape.tasks.models.local.llama_inprocess)
     if not local:
         yield {}
         return

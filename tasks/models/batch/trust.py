@@ -1,6 +1,6 @@
 """Which of an output folder's batch records a batcher may take as its own.
 
-A resumed batcher reads two files back (:mod:`ape.tasks.models.batcher`): the ledger
+A resumed batcher reads two files back (:mod:`ape.tasks.models.batch.batcher`): the ledger
 ``batches.jsonl`` and the answers ``batch_results.jsonl``. An answer taken from them is
 saved as the model's, so a planted or copied file must not be believed on its word:
 
@@ -10,9 +10,9 @@ saved as the model's, so a planted or copied file must not be believed on its wo
   or line without hashes (written before APE recorded them) is not used: its request is
   asked again once.
   When a session asks, the row's hash must also equal the hash of the body it would send
-  (:meth:`~ape.tasks.models.batcher.Batcher.ask`);
+  (:meth:`~ape.tasks.models.batch.batcher.Batcher.ask`);
 - a ``submitted`` batch that has not ended is collected only once the provider's own
-  record of it (:meth:`~ape.tasks.models.batch_clients.BatchClient.record`) shows this
+  record of it (:meth:`~ape.tasks.models.batch.clients.BatchClient.record`) shows this
   folder's requests: its metadata tag (OpenAI), its number of requests, and its
   ``custom_id`` set, with each request body's hash, as the line records it, where the
   provider shows the body (OpenAI's input file). Anthropic shows a batch's requests only

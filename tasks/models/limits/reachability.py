@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 import httpx
 
 from ape.schemas.config import ModelConfig
-from ape.tasks.models.limits import connection_cause, v1_hint
-from ape.tasks.models.llama_server import is_llama_cpp
+from ape.tasks.models.limits.policy import connection_cause, v1_hint
+from ape.tasks.models.local.llama_server import is_llama_cpp
 
 log = logging.getLogger("ape")
 

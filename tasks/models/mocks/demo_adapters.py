@@ -14,7 +14,7 @@ expects, so the metric layer and calibration see realistic answers:
 Each answer depends only on the adapter's settings and the task id (never on
 call order or thread), so parallel and sequential runs give identical results.
 They are pydantic models: their fields are the ``args`` of a ``[[model]]
-class = "ape.tasks.models.demo_adapters:RuleBasedAdapter"`` section, and
+class = "ape.tasks.models.mocks.demo_adapters:RuleBasedAdapter"`` section, and
 :func:`model_entry` turns any adapter object back into such a section.
 """
 
@@ -200,7 +200,7 @@ class RandomAdapter(MockAdapter):
 
 _REGISTRY: dict[str, ModelAdapter] = {}
 _REGISTRY_LOCK = threading.Lock()
-REGISTRY_PATH = "ape.tasks.models.demo_adapters:registered_adapter"
+REGISTRY_PATH = "ape.tasks.models.mocks.demo_adapters:registered_adapter"
 
 
 def register_adapter(adapter: ModelAdapter) -> str:

@@ -1,8 +1,8 @@
 """What every model call goes through: ``with limiter.acquire(): request()``.
 
 A module of its own so that both limiters derive from it without importing each other:
-:class:`ape.tasks.models.limits.RateLimiter` holds the limits in this process,
-:class:`ape.tasks.models.server_limits.SharedLimiter` takes them from the Prefect server.
+:class:`ape.tasks.models.limits.policy.RateLimiter` holds the limits in this process,
+:class:`ape.tasks.models.limits.server.SharedLimiter` takes them from the Prefect server.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ folder record what was paid for, each line appended and fsynced:
 ``batches.jsonl``
     ``{"event": "submitting", "tag", "provider", "custom_ids", "requests", "at", "owner"}`` before a
     batch is sent (``tag``: a random id the batch carries at the provider, see
-    :meth:`~ape.tasks.models.batch_clients.BatchClient.find`; ``owner``: the submitting
+    :meth:`~ape.tasks.models.batch.clients.BatchClient.find`; ``owner``: the submitting
     process's pid and start time; ``requests``: each ``custom_id``'s request hash,
-    :func:`~ape.tasks.models.batch_trust.request_hash`); ``{"event": "submitted",
+    :func:`~ape.tasks.models.batch.trust.request_hash`); ``{"event": "submitted",
     "batch_id", "tag", "provider", "custom_ids", "requests", "at"}`` as soon as the provider has
     accepted it, before any session hears of it (``"adopted": true`` when it was found
     at the provider instead); ``{"event": "unsent", "tag"}`` when a submit is known not to
@@ -32,7 +32,7 @@ A batcher that starts in a folder with batches submitted and not ended (a run ki
 while they were in flight) polls them again; a request whose ``custom_id`` is in one of
 them waits for that batch instead of being submitted, and one already answered
 (``batch_results.jsonl``) is answered at once. Neither file is believed on its word
-(:mod:`ape.tasks.models.batch_trust`): an answer row counts only for a batch on a
+(:mod:`ape.tasks.models.batch.trust`): an answer row counts only for a batch on a
 ``submitted`` line of the ledger, with the hash of the request asked now, and a batch from
 the ledger is collected only once the provider's record of it shows this folder's requests;
 a refused row or batch is one warning line, counted, and its requests are submitted again.
@@ -50,7 +50,7 @@ to show exactly that window.
 
 Each state change of a batch (status or counts) is one log line with its id, counts and
 age, and every submit, poll and end goes to the model's
-:class:`~ape.tasks.models.batch_status.BatchBoard` (the progress bar's batch column and
+:class:`~ape.tasks.models.batch.status.BatchBoard` (the progress bar's batch column and
 the flow run's ``<model>-batches`` artifact), so a run that waits for a batch says so
 instead of showing a frozen bar.
 """
@@ -72,10 +72,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ape.tasks.models.batch_clients import BatchClient, BatchState, RequestResult
-from ape.tasks.models.batch_status import board_for
-from ape.tasks.models.batch_trust import ProviderRecord, batch_refusal, request_hash, trusted_answers
-from ape.tasks.models.limits import classify_error
+from ape.tasks.models.batch.clients import BatchClient, BatchState, RequestResult
+from ape.tasks.models.batch.status import board_for
+from ape.tasks.models.batch.trust import ProviderRecord, batch_refusal, request_hash, trusted_answers
+from ape.tasks.models.limits.policy import classify_error
 from ape.tasks.storage.file_modes import created_file_mode, not_own_file
 from ape.tasks.storage.prefect_api import current_flow_run_id
 

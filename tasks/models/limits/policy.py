@@ -45,7 +45,7 @@ from tenacity import (
 
 from ape.schemas.config import ModelConfig
 from ape.tasks.common.console import CONSOLE_SKIP, Repeats
-from ape.tasks.models.limiter import Limiter
+from ape.tasks.models.limits.limiter import Limiter
 
 log = logging.getLogger("ape.models")
 
@@ -398,11 +398,11 @@ _LIMITERS_LOCK = threading.Lock()
 
 
 def uses_server_limits(cfg: ModelConfig) -> bool:
-    """True when the model's limits are the Prefect server's (:mod:`ape.tasks.models.server_limits`):
+    """True when the model's limits are the Prefect server's (:mod:`ape.tasks.models.limits.server`):
     a real server is configured, the section sets a limit and does not opt out with
     ``shared_limits = false``, and the endpoint is not one APE serves for this run alone
     (``llama-cpp``)."""
-    from ape.tasks.models.server_limits import server_limits_enabled  # noqa: PLC0415 - imports this module
+    from ape.tasks.models.limits.server import server_limits_enabled  # noqa: PLC0415 - imports this module
 
     if not cfg.shared_limits or (cfg.max_concurrency is None and cfg.requests_per_second is None):
         return False
@@ -426,7 +426,7 @@ def limiter_for(model_id: str, cfg: ModelConfig) -> Limiter:
         limiter = _LIMITERS.get(key)
         if limiter is None:
             if shared:
-                from ape.tasks.models.server_limits import SharedLimiter  # noqa: PLC0415 - imports this module
+                from ape.tasks.models.limits.server import SharedLimiter  # noqa: PLC0415 - imports this module
 
                 limiter = SharedLimiter(cfg)
             else:

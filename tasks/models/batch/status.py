@@ -6,17 +6,20 @@ latest state (id, status, counts, age), told by the batcher on each submit, poll
 
 - the progress bar's batch column (:mod:`ape.flows.live.batch_column`) reads
   :func:`waiting_text` at each refresh, so the terminal shows the waiting batch;
-- a markdown artifact keyed ``<model>-batches`` on the flow run that asked (one per flow
-  run and model, updated in place) holds the table of the model's batches, with a first
-  line that says whether a batch is waiting or all are done. It is written at most every
-  :data:`PUBLISH_EVERY_S` seconds (each write is an API call), with a trailing write so
-  the last state is never held back, and at once when a batch is submitted or ends.
-  It also counts the batches and answer rows of the folder's files the batcher refused
-  (:mod:`ape.tasks.models.batch_trust`), which the run's summary reports
+- the table of the model's batches (:meth:`BatchBoard.markdown`, with a first line that
+  says whether a batch is waiting or all are done) is handed to every display registered
+  for the model (:func:`show_batches`); the flow's live view registers one that keeps it as
+  a markdown artifact on the flow run that asked (:mod:`ape.flows.live.batch_table`), so
+  this layer writes nothing to Prefect. It is handed over at most every
+  :data:`PUBLISH_EVERY_S` seconds (each artifact write is an API call), with a trailing
+  hand-over so the last state is never held back, and at once when a batch is submitted or
+  ends. It also counts the batches and answer rows of the folder's files the batcher refused
+  (:mod:`ape.tasks.models.batch.trust`), which the run's summary reports
   (``refused_batch_records``, :func:`take_refused`).
 
-Without a Prefect API (a unit test, the server gone) the artifact is skipped with a debug
-line; the batches are unaffected.
+A display that fails (no Prefect API, the server gone) costs a debug line; the batches are
+unaffected. Displays are per process, as the boards are: under Dask the sessions' boards
+live in the workers, where no live view registers.
 """
 
 from __future__ import annotations
@@ -24,14 +27,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from uuid import UUID
 
 from ape.tasks.common.inert import md_text
-from ape.tasks.storage import prefect_api
 
-__all__ = ["BatchBoard", "BatchRow", "artifact_key_for", "board_for", "take_refused", "waiting_text"]
+__all__ = [
+    "BatchBoard",
+    "BatchDisplay",
+    "BatchRow",
+    "BatchTable",
+    "board_for",
+    "show_batches",
+    "take_refused",
+    "waiting_text",
+]
 
 log = logging.getLogger("ape")
 
@@ -57,9 +69,17 @@ class BatchRow:
         return ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or f"{self.requests} requests"
 
 
-def artifact_key_for(model_id: str) -> str:
-    """The artifact's key: Prefect keys take lowercase letters, digits and dashes."""
-    return prefect_api.artifact_key(prefect_api.artifact_key(model_id, fallback="model"), "batches")
+@dataclass(frozen=True)
+class BatchTable:
+    """What a display is handed: the model, the flow run whose sessions asked, and the table
+    of the model's batches (markdown)."""
+
+    model_id: str
+    flow_run_id: UUID
+    markdown: str
+
+
+BatchDisplay = Callable[[BatchTable], None]
 
 
 def _age(seconds: float) -> str:
@@ -72,7 +92,7 @@ def _age(seconds: float) -> str:
 
 
 class BatchBoard:
-    """The batches of one model's batcher, and their artifact (see the module docstring)."""
+    """The batches of one model's batcher, and their table (see the module docstring)."""
 
     def __init__(self, model_id: str, publish_every_s: float = PUBLISH_EVERY_S):
         self.model_id = model_id
@@ -80,19 +100,18 @@ class BatchBoard:
         self._lock = threading.Lock()
         self._rows: dict[str, BatchRow] = {}
         self._flow_run_id: UUID | None = None
-        self._artifact_id: UUID | None = None
         self._published_at = 0.0
         self._timer: threading.Timer | None = None
         self._refused = 0  # not yet taken into a run's summary
-        self._refused_shown = 0  # on this board's artifact
+        self._refused_shown = 0  # on this board's table
 
     # -- told by the batcher ----------------------------------------------------------------
     def asked_from(self, flow_run_id: UUID | None) -> None:
-        """The flow run whose sessions ask now: the artifact goes on it (a new one per run)."""
+        """The flow run whose sessions ask now: the table is shown on it (a new one per run)."""
         if flow_run_id is None or flow_run_id == self._flow_run_id:
             return
         with self._lock:
-            self._flow_run_id, self._artifact_id = flow_run_id, None
+            self._flow_run_id = flow_run_id
             known = bool(self._rows)
         if known:  # batches resumed before any session asked: show them on this run now
             self.publish(force=True)
@@ -172,10 +191,10 @@ class BatchBoard:
             )
         return "\n".join(lines) + "\n"
 
-    # -- the artifact ---------------------------------------------------------------------------
+    # -- handed to the displays ------------------------------------------------------------------------
     def publish(self, force: bool = False) -> None:
-        """Write the artifact now (``force``, or the throttle's interval has passed), else
-        once the interval has passed (one trailing write holds the latest state)."""
+        """Hand the table over now (``force``, or the throttle's interval has passed), else
+        once the interval has passed (one trailing hand-over holds the latest state)."""
         with self._lock:
             if self._flow_run_id is None:
                 return
@@ -196,29 +215,22 @@ class BatchBoard:
         self._write()
 
     def _write(self) -> None:
-        markdown = self.markdown()
         with self._lock:
-            flow_run_id, artifact_id = self._flow_run_id, self._artifact_id
-        try:
-            with prefect_api.sync_client() as client:
-                made = prefect_api.upsert_artifact(
-                    client,
-                    artifact_id,
-                    key=artifact_key_for(self.model_id),
-                    kind="markdown",
-                    data=markdown,
-                    description=f"{self.model_id}: provider batches (id, status, counts, age)",
-                    flow_run_id=flow_run_id,
-                )
-            if artifact_id is None:
-                with self._lock:
-                    if self._flow_run_id == flow_run_id:
-                        self._artifact_id = made
-        except Exception as exc:  # no API, or a hiccup: the terminal and the log still say it
-            log.debug("batch artifact of %s unavailable: %s", self.model_id, exc)
+            flow_run_id = self._flow_run_id
+        if flow_run_id is None:
+            return
+        table = BatchTable(self.model_id, flow_run_id, self.markdown())
+        with _boards_lock:
+            displays = list(_displays.get(self.model_id, ()))
+        for display in displays:
+            try:
+                display(table)
+            except Exception as exc:  # no API, or a hiccup: the terminal and the log still say it
+                log.debug("batch table of %s not shown: %s", self.model_id, exc)
 
 
 _boards: dict[str, BatchBoard] = {}
+_displays: dict[str, list[BatchDisplay]] = {}
 _boards_lock = threading.Lock()
 
 
@@ -243,3 +255,21 @@ def waiting_text(model_id: str) -> str:
     waits (or the model does not batch)."""
     board = _boards.get(model_id)
     return board.text() if board is not None else ""
+
+
+def show_batches(model_id: str, display: BatchDisplay) -> Callable[[], None]:
+    """Hand ``model_id``'s table to ``display`` from now on (at once when its board holds
+    batches already); the function returned stops it."""
+    with _boards_lock:
+        _displays.setdefault(model_id, []).append(display)
+        board = _boards.get(model_id)
+    if board is not None and board.rows():
+        board.publish(force=True)
+
+    def stop() -> None:
+        with _boards_lock:
+            shown = _displays.get(model_id, [])
+            if display in shown:
+                shown.remove(display)
+
+    return stop
