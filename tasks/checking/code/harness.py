@@ -462,7 +462,8 @@ def _fork_solution():
     return pid, to_child, from_child
 
 
-def main():  # noqa: C901 - one straight line of setup, then the loop over tests
+def _isolate():
+    """A session of its own and not dumpable, before anything else (fail closed)."""
     try:
         # a session (and process group) of its own: kill(0) by the candidate then reaches
         # nobody but its own process
@@ -474,15 +475,13 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
         # fail closed: without it the solution process could read this one's descriptors
         sys.stderr.write("code_exec harness: prctl(PR_SET_DUMPABLE, 0) failed\n")
         sys.exit(3)
-    import ast
-    import json
-    import resource
-    import signal
 
-    # as the namespace's init, a signal left at its default is ignored when sent from inside:
-    # the candidate cannot interrupt the tests with SIGINT (Python's own handler would raise)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    pid, requests, answers = _fork_solution()
+
+def _read_job():
+    """The job from stdin (None when the parent went away first); the start record is sent
+    and stdin becomes /dev/null. Called after the solution process was forked."""
+    import json
+
     chunks = []
     while True:
         chunk = os.read(0, 1 << 20)
@@ -490,23 +489,27 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
             break
         chunks.append(chunk)
     if not chunks:
-        return  # the parent went away before giving a job
+        return None
     job = json.loads(b"".join(chunks).decode("utf-8"))
     del chunks
-    key = job.pop("key").encode("ascii")
-    fd = job["fd"]
+    job["key"] = job.pop("key").encode("ascii")
     try:  # the start record: the job is here and no candidate code has run yet
-        os.write(fd, key + b" S\n")
+        os.write(job["fd"], job["key"] + b" S\n")
     except OSError:
         pass
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    code, tests, limits = job["code"], job["tests"], job["limits"]
+    return job
 
-    def clean(text, limit=500):
-        text = text if len(text) <= limit else text[:limit] + "..."
-        return text.replace("\n", " ").encode("utf-8", "replace")
+
+def _clean(text, limit=500):
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return text.replace("\n", " ").encode("utf-8", "replace")
+
+
+def _sayer(key, fd):
+    """The writer of records to APE (``say(b" T 3 1")``)."""
 
     def say(record):
         if record[:2] in (b" D", b" E"):  # the parent stops the sandbox on these: flush first
@@ -520,11 +523,16 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
         except OSError:
             pass
 
-    try:
-        tree = ast.parse(tests, "tests.py")
-    except SyntaxError as exc:
-        say(b" E " + clean("the tests do not parse: " + _describe(exc)))
-        return
+    return say
+
+
+def _compile_tests(tests):
+    """The tests as units (number or -1 for setup, [(line, code)], names loaded), the names
+    they load and bind, and the statements the solution runs first; SyntaxError when they do
+    not parse. The text and its tree end with this frame."""
+    import ast
+
+    tree = ast.parse(tests, "tests.py")
     # the tests' leading `from __future__` imports go first in every statement compiled alone
     future = []
     for node in tree.body:
@@ -543,14 +551,71 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
             count += number >= 0
             units.append((number, [(node.lineno, unit)], names))
     elif tree.body:  # no top-level assert: the whole script is one test, run statement by statement
-        count = 1
         units.append((0, [(node.lineno, unit) for node, unit in statements], set().union(*loaded)))
-    loaded = set().union(*loaded)
     shared = [
         ast.unparse(ast.Module(body=[*future, node], type_ignores=[]))
         for node in tree.body
         if type(node).__name__ in _SHARED_STATEMENTS and node not in future
     ]
+    return units, set().union(*loaded), bound, shared
+
+
+def _limit(rlimits, workdir):
+    """This process's limits, set once the solution has started (its own are set there)."""
+    import resource
+    import signal
+
+    for name, value in rlimits:
+        try:
+            resource.setrlimit(getattr(resource, name), (value, value))
+        except (AttributeError, ValueError, OSError):
+            pass
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a full file is an error, not a kill
+    os.chdir(workdir)
+
+
+def _bind_names(solution, names, loaded, bound, pristine):
+    """The tests' namespace from the names the solution bound, and the names it poisoned
+    (bound to what the tests may not see) with the reason."""
+    tests_namespace = {"__name__": "solution"}
+    poisoned = {}
+    for name, (kind, *rest) in names:
+        if type(name) is not str or name not in loaded or type(kind) is not str:
+            continue
+        if name in pristine and name not in bound:
+            if kind != "builtin":
+                poisoned[name] = (
+                    "the solution defines " + name + ", a builtin name the tests use; code_exec lets no "
+                    "solution change what the tests' builtins mean (rename it)"
+                )
+        elif kind == "fn" and type(rest[0]) is int:
+            tests_namespace[name] = _proxy(solution, rest[0], name)
+        elif kind == "module" and type(rest[0]) is str:
+            module = _standard_module(rest[0])
+            if module is None:
+                poisoned[name] = (
+                    "the tests use " + name + ", which the solution bound to a module outside the standard library"
+                )
+            else:
+                tests_namespace[name] = module
+        elif kind == "data":
+            tests_namespace[name] = decode(rest[0])
+        elif kind == "bad":
+            poisoned[name] = "the tests use " + name + ", which the solution bound to " + str(rest[0])
+    return tests_namespace, poisoned
+
+
+def _setup(say, solution, job):
+    """The tests compiled, the solution started with the code, this process limited and the
+    tests' namespace bound: (units, namespace, poisoned, pristine), or None once an ``E``
+    record said why not. The job's text is gone from every frame before the solution's
+    answer is read."""
+    try:
+        units, loaded, bound, shared = _compile_tests(job.pop("tests"))
+    except SyntaxError as exc:
+        say(b" E " + _clean("the tests do not parse: " + _describe(exc)))
+        return None
+    limits = job["limits"]
     rlimits = [
         ["RLIMIT_AS", limits["memory_bytes"]],
         ["RLIMIT_CPU", limits["cpu_seconds"]],
@@ -559,56 +624,30 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
         ["RLIMIT_NPROC", limits["processes"]],
         ["RLIMIT_CORE", 0],
     ]
-    solution = _Solution(pid, requests, answers)
-    start = {"code": code, "setup": shared, "names": sorted(loaded), "limits": rlimits, "workdir": job["workdir"]}
-    del job, code, tests, tree
+    start = {"code": job.pop("code"), "setup": shared, "names": sorted(loaded), "limits": rlimits}
+    start["workdir"] = job["workdir"]
+    job.clear()
     try:
         ready = solution.exchange(start)
     except SolutionGone as exc:
-        say(b" E " + clean("the code failed before the tests: " + str(exc)))
-        return
-    for name, value in rlimits:
-        try:
-            resource.setrlimit(getattr(resource, name), (value, value))
-        except (AttributeError, ValueError, OSError):
-            pass
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a full file is an error, not a kill
-    os.chdir(start["workdir"])
+        say(b" E " + _clean("the code failed before the tests: " + str(exc)))
+        return None
+    _limit(rlimits, start["workdir"])
     if "e" in ready:
-        say(b" E " + clean(str(ready["e"])))
-        return
+        say(b" E " + _clean(str(ready["e"])))
+        return None
     pristine = dict(builtins.__dict__)  # the tests get a fresh copy of these before each test
-    tests_namespace = {"__name__": "solution"}
-    poisoned = {}  # names the tests use that the solution bound to something the tests may not see
     try:
-        names = ready["names"]
-        for name, (kind, *rest) in names:
-            if type(name) is not str or name not in loaded or type(kind) is not str:
-                continue
-            if name in pristine and name not in bound:
-                if kind != "builtin":
-                    poisoned[name] = (
-                        "the solution defines " + name + ", a builtin name the tests use; code_exec lets no "
-                        "solution change what the tests' builtins mean (rename it)"
-                    )
-            elif kind == "fn" and type(rest[0]) is int:
-                tests_namespace[name] = _proxy(solution, rest[0], name)
-            elif kind == "module" and type(rest[0]) is str:
-                module = _standard_module(rest[0])
-                if module is None:
-                    poisoned[name] = (
-                        "the tests use " + name + ", which the solution bound to a module outside the standard library"
-                    )
-                else:
-                    tests_namespace[name] = module
-            elif kind == "data":
-                tests_namespace[name] = decode(rest[0])
-            elif kind == "bad":
-                poisoned[name] = "the tests use " + name + ", which the solution bound to " + str(rest[0])
+        tests_namespace, poisoned = _bind_names(solution, ready["names"], loaded, bound, pristine)
     except (WireError, TypeError, ValueError, LookupError) as exc:
-        say(b" E " + clean("the solution process sent names that could not be read: " + _describe(exc)))
-        return
+        say(b" E " + _clean("the solution process sent names that could not be read: " + _describe(exc)))
+        return None
+    return units, tests_namespace, poisoned, pristine
 
+
+def _run_tests(say, solution, units, tests_namespace, poisoned, pristine):
+    """Each unit in order, with fresh builtins: a ``T`` record per test, ``E`` when setup
+    fails or the solution process is gone, ``D`` when all ran."""
     for number, unit_statements, names in units:
         tests_namespace["__builtins__"] = dict(pristine)
         problem = None
@@ -631,14 +670,36 @@ def main():  # noqa: C901 - one straight line of setup, then the loop over tests
             if number >= 0:
                 say(b" T %d 1" % number)
         elif number >= 0:
-            say(b" T %d 0 " % number + clean(problem))
+            say(b" T %d 0 " % number + _clean(problem))
         else:
-            say(b" E " + clean("test setup failed: " + problem))
+            say(b" E " + _clean("test setup failed: " + problem))
             return
         if solution.gone is not None:
-            say(b" E " + clean(solution.gone))
+            say(b" E " + _clean(solution.gone))
             return
     say(b" D")
+
+
+def main():
+    """The guard's order: not dumpable before the solution process forks, the job read after
+    the fork, the job's text gone before the solution's answer is read, this process's limits
+    set after the solution started; then the test loop."""
+    _isolate()
+    import signal
+
+    # as the namespace's init, a signal left at its default is ignored when sent from inside:
+    # the candidate cannot interrupt the tests with SIGINT (Python's own handler would raise)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    pid, requests, answers = _fork_solution()
+    job = _read_job()
+    if job is None:
+        return  # the parent went away before giving a job
+    say = _sayer(job.pop("key"), job.pop("fd"))
+    solution = _Solution(pid, requests, answers)
+    prepared = _setup(say, solution, job)
+    del job
+    if prepared is not None:
+        _run_tests(say, solution, *prepared)
 
 
 if __name__ == "__main__":  # run as `python -I -c <this text>`; importing it does nothing

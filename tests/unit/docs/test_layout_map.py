@@ -20,13 +20,10 @@ PRODUCT = ("ape", "schemas", "tasks", "flows", "deployments")
 # folders under ape/ that are links to the top-level ones (read there, not twice)
 LINKED = {"tasks", "flows", "schemas", "deployments", "examples"}
 LONGEST = 80
-# code kept whole, and why. The harness is a program run as text inside the sandbox, never
-# imported: its main is one straight line whose order is the guard (non-dumpable before the
-# solution process forks, the job read after it, the job's text deleted before the
-# candidate's answers are read, the limits set after the start), so it stays in one frame.
-# The agent sandbox's command runner starts a namespace and waits on it as one unit.
+# code kept whole, and why. The agent sandbox's command runner starts a namespace and waits on
+# it as one unit. (The code sandbox's harness is held to the limit too: its main keeps the
+# guard's order as a short line of named steps, then the test loop.)
 WHOLE = {
-    "tasks/checking/code/harness.py": "the sandbox's program: one straight line of ordered setup",
     "tasks/agent/sandbox.py": "the agent sandbox: a command's namespace started and waited on as one unit",
 }
 HEADER = re.compile(r"^( *)([a-z_]+)/(?=\s|$)")
