@@ -39,7 +39,7 @@ from pydantic import ValidationError
 
 from ape.flows.served import CONFIG_ENV, OVERRIDES
 from ape.schemas.config import ApeConfig
-from ape.schemas.errors import ApeError
+from ape.schemas.errors import ApeError, problem_message
 from ape.tasks.plugins.loader import load_object
 from ape.tasks.storage import prefect_api
 
@@ -57,7 +57,7 @@ def cron_schedule(cron: str, timezone: str | None = None) -> Any:
     try:
         CronSchedule(cron=cron, timezone=timezone)
     except ValidationError as exc:
-        reason = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in exc.errors())
+        reason = "; ".join(problem_message(err) for err in exc.errors())
         raise ApeError(
             f"invalid schedule {cron!r}: {reason}",
             where="--cron",

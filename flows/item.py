@@ -24,7 +24,7 @@ from ape.schemas.transcript import RESULT_FROM_RECORD, SolveRecord
 from ape.tasks.checking.check import CheckerCarousel
 from ape.tasks.report.health import prompt_hash
 from ape.tasks.session.chain import stages_for
-from ape.tasks.session.report import reporting_to
+from ape.tasks.session.recorder import recording_to
 from ape.tasks.session.stages import SessionSpec
 from ape.tasks.setup.model import ModelSetup
 from ape.tasks.solving.solve import revalued
@@ -60,7 +60,7 @@ class ItemProcessor:
     def run_session(
         self, item: BaseModel, key: str, run_index: int, recording: RunRecording, refresh: bool = False
     ) -> tuple[SessionResult, list[Any]]:
-        with recording.session(key, run_index) as recorder, reporting_to(recorder):
+        with recording.session(key, run_index) as recorder, recording_to(recorder):
             started = time.perf_counter()
             prompt, system = self.stages.render(item, key)
             spec = SessionSpec(

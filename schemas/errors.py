@@ -65,6 +65,14 @@ def problem_message(error: ErrorDetails) -> str:
     return str(error["msg"]).removeprefix("Value error, ")
 
 
+def first_problem(exc: ValidationError, default: str = "") -> str:
+    """The first problem of ``exc`` as ``key: message`` (the message alone when the problem is
+    with the value as a whole): for a message that tells only the first."""
+    first = exc.errors()[0]
+    key = problem_key(first, default)
+    return f"{key}: {problem_message(first)}" if key else problem_message(first)
+
+
 def more_problems(count: int) -> str:
     """ "1 more problem", "3 more problems": for a message that tells only the first."""
     return f"{count} more problem{'s' if count > 1 else ''}"

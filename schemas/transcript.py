@@ -278,3 +278,18 @@ def carried_fields(source: type[BaseModel], target: type[BaseModel], *, apart: C
 # which is made plain JSON there). A field added to two of the models travels without more code.
 RESULT_FROM_RECORD = carried_fields(SolveRecord, SessionResult, apart={"latency_s"})
 TRANSCRIPT_FROM_RESULT = carried_fields(SessionResult, SessionTranscript, apart={"solution"})
+# What a session's SESSION_END entry says of it, in this order: SessionResult's fields, the
+# ones in SESSION_END_IF_SET only when set (a model without reasoning or a price says nothing).
+SESSION_END_FIELDS = (
+    "score",
+    "correct",
+    "steps",
+    "latency_s",
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cost",
+    "confidence",
+    "cached",
+)
+SESSION_END_IF_SET = frozenset({"reasoning_tokens", "cost"})

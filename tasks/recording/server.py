@@ -441,7 +441,7 @@ def session_bookkeeping(
     """The bookkeeping around one session's chain, which runs inside the ``with`` block.
 
     Before: make a fresh recorder, with a stage clock when ``record_stages`` (the caller
-    binds it to the thread the chain runs on: ``ape.tasks.session.report.reporting_to``).
+    binds it to the thread the chain runs on: ``ape.tasks.session.recorder.recording_to``).
     After: send the session's recorded task run (also when the chain raised) and the
     recorded stage runs when :func:`keep_chain` keeps them, note the chain as recorded or
     left out, and count every task run the session created in :data:`TASK_RUN_COUNTS`.

@@ -17,7 +17,7 @@ A stage that never ran (check after a failed solve) is Completed, named ``Skippe
 
 The stages report to their session's :class:`StageRecorder` through its one context
 manager, :meth:`StageRecorder.stage` (bound to the solver thread by the flow, found by
-``ape.tasks.session.report.current_report``, also inside a stage's task run); its
+``ape.tasks.session.recorder.current_recorder``, also inside a stage's task run); its
 clock, present only when the chain is recorded, times the stages, so the chain itself
 keeps no clock and reports the same way at either task granularity.
 
@@ -159,7 +159,7 @@ class StageRecorder:
     same way whether or not its stages are recorded.
 
     The chain reports through :meth:`stage` alone (the interface
-    ``ape.tasks.session.report.StageReport``); the plain methods below are what it marks
+    ``ape.tasks.session.recorder.StageRecorder``); the plain methods below are what it marks
     with, also used to rebuild a saved session's chain (``ape.tasks.recording.afterwards``).
     """
 

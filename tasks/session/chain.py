@@ -16,8 +16,8 @@ A ``[choices]`` run answers with one ``choices`` session (every choice's log-lik
 a live task run at stage granularity) and then picks the answer by the metric, after the
 cache, so a changed metric needs no model call.
 
-Each stage reports through one context manager of the session's report
-(``with current_report().stage("check") as end:``, :mod:`ape.tasks.session.report`), which
+Each stage is told through one context manager of the session's recorder
+(``with current_recorder().stage("check") as end:``, :mod:`ape.tasks.session.recorder`), which
 marks its start, end and state from the result it sets or the exception it raises and
 counts the live task runs it created; the chain keeps no books of its own.
 """
@@ -34,7 +34,7 @@ from ape.schemas.results import CheckResult, Outcome
 from ape.schemas.transcript import SolveRecord
 from ape.tasks.checking.builtin import score_session
 from ape.tasks.session.cache import SessionCache
-from ape.tasks.session.report import current_report
+from ape.tasks.session.recorder import current_recorder
 from ape.tasks.session.stages import (
     SessionFailed,
     SessionSpec,
@@ -95,7 +95,7 @@ class OneTaskAnswer:
 
         stage = self.stage.with_options(refresh_cache=True) if refresh else self.stage
         # a cached task ran none of its stages: they are marked as the cache's
-        with current_report().stage("session", task_runs=1, live=True) as end:
+        with current_recorder().stage("session", task_runs=1, live=True) as end:
             record, cached = end.result, end.cached = unwrap(stage(spec, return_state=True))
         if self.choices is not None:  # the answer by the metric, after the cache (no model call)
             record = choose(record, self.choices.metric)
@@ -107,7 +107,7 @@ class RecordedAnswer:
     directly (:class:`~ape.tasks.session.cache.SessionCache`) and recorded afterwards as
     the session's task run (one event; :meth:`StageRecorder.session`): what the
     ``session`` (or ``choices``) task run did, without the task engine's cost per session.
-    A slow session shows as Running meanwhile (the report's ``session`` stage).
+    A slow session shows as Running meanwhile (the recorder's ``session`` stage).
     """
 
     def __init__(self, stage: Any, choices: ChoicesConfig | None, cache: SessionCache | None) -> None:
@@ -117,7 +117,7 @@ class RecordedAnswer:
 
     def __call__(self, spec: SessionSpec, refresh: bool) -> tuple[SolveRecord, bool]:
         key = self.cache.key(spec) if self.cache is not None else None
-        with current_report().stage("session") as end:  # a crash is recorded Failed and raised
+        with current_recorder().stage("session") as end:  # a crash is recorded Failed and raised
             record = self.cache.read(key) if key is not None and not refresh and self.cache is not None else None
             cached = end.cached = record is not None  # the task ran none of its stages: the cache's
             if record is None:
@@ -146,12 +146,12 @@ class TwoTaskAnswer:
         solve, adapt = self.solve, self.adapt
         if refresh:
             solve, adapt = solve.with_options(refresh_cache=True), adapt.with_options(refresh_cache=True)
-        report = current_report()
-        with report.stage("solve", task_runs=1, live=True):
+        recorder = current_recorder()
+        with recorder.stage("solve", task_runs=1, live=True):
             state, cached = unwrap(solve(spec, return_state=True))
         if isinstance(state, SolveRecord):  # the solve stage itself failed with a record
             return state, cached
-        with report.stage("adapt", task_runs=1, live=True):
+        with recorder.stage("adapt", task_runs=1, live=True):
             record, adapt_cached = unwrap(adapt(spec, state, return_state=True))
         return record, cached and adapt_cached
 
@@ -170,7 +170,7 @@ class InlineStages(_Stages):
     """Granularity ``"session"``: the answer is a task run, the cheap stages plain calls."""
 
     def render(self, item: BaseModel, key: str) -> tuple[str, str | None]:
-        with current_report().stage("render"):
+        with current_recorder().stage("render"):
             prompt = render(self.template, item)
             system = render(self.system, item) if self.system else None
         return prompt, system
@@ -179,7 +179,7 @@ class InlineStages(_Stages):
         return self.answer(spec, refresh)
 
     def check(self, item: BaseModel, record: SolveRecord, key: str, run_index: int) -> CheckResult | None:
-        with current_report().stage("check") as end:
+        with current_recorder().stage("check") as end:
             if record.outcome is not Outcome.SOLVED:
                 end.result = None
             elif record.state_check is not None:  # graded in the session, on the state it left
@@ -191,7 +191,7 @@ class InlineStages(_Stages):
     def score(
         self, outcome: Outcome, check: CheckResult | None, metric: str | None, key: str, run_index: int
     ) -> tuple[float, bool]:
-        with current_report().stage("score", outcome=outcome) as end:
+        with current_recorder().stage("score", outcome=outcome) as end:
             score, correct = score_session(outcome, check, metric)
             end.result = score
         return score, correct
@@ -201,7 +201,7 @@ class TaskStages(_Stages):
     """Granularity ``"stage"``: every stage is a live task run, named after stage and item."""
 
     def render(self, item: BaseModel, key: str) -> tuple[str, str | None]:
-        with current_report().stage("render", task_runs=2 if self.system else 1):
+        with current_recorder().stage("render", task_runs=2 if self.system else 1):
             prompt = render_task(self.template, item, key)
             system = render_task(self.system, item, key) if self.system else None
         return prompt, system
@@ -212,7 +212,7 @@ class TaskStages(_Stages):
     def check(self, item: BaseModel, record: SolveRecord, key: str, run_index: int) -> CheckResult | None:
         solved = record.outcome is Outcome.SOLVED
         live = solved and record.state_check is None
-        with current_report().stage("check", task_runs=1 if live else 0) as end:
+        with current_recorder().stage("check", task_runs=1 if live else 0) as end:
             if solved and record.state_check is not None:  # graded in the session, on the state it left
                 end.result = record.state_check
             elif solved:
@@ -223,7 +223,7 @@ class TaskStages(_Stages):
     def score(
         self, outcome: Outcome, check: CheckResult | None, metric: str | None, key: str, run_index: int
     ) -> tuple[float, bool]:
-        with current_report().stage("score", task_runs=1, outcome=outcome) as end:
+        with current_recorder().stage("score", task_runs=1, outcome=outcome) as end:
             score, correct = score_task(outcome, check, metric, key, run_index)
             end.result = score
         return score, correct

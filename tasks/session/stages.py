@@ -38,7 +38,7 @@ from ape.tasks.models.build import build_model
 from ape.tasks.models.scoring import build_scorer
 from ape.tasks.models.session_item import session_item
 from ape.tasks.session.agent import AgentPlan, agent_solve
-from ape.tasks.session.report import current_report
+from ape.tasks.session.recorder import current_recorder
 from ape.tasks.solving.choices import score_choices
 from ape.tasks.solving.render import render
 from ape.tasks.solving.solve import run_adaption, run_solver
@@ -151,10 +151,10 @@ def _checked(record: SolveRecord) -> SolveRecord:
 
 # -- model-calling stages (cached) ----------------------------------------------------------
 def _solve(worker: Worker, spec: SessionSpec, item: BaseModel, tools: list[Any]) -> SolverState:
-    """The solve stage on ``worker``; its end is reported to the session's recorder. With a
+    """The solve stage on ``worker``; its end is told to the session's recorder. With a
     ``[sandbox]`` the stage runs in the session's own sandbox (:func:`agent_solve`)."""
 
-    with current_report().stage("solve") as end, session_item(item, spec.item_id, spec.run_index):
+    with current_recorder().stage("solve") as end, session_item(item, spec.item_id, spec.run_index):
         # the item is bound for the mocks that answer from it
         if worker.agent is not None:
             state = end.result = agent_solve(worker, worker.agent, spec, item)
@@ -166,11 +166,11 @@ def _solve(worker: Worker, spec: SessionSpec, item: BaseModel, tools: list[Any])
 
 
 def _adapt(worker: Worker, spec: SessionSpec, state: SolverState, item: BaseModel, tools: list[Any]) -> SolveRecord:
-    """The adapt stage on ``worker``; its end is reported to the session's recorder."""
+    """The adapt stage on ``worker``; its end is told to the session's recorder."""
 
     settings = worker.setup.config.solver
-    report = current_report().stage("adapt", solve_failed=state.error is not None)
-    with report as end, session_item(item, spec.item_id, spec.run_index):
+    stage = current_recorder().stage("adapt", solve_failed=state.error is not None)
+    with stage as end, session_item(item, spec.item_id, spec.run_index):
         record = end.result = run_adaption(
             worker.model, state, adapter=worker.setup.adapter, settings=settings, tools=tools, item=item
         )
@@ -208,12 +208,12 @@ def choices_task(spec: SessionSpec) -> SolveRecord:
     worker = current_worker()
     choices = worker.setup.config.choices
     assert choices is not None  # only [choices] runs use this stage
-    report = current_report()
+    recorder = current_recorder()
     item = worker.item(spec)
-    with report.stage("solve", message="log-likelihood of every choice") as end:
+    with recorder.stage("solve", message="log-likelihood of every choice") as end:
         with session_item(item, spec.item_id, spec.run_index):
             record = end.result = score_choices(worker.scorer, spec.prompt, item, choices)
-    with report.stage("adapt", solve_failed=record.error is not None, message="the most likely choice") as end:
+    with recorder.stage("adapt", solve_failed=record.error is not None, message="the most likely choice") as end:
         end.result = record
     return _checked(record)
 

@@ -31,6 +31,7 @@ from prefect.serializers import Serializer
 from prefect.settings import get_current_settings
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from ape.schemas.errors import first_problem
 from ape.schemas.transcript import SolveRecord, SolverState
 
 log = logging.getLogger("ape")
@@ -119,7 +120,7 @@ def checked_record(content: bytes, where: str) -> tuple[bytes, Any]:
     try:
         meta = _Metadata.model_validate(raw)
     except ValidationError as exc:
-        raise ForeignRecord(f"{where} is not a valid cache record: {exc.errors()[0]['msg']}") from None
+        raise ForeignRecord(f"{where} is not a valid cache record: {first_problem(exc)}") from None
     if meta.expiration is not None and meta.expiration.astimezone(UTC) <= datetime.now(UTC):
         raise Expired(where)
     if meta.storage_block_id is not None:
@@ -133,7 +134,7 @@ def checked_record(content: bytes, where: str) -> tuple[bytes, Any]:
     try:
         value = RecordSerializer().loads(blob)
     except ValidationError as exc:
-        raise ForeignRecord(f"{where}: its result file is not APE's JSON record ({exc.errors()[0]['msg']})") from None
+        raise ForeignRecord(f"{where}: its result file is not APE's JSON record ({first_problem(exc)})") from None
     return (content if record is raw else json.dumps(record).encode()), value
 
 

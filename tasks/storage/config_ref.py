@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ape.schemas.config import ApeConfig
-from ape.schemas.errors import ApeError
+from ape.schemas.errors import ApeError, first_problem
 from ape.tasks.common.home import ape_home
 
 # Configs whose JSON is larger go by reference: half the server's default limit, leaving room
@@ -124,5 +124,6 @@ def resolve_config(value: Any) -> ApeConfig:
     try:
         return ApeConfig.model_validate_json(data)
     except ValidationError as exc:
-        reason = exc.errors()[0]["msg"]
-        raise ApeError(f"the config stored at {path} is not a valid config: {reason}", where=WHERE) from None
+        raise ApeError(
+            f"the config stored at {path} is not a valid config: {first_problem(exc)}", where=WHERE
+        ) from None

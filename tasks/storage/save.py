@@ -38,7 +38,7 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from ape.schemas.errors import problem_key, problem_message
+from ape.schemas.errors import first_problem
 from ape.schemas.results import Outcome, OutputBatch
 from ape.tasks.storage.file_modes import created_file_mode, not_own_file
 from ape.tasks.storage.run_files import SAVE_FILE_KEY
@@ -122,10 +122,7 @@ def scan_results(path: Path) -> ResultsScan:
         try:
             scan.batches.append((number, OutputBatch.model_validate_json(line)))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            key, message = problem_key(first), problem_message(first)
-            reason = f"{key}: {message}" if key else message
-            scan.damaged.append((number, line.decode("utf-8", "replace"), reason))
+            scan.damaged.append((number, line.decode("utf-8", "replace"), first_problem(exc)))
     if tail.strip():
         scan.torn = True
     return scan

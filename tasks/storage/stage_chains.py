@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ape.schemas.errors import ApeError, problem_key, problem_message
+from ape.schemas.errors import ApeError, first_problem
 from ape.tasks.storage.save import atomic_write_text
 
 CHAINS_FILE = "stage_chains.json"
@@ -99,10 +99,8 @@ def read_chains(folder: Path) -> StageChains | None:
     try:
         return StageChains.model_validate_json(text)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = problem_key(first)
         raise ApeError(
-            f"{CHAINS_FILE} is damaged ({key + ': ' if key else ''}{problem_message(first)})",
+            f"{CHAINS_FILE} is damaged ({first_problem(exc)})",
             where=str(path),
             hint="it is rewritten by the next run of this folder",
         ) from None

@@ -17,7 +17,14 @@ from typing import Any, TextIO
 from pydantic_core import to_jsonable_python
 
 from ape.schemas.results import SessionResult
-from ape.schemas.transcript import TRANSCRIPT_FROM_RESULT, EntryKind, SessionTranscript, TranscriptEntry
+from ape.schemas.transcript import (
+    SESSION_END_FIELDS,
+    SESSION_END_IF_SET,
+    TRANSCRIPT_FROM_RESULT,
+    EntryKind,
+    SessionTranscript,
+    TranscriptEntry,
+)
 
 LOG_FILE = "sessions.log"
 JSONL_FILE = "sessions.jsonl"
@@ -57,22 +64,17 @@ def closing_entries(result: SessionResult, transcript: list[TranscriptEntry]) ->
             kind=EntryKind.SESSION_END,
             t=t,
             content=result.outcome.value,
-            data={
-                "score": result.score,
-                "correct": result.correct,
-                "steps": result.steps,
-                "latency_s": result.latency_s,
-                "input_tokens": result.input_tokens,
-                "output_tokens": result.output_tokens,
-                **({"reasoning_tokens": result.reasoning_tokens} if result.reasoning_tokens is not None else {}),
-                **({"cost": result.cost} if result.cost is not None else {}),
-                "confidence": result.confidence,
-                "cached": result.cached,
-            },
+            data=session_end_data(result),
             error=result.error,
         )
     )
     return entries
+
+
+def session_end_data(result: SessionResult) -> dict[str, Any]:
+    """The SESSION_END entry's data: the result's :data:`ape.schemas.transcript.SESSION_END_FIELDS`."""
+    values = {name: getattr(result, name) for name in SESSION_END_FIELDS}
+    return {name: value for name, value in values.items() if value is not None or name not in SESSION_END_IF_SET}
 
 
 def _answer_and_expected(result: SessionResult) -> dict[str, Any]:

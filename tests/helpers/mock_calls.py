@@ -38,13 +38,13 @@ def _counting(method: Callable[..., Any], counts: Counter[str], key: Callable[[A
 
 def install() -> None:
     """Count every mock call from now on (once per process; a second call does nothing)."""
-    if getattr(MockChatModel._record_call, "__ape_counted__", False):
+    if getattr(MockChatModel._log_call, "__ape_counted__", False):
         return
-    MockChatModel._record_call = _counting(  # type: ignore[method-assign]
-        MockChatModel._record_call, _CHAT, lambda model, _messages: (model.model_key, 1)
+    MockChatModel._log_call = _counting(  # type: ignore[method-assign]
+        MockChatModel._log_call, _CHAT, lambda model, _messages: (model.model_key, 1)
     )
-    MockScorer._record = _counting(  # type: ignore[method-assign]
-        MockScorer._record, _SCORER, lambda scorer, request: (scorer.name, len(request.continuations))
+    MockScorer._log_call = _counting(  # type: ignore[method-assign]
+        MockScorer._log_call, _SCORER, lambda scorer, request: (scorer.name, len(request.continuations))
     )
 
 

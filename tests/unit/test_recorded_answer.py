@@ -11,7 +11,7 @@ from ape.schemas.results import ErrorInfo, Outcome
 from ape.schemas.transcript import SolveRecord
 from ape.tasks.recording.stage_runs import StageClock, StageRecorder
 from ape.tasks.session.chain import RecordedAnswer
-from ape.tasks.session.report import bind_report
+from ape.tasks.session.recorder import bind_recorder
 from ape.tasks.session.stages import SessionFailed, SessionSpec
 
 SPEC = SessionSpec(item_id="q1", run_index=0, item="{}", prompt="2 + 3?", system=None, fingerprint="f")
@@ -20,7 +20,7 @@ SPEC = SessionSpec(item_id="q1", run_index=0, item="{}", prompt="2 + 3?", system
 def start_recorder(record_stages: bool) -> StageRecorder:
     """A fresh recorder bound to this thread, as the flow binds one per session."""
     recorder = StageRecorder(StageClock() if record_stages else None)
-    bind_report(recorder)
+    bind_recorder(recorder)
     return recorder
 
 

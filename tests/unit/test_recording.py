@@ -331,7 +331,7 @@ def test_a_stage_is_marked_from_its_result_or_its_exception() -> None:
 
 
 def test_the_session_chain_imports_nothing_of_the_mirror() -> None:
-    """The chain reports to the interface it owns (ape.tasks.session.report); the flow binds
+    """The chain reports to the interface it owns (ape.tasks.session.recorder); the flow binds
     the recorder there."""
     import ast
 

@@ -23,7 +23,7 @@ folder record what was paid for, each line appended and fsynced:
     at the provider instead); ``{"event": "unsent", "tag"}`` when a submit is known not to
     have made a batch; ``{"event": "ended", "batch_id", "status", "counts", "at"}`` once
     its results are collected; ``{"event": "refused", "batch_id", "reason"}`` when the
-    provider's record of a batch does not show this folder's requests.
+    provider's description of a batch does not show this folder's requests.
 ``batch_results.jsonl``
     ``{"custom_id", "batch_id", "request_hash", "body"}`` for each answered request, as
     collected.
@@ -34,7 +34,7 @@ them waits for that batch instead of being submitted, and one already answered
 (``batch_results.jsonl``) is answered at once. Neither file is believed on its word
 (:mod:`ape.tasks.models.batch.trust`): an answer row counts only for a batch on a
 ``submitted`` line of the ledger, with the hash of the request asked now, and a batch from
-the ledger is collected only once the provider's record of it shows this folder's requests;
+the ledger is collected only once the provider's description of it shows this folder's requests;
 a refused row or batch is one warning line, counted, and its requests are submitted again.
 Failed and expired requests are not
 recorded as answers: ``ape retry`` redoes their items with a new batch.
@@ -74,7 +74,7 @@ from typing import Any
 
 from ape.tasks.models.batch.clients import BatchClient, BatchState, RequestResult
 from ape.tasks.models.batch.status import board_for
-from ape.tasks.models.batch.trust import ProviderRecord, batch_refusal, request_hash, trusted_answers
+from ape.tasks.models.batch.trust import ProviderBatch, batch_refusal, request_hash, trusted_answers
 from ape.tasks.models.limits.policy import classify_error
 from ape.tasks.storage.file_modes import created_file_mode, not_own_file
 from ape.tasks.storage.prefect_api import current_flow_run_id
@@ -116,29 +116,29 @@ def custom_id(body: dict[str, Any], session: tuple[str, int] | None) -> str:
     return "ape-" + hashlib.sha256(text.encode()).hexdigest()[:48]
 
 
-def _append(path: Path, record: dict[str, Any]) -> None:
+def _append(path: Path, line: dict[str, Any]) -> None:
     """One fsynced line; the file is created with the run's modes (owner-only by default)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, created_file_mode())
     try:
-        os.write(fd, (json.dumps(record, sort_keys=True) + "\n").encode())
+        os.write(fd, (json.dumps(line, sort_keys=True) + "\n").encode())
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
-    """The file's records; a damaged line (a write cut by a kill) is skipped with a warning."""
+    """The file's lines; a damaged line (a write cut by a kill) is skipped with a warning."""
     if not path.exists():
         return []
-    records = []
+    lines = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            lines.append(json.loads(line))
         except json.JSONDecodeError:
             log.warning("%s line %d is damaged; skipped", path, number)
-    return records
+    return lines
 
 
 def open_batches(folder: Path) -> list[str]:
@@ -405,7 +405,7 @@ class Batcher:
         else:
             if os.environ.get(KILL_AFTER_SUBMIT):
                 os.kill(os.getpid(), signal.SIGKILL)
-            self._record_submitted(batch_id, tag, requests)
+            self._write_submitted(batch_id, tag, requests)
         self.submissions += 1
         log.info("batch %s of %s: submitted, %d requests", batch_id, self.model_id, len(requests))
         self.board.submitted(batch_id, len(requests))
@@ -418,7 +418,7 @@ class Batcher:
         with self._lock:
             self._track(batch)
 
-    def _record_submitted(self, batch_id: str, tag: str, requests: dict[str, dict[str, Any]]) -> None:
+    def _write_submitted(self, batch_id: str, tag: str, requests: dict[str, dict[str, Any]]) -> None:
         # recorded before any session hears of the batch: a kill from here on resumes it
         _append(
             self.folder / LEDGER,
@@ -442,7 +442,7 @@ class Batcher:
         while True:
             if batch.line is not None:  # from the ledger: the provider must show it is this folder's
                 try:
-                    checked = self._check(batch, self.client.record(batch.batch_id))
+                    checked = self._check(batch, self.client.describe(batch.batch_id))
                 except Exception as exc:
                     if classify_error(exc) == "transient":
                         log.warning(
@@ -454,7 +454,7 @@ class Batcher:
                         time.sleep(delay)
                         delay = min(delay * 1.5, cap)
                         continue
-                    self._refuse(batch, f"the provider's record of it could not be read ({exc})")
+                    self._refuse(batch, f"the provider's description of it could not be read ({exc})")
                     return
                 if not checked:
                     return
@@ -494,7 +494,7 @@ class Batcher:
             self._finish(batch, None, f"fetching the batch's results failed: {exc}")
             return
         if batch.check_results and not self._check(
-            batch, ProviderRecord(tags_shown=False, requests=dict.fromkeys(results, None))
+            batch, ProviderBatch(tags_shown=False, requests=dict.fromkeys(results, None))
         ):
             return
         with self._lock:
@@ -516,18 +516,18 @@ class Batcher:
         )
         self._finish(batch, results, state.error or f"the batch ended '{state.status}' without this request")
 
-    def _check(self, batch: _InFlight, record: ProviderRecord) -> bool:
-        """Whether the provider's ``record`` shows the ledger's batch holds this folder's
+    def _check(self, batch: _InFlight, shown: ProviderBatch) -> bool:
+        """Whether the provider's description (``shown``) shows the ledger's batch holds this folder's
         requests; a batch it does not is refused (:meth:`_refuse`). A provider that shows no
         requests yet (Anthropic, before the end) is asked again with the results."""
         assert batch.line is not None or batch.check_results
         line = batch.line or {"custom_ids": sorted(batch.custom_ids), "requests": batch.hashes}
-        reason = batch_refusal(line, record)
+        reason = batch_refusal(line, shown)
         if reason is not None:
             self._refuse(batch, reason)
             return False
-        batch.check_results = record.requests is None
-        for cid, digest in (record.requests or {}).items():
+        batch.check_results = shown.requests is None
+        for cid, digest in (shown.requests or {}).items():
             if digest:
                 batch.hashes.setdefault(cid, digest)
         if batch.line is not None and not batch.check_results:
@@ -546,8 +546,8 @@ class Batcher:
             reason,
         )
         self._refuse_count(1)
-        record = {"event": "refused", "batch_id": batch.batch_id, "reason": reason}
-        _append(self.folder / LEDGER, {**record, "at": datetime.now(UTC).isoformat()})
+        refused = {"event": "refused", "batch_id": batch.batch_id, "reason": reason}
+        _append(self.folder / LEDGER, {**refused, "at": datetime.now(UTC).isoformat()})
         self.board.ended(batch.batch_id, "refused")
         with self._lock:
             self._in_flight.pop(batch.batch_id, None)

@@ -7,7 +7,7 @@ and returns the batch id; :meth:`BatchClient.poll` returns the batch's :class:`B
 :meth:`BatchClient.results` returns what each request came to, by ``custom_id``: the
 provider's answer body, or the provider's error message; :meth:`BatchClient.find` looks
 among the provider's batches for the one a submit with a given tag created (the submit of
-a process killed before it could record the batch id); :meth:`BatchClient.record` returns
+a process killed before it could record the batch id); :meth:`BatchClient.describe` returns
 what the provider shows of a batch (its tag, size and requests), so a batch named by the
 ledger of a resumed run is checked to hold that folder's requests before it is collected
 (:mod:`ape.tasks.models.batch.trust`). Gathering, the ledger and waiting are
@@ -53,7 +53,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from ape.tasks.models.batch.trust import ProviderRecord, request_hash
+from ape.tasks.models.batch.trust import ProviderBatch, request_hash
 
 __all__ = [
     "AnthropicBatchClient",
@@ -100,7 +100,7 @@ class BatchClient(Protocol):
     def poll(self, batch_id: str) -> BatchState: ...
     def results(self, batch_id: str) -> dict[str, RequestResult]: ...
     def find(self, tag: str, requests: int, since: float, known: Collection[str]) -> str | None: ...
-    def record(self, batch_id: str) -> ProviderRecord: ...
+    def describe(self, batch_id: str) -> ProviderBatch: ...
 
 
 def _jsonl(text: str) -> list[dict[str, Any]]:
@@ -159,7 +159,7 @@ class OpenAIBatchClient:
                 break  # newest first: older ones cannot be it
         return None
 
-    def record(self, batch_id: str) -> ProviderRecord:
+    def describe(self, batch_id: str) -> ProviderBatch:
         """The batch's metadata tag, size, and each request's body hash from its input file."""
         batch = self.client.batches.retrieve(batch_id)
         requests: dict[str, str | None] = {}
@@ -167,7 +167,7 @@ class OpenAIBatchClient:
             body = row.get("body")
             requests[str(row.get("custom_id"))] = request_hash(body) if isinstance(body, dict) else "(no body)"
         counts = batch.request_counts
-        return ProviderRecord(
+        return ProviderBatch(
             tags_shown=True,
             tag=(batch.metadata or {}).get(TAG_KEY),
             total=counts.total if counts and counts.total else None,
@@ -244,14 +244,14 @@ class AnthropicBatchClient:
         status = str(data.get("processing_status"))
         return BatchState(status=status, ended=status == "ended", counts=counts)
 
-    def record(self, batch_id: str) -> ProviderRecord:
+    def describe(self, batch_id: str) -> ProviderBatch:
         """The batch's size, and once it ended its requests' ``custom_id`` set from its results
         (the API shows no request body, and no requests before the end)."""
         data = self._get(f"/v1/messages/batches/{batch_id}").json()
         total = sum(int(v) for v in (data.get("request_counts") or {}).values())
         if data.get("processing_status") != "ended":
-            return ProviderRecord(tags_shown=False, total=total or None)
-        return ProviderRecord(
+            return ProviderBatch(tags_shown=False, total=total or None)
+        return ProviderBatch(
             tags_shown=False, total=total or None, requests=dict.fromkeys(self.results(batch_id), None)
         )
 

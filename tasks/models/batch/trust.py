@@ -12,7 +12,7 @@ saved as the model's, so a planted or copied file must not be believed on its wo
   When a session asks, the row's hash must also equal the hash of the body it would send
   (:meth:`~ape.tasks.models.batch.batcher.Batcher.ask`);
 - a ``submitted`` batch that has not ended is collected only once the provider's own
-  record of it (:meth:`~ape.tasks.models.batch.clients.BatchClient.record`) shows this
+  description of it (:meth:`~ape.tasks.models.batch.clients.BatchClient.describe`) shows this
   folder's requests: its metadata tag (OpenAI), its number of requests, and its
   ``custom_id`` set, with each request body's hash, as the line records it, where the
   provider shows the body (OpenAI's input file). Anthropic shows a batch's requests only
@@ -31,7 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ProviderRecord", "TrustedAnswers", "batch_refusal", "request_hash", "trusted_answers"]
+__all__ = ["ProviderBatch", "TrustedAnswers", "batch_refusal", "request_hash", "trusted_answers"]
 
 
 def request_hash(body: dict[str, Any]) -> str:
@@ -42,7 +42,7 @@ def request_hash(body: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class ProviderRecord:
+class ProviderBatch:
     """What a provider shows of one of its batches.
 
     ``tag``: the metadata tag it carries, when ``tags_shown`` (OpenAI; Anthropic takes none);
@@ -93,7 +93,7 @@ def trusted_answers(rows: list[dict[str, Any]], submitted: dict[str, dict[str, A
     return trusted
 
 
-def batch_refusal(line: dict[str, Any], record: ProviderRecord) -> str | None:
+def batch_refusal(line: dict[str, Any], record: ProviderBatch) -> str | None:
     """Why the provider's ``record`` of a batch does not show the requests of its ledger
     ``line`` (None when it does, or shows too little to tell yet)."""
     ids = {str(c) for c in line.get("custom_ids") or []}

@@ -341,7 +341,7 @@ class MockChatModel(ToolBindingChatModel):
         """The name its calls are logged under (``call_log``): its ``name``, else the behaviour."""
         return self.name or f"mock/{self.behaviour}"
 
-    def _record_call(self, messages: list[BaseMessage]) -> int:
+    def _log_call(self, messages: list[BaseMessage]) -> int:
         with self._lock:
             self._instance_calls += 1
             number = self._instance_calls
@@ -367,7 +367,7 @@ class MockChatModel(ToolBindingChatModel):
         run_manager: Any = None,
         **kwargs: Any,
     ) -> ChatResult:
-        number = self._record_call(messages)
+        number = self._log_call(messages)
         if self.latency_s:
             time.sleep(self.latency_s)
         if number <= self.transient_failures:

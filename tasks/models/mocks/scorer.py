@@ -74,7 +74,7 @@ class MockScorer(BaseModel):
     latency_s: float = Field(default=0.0, ge=0.0, description="Seconds slept per request.")
     call_log: str | None = Field(default=None, description="File that gets one line per request.")
 
-    def _record(self, request: ScoreRequest) -> None:
+    def _log_call(self, request: ScoreRequest) -> None:
         """One ``call_log`` line per continuation scored, when the config asks for the log."""
         calls = len(request.continuations)
         if self.call_log:
@@ -85,7 +85,7 @@ class MockScorer(BaseModel):
                 handle.write((line + "\n") * calls)
 
     def score(self, request: ScoreRequest) -> Scored:
-        self._record(request)
+        self._log_call(request)
         if self.latency_s:
             time.sleep(self.latency_s * len(request.continuations))
         tokens = [mock_tokens(c) for c in request.continuations]

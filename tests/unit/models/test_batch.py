@@ -397,19 +397,19 @@ def test_a_ledger_line_naming_a_batch_of_other_requests_is_refused(
 
 
 def test_a_ledger_line_whose_request_bodies_differ_at_the_provider_is_refused() -> None:
-    from ape.tasks.models.batch.trust import ProviderRecord, batch_refusal, request_hash
+    from ape.tasks.models.batch.trust import ProviderBatch, batch_refusal, request_hash
 
     line = {"tag": "t", "custom_ids": ["a", "b"], "requests": {"a": request_hash(_ask("1 + 2")), "b": "x"}}
     same = {"a": request_hash(_ask("1 + 2")), "b": "x"}
-    assert batch_refusal(line, ProviderRecord(tags_shown=True, tag="t", total=2, requests=same)) is None
-    assert "tag" in str(batch_refusal(line, ProviderRecord(tags_shown=True, tag="u", total=2, requests=same)))
-    assert "holds 3" in str(batch_refusal(line, ProviderRecord(tags_shown=False, total=3)))
-    assert batch_refusal(line, ProviderRecord(tags_shown=False, total=2)) is None  # nothing more shown yet
+    assert batch_refusal(line, ProviderBatch(tags_shown=True, tag="t", total=2, requests=same)) is None
+    assert "tag" in str(batch_refusal(line, ProviderBatch(tags_shown=True, tag="u", total=2, requests=same)))
+    assert "holds 3" in str(batch_refusal(line, ProviderBatch(tags_shown=False, total=3)))
+    assert batch_refusal(line, ProviderBatch(tags_shown=False, total=2)) is None  # nothing more shown yet
     changed = {"a": request_hash(_ask("1 + 3")), "b": "x"}
-    assert "differ" in str(batch_refusal(line, ProviderRecord(tags_shown=True, tag="t", requests=changed)))
-    assert "did not submit" in str(batch_refusal(line, ProviderRecord(tags_shown=False, requests={"a": None})))
+    assert "differ" in str(batch_refusal(line, ProviderBatch(tags_shown=True, tag="t", requests=changed)))
+    assert "did not submit" in str(batch_refusal(line, ProviderBatch(tags_shown=False, requests={"a": None})))
     unhashed = {"tag": "t", "custom_ids": ["a", "b"]}  # a line of an older APE, or of no APE
-    assert "hash" in str(batch_refusal(unhashed, ProviderRecord(tags_shown=True, tag="t", total=2, requests=same)))
+    assert "hash" in str(batch_refusal(unhashed, ProviderBatch(tags_shown=True, tag="t", total=2, requests=same)))
 
 
 def test_a_resumed_batch_is_collected_once_the_provider_shows_its_requests(stub: BatchStub, tmp_path: Path) -> None:

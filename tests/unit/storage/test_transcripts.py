@@ -116,3 +116,11 @@ def test_close_is_idempotent_and_writing_after_close_fails(tmp_path):
     log.close()
     with pytest.raises(RuntimeError, match="closed"):
         log.write(result(), entries())
+
+
+def test_the_session_end_fields_are_the_results_own() -> None:
+    from ape.schemas.results import SessionResult
+    from ape.schemas.transcript import SESSION_END_FIELDS, SESSION_END_IF_SET
+
+    assert set(SESSION_END_FIELDS) <= set(SessionResult.model_fields)
+    assert SESSION_END_IF_SET <= set(SESSION_END_FIELDS)
