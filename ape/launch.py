@@ -3,7 +3,7 @@
 The order matters and lives only here:
 
 1. preflight (:func:`ape.flows.preflight.preflight`): a bad config, plugin or data file
-   is one line before anything starts; then one request to every served model's endpoint
+   is one line before anything starts; then one request to every model endpoint
    (:func:`ape.flows.preflight.endpoints`), so a dead ``base_url`` is one line too;
 2. result storage beside the output folder (before Prefect reads its settings);
 3. owner-only modes for everything the run writes (:mod:`ape.tasks.storage.file_modes`),

@@ -109,10 +109,10 @@ def run_benchmark(
         # local GGUF models (provider "llama-cpp") are served for the length of the run; the model
         # flows take the preflight setups, pointed at the servers, by the token handed to them
         with run_logs(None), local_model_servers(config) as base_urls:
-            served = checked.served(base_urls) if checked is not None else None
-            with hand_over(served) as token:
-                served_config = with_base_urls(config, base_urls)
-                return _evaluate_all(served_config, redo_outcomes, only_models, new_run, run_id, token)
+            local = checked.at_local_servers(base_urls) if checked is not None else None
+            with hand_over(local) as token:
+                local_config = with_base_urls(config, base_urls)
+                return _evaluate_all(local_config, redo_outcomes, only_models, new_run, run_id, token)
 
 
 def _suspect(config: ApeConfig, envelope: dict[str, Any]) -> str | None:

@@ -9,7 +9,7 @@ one line (naming the file and key) whichever way the run was started:
   file's own errors, so a broken line is named as such, not as a changed file);
 - :func:`canary` grades the checker's known answers (and a judge's injected wrong answers,
   and a ``[choices]`` endpoint's prompt log-probabilities) with the checker the run uses;
-- :func:`endpoints` sends one request to every served model's endpoint (and a judge's),
+- :func:`endpoints` sends one request to every model endpoint (and a judge's),
   all at once, and stops the run when one cannot be reached
   (:mod:`ape.tasks.models.limits.reachability`). ``ape validate`` and ``ape plan`` stay offline.
 
@@ -77,15 +77,15 @@ class Checked:
         """The setup of ``config.model[model_index]`` (one per model, in the config's order)."""
         return self.setups[model_index]
 
-    def served(self, base_urls: dict[str, str]) -> Checked:
+    def at_local_servers(self, base_urls: dict[str, str]) -> Checked:
         """This result with the endpoints of the models APE serves for the run
-        (:meth:`ape.tasks.setup.model.ModelSetup.served`)."""
+        (:meth:`ape.tasks.setup.model.ModelSetup.at_local_servers`)."""
         if not base_urls:
             return self
         return dataclasses.replace(
             self,
-            setups=[setup.served(base_urls) for setup in self.setups],
-            judge=self.judge.served(base_urls) if self.judge is not None else None,
+            setups=[setup.at_local_servers(base_urls) for setup in self.setups],
+            judge=self.judge.at_local_servers(base_urls) if self.judge is not None else None,
         )
 
 

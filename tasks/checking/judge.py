@@ -271,10 +271,10 @@ class JudgeSpec:
     def scale(self) -> Scale:
         return parse_scale(self.args.scale)
 
-    def served(self, base_urls: dict[str, str]) -> JudgeSpec:
+    def at_local_servers(self, base_urls: dict[str, str]) -> JudgeSpec:
         """This judge with the endpoint of a ``llama-cpp`` model APE serves (``base_urls``:
         model id to URL, :func:`ape.tasks.models.local.llama_server.local_model_servers`); the
-        fingerprint stays (a served model's port is not part of it)."""
+        fingerprint stays (a local server's port is not part of it)."""
         url = base_urls.get(self.model_cfg.model_id)
         if url is None or self.model_cfg.base_url == url:
             return self

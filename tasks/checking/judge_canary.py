@@ -129,7 +129,7 @@ def refusal(judge_id: str, graded: Sequence[tuple[Example, CheckResult]]) -> str
 
 
 @contextmanager
-def served_judge(config: ApeConfig, spec: JudgeSpec) -> Iterator[JudgeSpec]:
+def judge_at_local_server(config: ApeConfig, spec: JudgeSpec) -> Iterator[JudgeSpec]:
     """The judge ``spec`` reachable for the canary: a ``provider = "llama-cpp"`` judge (a
     ``[[model]]`` APE serves only for the run, which has not started yet) is served for the
     block, its server's log in a temporary folder; any other judge is yielded as it is."""
@@ -143,11 +143,11 @@ def served_judge(config: ApeConfig, spec: JudgeSpec) -> Iterator[JudgeSpec]:
             update={"model": [judge], "run": config.run.model_copy(update={"output": Path(folder)})}
         )
         with local_model_servers(alone) as base_urls:
-            yield spec.served(base_urls)
+            yield spec.at_local_servers(base_urls)
 
 
-def served_factory(config: ApeConfig, spec: JudgeSpec, data_model: type[BaseModel]) -> Callable[[], JudgeChecker]:
-    """The run's judge factory for a judge that is served (same cache as the run's)."""
+def local_judge_factory(config: ApeConfig, spec: JudgeSpec, data_model: type[BaseModel]) -> Callable[[], JudgeChecker]:
+    """The run's judge factory for a judge on a local server (same cache as the run's)."""
 
     return judge_factory(config, data_model, cache_dir(config) if config.run.cache else None, spec)
 
@@ -165,9 +165,9 @@ def run_judge_canary(
     if source is None:
         log.warning("judge canary: no data item and no failing [[checker.canary]] entry to build it from")
         return []
-    with served_judge(config, spec) as served:
+    with judge_at_local_server(config, spec) as served:
         if served is not spec:  # the judge asked must be the one the run will ask
-            factory = served_factory(config, served, data_model)
+            factory = local_judge_factory(config, served, data_model)
         probe = factory()
         plain, *injected = injected_examples(*source, probe.rubric, args)
         ask = lambda: factory().judged  # noqa: E731 - a checker per example, the detector bypassed

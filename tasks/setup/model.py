@@ -98,18 +98,18 @@ class ModelSetup:
             fingerprint_key=fingerprint_hash(fingerprint, size=32),
         )
 
-    def served(self, base_urls: dict[str, str]) -> ModelSetup:
+    def at_local_servers(self, base_urls: dict[str, str]) -> ModelSetup:
         """This setup with the endpoints of the models APE serves for the run (model id to
         ``base_url``, :func:`ape.tasks.models.local.llama_server.local_model_servers`): the model's,
-        and the judge's when it is one of them. The fingerprint stays (a served model's port
+        and the judge's when it is one of them. The fingerprint stays (a local server's port
         is not part of it)."""
         if not base_urls:
             return self
         url = base_urls.get(self.model_cfg.model_id)
         config = with_base_urls(self.config, base_urls)
-        judge = self.judge.served(base_urls) if self.judge is not None else None
+        judge = self.judge.at_local_servers(base_urls) if self.judge is not None else None
         factory = self.checker_factory
-        if judge is not self.judge:  # the judge is a served model: its checker asks that server
+        if judge is not self.judge:  # the judge is a local model: its checker asks its server
             factory = run_checker_factory(config, self.data_model, judge)
         return dataclasses.replace(
             self,

@@ -120,8 +120,9 @@ def _keep_only(keep):
                 pass
 
 
-def _solution_process(requests, answers, trusted):  # noqa: C901 - start, then one loop over calls
-    """The child: run the candidate's code, then answer the trusted process's calls until EOF."""
+def _enter_solution(requests, answers, trusted):
+    """The child's start: only its two pipes, a session of its own, the start message, the
+    limits and the working folder; it exits when the trusted process is gone first."""
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -137,7 +138,6 @@ def _solution_process(requests, answers, trusted):  # noqa: C901 - start, then o
         os._exit(0)
     import resource
     import signal
-    import threading
 
     for name, value in start["limits"]:
         try:
@@ -146,6 +146,12 @@ def _solution_process(requests, answers, trusted):  # noqa: C901 - start, then o
             pass
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a full file is an error, not a kill
     os.chdir(start["workdir"])
+    return start
+
+
+def _replier(answers):
+    """The child's ``(reply, flush)``: its output streams as they are before the candidate's
+    code runs are flushed before each reply; the child exits when the pipe is gone."""
     streams = (sys.stdout, sys.stderr)
 
     def flush():
@@ -162,6 +168,12 @@ def _solution_process(requests, answers, trusted):  # noqa: C901 - start, then o
         except OSError:
             os._exit(0)
 
+    return reply, flush
+
+
+def _run_code(start, reply):
+    """The candidate's namespace after its code ran; the child exits with an ``e`` reply when
+    the code does not compile or fails."""
     namespace = {"__name__": "solution"}
     try:
         program = compile(start["code"], "solution.py", "exec")
@@ -173,6 +185,13 @@ def _solution_process(requests, answers, trusted):  # noqa: C901 - start, then o
     except BaseException as exc:
         reply({"e": "the code failed before the tests: " + _describe(exc)})
         os._exit(0)
+    return namespace
+
+
+def _handles():
+    """The child's table of objects the tests hold by number, and the function that adds one."""
+    import threading
+
     handles, lock = [], threading.Lock()
 
     def handle_of(value):
@@ -180,8 +199,13 @@ def _solution_process(requests, answers, trusted):  # noqa: C901 - start, then o
             handles.append(value)
             return len(handles) - 1
 
+    return handles, handle_of
+
+
+def _names_shown(start, namespace, handle_of):
+    """How the tests will see each of the solution's names they use."""
+
     def what(value):
-        """How the tests will see one of the solution's names."""
         if isinstance(value, type(os)):
             return ["module", getattr(value, "__name__", "")]
         if callable(value):
@@ -197,12 +221,36 @@ def _solution_process(requests, answers, trusted):  # noqa: C901 - start, then o
             value = namespace[name]
             same_builtin = getattr(builtins, name, names) is value
             names.append([name, ["builtin"] if same_builtin else what(value)])
-    for statement in start["setup"]:  # the tests' own helpers (a HumanEval preamble's), for the code to call
+    return names
+
+
+def _answer(function, getting, args, kwargs, result, handle_of):
+    """The answer to one call: the new contents of its list, dict and set arguments, then its
+    result as a handle, an instance's handle, plain data or the reason it is not plain."""
+    answer = {}
+    changed = []
+    for position, argument in [*enumerate(args), *kwargs.items()]:
+        if type(argument) in (list, dict, set):
+            try:
+                changed.append([position, encode(argument)])
+            except NotPlain as exc:
+                answer["m_bad"] = str(exc)
+    answer["m"] = changed
+    if callable(result) and not isinstance(result, type):
+        answer["fn"] = handle_of(result)
+    elif isinstance(function, type) and type(result) is function and not getting:
+        answer["o"] = handle_of(result)  # an instance of its class, made by calling the class
+    else:
         try:
-            exec(compile(statement, "tests.py", "exec"), namespace)
-        except BaseException:
-            pass
-    reply({"names": names})
+            answer["r"] = encode(result)
+        except NotPlain as exc:
+            answer["n"] = str(exc)
+    return answer
+
+
+def _serve_calls(requests, answers, replier, handles, handle_of):
+    """Answer the trusted process's calls until it closes the pipe (or breaks the protocol)."""
+    reply, flush = replier
     while True:
         try:
             message = receive(requests)
@@ -230,31 +278,30 @@ def _solution_process(requests, answers, trusted):  # noqa: C901 - start, then o
                 name, detail = "SolutionError", "an exception that cannot be described"
             reply({"x": [name, detail]})
             continue
-        answer = {}
-        changed = []
-        for position, argument in [*enumerate(args), *kwargs.items()]:
-            if type(argument) in (list, dict, set):
-                try:
-                    changed.append([position, encode(argument)])
-                except NotPlain as exc:
-                    answer["m_bad"] = str(exc)
-        answer["m"] = changed
-        if callable(result) and not isinstance(result, type):
-            answer["fn"] = handle_of(result)
-        elif isinstance(function, type) and type(result) is function and not getting:
-            answer["o"] = handle_of(result)  # an instance of its class, made by calling the class
-        else:
-            try:
-                answer["r"] = encode(result)
-            except NotPlain as exc:
-                answer["n"] = str(exc)
         try:
-            send(answers, answer)
+            send(answers, _answer(function, getting, args, kwargs, result, handle_of))
         except NotPlain as exc:
             reply({"n": str(exc)})
         except OSError:
             os._exit(0)
         flush()
+
+
+def _solution_process(requests, answers, trusted):
+    """The child: run the candidate's code, then answer the trusted process's calls until EOF."""
+    start = _enter_solution(requests, answers, trusted)
+    replier = _replier(answers)
+    reply = replier[0]
+    namespace = _run_code(start, reply)
+    handles, handle_of = _handles()
+    names = _names_shown(start, namespace, handle_of)
+    for statement in start["setup"]:  # the tests' own helpers (a HumanEval preamble's), for the code to call
+        try:
+            exec(compile(statement, "tests.py", "exec"), namespace)
+        except BaseException:
+            pass
+    reply({"names": names})
+    _serve_calls(requests, answers, replier, handles, handle_of)
 
 
 # --- the trusted process ---------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""Is every served model's endpoint there? One cheap request per model before any session.
+"""Is every model endpoint there? One cheap request per model before any session.
 
 A ``[model]`` whose ``base_url`` points at nothing used to run every session to an error
 (each after its retries: 85 s for 30 items), and the errors never named the URL. Before a
-run starts, :func:`unreachable` sends one ``GET {base_url}/models`` per served model, all
+run starts, :func:`unreachable` sends one ``GET {base_url}/models`` per model with an endpoint, all
 at once (a thread each), with a short timeout, and names every endpoint that could not be
 reached: a refused connection, a host name that does not resolve, no connection within
 :data:`PROBE_TIMEOUT_S`, a TLS handshake that failed, a URL that is no URL.
@@ -56,7 +56,7 @@ DEFAULT_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 @dataclass(frozen=True)
 class Target:
-    """One served model's endpoint: the URL its calls go to and the request that probes it."""
+    """One model's endpoint: the URL its calls go to and the request that probes it."""
 
     model_id: str
     base_url: str

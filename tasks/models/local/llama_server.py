@@ -486,9 +486,9 @@ def local_model_servers(config: ApeConfig) -> Iterator[dict[str, str]]:
 
 
 def with_base_urls(config: ApeConfig, base_urls: dict[str, str]) -> ApeConfig:
-    """``config`` with each served model's ``base_url`` (:func:`local_model_servers`): what the
+    """``config`` with each local model's ``base_url`` (:func:`local_model_servers`): what the
     model flows are given, so their parameters show the endpoint asked; ``config`` itself
-    when nothing is served."""
+    when no model runs locally."""
     if not base_urls:
         return config
     models = [

@@ -272,7 +272,7 @@ class MockChatModel(ToolBindingChatModel):
     accuracy_file: str | None = Field(
         default=None,
         description="File holding the accuracy as a number, read at every call instead of "
-        "'accuracy' (a served model whose quality changes between scheduled runs).",
+        "'accuracy' (a model whose quality changes between scheduled runs).",
     )
     seed_file: str | None = Field(
         default=None,

@@ -145,7 +145,7 @@ def test_a_local_judge_is_served_for_the_canary_and_asked_there(tmp_path, monkey
     monkeypatch.setattr(judge_canary, "local_model_servers", fake_servers)
     monkeypatch.setattr("ape.tasks.checking.judge.model_fingerprint", lambda cfg: {"model": cfg.model})
     spec = resolve_judge(loaded)
-    with judge_canary.served_judge(loaded, spec) as served:
+    with judge_canary.judge_at_local_server(loaded, spec) as served:
         assert served.model_cfg.model_id == "judge"
         assert served.model_cfg.base_url == "http://127.0.0.1:1/v1" and served_urls
         assert served.fingerprint == spec.fingerprint  # the port is no part of what grades
@@ -153,7 +153,7 @@ def test_a_local_judge_is_served_for_the_canary_and_asked_there(tmp_path, monkey
     assert next(m for m in loaded.model if m.model_id == "judge").base_url is None
     plain = load_config(config)
     plain_spec = resolve_judge(plain)
-    with judge_canary.served_judge(plain, plain_spec) as same:
+    with judge_canary.judge_at_local_server(plain, plain_spec) as same:
         assert same is plain_spec  # a mock judge needs no server
 
 

@@ -83,7 +83,9 @@ def test_the_spec_fingerprint_is_the_checkers_and_the_calibration_files(tmp_path
 def test_a_served_judge_keeps_its_fingerprint_and_takes_the_servers_endpoint(tmp_path: Path) -> None:
     config = load_config(judged(tmp_path))
     spec = judge_module.resolve_judge(config)
-    assert spec.served({}) is spec and spec.served({"a": "http://127.0.0.1:9/v1"}) is spec  # not the judge's
-    served = spec.served({"judge": "http://127.0.0.1:9/v1"})
+    assert (
+        spec.at_local_servers({}) is spec and spec.at_local_servers({"a": "http://127.0.0.1:9/v1"}) is spec
+    )  # not the judge's
+    served = spec.at_local_servers({"judge": "http://127.0.0.1:9/v1"})
     assert served.model_cfg.base_url == "http://127.0.0.1:9/v1" and served.fingerprint == spec.fingerprint
     assert spec.model_cfg.base_url is None
