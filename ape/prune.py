@@ -4,7 +4,7 @@ Why: every new run (a schedule, a deployment, ``ape run --new-run``) gets a fold
 under ``OUTPUT/runs/`` with its results, transcripts and model-call cache, and nothing ever
 removes one: a year of nightly runs keeps a year of transcripts. The history (Parquet) keeps
 each run's summary and per-item rows on its own, so most old folders can go, but some are
-still needed, and :func:`plan` keeps them, each with its reason:
+still needed, and :func:`decide` keeps them, each with its reason:
 
 - the run ``OUTPUT/latest`` points at;
 - the pinned baseline (``ape baseline``), which every new run is compared with;
@@ -52,7 +52,7 @@ class Decision:
     size: int
 
 
-def plan(top: Path, older_than_days: float, now: datetime | None = None) -> list[Decision]:
+def decide(top: Path, older_than_days: float, now: datetime | None = None) -> list[Decision]:
     """Every run folder under ``top/runs`` (oldest first) with what :func:`prune` would do to it.
 
     Raises :class:`ApeError` when ``top`` is not an output folder with runs, or when its
@@ -177,4 +177,4 @@ def _removable_size(folder: Path) -> int:
     return total
 
 
-__all__ = ["KEPT_FILES", "Decision", "check_arguments", "plan", "prune"]
+__all__ = ["KEPT_FILES", "Decision", "check_arguments", "decide", "prune"]

@@ -44,10 +44,10 @@ def prune(output: Path, older_than_days: float, *, dry_run: bool) -> int:
     from ape.tasks.storage.outdir import OutputLock
 
     if dry_run:
-        return _report(pruning.plan(output, older_than_days), dry_run=True)
+        return _report(pruning.decide(output, older_than_days), dry_run=True)
     pruning.check_arguments(output, older_than_days)
     with OutputLock(output):  # a writer of the output folder, as a run is: never beside a run going in it
-        return _report(pruning.plan(output, older_than_days), dry_run=False)
+        return _report(pruning.decide(output, older_than_days), dry_run=False)
 
 
 def _report(decisions: list[Decision], *, dry_run: bool) -> int:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class AgentPlan:
+class AgentSetup:
     """A run's sandbox settings and, with the ``sandbox_state`` checker, its grading args."""
 
     sandbox: SandboxConfig
@@ -43,8 +43,8 @@ class AgentPlan:
     check_function: Callable[..., Any] | None = None  # [checker] args.check_function, loaded
 
     @classmethod
-    def of(cls, config: ApeConfig) -> AgentPlan:
-        """The plan of a run with a ``[sandbox]``; a check function that cannot be loaded is a
+    def of(cls, config: ApeConfig) -> AgentSetup:
+        """The agent setup of a run with a ``[sandbox]``; a check function that cannot be loaded is a
         config error (exit 2), raised here, before any model call."""
         assert config.sandbox is not None
         checker = config.checker
@@ -63,11 +63,11 @@ def _hit_key(limit: str) -> str:
     return "disk_full" if limit == "disk" else f"killed_{limit}"
 
 
-def agent_solve(worker: Any, plan: AgentPlan, spec: Any, item: BaseModel) -> SolverState:
+def agent_solve(worker: Any, agent: AgentSetup, spec: Any, item: BaseModel) -> SolverState:
     """The solve stage in a sandbox of its own, graded before the sandbox goes (module doc)."""
     started = time.perf_counter()
     try:
-        sandbox = AgentSandbox(plan.sandbox, item, spec.item_id, spec.run_index)
+        sandbox = AgentSandbox(agent.sandbox, item, spec.item_id, spec.run_index)
     except SandboxError as exc:
         return _failed(spec, exc, started)
     grade_s = 0.0
@@ -76,10 +76,10 @@ def agent_solve(worker: Any, plan: AgentPlan, spec: Any, item: BaseModel) -> Sol
         state = run_solver(
             worker.model, spec.prompt, spec.system, tools=tools, settings=worker.setup.config.solver, item=item
         )
-        if state.error is None and plan.grade is not None:
+        if state.error is None and agent.grade is not None:
             graded = time.perf_counter()
             try:
-                check = grade_state(sandbox, plan.grade, plan.check_function)
+                check = grade_state(sandbox, agent.grade, agent.check_function)
             except SandboxError as exc:
                 state.error = ErrorInfo.from_exception(exc)
             else:

@@ -37,7 +37,7 @@ from ape.tasks.checking.check import checker_tool
 from ape.tasks.models.build import build_model
 from ape.tasks.models.scoring import build_scorer
 from ape.tasks.models.session_item import session_item
-from ape.tasks.session.agent import AgentPlan, agent_solve
+from ape.tasks.session.agent import AgentSetup, agent_solve
 from ape.tasks.session.recorder import current_recorder
 from ape.tasks.solving.choices import score_choices
 from ape.tasks.solving.render import render
@@ -109,7 +109,7 @@ class Worker:
         # a batch model keeps its batch ledger beside the model's results
         self.model = build_model(setup.model_cfg, setup.config.base_dir, batch_dir=setup.out_dir)
         self.tools = load_tools(setup.config.tools, setup.config.base_dir)
-        self.agent = AgentPlan.of(setup.config) if setup.config.sandbox is not None else None
+        self.agent = AgentSetup.of(setup.config) if setup.config.sandbox is not None else None
 
     def item(self, spec: SessionSpec) -> BaseModel:
         return self.setup.data_model.model_validate_json(spec.item)

@@ -34,7 +34,7 @@ from ape.tasks.models.local.llama_server import with_base_urls
 from ape.tasks.models.scoring import check_can_score
 from ape.tasks.plugins.hooks import load_hook
 from ape.tasks.plugins.loader import load_object
-from ape.tasks.session.agent import AgentPlan
+from ape.tasks.session.agent import AgentSetup
 from ape.tasks.solving.adapt import load_adapter
 from ape.tasks.solving.render import check_template
 from ape.tasks.storage.config_ref import resolve_config
@@ -175,7 +175,7 @@ def make_setup(config: ApeConfig, model_cfg: ModelConfig, judge: JudgeSpec | Non
     probe = checker_factory()  # fail now on a bad checker, not in a worker thread
     check_checker_fields(probe, data_model, where=f"{src} [checker] args")
     if config.sandbox is not None:  # an agent's check function: loaded now, not in a worker
-        AgentPlan.of(config)
+        AgentSetup.of(config)
     hook = load_hook(config, "on_batch_saved")
     load_hook(config, "on_regression")  # fail now, not after the run
     fingerprint = _cache_fingerprint(config, model_cfg, system)

@@ -29,7 +29,7 @@ from ape.tasks.agent.tools import bash
 from ape.tasks.models.mocks.chat import MockChatModel
 from ape.tasks.models.session_item import session_item
 from ape.tasks.report.provenance import agent_sandbox_of
-from ape.tasks.session.agent import AgentPlan, agent_solve
+from ape.tasks.session.agent import AgentSetup, agent_solve
 from tests.helpers.sandbox_kinds import available
 
 needs_bwrap = pytest.mark.skipif(not available("bwrap"), reason="needs bubblewrap")
@@ -313,7 +313,7 @@ def test_the_session_records_its_connections_and_counts_them(servers: tuple[Serv
     spec = SimpleNamespace(prompt="do it", system=None, item_id="t1", run_index=0)
     item = Task(id="t1")
     with session_item(item, "t1", 0):
-        state = agent_solve(worker, AgentPlan(config, None), spec, item)
+        state = agent_solve(worker, AgentSetup(config, None), spec, item)
     entries = [entry for entry in state.transcript if entry.kind is EntryKind.NETWORK]
     assert len(entries) == 1
     data = entries[0].data
