@@ -206,7 +206,7 @@ class Summary(BaseModel):
     generated_at: str | None = Field(default=None, description="When the report was built (UTC).")
     flagged_items: int | None = Field(
         default=None,
-        description="Items the run history's ledger flags (never passed, flaky, changed; `ape items`); "
+        description="Items the run history's item-health table flags (never passed, flaky, changed; `ape items`); "
         "null outside new runs.",
     )
     sandbox: list[str] = Field(

@@ -22,8 +22,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def items(output: Path, top: int) -> int:
-    """Print the item-health ledger of OUTPUT's history: the worst items with their evidence."""
-    from ape.tasks.stats.item_health import item_ledger, ledger_markdown
+    """Print the item-health table of OUTPUT's history: the worst items with their evidence."""
+    from ape.tasks.stats.item_health import health_markdown, item_health
     from ape.tasks.storage.history import history_dir, read_all_items, read_runs
 
     if not history_dir(output).is_dir():
@@ -32,5 +32,5 @@ def items(output: Path, top: int) -> int:
             where=str(output),
             hint="runs started with `ape run --new-run` or by a schedule record one",
         )
-    print(terminal_safe(ledger_markdown(item_ledger(read_all_items(output), read_runs(output)), top=top)))
+    print(terminal_safe(health_markdown(item_health(read_all_items(output), read_runs(output)), top=top)))
     return 0

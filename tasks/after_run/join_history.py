@@ -31,7 +31,7 @@ from ape.tasks.report.sessions_table import load_sessions
 from ape.tasks.setup.model import fingerprint_hash, load_data_model, prompt_text
 from ape.tasks.stats.aggregate import item_table
 from ape.tasks.stats.history_verdicts import Rescorer, history_verdict
-from ape.tasks.stats.item_health import flagged_count, item_ledger
+from ape.tasks.stats.item_health import flagged_count, item_health
 from ape.tasks.stats.regression import compare
 from ape.tasks.stats.significance import holm_rejected
 from ape.tasks.storage import history
@@ -394,7 +394,7 @@ def explain_moves(config: ApeConfig, top: Path, info: RunInfo, rows: list[Regres
 
 
 def flagged_items(top: Path) -> int | None:
-    """How many items the history's ledger flags (:mod:`ape.tasks.stats.item_health`)."""
+    """How many items the history's item-health table flags (:mod:`ape.tasks.stats.item_health`)."""
 
     items = history.read_all_items(top)
-    return None if items.empty else flagged_count(item_ledger(items, history.read_runs(top)))
+    return None if items.empty else flagged_count(item_health(items, history.read_runs(top)))

@@ -1,7 +1,7 @@
 """The benchmark's own health, from the run history: items that mislead, and whether the
 benchmark can tell its models apart at all.
 
-Item ledger (:func:`item_ledger`), per item over every recorded run of every model:
+Item health (:func:`item_health`), per item over every recorded run of every model:
 
 - ``flip_rate``: how often the item's grade (passed: at least half its sessions
   correct) changes between consecutive runs of one model whose config, data and checker
@@ -39,7 +39,7 @@ MIN_RUNS = 3  # "never passed" needs at least this many (model, run) rows
 FLAKY_RATE = 0.3  # flips per consecutive pair of an unchanged model
 MIN_FLIP_PAIRS = 4
 FINGERPRINTS = ("config_fingerprint", "data_fingerprint", "checker_fingerprint")
-LEDGER_COLUMNS = ["item_id", "models", "runs", "pass_share", "flip_rate", "flip_pairs", "versions", "flag"]
+HEALTH_COLUMNS = ["item_id", "models", "runs", "pass_share", "flip_rate", "flip_pairs", "versions", "flag"]
 
 
 def _distinct_per_item(items: np.ndarray, other: np.ndarray, n_items: int) -> np.ndarray:
@@ -50,14 +50,14 @@ def _distinct_per_item(items: np.ndarray, other: np.ndarray, n_items: int) -> np
     return np.bincount(pairs // width, minlength=n_items)
 
 
-def item_ledger(items: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per item (columns :data:`LEDGER_COLUMNS`), flagged items first, then by flip rate.
+def item_health(items: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per item (columns :data:`HEALTH_COLUMNS`), flagged items first, then by flip rate.
 
     Works on integer codes (a year of nightly runs of three models on 2,000 items is 2.2
     million rows): a pair is two consecutive runs of one (model, item) with the same
     fingerprints and the same content."""
     if items.empty:
-        return pd.DataFrame(columns=LEDGER_COLUMNS)
+        return pd.DataFrame(columns=HEALTH_COLUMNS)
     run = pd.Categorical(items["run_id"].astype(str))
     model = pd.Categorical(items["model_id"].astype(str))
     item = pd.Categorical(items["item_id"].astype(str))
@@ -96,7 +96,7 @@ def item_ledger(items: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     flips = np.bincount(pair_items, weights=flipped, minlength=n_items)
     rows = np.bincount(item.codes, minlength=n_items)
     seen = np.bincount(item.codes, weights=known, minlength=n_items)
-    ledger = pd.DataFrame(
+    table = pd.DataFrame(
         {
             "models": _distinct_per_item(item.codes, model.codes, n_items),
             "runs": rows,
@@ -108,18 +108,18 @@ def item_ledger(items: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
         },
         index=pd.Index(item.categories, name="item_id"),
     )
-    never = (ledger["pass_share"] == 0) & (ledger["runs"] >= MIN_RUNS)
-    flaky = (ledger["flip_rate"] >= FLAKY_RATE) & (ledger["flip_pairs"] >= MIN_FLIP_PAIRS)
-    changed = ledger["versions"] > 1
-    ledger["flag"] = np.select([never, flaky, changed], ["never passed", "flaky", "changed"], default="")
-    order_key = ledger["flag"].map({"never passed": 0, "flaky": 1, "changed": 2, "": 3})
-    ledger = ledger.assign(_order=order_key, _flips=ledger["flip_rate"].fillna(-1.0))
-    ledger = ledger.sort_values(["_order", "_flips", "pass_share"], ascending=[True, False, True])
-    return ledger.drop(columns=["_order", "_flips"]).reset_index()[LEDGER_COLUMNS]
+    never = (table["pass_share"] == 0) & (table["runs"] >= MIN_RUNS)
+    flaky = (table["flip_rate"] >= FLAKY_RATE) & (table["flip_pairs"] >= MIN_FLIP_PAIRS)
+    changed = table["versions"] > 1
+    table["flag"] = np.select([never, flaky, changed], ["never passed", "flaky", "changed"], default="")
+    order_key = table["flag"].map({"never passed": 0, "flaky": 1, "changed": 2, "": 3})
+    table = table.assign(_order=order_key, _flips=table["flip_rate"].fillna(-1.0))
+    table = table.sort_values(["_order", "_flips", "pass_share"], ascending=[True, False, True])
+    return table.drop(columns=["_order", "_flips"]).reset_index()[HEALTH_COLUMNS]
 
 
-def flagged_count(ledger: pd.DataFrame) -> int:
-    return int((ledger["flag"] != "").sum())
+def flagged_count(table: pd.DataFrame) -> int:
+    return int((table["flag"] != "").sum())
 
 
 def signal_to_noise(runs: pd.DataFrame) -> pd.DataFrame:
@@ -146,17 +146,17 @@ def signal_to_noise(runs: pd.DataFrame) -> pd.DataFrame:
     return table[columns]
 
 
-def ledger_markdown(ledger: pd.DataFrame, top: int = 20) -> str:
+def health_markdown(table: pd.DataFrame, top: int = 20) -> str:
     """The worst items with their evidence."""
-    flagged = flagged_count(ledger)
+    flagged = flagged_count(table)
     lines = [
-        f"{len(ledger)} items; {flagged} flagged (never passed by any model in {MIN_RUNS}+ runs, "
+        f"{len(table)} items; {flagged} flagged (never passed by any model in {MIN_RUNS}+ runs, "
         f"flaky: flip rate >= {FLAKY_RATE} over {MIN_FLIP_PAIRS}+ unchanged pairs, or changed content)",
         "",
         "| Item | Flag | Pass share | Flip rate (pairs) | Models | Runs | Versions |",
         "|---|---|---|---|---|---|---|",
     ]
-    for row in ledger.head(top).itertuples():
+    for row in table.head(top).itertuples():
         flips = "-" if pd.isna(row.flip_rate) else f"{row.flip_rate:.2f} ({row.flip_pairs})"
         lines.append(
             f"| {md_text(row.item_id)} | {row.flag or '-'} | {row.pass_share:.2f} | {flips} | {row.models} "

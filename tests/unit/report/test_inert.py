@@ -31,7 +31,7 @@ from ape.tasks.common.inert import TerminalSafeRecords, md_text, terminal_safe
 from ape.tasks.report.diff import compare_items, diff_markdown
 from ape.tasks.report.judge_agreement import judge_markdown
 from ape.tasks.report.markdown import markdown_table
-from ape.tasks.stats.item_health import ledger_markdown
+from ape.tasks.stats.item_health import health_markdown
 
 ESC_TEXT = (
     "\x1b]0;pwned title\x07"  # window title
@@ -280,5 +280,5 @@ def test_item_ledger_and_judge_tables_hold_no_image_link_or_html() -> None:
     )
     judge = JudgeReport(judge=HOSTILE[4], agreement=agreement, models=[JudgeModelScore(model_id=HOSTILE[2], n_items=2)])
     for renderer in RENDERERS:
-        assert_inert(ledger_markdown(ledger), renderer, strong=0)
+        assert_inert(health_markdown(ledger), renderer, strong=0)
         assert_inert("\n".join(judge_markdown(judge)), renderer, strong=0)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ape.tasks.stats.item_health import FLAKY_RATE, flagged_count, item_ledger, ledger_markdown, signal_to_noise
+from ape.tasks.stats.item_health import FLAKY_RATE, flagged_count, health_markdown, item_health, signal_to_noise
 
 
 def history(n_runs: int = 8) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -48,7 +48,7 @@ def history(n_runs: int = 8) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def test_flags_and_flip_rates():
     items, runs = history()
-    ledger = item_ledger(items, runs).set_index("item_id")
+    ledger = item_health(items, runs).set_index("item_id")
     assert ledger.loc["hard", "flag"] == "never passed" and ledger.loc["hard", "pass_share"] == 0
     assert ledger.loc["coin", "flag"] == "flaky" and ledger.loc["coin", "flip_rate"] == 1.0
     assert ledger.loc["coin", "flip_pairs"] == 2 * 7  # two models, seven consecutive pairs each
@@ -56,15 +56,15 @@ def test_flags_and_flip_rates():
     assert ledger.loc["edited", "flag"] == "changed" and ledger.loc["edited", "versions"] == 2
     # the pair across the content change is not a pair of the same item
     assert ledger.loc["edited", "flip_pairs"] == 2 * 6
-    assert list(item_ledger(items, runs)["item_id"][:2]) == ["hard", "coin"]  # worst first
+    assert list(item_health(items, runs)["item_id"][:2]) == ["hard", "coin"]  # worst first
     assert flagged_count(ledger.reset_index()) == 3
-    assert "| `coin` | flaky | 0.50 | 1.00 (14)" in ledger_markdown(ledger.reset_index())
+    assert "| `coin` | flaky | 0.50 | 1.00 (14)" in health_markdown(ledger.reset_index())
 
 
 def test_a_changed_fingerprint_breaks_the_pairs():
     items, runs = history()
     runs.loc[runs["run_id"] >= "r04", "checker_fingerprint"] = "k2"  # a new checker from run 4 on
-    ledger = item_ledger(items, runs).set_index("item_id")
+    ledger = item_health(items, runs).set_index("item_id")
     assert ledger.loc["coin", "flip_pairs"] == 2 * 6
     assert ledger.loc["coin", "flip_rate"] >= FLAKY_RATE
 
@@ -82,7 +82,7 @@ def test_signal_to_noise_against_a_direct_computation():
 
 def test_runs_missing_from_the_runs_table_still_pair_among_themselves():
     items, runs = history()
-    ledger = item_ledger(items, runs[runs["run_id"] != "r03"]).set_index("item_id")
+    ledger = item_health(items, runs[runs["run_id"] != "r03"]).set_index("item_id")
     # r02->r03 and r03->r04 cross from known fingerprints to unknown ones: not pairs
     assert ledger.loc["coin", "flip_pairs"] == 2 * 5 and ledger.loc["coin", "flag"] == "flaky"
     assert ledger.loc["hard", "runs"] == 16 and ledger.loc["hard", "flag"] == "never passed"
