@@ -23,6 +23,8 @@ _HOME = Path(tempfile.mkdtemp(prefix="ape-test-prefect-"))
 os.environ.setdefault("PREFECT_HOME", str(_HOME))
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# an ephemeral Prefect server on a machine at load 15 took longer than Prefect's 20 s to start
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 # ... and from the user's APE home (its server, credentials, stored configs): a home of this
 # session's own, so the tests that run side by side (pytest-xdist's workers) never share a
 # server they did not start; the server a test started there is stopped when the session ends
