@@ -639,9 +639,11 @@ def one_round(
             row[system] = cell
             if r.get("recorded"):
                 final, expected, still_open = r["recorded"]
+                # the memory rows end their catch-up instead of awaiting it: no mirror time
+                after = "" if r.get("mirror_s") is None else f" {r['mirror_s']:.1f} s after the results"
                 print(
-                    f"  {system:<11} {name}: server held {final}/{expected} task runs ({still_open} open) "
-                    f"{r['mirror_s']:.1f} s after the results (end wait {r['record_wait_s']:.1f} s)",
+                    f"  {system:<11} {name}: server held {final}/{expected} task runs ({still_open} open)"
+                    f"{after} (end wait {r['record_wait_s']:.1f} s)",
                     flush=True,
                 )
             most = f", at most {r['stub']['most_open']} requests open" if r.get("stub") else ""

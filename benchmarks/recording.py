@@ -147,6 +147,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=20000, help="items of the run (0: no run)")
     parser.add_argument("--idle", type=float, default=0.0, help="measure idle CPU over this many seconds")
+    parser.add_argument("--port", type=int, default=4253, help="the port of the run's server")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ape-recording-"))
     if args.idle:
@@ -155,8 +156,8 @@ def main() -> None:
         from ape import server
 
         os.environ["APE_HOME"] = str(work / "ape-home")
-        info = server.start(port=4253)
-        env = dict(os.environ, APE_SERVER_PORT="4253", PREFECT_SERVER_ANALYTICS_ENABLED="false")
+        info = server.start(port=args.port)
+        env = dict(os.environ, APE_SERVER_PORT=str(args.port), PREFECT_SERVER_ANALYTICS_ENABLED="false")
         env.pop("PREFECT_API_URL", None)
         try:
             measure_run(args.n, work, env, info.api_url, info.log_file)

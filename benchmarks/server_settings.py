@@ -54,7 +54,10 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "no-triggers": ("APE's, triggers off (no automations)", NO_TRIGGERS),
     "no-stream-out": ("APE's, stream-out off (no live event stream)", NO_STREAM_OUT),
     "recorder-only": ("APE's, all three off", {**NO_PERSISTER, **NO_TRIGGERS, **NO_STREAM_OUT}),
+    "slim-payload": ("APE's, events without the keys the recorder does not read", {}),
 }
+# the variants whose task runs are recorded another way (profile_task_runs.py's child modes)
+CHILD_MODES = {"slim-payload": "recorded-slim"}
 
 
 def count_task_runs(api_url: str, flow_run_id: str) -> int:
@@ -97,7 +100,8 @@ def measure(variant: str, n: int, work: Path, port: int) -> dict[str, float]:
         wait_until_idle(info.pid)
         before, started = tree_cpu(info.pid), time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, str(HERE / "profile_task_runs.py"), "--child", "recorded", "--n", str(n)],
+            [sys.executable, str(HERE / "profile_task_runs.py"), "--child", CHILD_MODES.get(variant, "recorded")]
+            + ["--n", str(n)],
             env=env,
             capture_output=True,
             text=True,
