@@ -138,6 +138,7 @@ def test_acc_and_acc_norm_on_smollm2_equal_the_harness(
     assert "acc,none" in metrics and (shape == "mmlu" or "acc_norm,none" in metrics)
     for key in metrics:
         assert mine[key] == pytest.approx(theirs[key], abs=1e-12), key
+        print(f"{shape} {key}: harness {theirs[key]:.4f}, APE {mine[key]:.4f}, {len(set(contexts))} contexts")
     # each session's grade is the harness's per-document metric; the log-likelihoods are the model's
     for item in items:
         session = sessions[item.id]
