@@ -438,6 +438,24 @@ def compile_items(cfg: TaskConfig, base_dir: Path, output: Path) -> Path:
     return path
 
 
+def unsent_settings(cfg: TaskConfig, base_dir: Path) -> list[str]:
+    """One line per generate_until task whose generation arguments other than ``until`` are
+    not sent (``max_gen_toks``, ``temperature``, ``do_sample``: the model's settings come from
+    ``[model]``), so a run says what it does not apply instead of dropping it silently."""
+    lines = []
+    for name, task in sorted(load_tasks(cfg, base_dir)["tasks"].items()):
+        if task.OUTPUT_TYPE != "generate_until":
+            continue
+        kwargs = {k: v for k, v in dict(task.config.generation_kwargs or {}).items() if k != "until"}
+        if kwargs:
+            shown = ", ".join(f"{k} = {v!r}" for k, v in sorted(kwargs.items()))
+            lines.append(
+                f"task '{name}' asks {shown}: not sent; the model's own settings apply ([model] max_tokens, "
+                "temperature), and the prompt is sent without the harness's chat template"
+            )
+    return lines[:3] + ([f"... and {len(lines) - 3} more tasks alike"] if len(lines) > 3 else [])
+
+
 def fill_sections(raw: dict[str, Any], where: str) -> None:
     """Give a config with ``[task] lm_eval`` the sections the task stands for (before
     validation): the item schema, the pass-through prompt, the raw adapter and the

@@ -138,3 +138,15 @@ def test_a_task_file_of_ones_own_with_its_include_and_hook(tmp_path: Path) -> No
     items = [LmEvalItem.model_validate_json(line) for line in config.data.file.read_text().splitlines()]
     assert items[0].id == "shouty/0" and items[0].context.startswith("Q: ANN HAS 1 BOXES")
     assert items[0].until == ["\n\n"] and items[0].target == "4"
+
+
+def test_generation_settings_not_sent_are_said_in_one_line(tmp_path: Path) -> None:
+    from ape.tasks.storage.lm_eval_tasks import unsent_settings
+
+    write_gsm8k(tmp_path, test=3)
+    files = '{ train = "gsm8k/train.jsonl", test = "gsm8k/test.jsonl" }'
+    config = _load(_config(tmp_path, f'lm_eval = "gsm8k"\nnum_fewshot = 1\ndata_files = {files}'))
+    assert config.task is not None
+    lines = unsent_settings(config.task, config.base_dir)
+    assert len(lines) == 1 and lines[0].startswith("task 'gsm8k' asks ") and "temperature = 0.0" in lines[0]
+    assert "until" not in lines[0] and "not sent" in lines[0]
