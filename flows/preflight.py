@@ -56,6 +56,7 @@ from ape.tasks.solving.tools import load_tools
 from ape.tasks.storage.config_file import locate
 from ape.tasks.storage.data import ItemCheck
 from ape.tasks.storage.history import check_history
+from ape.tasks.storage.lm_eval_tasks import unsent_settings
 from ape.tasks.storage.outdir import check_output_folder
 
 log = logging.getLogger("ape")
@@ -140,6 +141,9 @@ def preflight(config: ApeConfig, *, run_folder: bool = False) -> Checked:
         # line changes the file's digest too, and "holds results made with a different data
         # file ... start afresh" is the wrong advice for a file that merely needs mending
         ids = setups[0].provider().scan(item_check(config))
+        if config.task is not None:  # what of the harness's task the run does not apply, said once
+            for line in unsent_settings(config.task, config.base_dir):
+                log.warning("%s", line)
         sliced = config.data.start_id is not None or config.data.end_id is not None
         for model in config.model:  # a mock's field names and id tables, against the data
             check_mock_data(model, setups[0].data_model, ids, sliced=sliced)

@@ -733,7 +733,8 @@ class TaskConfig(Section):
     """``[task]``: an lm-evaluation-harness task run through APE, in place of ``[data]``,
     ``[prompt]``, ``[adapter]`` and ``[checker]`` (docs/lm_eval.md). The harness builds each
     document's prompt and scores the answers with its own filters, metrics and aggregation;
-    APE runs the requests as its sessions."""
+    APE runs the requests as its sessions (a ``multiple_choice`` task's as ``[choices]``
+    sessions, scored by log-likelihood)."""
 
     lm_eval: str = Field(
         description="A task or group name of the installed lm-evaluation-harness ('gsm8k', "

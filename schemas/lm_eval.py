@@ -12,7 +12,10 @@ The loader compiles a harness task into a JSON Lines file of these items
 - ``generation_kwargs``: the task's other generation arguments, recorded for the reader
   (the model's own settings come from ``[model]``);
 - ``target``: the task's ``doc_to_target``, shown in transcripts and used by mock models;
-- ``doc``: the document itself, as JSON.
+- ``doc``: the document itself, as JSON;
+- ``choices``, ``gold``: a ``multiple_choice`` task's choices (its ``doc_to_choice``) and the
+  gold choice's index (-1 when its target names none), which the run scores as a
+  ``[choices]`` run does; empty and None for a ``generate_until`` task.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class LmEvalItem(BaseModel):
-    """A ``generate_until`` request of one harness document."""
+    """A ``generate_until`` request, or a ``multiple_choice`` task's requests, of one harness document."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -35,3 +38,5 @@ class LmEvalItem(BaseModel):
     generation_kwargs: dict[str, Any] = Field(default_factory=dict)
     target: str = ""
     doc: dict[str, Any] = Field(default_factory=dict)
+    choices: list[str] = Field(default_factory=list)
+    gold: int | None = Field(default=None, ge=-1)

@@ -44,6 +44,11 @@ class Entry(BaseModel):
         default=False, description="Scored by log-likelihood ([choices]): the endpoint must score prompts."
     )
     extras: list[str] = Field(default_factory=list, description="Extras beyond hf that it needs.")
+    lm_eval: str | None = Field(
+        default=None,
+        description="The lm-evaluation-harness task of the same benchmark: `[task] lm_eval` runs it through APE "
+        "with the harness's own prompts and scoring.",
+    )
 
 
 def catalogue() -> list[Entry]:

@@ -46,6 +46,7 @@ def benchmarks(*, show_all: bool = False) -> int:
             ("scored", scored),
             ("format", item.format),
             ("data", f"{dataset}: {AVAILABLE[availability(item)]}{needs}"),
+            *([("harness", _harness_line(item.lm_eval, item.logprobs))] if item.lm_eval else []),
         ):
             print(
                 textwrap.fill(
@@ -56,6 +57,17 @@ def benchmarks(*, show_all: bool = False) -> int:
     if show_all:
         _print_lm_eval()
     return EXIT_OK
+
+
+def _harness_line(task: str, logprobs: bool) -> str:
+    """How the benchmark also runs as the harness's own task (``[task] lm_eval``)."""
+    how = (
+        "the harness builds each prompt and its choices, APE scores every choice's log-likelihood, and the "
+        "harness's own metrics (acc; acc_norm where the task lists it) and group aggregation score them"
+        if logprobs
+        else "the harness's prompts, filters and metrics score the generated answers"
+    )
+    return f'runs as [task] lm_eval = "{task}" (needs the lm_eval extra): {how}; docs/lm_eval.md'
 
 
 def _print_lm_eval() -> None:

@@ -8,6 +8,12 @@ document. The first filter's first metric is the session's score (``exact_match`
 ``strict-match`` for GSM8K); all of them are kept in the check's metadata under
 ``lm_eval``. The task's aggregated metrics (means, corpus-level metrics, group
 aggregation) come from the harness after the run (:mod:`ape.tasks.report.lm_eval_scores`).
+
+A ``multiple_choice`` document's solution is the choices' log-likelihoods (a ``[choices]``
+session's dict); the task's ``process_results`` reads them as the harness reads its model's
+``(loglikelihood, is_greedy)`` pairs and gives acc, acc_norm and the task's other metrics.
+Its ``acc`` and ``acc_norm`` are also kept at the top of the metadata, where the report's
+acc/acc_norm table (:mod:`ape.tasks.stats.choice_metrics`) reads them.
 """
 
 from __future__ import annotations
@@ -52,6 +58,21 @@ def document_metrics(task: Any, item: LmEvalItem, answer: str) -> dict[str, Any]
     return found
 
 
+def choice_results(solution: Any) -> list[tuple[float, bool]]:
+    """The harness's ``(loglikelihood, is_greedy)`` per choice from a choice session's solution."""
+    if not isinstance(solution, dict) or "loglikelihoods" not in solution:
+        raise ValueError("a multiple-choice session's solution holds the choices' loglikelihoods; this one does not")
+    lls = [float(v) for v in solution["loglikelihoods"]]
+    greedy = solution.get("greedy") or [None] * len(lls)
+    return [(ll, bool(g)) for ll, g in zip(lls, greedy, strict=True)]
+
+
+def choice_metrics(task: Any, item: LmEvalItem, solution: Any) -> dict[str, Any]:
+    """``{"metric,none": value}`` of one multiple-choice document, by the task's ``process_results``."""
+    found = task.process_results(item.doc, choice_results(solution))
+    return {f"{metric},none": value for metric, value in found.items()}
+
+
 def _number(value: Any) -> float | None:
     try:
         number = float(value)
@@ -70,13 +91,18 @@ class LmEvalChecker:
         task = self._loaded["tasks"].get(item.task)
         if task is None:
             raise ValueError(f"item {item.id}: no task '{item.task}' in the loaded harness tasks")
-        metrics = document_metrics(task, item, solution if isinstance(solution, str) else str(solution))
+        if item.choices:
+            metrics = choice_metrics(task, item, solution)
+        else:
+            metrics = document_metrics(task, item, solution if isinstance(solution, str) else str(solution))
         numbers = {key: number for key, value in metrics.items() if (number := _number(value)) is not None}
         if not numbers:
             raise ValueError(f"task '{item.task}' gave no numeric metric per document ({sorted(metrics)})")
         primary, value = next(iter(numbers.items()))
         score = min(1.0, max(0.0, value))
-        metadata = {"lm_eval": numbers, "metric": primary}
+        metadata: dict[str, Any] = {"lm_eval": numbers, "metric": primary}
+        if item.choices and "acc,none" in numbers and "acc_norm,none" in numbers:
+            metadata |= {"acc": numbers["acc,none"], "acc_norm": numbers["acc_norm,none"], "metric": "acc"}
         if value >= 1.0:
             return Passed(score=score, metadata=metadata)
         return Failed(f"{primary} = {value:g}", score=score, metadata=metadata)

@@ -9,8 +9,12 @@ aggregation (MMLU's subjects into its categories and the whole). APE's leaderboa
 intervals sit beside these numbers in the report (``summary.lm_eval`` of report.json and
 its "lm-evaluation-harness" table).
 
-A document whose session has no answer (an error) is replayed as the empty answer and
-counted under ``missing``.
+A multiple-choice document's saved log-likelihoods are replayed the same way, one per
+choice, so the harness's acc and acc_norm and its group aggregation (an MMLU group's
+subjects) come from its own code.
+
+A document whose session has no answer (an error) is replayed as the empty answer (as
+choices the harness never picks) and counted under ``missing``.
 """
 
 from __future__ import annotations
@@ -21,23 +25,31 @@ from pathlib import Path
 from typing import Any
 
 from ape.schemas.config import ApeConfig, TaskConfig
-from ape.tasks.checking.lm_eval_check import cut_at_stops
+from ape.tasks.checking.lm_eval_check import choice_results, cut_at_stops
 from ape.tasks.storage.lm_eval_tasks import load_tasks
 from ape.tasks.storage.save import read_batches
 
+MISSING_LL = -1e30  # a missing document's choices: a log-likelihood no real one is below
 
-def saved_answers(results_file: Path) -> dict[str, str]:
-    """The answer of each item's first session (run_index 0), by item id."""
-    answers: dict[str, str] = {}
+
+def saved_answers(results_file: Path) -> dict[str, Any]:
+    """The answer of each item's first session (run_index 0), by item id: the generated
+    text, or a multiple-choice session's ``(loglikelihood, is_greedy)`` per choice."""
+    answers: dict[str, Any] = {}
     for batch in read_batches(results_file):
         for session in batch.sessions:
-            if session.run_index == 0 and isinstance(session.solution, str):
+            if session.run_index != 0:
+                continue
+            if isinstance(session.solution, str):
                 answers[batch.item_id] = session.solution
+            elif isinstance(session.solution, dict) and "loglikelihoods" in session.solution:
+                answers[batch.item_id] = choice_results(session.solution)
     return answers
 
 
-def _replay_model(answers: dict[str, str], missing: list[str]) -> Any:
-    """An ``lm_eval.api.model.LM`` that answers each request with the saved answer."""
+def _replay_model(answers: dict[str, Any], missing: list[str]) -> Any:
+    """An ``lm_eval.api.model.LM`` that answers each request with the saved answer (a
+    generation) or the saved log-likelihood of its choice (a multiple-choice request)."""
     base = importlib.import_module("lm_eval.api.model").LM
 
     class Replay(base):  # type: ignore[misc, valid-type]
@@ -45,14 +57,26 @@ def _replay_model(answers: dict[str, str], missing: list[str]) -> Any:
             out = []
             for request in requests:
                 key = f"{request.task_name}/{request.doc_id}"
-                if key not in answers:
+                answer = answers.get(key)
+                if not isinstance(answer, str):
                     missing.append(key)
                 until = request.args[1].get("until", [])
-                out.append(cut_at_stops(answers.get(key, ""), [until] if isinstance(until, str) else list(until)))
+                stops = [until] if isinstance(until, str) else list(until)
+                out.append(cut_at_stops(answer if isinstance(answer, str) else "", stops))
             return out
 
         def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
-            raise NotImplementedError("APE replays generated answers only")
+            out = []
+            for request in requests:
+                key = f"{request.task_name}/{request.doc_id}"
+                answer = answers.get(key)
+                if not isinstance(answer, list) or request.idx >= len(answer):
+                    if request.idx == 0:
+                        missing.append(key)
+                    out.append((MISSING_LL, False))
+                else:
+                    out.append(answer[request.idx])
+            return out
 
         def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
             raise NotImplementedError("APE replays generated answers only")
@@ -70,7 +94,7 @@ def _plain(value: Any) -> Any:
     return number if math.isfinite(number) else None
 
 
-def harness_scores(cfg: TaskConfig, base_dir: Path, answers: dict[str, str]) -> dict[str, Any]:
+def harness_scores(cfg: TaskConfig, base_dir: Path, answers: dict[str, Any]) -> dict[str, Any]:
     """``{"results": {task or group: {metric: value}}, "missing": n}`` of ``answers`` (item id
     -> answer) by ``lm_eval.evaluator.evaluate``."""
     evaluator = importlib.import_module("lm_eval.evaluator")

@@ -260,6 +260,8 @@ def run_checker_factory(
     """The maker of the run's checker instances: ``[checker]`` as configured, or for the
     judge (a model grades, so it needs the whole config and the run's cache) its factory.
     ``judge``: the run's judge (:func:`run_judge`); resolved here when None."""
+    if config.task is not None:  # the harness's task scores generated answers and choices alike
+        return lambda: load_checker(config.checker, config.base_dir)
     if config.choices is not None or config.checker.implementation == "choice":
         return choice_checker_factory(config)
     if config.checker.implementation == "judge":
@@ -320,7 +322,19 @@ def check_choices(config: ApeConfig, model_cfg: ModelConfig, data_model: type[Ba
             where=f"{src} [tools]",
             hint="remove the [tools] sections and [checker] expose_as_tool",
         )
-    check_can_score(model_cfg)
+    if config.task is None:
+        check_can_score(model_cfg)
+        return
+    try:
+        check_can_score(model_cfg)
+    except ApeError as exc:  # said of the harness's task, whose config has no [choices] to remove
+        raise ApeError(
+            f"task '{config.task.lm_eval}' is a multiple_choice task, scored by each choice's log-likelihood: "
+            + exc.message.split("; ")[0],
+            where=f"{src} {exc.where}",
+            hint="use a model that scores a given text (provider 'llama-cpp', or 'openai' with the base_url of "
+            "a /v1/completions server that echoes prompt log-probabilities), or a generative variant of the task",
+        ) from None
 
 
 def grade_canary(config: ApeConfig, setup: ModelSetup | None = None) -> list[Any]:

@@ -16,7 +16,8 @@ A session of such a run (see :mod:`ape.schemas.choices` for the config) is:
 
 The solution saved with the session is a dict: ``choice`` (the index the metric chose),
 ``label`` (its letter), ``acc`` and ``acc_norm`` (each rule's index), ``loglikelihoods``,
-``token_counts``, ``chars`` (what acc_norm divides by) and ``probabilities``; the
+``token_counts``, ``chars`` (what acc_norm divides by), ``probabilities`` and ``greedy``
+(whether each choice is the model's greedy text, None where the scorer does not say); the
 ``choice`` checker (:mod:`ape.tasks.checking.choice`) grades it against the gold.
 """
 
@@ -194,6 +195,7 @@ def score_choices(scorer: Scorer, prompt: str, item: BaseModel, cfg: ChoicesConf
         "token_counts": [s.token_count for s in scored.scores],
         "chars": chars,
         "continuations": list(request.continuations),
+        "greedy": [s.greedy for s in scored.scores],
     }
     return SolveRecord(
         outcome=Outcome.SOLVED,
@@ -228,6 +230,8 @@ def choose(record: SolveRecord, metric: str) -> SolveRecord:
         "chars": chars,
         "probabilities": probabilities,
     }
+    if data.get("greedy") is not None:  # whether each choice is the model's own greedy text (not all scorers say)
+        solution["greedy"] = list(data["greedy"])
     continuation = str(data.get("continuations", [""] * len(lls))[chosen])
     t = record.latency_s
     entry = _entry(EntryKind.PARSED, t, None, attempt=1, solution=solution, metric=metric)

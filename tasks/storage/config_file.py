@@ -90,9 +90,11 @@ def _resolve_data_files(raw: dict[str, Any], base: Path) -> None:
 
 def _compile_task(config: ApeConfig, path: Path, text: str) -> None:
     """``[task] lm_eval``: the harness's requests written as the run's data file, and the
-    harness's checker told which task scores them (:mod:`ape.tasks.storage.lm_eval_tasks`)."""
+    harness's checker told which task scores them (:mod:`ape.tasks.storage.lm_eval_tasks`);
+    a multiple-choice task also sets ``[choices]``, so its sessions score log-likelihoods."""
     assert config.task is not None
     try:
+        config.choices = lm_eval_tasks.choices_section(config.task, config.base_dir)
         config.data.file = lm_eval_tasks.compile_items(config.task, config.base_dir, config.run.output)
     except ApeError as exc:
         key = (exc.where or WHERE_TASK).replace("[", "").replace("]", "").split()  # "[task] lm_eval": task, lm_eval

@@ -8,9 +8,13 @@ per document, into ``OUTPUT/lm_eval/<task>-<hash>.jsonl``: the name holds a hash
 content, so an unchanged task gives the same file (resume and the result cache hold), and a
 changed one a new file (the saved results are then refused as made with other data).
 
-What APE cannot run is refused here, before any model call, in one line naming the task,
-the feature and what to do: log-likelihood tasks (``multiple_choice``, ``loglikelihood``),
-repeated generations (``repeats``), images and audio, and tasks that execute model code.
+``multiple_choice`` tasks become items with the harness's choices and gold, which APE scores
+as a ``[choices]`` run does (:func:`choices_section`): every continuation's log-likelihood
+after the harness's context, continuations ``target_delimiter + choice`` as the harness
+builds them. What APE cannot run is refused here, before any model call, in one line naming
+the task, the feature and what to do: ``loglikelihood`` and ``loglikelihood_rolling`` tasks,
+several contexts per document (WinoGrande), ``acc_mutual_info``, repeated generations
+(``repeats``), images and audio, and tasks that execute model code.
 
 The loaded tasks are kept per process (:func:`load_tasks`), so the checker of every
 session scores with the same task objects instead of loading the data set again.
@@ -29,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ape.schemas.choices import ChoicesConfig
 from ape.schemas.config import TaskConfig
 from ape.schemas.errors import ApeError
 
@@ -250,14 +255,15 @@ def refuse_unsupported(name: str, setting: Callable[[str], Any], flags: Any = No
     config's ``get`` before its data set is loaded); ``flags``: the built task, whose class
     says whether it shows images or runs code."""
     kind = setting("output_type") or getattr(flags, "OUTPUT_TYPE", None) or "generate_until"
-    if kind != "generate_until":
+    if kind not in ("generate_until", "multiple_choice"):
         raise ApeError(
-            f"task '{name}' is a {kind} task (scored by log-likelihoods), and APE runs only generate_until "
-            "tasks of lm-evaluation-harness",
+            f"task '{name}' is a {kind} task, and APE runs the generate_until and multiple_choice tasks "
+            "of lm-evaluation-harness",
             where=WHERE,
-            hint="pick a generative variant (e.g. mmlu_generative, arc_challenge_chat), or score choices "
-            "with your own data and [choices]",
+            hint="pick a multiple-choice or generative variant of the task, or run it with lm_eval itself",
         )
+    if kind == "multiple_choice":
+        _refuse_choice_features(name, setting, flags)
     repeats = setting("repeats") or 1
     if repeats != 1:
         raise ApeError(
@@ -277,6 +283,25 @@ def refuse_unsupported(name: str, setting: Callable[[str], Any], flags: Any = No
         )
 
 
+def _refuse_choice_features(name: str, setting: Callable[[str], Any], flags: Any) -> None:
+    """What a multiple-choice task may ask that APE's log-likelihood scoring does not do."""
+    if getattr(flags, "multiple_input", False):
+        raise ApeError(
+            f"task '{name}' scores one continuation after several contexts (one per choice, as WinoGrande), "
+            "and APE scores several continuations after one context",
+            where=WHERE,
+            hint="run this task with lm_eval itself, or its generative variant where the harness has one",
+        )
+    metrics = [m.get("metric") for m in setting("metric_list") or [] if isinstance(m, dict)]
+    if "acc_mutual_info" in metrics:
+        raise ApeError(
+            f"task '{name}' asks acc_mutual_info (each choice's log-likelihood without the context), "
+            "which APE does not score",
+            where=WHERE,
+            hint="drop it with [task] options = { metric_list = [{ metric = 'acc' }, { metric = 'acc_norm' }] }",
+        )
+
+
 def build_requests(task: Any, limit: int | None, seed: int) -> list[Any]:
     """The task's instances, built as ``lm_eval.evaluator.evaluate`` builds them (one rank)."""
     sample_size = importlib.import_module("lm_eval.evaluator_utils").get_sample_size
@@ -293,8 +318,12 @@ def item_lines(cfg: TaskConfig, base_dir: Path) -> list[str]:
         for name in sorted(loaded["tasks"]):
             task = loaded["tasks"][name]
             refuse_unsupported(name, task.get_config, task)
-            for instance in build_requests(task, cfg.limit, cfg.fewshot_seed):
-                lines.append(json.dumps(_item(name, task, instance), ensure_ascii=False, default=str))
+            instances = build_requests(task, cfg.limit, cfg.fewshot_seed)
+            if task.OUTPUT_TYPE == "multiple_choice":
+                items = [_choice_item(name, task, group) for group in _by_document(instances)]
+            else:
+                items = [_item(name, task, instance) for instance in instances]
+            lines.extend(json.dumps(item, ensure_ascii=False, default=str) for item in items)
     if not lines:
         raise ApeError(f"task '{cfg.lm_eval}' has no documents to evaluate", where=WHERE)
     return lines
@@ -318,6 +347,81 @@ def _item(name: str, task: Any, instance: Any) -> dict[str, Any]:
     }
 
 
+def _by_document(instances: list[Any]) -> list[list[Any]]:
+    """A multiple-choice task's instances (one per choice) grouped by document, in order."""
+    groups: dict[int, list[Any]] = {}
+    for instance in instances:
+        groups.setdefault(instance.doc_id, []).append(instance)
+    return [sorted(group, key=lambda i: i.idx) for group in groups.values()]
+
+
+def _gold(target: Any, choices: list[str]) -> int:
+    """The gold choice's index as the harness reads ``doc_to_target`` (an index, a choice's
+    text, or a list of right choices, whose first stands for them); -1 when none fits."""
+    first = target[0] if isinstance(target, list) and target else target
+    if isinstance(first, str):
+        return choices.index(first) if first in choices else -1
+    return first if isinstance(first, int) and 0 <= first < len(choices) else -1
+
+
+def _choice_item(name: str, task: Any, instances: list[Any]) -> dict[str, Any]:
+    """One document of a ``multiple_choice`` task: the context, the choices, the gold.
+
+    APE scores ``delimiter + choice`` after the context (``[choices]``); that must be the
+    very continuation the harness built, or the document is refused."""
+    doc = instances[0].doc
+    choices = [str(c) for c in task.doc_to_choice(doc)]
+    delimiter = str(task.config.target_delimiter)
+    built = [instance.args[1] for instance in instances]
+    if built != [delimiter + choice for choice in choices] or len({i.args[0] for i in instances}) != 1:
+        raise ApeError(
+            f"task '{name}' document {instances[0].doc_id}: the harness's continuations are not "
+            "target_delimiter + choice after one context, which is what APE scores",
+            where=WHERE,
+            hint="run this task with lm_eval itself",
+        )
+    target = task.doc_to_target(doc)
+    return {
+        "id": f"{name}/{instances[0].doc_id}",
+        "task": name,
+        "doc_id": instances[0].doc_id,
+        "context": instances[0].args[0],
+        "target": target if isinstance(target, str) else json.dumps(target, default=str),
+        "doc": json.loads(json.dumps(dict(doc), default=str)),
+        "choices": choices,
+        "gold": _gold(target, choices),
+    }
+
+
+def choices_section(cfg: TaskConfig, base_dir: Path) -> ChoicesConfig | None:
+    """The ``[choices]`` a multiple-choice task stands for (None for generate_until tasks):
+    the items' choices after the task's ``target_delimiter``, scored by log-likelihood.
+
+    Raises:
+        ApeError: a group that mixes both kinds, or whose tasks put different delimiters.
+    """
+    tasks = load_tasks(cfg, base_dir)["tasks"]
+    kinds = {name: task.OUTPUT_TYPE for name, task in tasks.items()}
+    if all(kind == "generate_until" for kind in kinds.values()):
+        return None
+    if len(set(kinds.values())) > 1:
+        generated = sorted(n for n, k in kinds.items() if k == "generate_until")
+        raise ApeError(
+            f"task '{cfg.lm_eval}' mixes generate_until tasks ({', '.join(generated[:3])}) with multiple_choice "
+            "ones, and a run is either generated or scored by log-likelihood",
+            where=WHERE,
+            hint="run the generative and the multiple-choice tasks in two configs",
+        )
+    delimiters = {str(task.config.target_delimiter) for task in tasks.values()}
+    if len(delimiters) > 1:
+        raise ApeError(
+            f"task '{cfg.lm_eval}' groups tasks with different target delimiters ({sorted(delimiters)})",
+            where=WHERE,
+            hint="run the tasks of each delimiter in a config of their own",
+        )
+    return ChoicesConfig(field="choices", gold="gold", gold_is="index", delimiter=delimiters.pop())
+
+
 def compile_items(cfg: TaskConfig, base_dir: Path, output: Path) -> Path:
     """Write the items of ``[task]`` to ``output/lm_eval/<task>-<hash>.jsonl`` (once: an
     existing file of that name holds the same content) and return its path."""
@@ -332,6 +436,24 @@ def compile_items(cfg: TaskConfig, base_dir: Path, output: Path) -> Path:
         partial.write_text(text, encoding="utf-8")
         os.replace(partial, path)
     return path
+
+
+def unsent_settings(cfg: TaskConfig, base_dir: Path) -> list[str]:
+    """One line per generate_until task whose generation arguments other than ``until`` are
+    not sent (``max_gen_toks``, ``temperature``, ``do_sample``: the model's settings come from
+    ``[model]``), so a run says what it does not apply instead of dropping it silently."""
+    lines = []
+    for name, task in sorted(load_tasks(cfg, base_dir)["tasks"].items()):
+        if task.OUTPUT_TYPE != "generate_until":
+            continue
+        kwargs = {k: v for k, v in dict(task.config.generation_kwargs or {}).items() if k != "until"}
+        if kwargs:
+            shown = ", ".join(f"{k} = {v!r}" for k, v in sorted(kwargs.items()))
+            lines.append(
+                f"task '{name}' asks {shown}: not sent; the model's own settings apply ([model] max_tokens, "
+                "temperature), and the prompt is sent without the harness's chat template"
+            )
+    return lines[:3] + ([f"... and {len(lines) - 3} more tasks alike"] if len(lines) > 3 else [])
 
 
 def fill_sections(raw: dict[str, Any], where: str) -> None:

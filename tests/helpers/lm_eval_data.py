@@ -1,5 +1,5 @@
-"""Small local data sets in the shapes of lm-evaluation-harness's GSM8K and MMLU subjects
-(no network), the answers a model might give to them, and a harness model object that
+"""Small local data sets in the shapes of lm-evaluation-harness's GSM8K, MMLU subjects, ARC and
+HellaSwag (no network), the answers a model might give to them, and a harness model object that
 returns those answers, for the tests that run harness tasks through APE."""
 
 from __future__ import annotations
@@ -95,6 +95,60 @@ def mmlu_answers(test: int = 8) -> dict[int, str]:
         doc_id: [f"{letters[row['answer']]}", f" {letters[row['answer']]}. x\nmore", "B", "(C)"][doc_id % 4]
         for doc_id, row in enumerate(mmlu_rows(test))
     }
+
+
+def arc_rows(count: int, start: int = 0) -> list[dict[str, Any]]:
+    """Science questions with ARC's fields: choices as texts and labels, ``answerKey`` a label
+    (some questions lettered 1-4, as a few of ARC's are)."""
+    rows = []
+    for i in range(start, start + count):
+        labels = ["1", "2", "3", "4"] if i % 5 == 4 else ["A", "B", "C", "D"]
+        texts = [f"{i + 2} degrees", "the sun warms it", f"water boils at {i} metres", "a plant needs light"]
+        rows.append(
+            {
+                "id": f"Mercury_{i}",
+                "question": f"Which statement about sample {i} is true?",
+                "choices": {"text": texts[: 3 + i % 2], "label": labels[: 3 + i % 2]},
+                "answerKey": labels[i % 3],
+            }
+        )
+    return rows
+
+
+def write_arc(folder: Path, test: int = 8, train: int = 4) -> dict[str, str]:
+    _write_jsonl(folder / "arc" / "train.jsonl", arc_rows(train, start=40))
+    _write_jsonl(folder / "arc" / "test.jsonl", arc_rows(test))
+    return {"train": "arc/train.jsonl", "test": "arc/test.jsonl"}
+
+
+def hellaswag_rows(count: int, start: int = 0) -> list[dict[str, Any]]:
+    """Sentence endings with HellaSwag's fields (``label`` a string, WikiHow's bracket marks)."""
+    return [
+        {
+            "ind": i,
+            "activity_label": "Cleaning windows" if i % 2 else "Baking bread",
+            "ctx_a": f"A person holds a cloth near window {i}.",
+            "ctx_b": "they",
+            "ctx": f"A person holds a cloth near window {i}. they",
+            "endings": [
+                "wipe the glass in slow circles.",
+                f"[header] eat {i} apples at once.",
+                "fly over the house.",
+                "sing the window a song about rain.",
+            ],
+            "source_id": f"src~{i}",
+            "split": "val",
+            "split_type": "indomain",
+            "label": str(i % 4),
+        }
+        for i in range(start, start + count)
+    ]
+
+
+def write_hellaswag(folder: Path, validation: int = 8, train: int = 4) -> dict[str, str]:
+    _write_jsonl(folder / "hellaswag" / "train.jsonl", hellaswag_rows(train, start=60))
+    _write_jsonl(folder / "hellaswag" / "validation.jsonl", hellaswag_rows(validation))
+    return {"train": "hellaswag/train.jsonl", "validation": "hellaswag/validation.jsonl"}
 
 
 def replay_lm(answer: Callable[[Any], str], prompts: list[str]) -> Any:

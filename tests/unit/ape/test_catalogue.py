@@ -215,3 +215,15 @@ def test_without_datasets_no_data_reads_as_available(monkeypatch, capsys):
     text = " ".join(capsys.readouterr().out.split())  # the blocks' lines unwrapped
     assert text.count("not readable here: pip install 'ape-bench[hf]'") == len(catalogue())
     assert "in the local Hugging Face cache" not in text
+
+
+def test_the_harness_tasks_of_the_catalogue_are_named_and_shown(capsys):
+    entries = {e.name: e for e in catalogue()}
+    for name in ("mmlu", "arc_challenge", "arc_easy", "hellaswag", "truthfulqa_mc1"):
+        assert entries[name].lm_eval == name and entries[name].logprobs
+        assert f'#   lm_eval = "{name}"' in config_text(name)  # the config's commented alternative
+    assert entries["winogrande"].lm_eval is None  # several contexts per document: the harness's task is refused
+    assert main(["benchmarks"]) == 0
+    out = capsys.readouterr().out
+    block = out.split("\narc_easy: ")[1].split("\narc_easy")[0]
+    assert 'runs as [task] lm_eval = "arc_easy"' in block and "log-likelihood" in block

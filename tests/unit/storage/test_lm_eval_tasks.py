@@ -3,13 +3,14 @@ every input APE cannot run refused in one line before any model call."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from ape.schemas.errors import ApeError
 from ape.schemas.lm_eval import LmEvalItem
-from tests.helpers.lm_eval_data import needs_lm_eval, offline, write_gsm8k
+from tests.helpers.lm_eval_data import arc_rows, needs_lm_eval, offline, write_arc, write_gsm8k
 
 needs_lm_eval()
 
@@ -60,12 +61,35 @@ def test_an_unknown_task_is_one_line_with_close_names(tmp_path: Path) -> None:
     assert "close names: gsm8k" in text and "\n" not in text
 
 
-def test_a_log_likelihood_task_is_refused_before_its_data_is_read(tmp_path: Path) -> None:
+def test_a_rolling_log_likelihood_task_is_refused_before_its_data_is_read(tmp_path: Path) -> None:
     with pytest.raises(ApeError) as caught:
-        _load(_config(tmp_path, 'lm_eval = "arc_easy"'))  # no data given: the refusal comes first
+        _load(_config(tmp_path, 'lm_eval = "wikitext"'))  # no data given: the refusal comes first
     text = str(caught.value)
-    assert "task 'arc_easy' is a multiple_choice task" in text and "generate_until" in text
-    assert "[choices]" in text and "\n" not in text
+    assert "task 'wikitext' is a loglikelihood_rolling task" in text and "multiple_choice" in text
+    assert "\n" not in text
+
+
+def test_a_multiple_choice_task_becomes_choice_items_and_a_choices_section(tmp_path: Path) -> None:
+    files = write_arc(tmp_path, test=5)
+    table = ", ".join(f'{k} = "{v}"' for k, v in files.items())
+    config = _load(_config(tmp_path, f'lm_eval = "arc_easy"\nnum_fewshot = 1\ndata_files = {{ {table} }}'))
+    items = [LmEvalItem.model_validate_json(line) for line in config.data.file.read_text().splitlines()]
+    rows = arc_rows(5)
+    assert [item.choices for item in items] == [row["choices"]["text"] for row in rows]  # 3 or 4 choices
+    assert [item.gold for item in items] == [row["choices"]["label"].index(row["answerKey"]) for row in rows]
+    assert items[0].context.count("Question:") == 2 and items[0].context.endswith("\nAnswer:")
+    assert config.choices is not None and config.choices.delimiter == " " and config.choices.gold == "gold"
+    assert config.checker.implementation.endswith("LmEvalChecker")  # the harness scores the choices
+
+
+def test_a_task_of_several_contexts_is_refused(tmp_path: Path) -> None:
+    rows = [{"sentence": "Ann gave Bea a pen because _ had a pen.", "option1": "Ann", "option2": "Bea", "answer": "1"}]
+    (tmp_path / "w.jsonl").write_text("\n".join(json.dumps(r) for r in rows * 3), encoding="utf-8")
+    files = '{ train = "w.jsonl", validation = "w.jsonl" }'
+    with pytest.raises(ApeError) as caught:
+        _load(_config(tmp_path, f'lm_eval = "winogrande"\ndata_files = {files}'))
+    text = str(caught.value)
+    assert "task 'winogrande' scores one continuation after several contexts" in text and "\n" not in text
 
 
 def test_repeated_generations_are_refused(tmp_path: Path) -> None:
@@ -114,3 +138,15 @@ def test_a_task_file_of_ones_own_with_its_include_and_hook(tmp_path: Path) -> No
     items = [LmEvalItem.model_validate_json(line) for line in config.data.file.read_text().splitlines()]
     assert items[0].id == "shouty/0" and items[0].context.startswith("Q: ANN HAS 1 BOXES")
     assert items[0].until == ["\n\n"] and items[0].target == "4"
+
+
+def test_generation_settings_not_sent_are_said_in_one_line(tmp_path: Path) -> None:
+    from ape.tasks.storage.lm_eval_tasks import unsent_settings
+
+    write_gsm8k(tmp_path, test=3)
+    files = '{ train = "gsm8k/train.jsonl", test = "gsm8k/test.jsonl" }'
+    config = _load(_config(tmp_path, f'lm_eval = "gsm8k"\nnum_fewshot = 1\ndata_files = {files}'))
+    assert config.task is not None
+    lines = unsent_settings(config.task, config.base_dir)
+    assert len(lines) == 1 and lines[0].startswith("task 'gsm8k' asks ") and "temperature = 0.0" in lines[0]
+    assert "until" not in lines[0] and "not sent" in lines[0]
