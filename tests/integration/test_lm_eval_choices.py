@@ -116,7 +116,7 @@ def test_acc_and_acc_norm_on_smollm2_equal_the_harness(
 ) -> None:
     if smollm2_missing():
         pytest.skip(smollm2_missing())
-    from ape.tasks.models.llama_inprocess import llama_scorer
+    from ape.tasks.models.local.llama_inprocess import llama_scorer
 
     offline(monkeypatch)
     task, _, write, shots = SHAPES[shape]
