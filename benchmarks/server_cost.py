@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from recording import server_counts, wait_for_mirror  # benchmarks/recording.py, beside this script
+from server_settings import start_server  # benchmarks/server_settings.py
 from speed import make_workload, tree_cpu, wait_until_idle  # benchmarks/speed.py
 
 # the server's variants: environment settings on top of APE's (``ape.server.SERVER_SETTINGS``)
@@ -99,20 +100,8 @@ def measure(variant: str, n: int, work: Path, port: int) -> dict[str, float]:
     mirror and an idle server, and return the server's CPU and database use per session."""
     from ape import server
 
-    overrides = SERVER_VARIANTS.get(variant, ("", {}))[1]
-    saved = {key: os.environ.get(key) for key in overrides}
-    os.environ.update(overrides)
     home = work / variant
-    os.environ["APE_HOME"] = str(home)
-    try:
-        info = server.start(port=port)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    assert info.pid is not None
+    info = start_server(SERVER_VARIANTS.get(variant, ("", {}))[1], home, port)
     env = dict(os.environ, **server.client_env(info), PREFECT_LOGGING_LEVEL="WARNING")
     env.update(CLIENT_VARIANTS.get(variant, {}))
     folder = work / f"run-{variant}"

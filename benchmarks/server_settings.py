@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from speed import tree_cpu, wait_until_idle  # benchmarks/speed.py, beside this script
 
@@ -78,14 +79,14 @@ def wait_for_task_runs(api_url: str, flow_run_id: str, n: int, limit_s: float = 
     return held
 
 
-def measure(variant: str, n: int, work: Path, port: int) -> dict[str, float]:
-    """Start a server with the variant's settings, record ``n`` task runs, stop it."""
+def start_server(overrides: dict[str, str], home: Path, port: int) -> Any:
+    """Start APE's server in ``home`` with ``overrides`` in the environment it inherits, and
+    put this process's environment back (``APE_HOME`` stays: the run that follows needs it)."""
     from ape import server
 
-    overrides = VARIANTS[variant][1]
     saved = {key: os.environ.get(key) for key in overrides}
     os.environ.update(overrides)
-    os.environ["APE_HOME"] = str(work / variant)
+    os.environ["APE_HOME"] = str(home)
     try:
         info = server.start(port=port)
     finally:
@@ -95,6 +96,14 @@ def measure(variant: str, n: int, work: Path, port: int) -> dict[str, float]:
             else:
                 os.environ[key] = value
     assert info.pid is not None
+    return info
+
+
+def measure(variant: str, n: int, work: Path, port: int) -> dict[str, float]:
+    """Start a server with the variant's settings, record ``n`` task runs, stop it."""
+    from ape import server
+
+    info = start_server(VARIANTS[variant][1], work / variant, port)
     env = dict(os.environ, **server.client_env(info), PREFECT_LOGGING_LEVEL="WARNING")
     try:
         wait_until_idle(info.pid)
