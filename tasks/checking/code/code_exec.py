@@ -68,6 +68,7 @@ _MAX_FAILURES = 5
 _MAX_CHANNEL_BYTES = 4 * 1024 * 1024
 _POOL_SIZE = 3
 START_LIMIT_S = 15.0  # a sandbox that has not started its harness by then is broken, not slow
+DONE_EXIT_S = 2.0  # a harness that reported its tests done exits within this (its interpreter shutting down)
 START_ATTEMPTS = 2  # tries at starting a sandbox for one check before it is a SandboxError
 _RESTART_PAUSE_S = 0.5
 
@@ -444,8 +445,11 @@ def _run_in_sandbox(
         job = json.dumps({**fields, "fd": box.channel_fd, "workdir": box.workdir}).encode("utf-8")
         collected = _collect(box, job, key, timeout_s, START_LIMIT_S)
         exit_code = peek_exit(box.process)
-        if not collected.timed_out and exit_code is None and (b"\n" + key + b" D\n") not in b"\n" + collected.data:
-            exit_code = peek_exit(box.process, timeout=0.5)  # it ended early: its exit status
+        if not collected.timed_out and exit_code is None:
+            # it ended early: its exit status; or it said it was done and is exiting: waited for,
+            # so the saved exit code does not depend on how fast the interpreter shut down
+            finished = (b"\n" + key + b" D\n") in b"\n" + collected.data
+            exit_code = peek_exit(box.process, timeout=DONE_EXIT_S if finished else 0.5)
     finally:
         box.kill()  # also when the harness ended: its children die with the namespace
     return box, collected, exit_code

@@ -25,6 +25,12 @@ def test_passing_code_scores_one():
     assert result.error is None and not result.timed_out
 
 
+def test_a_finished_run_saves_its_exit_code_whatever_the_machine_s_pace():
+    # read right after the harness said it was done, the code was 0 or None by a race
+    codes = {run_code(ADD, "assert add(1, 2) == 3\n", **FAST).exit_code for _ in range(5)}
+    assert codes == {0}
+
+
 def test_score_is_the_share_of_tests_passed():
     tests = "assert add(1, 2) == 3\nassert add(2, 2) == 5\nassert add(0, 0) == 0\nassert add(1, 1) == 3\n"
     result = run_code(ADD, tests, **FAST)
