@@ -16,7 +16,7 @@ the ``files`` tool and the grading step read the folder without a race.
 Limits per command: wall clock (``command_timeout_s``, then the namespace is killed), CPU
 seconds, address space, file size and open files through ``prlimit``, processes through
 ``RLIMIT_NPROC`` and, as root (where the kernel ignores it), a pids cgroup; as root also a
-memory cgroup, whose OOM kills are told to the agent as such (:mod:`ape.tasks.agent.limits`).
+memory cgroup, whose OOM kills are told to the agent as such (:mod:`ape.tasks.agent.kills`).
 Per session: the working folder's ``disk_bytes`` (:mod:`ape.tasks.agent.quota`). The session's
 commands together get ``session_timeout_s``; past it :class:`SandboxTimeLimit` ends the
 session with that reason. A sandbox that cannot be made or started, or is killed from
@@ -44,7 +44,7 @@ from typing import Any
 from ape.schemas.config import SandboxConfig
 from ape.tasks.agent import quota
 from ape.tasks.agent.archive import ArchiveError, find_archive, unpack
-from ape.tasks.agent.limits import REASONS, MemoryCgroup, classify
+from ape.tasks.agent.kills import REASONS, MemoryCgroup, classify
 from ape.tasks.agent.network import SOCKET_IN_SANDBOX, NetworkProxy, forwarder_argv, proxy_env
 from ape.tasks.checking.code import sandbox as namespaces
 from ape.tasks.solving.stops import InfrastructureError, SessionLimit
@@ -82,7 +82,7 @@ class SandboxDiskLimit(SessionLimit):
 class CommandResult:
     """What one command left: its exit code (124 when killed at its time limit), its output,
     and the limit that killed one of its processes (a key of
-    :data:`ape.tasks.agent.limits.REASONS`), if one did."""
+    :data:`ape.tasks.agent.kills.REASONS`), if one did."""
 
     exit_code: int
     stdout: str

@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from ape.schemas.config import SandboxConfig, SolverConfig
-from ape.tasks.agent import limits
+from ape.tasks.agent import kills
 from ape.tasks.agent import sandbox as agent_sandbox
 from ape.tasks.agent.sandbox import AgentSandbox, SandboxError
 from ape.tasks.agent.tools import bash
@@ -38,12 +38,12 @@ def box(**changes: Any) -> AgentSandbox:
 
 
 def test_the_kinds_are_told_apart_by_the_cgroup_count_and_the_signal() -> None:
-    assert limits.classify(137, (1, 1)) == "memory"  # the command's own limit met
-    assert limits.classify(137, (1, 0)) == "machine_oom"  # killed below its limit: the machine's lack
-    assert limits.classify(0, (1, 3)) == "memory"  # a child killed, the shell went on
-    assert limits.classify(152, None) == "cpu" and limits.classify(153, None) == "file_size"
-    assert limits.classify(137, (0, 0)) == "sigkill" and limits.classify(137, None) == "sigkill"
-    assert limits.classify(1, None) is None and limits.classify(0, (0, 5)) is None
+    assert kills.classify(137, (1, 1)) == "memory"  # the command's own limit met
+    assert kills.classify(137, (1, 0)) == "machine_oom"  # killed below its limit: the machine's lack
+    assert kills.classify(0, (1, 3)) == "memory"  # a child killed, the shell went on
+    assert kills.classify(152, None) == "cpu" and kills.classify(153, None) == "file_size"
+    assert kills.classify(137, (0, 0)) == "sigkill" and kills.classify(137, None) == "sigkill"
+    assert kills.classify(1, None) is None and kills.classify(0, (0, 5)) is None
 
 
 @needs_bwrap
@@ -59,7 +59,7 @@ def test_cpu_and_file_limits_are_named_to_the_agent_and_counted() -> None:
 
 
 @needs_bwrap
-@pytest.mark.skipif(limits.MemoryCgroup.make(64 * MIB, None) is None, reason="needs a memory cgroup (root)")
+@pytest.mark.skipif(kills.MemoryCgroup.make(64 * MIB, None) is None, reason="needs a memory cgroup (root)")
 def test_an_out_of_memory_kill_reads_as_out_of_memory_not_as_the_exit_code() -> None:
     """Three processes each well under RLIMIT_AS, together past memory_bytes: the cgroup's OOM
     killer kills one; bash goes on and exits 0, and the result still says what happened."""
