@@ -74,7 +74,6 @@ Needs the ``bench`` extra (inspect-ai) and ``psutil``; lm-eval in a Python of it
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -84,23 +83,13 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+import speed  # benchmarks/speed.py, beside this script: workload files, the APE child, the server idle wait
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SYSTEMS = ("ape", "ape-no-chain", "ape-stage", "inspect_ai", "lm_eval", "pool")
 DEFAULT_SYSTEMS = ("ape", "inspect_ai", "lm_eval", "pool")
 RUN_EXTRA = {"ape": "", "ape-no-chain": "stage_runs = false\n", "ape-stage": 'task_granularity = "stage"\n'}
-
-
-def _speed_module():
-    """benchmarks/speed.py (workload files, the APE child, the server idle wait), by path."""
-    spec = importlib.util.spec_from_file_location("ape_bench_speed", HERE / "speed.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-speed = _speed_module()
 
 
 def split_cpus() -> tuple[set[int], set[int]]:
