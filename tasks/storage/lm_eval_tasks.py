@@ -438,22 +438,54 @@ def compile_items(cfg: TaskConfig, base_dir: Path, output: Path) -> Path:
     return path
 
 
-def unsent_settings(cfg: TaskConfig, base_dir: Path) -> list[str]:
-    """One line per generate_until task whose generation arguments other than ``until`` are
-    not sent (``max_gen_toks``, ``temperature``, ``do_sample``: the model's settings come from
-    ``[model]``), so a run says what it does not apply instead of dropping it silently."""
+# the generation arguments APE sends, as request fields; every other one is only recorded
+_SENT = ("until", "max_gen_toks", "do_sample", "temperature")
+
+
+def _asks(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """One task's ``generation_kwargs`` as request fields: ``until`` as ``stop``,
+    ``max_gen_toks`` as ``max_tokens``, greedy decoding (``do_sample`` false, or a zero
+    temperature) as ``temperature = 0``, a sampled one's temperature as it is."""
+    asks: dict[str, Any] = {}
+    if kwargs.get("until"):
+        until = kwargs["until"]
+        asks["stop"] = [until] if isinstance(until, str) else [str(u) for u in until]
+    if isinstance(kwargs.get("max_gen_toks"), int):
+        asks["max_tokens"] = kwargs["max_gen_toks"]
+    temperature = kwargs.get("temperature")
+    if kwargs.get("do_sample") is False or temperature == 0:
+        asks["temperature"] = 0.0
+    elif isinstance(temperature, int | float):
+        asks["temperature"] = float(temperature)
+    return asks
+
+
+def generation_asks(cfg: TaskConfig, base_dir: Path) -> tuple[dict[str, Any], list[str]]:
+    """What the generate_until tasks of ``[task]`` ask of each request (``stop``,
+    ``max_tokens``, ``temperature``; only where every such task asks the same value, since
+    a run sends one setting for all its items), and one line per task for what is not
+    sent: other generation arguments, and values the subtasks of a group do not share."""
+    tasks = {n: t for n, t in load_tasks(cfg, base_dir)["tasks"].items() if t.OUTPUT_TYPE == "generate_until"}
+    per_task = {name: dict(task.config.generation_kwargs or {}) for name, task in sorted(tasks.items())}
+    asked = {name: _asks(kwargs) for name, kwargs in per_task.items()}
+    agreed: dict[str, Any] = {}
+    for field in ("stop", "max_tokens", "temperature"):
+        values = [a.get(field) for a in asked.values()]
+        if values and values[0] is not None and all(v == values[0] for v in values):
+            agreed[field] = values[0]
     lines = []
-    for name, task in sorted(load_tasks(cfg, base_dir)["tasks"].items()):
-        if task.OUTPUT_TYPE != "generate_until":
-            continue
-        kwargs = {k: v for k, v in dict(task.config.generation_kwargs or {}).items() if k != "until"}
-        if kwargs:
-            shown = ", ".join(f"{k} = {v!r}" for k, v in sorted(kwargs.items()))
+    for name, kwargs in per_task.items():
+        unsent = {k: v for k, v in kwargs.items() if k not in _SENT}
+        differing = [f for f in asked[name] if f not in agreed]
+        parts = [f"{k} = {v!r}" for k, v in sorted(unsent.items())]
+        parts += [f"{f} = {asked[name][f]!r} (the group's tasks differ)" for f in differing]
+        if parts:
             lines.append(
-                f"task '{name}' asks {shown}: not sent; the model's own settings apply ([model] max_tokens, "
-                "temperature), and the prompt is sent without the harness's chat template"
+                f"task '{name}' asks {', '.join(parts)}: not sent; the model's own settings apply, "
+                "and the prompt is sent without the harness's chat template"
             )
-    return lines[:3] + ([f"... and {len(lines) - 3} more tasks alike"] if len(lines) > 3 else [])
+    lines = lines[:3] + ([f"... and {len(lines) - 3} more tasks alike"] if len(lines) > 3 else [])
+    return agreed, lines
 
 
 def fill_sections(raw: dict[str, Any], where: str) -> None:
