@@ -255,10 +255,10 @@ def refuse_unsupported(name: str, setting: Callable[[str], Any], flags: Any = No
     config's ``get`` before its data set is loaded); ``flags``: the built task, whose class
     says whether it shows images or runs code."""
     kind = setting("output_type") or getattr(flags, "OUTPUT_TYPE", None) or "generate_until"
-    if kind not in ("generate_until", "multiple_choice"):
+    if kind not in ("generate_until", "multiple_choice", "loglikelihood"):
         raise ApeError(
-            f"task '{name}' is a {kind} task, and APE runs the generate_until and multiple_choice tasks "
-            "of lm-evaluation-harness",
+            f"task '{name}' is a {kind} task, and APE runs the generate_until, multiple_choice and "
+            "loglikelihood tasks of lm-evaluation-harness",
             where=WHERE,
             hint="pick a multiple-choice or generative variant of the task, or run it with lm_eval itself",
         )
@@ -321,6 +321,8 @@ def item_lines(cfg: TaskConfig, base_dir: Path) -> list[str]:
             instances = build_requests(task, cfg.limit, cfg.fewshot_seed)
             if task.OUTPUT_TYPE == "multiple_choice":
                 items = [_choice_item(name, task, group) for group in _by_document(instances)]
+            elif task.OUTPUT_TYPE == "loglikelihood":
+                items = [_continuation_item(name, task, instance) for instance in instances]
             else:
                 items = [_item(name, task, instance) for instance in instances]
             lines.extend(json.dumps(item, ensure_ascii=False, default=str) for item in items)
@@ -393,6 +395,23 @@ def _choice_item(name: str, task: Any, instances: list[Any]) -> dict[str, Any]:
     }
 
 
+def _continuation_item(name: str, task: Any, instance: Any) -> dict[str, Any]:
+    """One document of a ``loglikelihood`` task (LAMBADA): its one continuation, scored as a
+    ``[choices]`` item of one choice (the gold) after the context with no delimiter, since
+    the harness scores ``doc_to_target`` itself after the context."""
+    context, continuation = instance.args
+    return {
+        "id": f"{name}/{instance.doc_id}",
+        "task": name,
+        "doc_id": instance.doc_id,
+        "context": context,
+        "target": continuation,
+        "doc": json.loads(json.dumps(dict(instance.doc), default=str)),
+        "choices": [continuation],
+        "gold": 0,
+    }
+
+
 def choices_section(cfg: TaskConfig, base_dir: Path) -> ChoicesConfig | None:
     """The ``[choices]`` a multiple-choice task stands for (None for generate_until tasks):
     the items' choices after the task's ``target_delimiter``, scored by log-likelihood.
@@ -405,13 +424,15 @@ def choices_section(cfg: TaskConfig, base_dir: Path) -> ChoicesConfig | None:
     if all(kind == "generate_until" for kind in kinds.values()):
         return None
     if len(set(kinds.values())) > 1:
-        generated = sorted(n for n, k in kinds.items() if k == "generate_until")
+        shown = ", ".join(f"{n} ({k})" for n, k in sorted(kinds.items())[:4])
         raise ApeError(
-            f"task '{cfg.lm_eval}' mixes generate_until tasks ({', '.join(generated[:3])}) with multiple_choice "
-            "ones, and a run is either generated or scored by log-likelihood",
+            f"task '{cfg.lm_eval}' mixes tasks of different kinds ({shown}), and a run is either generated, "
+            "scored by choices or scored by one continuation",
             where=WHERE,
-            hint="run the generative and the multiple-choice tasks in two configs",
+            hint="run the tasks of each kind in a config of their own",
         )
+    if "loglikelihood" in kinds.values():  # one continuation, the harness's own, after the context
+        return ChoicesConfig(field="choices", gold="gold", gold_is="index", delimiter="", min_choices=1)
     delimiters = {str(task.config.target_delimiter) for task in tasks.values()}
     if len(delimiters) > 1:
         raise ApeError(

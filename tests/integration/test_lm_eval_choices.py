@@ -1,8 +1,9 @@
-"""``multiple_choice`` harness tasks run through APE's log-likelihood scoring, on a real
-Prefect server and local data in the shapes of ARC, HellaSwag and an MMLU subject:
+"""``multiple_choice`` and ``loglikelihood`` harness tasks run through APE's log-likelihood
+scoring, on a real Prefect server and local data in the shapes of ARC, HellaSwag, an MMLU
+subject and LAMBADA:
 
 - on SmolLM2 (in process), APE's prompts equal the harness's byte for byte, and its acc and
-  acc_norm (per document and aggregated by the harness after the run) equal
+  acc_norm (LAMBADA: acc and perplexity; per document and aggregated by the harness after the run) equal
   ``lm_eval.simple_evaluate``'s with a harness model object that scores with the same model;
 - a resumed run asks the model nothing for the documents it has (the mock scorer, counted);
 - a chat-only model is one line naming the task, exit code 2, before any model call.
@@ -25,7 +26,14 @@ from ape.schemas.config import ModelConfig
 from ape.schemas.lm_eval import LmEvalItem
 from tests.helpers import mock_calls
 from tests.helpers.llm_server import smollm2_missing
-from tests.helpers.lm_eval_data import needs_lm_eval, offline, write_arc, write_hellaswag, write_mmlu
+from tests.helpers.lm_eval_data import (
+    needs_lm_eval,
+    offline,
+    write_arc,
+    write_hellaswag,
+    write_lambada,
+    write_mmlu,
+)
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.runner import read_results
 
@@ -38,6 +46,7 @@ SHAPES = {  # harness task, its file (included by the harness's side), data writ
     "arc": ("arc_easy", "arc/arc_easy.yaml", write_arc, 2),
     "hellaswag": ("hellaswag", "hellaswag/hellaswag.yaml", write_hellaswag, 1),
     "mmlu": ("mmlu_abstract_algebra", "mmlu/default/mmlu_abstract_algebra.yaml", write_mmlu, 2),
+    "lambada": ("lambada_openai", "lambada/lambada_openai.yaml", write_lambada, 0),
 }
 
 
@@ -134,8 +143,9 @@ def test_acc_and_acc_norm_on_smollm2_equal_the_harness(
     ours = json.loads((out / "report.json").read_text())["summary"]["lm_eval"]["models"]["smollm2"]
     theirs, mine = harness["results"][f"{task}_local"], ours["results"][task]
     assert sorted(set(contexts)) == sorted({item.context for item in items})  # byte for byte, shots included
-    metrics = [k for k in theirs if k.split(",")[0] in ("acc", "acc_norm")]
-    assert "acc,none" in metrics and (shape == "mmlu" or "acc_norm,none" in metrics)
+    metrics = [k for k in theirs if k.split(",")[0] in ("acc", "acc_norm", "perplexity")]
+    assert "acc,none" in metrics and (shape in ("mmlu", "lambada") or "acc_norm,none" in metrics)
+    assert shape != "lambada" or "perplexity,none" in metrics
     for key in metrics:
         assert mine[key] == pytest.approx(theirs[key], abs=1e-12), key
         print(f"{shape} {key}: harness {theirs[key]:.4f}, APE {mine[key]:.4f}, {len(set(contexts))} contexts")

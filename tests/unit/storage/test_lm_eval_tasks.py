@@ -11,7 +11,7 @@ import pytest
 from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.lm_eval import LmEvalItem
-from tests.helpers.lm_eval_data import arc_rows, needs_lm_eval, offline, write_arc, write_gsm8k
+from tests.helpers.lm_eval_data import arc_rows, needs_lm_eval, offline, write_arc, write_gsm8k, write_lambada
 
 needs_lm_eval()
 
@@ -212,3 +212,25 @@ def test_a_model_setting_wins_over_the_tasks_and_one_line_says_so(tmp_path: Path
     assert asked.max_tokens == 16 and asked.stop == ["Question:", "\n\n"] and asked.temperature == 0.0
     lines = overridden(model, asks)
     assert len(lines) == 1 and "[model] max_tokens = 16 is sent, not the task's max_gen_toks" in lines[0]
+
+
+def test_a_loglikelihood_task_is_one_continuation_scored_by_the_harness(tmp_path: Path) -> None:
+    """LAMBADA: each document one item whose only choice is the harness's continuation, with no
+    delimiter; the session's score is acc (the greedy match), perplexity is kept beside it."""
+    from ape.tasks.checking.lm_eval_check import LmEvalChecker
+    from ape.tasks.solving.choices import choice_texts
+
+    write_lambada(tmp_path, test=3)
+    config = _load(_config(tmp_path, 'lm_eval = "lambada_openai"\ndata_files = { test = "lambada/test.jsonl" }'))
+    items = [LmEvalItem.model_validate_json(line) for line in config.data.file.read_text().splitlines()]
+    assert [item.id for item in items] == [f"lambada_openai/{i}" for i in range(3)]
+    assert items[0].context.endswith("He looked at the") and items[0].choices == [" door"] and items[0].gold == 0
+    assert config.choices is not None and config.choices.delimiter == "" and config.choices.min_choices == 1
+    assert choice_texts(items[0], config.choices) == [" door"]
+    with pytest.raises(ValueError, match="needs two or more"):
+        choice_texts(items[0], config.choices.model_copy(update={"min_choices": 2}))
+    checker = LmEvalChecker(**config.checker.args)
+    right = checker(items[0], {"loglikelihoods": [-2.5], "greedy": [True]})
+    assert right.score == 1.0 and right.metadata["metric"] == "acc,none"
+    assert right.metadata["lm_eval"] == {"perplexity,none": -2.5, "acc,none": 1.0}
+    assert checker(items[0], {"loglikelihoods": [-2.5], "greedy": [False]}).score == 0.0
