@@ -203,3 +203,51 @@ def test_a_chat_only_model_is_refused_naming_the_task(tmp_path: Path) -> None:
     assert "task 'arc_easy' is a multiple_choice task, scored by each choice's log-likelihood" in errors[0]
     assert "provider 'anthropic' is chat-only" in errors[0] and "llama-cpp" in errors[0]
     assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_a_failed_document_of_a_choice_task_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ape retry`` of an ARC-shaped run on a completions endpoint that fails one document's
+    requests: only that document is asked again, and the harness's table then counts it."""
+    pytest.importorskip("langchain_openai", reason="the completions scorer needs the 'openai' extra")
+    from ape.cli import main
+    from tests.helpers.fake_completions import completions
+    from tests.helpers.fake_openai import LoopbackEndpoint, Request, error_body
+
+    answer, broken = completions("right"), [True]
+
+    def respond(request: Request) -> Any:
+        if broken[0] and "about sample 1 is" in str(request.body.get("prompt", "")).rsplit("Question:", 1)[-1]:
+            return 500, error_body("overloaded")
+        return answer(request)
+
+    server = LoopbackEndpoint(respond)
+    try:
+        task, _, write, shots = SHAPES["arc"]
+        model = f'[[model]]\nname = "endpoint"\nprovider = "openai"\nmodel = "m"\nbase_url = "{server.base_url}"\n'
+        path = _config(tmp_path, task, write(tmp_path), shots, model + "max_retries = 0\n")
+        offline(monkeypatch)
+        assert main(["run", str(path), "--no-server", "--workers", "1", "--no-progress"]) == 1
+        out = tmp_path / "out"
+        sessions = {b["item_id"]: b["sessions"][0] for b in read_results(out / "results.jsonl")}
+        assert sessions["arc_easy/1"]["outcome"] == "ERROR"
+        assert all(s["outcome"] != "ERROR" for key, s in sessions.items() if key != "arc_easy/1")
+        first = json.loads((out / "report.json").read_text())["summary"]["lm_eval"]["models"]["endpoint"]
+        assert first["missing"] == 1
+        asked = len(server.requests)
+
+        broken[0] = False
+        assert main(["retry", str(out), "--no-server", "--no-progress"]) == 0
+        prompts = [str(r.body.get("prompt", "")) for r in server.requests[asked:] if r.path.endswith("/completions")]
+        documents = {p.rsplit("Question:", 1)[-1].split(" is true")[0] for p in prompts if "Question:" in p}
+        assert documents == {" Which statement about sample 1"}  # only the failed document, beside the canary
+        sessions = {b["item_id"]: b["sessions"][0] for b in read_results(out / "results.jsonl")}
+        assert all(s["outcome"] != "ERROR" for s in sessions.values())
+        report = json.loads((out / "report.json").read_text())
+        second = report["summary"]["lm_eval"]["models"]["endpoint"]
+        assert second["missing"] == 0 and "acc,none" in second["results"]["arc_easy"]
+        leaderboard = (out / "leaderboard.md").read_text()
+        assert (
+            "scored by the harness task's first metric" in leaderboard and "[choices] metric picks" not in leaderboard
+        )
+    finally:
+        server.close()
