@@ -16,7 +16,7 @@ from ape.tasks.storage.lm_eval_requests import takes_stop
 
 __all__ = ["overridden"]
 
-_TASK_NAMES = {"stop": "until", "max_tokens": "max_gen_toks", "temperature": "do_sample = False"}
+_TASK_NAMES = {"stop": "until", "max_tokens": "max_gen_toks", "temperature": "do_sample and temperature"}
 
 
 def overridden(cfg: ModelConfig, asks: dict[str, Any]) -> list[str]:
