@@ -50,13 +50,14 @@ from ape.tasks.models.limits.reachability import (
 )
 from ape.tasks.models.mocks.data import check_mock_data
 from ape.tasks.models.scoring import build_scorer
+from ape.tasks.models.task_requests import overridden
 from ape.tasks.setup.model import ModelSetup, grade_canary, make_setup, resume_fingerprints, run_judge
 from ape.tasks.solving.choices import check_item
 from ape.tasks.solving.tools import load_tools
 from ape.tasks.storage.config_file import locate
 from ape.tasks.storage.data import ItemCheck
 from ape.tasks.storage.history import check_history
-from ape.tasks.storage.lm_eval_tasks import unsent_settings
+from ape.tasks.storage.lm_eval_tasks import generation_asks
 from ape.tasks.storage.outdir import check_output_folder
 
 log = logging.getLogger("ape")
@@ -142,7 +143,8 @@ def preflight(config: ApeConfig, *, run_folder: bool = False) -> Checked:
         # file ... start afresh" is the wrong advice for a file that merely needs mending
         ids = setups[0].provider().scan(item_check(config))
         if config.task is not None:  # what of the harness's task the run does not apply, said once
-            for line in unsent_settings(config.task, config.base_dir):
+            asks, lines = generation_asks(config.task, config.base_dir)
+            for line in lines + [line for model in config.model for line in overridden(model, asks)]:
                 log.warning("%s", line)
         sliced = config.data.start_id is not None or config.data.end_id is not None
         for model in config.model:  # a mock's field names and id tables, against the data

@@ -63,6 +63,13 @@ class ChoicesConfig(BaseModel):
     delimiter: str = Field(
         default=" ", description="Put between the prompt and every continuation (lm-eval's target_delimiter)."
     )
+    min_choices: int = Field(
+        default=2,
+        ge=1,
+        le=2,
+        description="Fewest choices an item may have; 1 scores a single continuation (a log-likelihood task such "
+        "as LAMBADA: its log-likelihood and whether it is the model's greedy text), where acc is always 1.",
+    )
     metric: Literal["acc", "acc_norm"] = Field(
         default="acc",
         description="The session's score and answer: acc (highest log-likelihood) or acc_norm (per character); "

@@ -10,7 +10,8 @@ The loader compiles a harness task into a JSON Lines file of these items
 - ``until``: the stop sequences; an answer is cut at the first of them before scoring, as
   the harness's own model back ends cut a generation;
 - ``generation_kwargs``: the task's other generation arguments, recorded for the reader
-  (the model's own settings come from ``[model]``);
+  (``max_gen_toks`` and greedy decoding are sent through ``[model]``: see
+  :mod:`ape.tasks.storage.lm_eval_requests`);
 - ``target``: the task's ``doc_to_target``, shown in transcripts and used by mock models;
 - ``doc``: the document itself, as JSON;
 - ``choices``, ``gold``: a ``multiple_choice`` task's choices (its ``doc_to_choice``) and the

@@ -99,6 +99,8 @@ class LmEvalChecker:
         if not numbers:
             raise ValueError(f"task '{item.task}' gave no numeric metric per document ({sorted(metrics)})")
         primary, value = next(iter(numbers.items()))
+        if len(item.choices) == 1 and "acc,none" in numbers:  # a loglikelihood task's perplexity is no score
+            primary, value = "acc,none", numbers["acc,none"]
         score = min(1.0, max(0.0, value))
         metadata: dict[str, Any] = {"lm_eval": numbers, "metric": primary}
         if item.choices and "acc,none" in numbers and "acc_norm,none" in numbers:

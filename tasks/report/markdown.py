@@ -98,10 +98,20 @@ def choice_metrics_lines(envelope: Envelope) -> list[str]:
         *_table(header, rows),
         "",
         "acc: the gold choice has the highest log-likelihood; acc_norm: the highest per character "
-        "of the choice's text (lm-evaluation-harness's two rules). [choices] metric picks the one "
-        "the sessions are scored by.",
+        "of the choice's text (lm-evaluation-harness's two rules). " + _scored_by(envelope),
         "",
     ]
+
+
+def _scored_by(envelope: Envelope) -> str:
+    """What the sessions' scores are: ``[choices] metric``, or in a ``[task] lm_eval`` run the
+    task's own first metric (its ``process_results``), aggregated in the harness's table."""
+    if isinstance((envelope.summary.model_extra or {}).get("lm_eval"), dict):
+        return (
+            "The sessions are scored by the harness task's first metric (its process_results); "
+            "the lm-evaluation-harness table gives its own aggregation."
+        )
+    return "[choices] metric picks the one the sessions are scored by."
 
 
 def markdown_table(envelope: Envelope) -> str:

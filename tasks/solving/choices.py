@@ -67,8 +67,9 @@ def choice_texts(item: Any, cfg: ChoicesConfig) -> list[str]:
         if not isinstance(raw, (list, tuple)):
             raise ValueError(f"[choices] field '{cfg.field}' holds a {type(raw).__name__}, not a list of choices")
         values = list(raw)
-    if len(values) < 2:
-        raise ValueError(f"the item has {len(values)} choice(s); a multiple-choice item needs two or more")
+    if len(values) < cfg.min_choices:
+        fewest = "one or more" if cfg.min_choices == 1 else "two or more"
+        raise ValueError(f"the item has {len(values)} choice(s); a multiple-choice item needs {fewest}")
     if len(values) > len(CHOICE_LETTERS):
         raise ValueError(f"the item has {len(values)} choices; at most {len(CHOICE_LETTERS)} are supported")
     return [str(value) for value in values]

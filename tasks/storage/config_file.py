@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from ape.schemas.config import ApeConfig
 from ape.schemas.errors import ApeError, did_you_mean, more_problems, problem_message, shown_path
 from ape.tasks.storage import lm_eval_tasks
+from ape.tasks.storage.lm_eval_requests import fill_model
 from ape.tasks.storage.toml_errors import toml_error
 
 WHERE_TASK = "[task] lm_eval"
@@ -91,16 +92,21 @@ def _resolve_data_files(raw: dict[str, Any], base: Path) -> None:
 def _compile_task(config: ApeConfig, path: Path, text: str) -> None:
     """``[task] lm_eval``: the harness's requests written as the run's data file, and the
     harness's checker told which task scores them (:mod:`ape.tasks.storage.lm_eval_tasks`);
-    a multiple-choice task also sets ``[choices]``, so its sessions score log-likelihoods."""
+    a multiple-choice task also sets ``[choices]``, so its sessions score log-likelihoods; a
+    generated one's ``until``, ``max_gen_toks`` and greedy decoding fill each ``[model]`` that
+    sets none of its own (:mod:`ape.tasks.storage.lm_eval_requests`)."""
     assert config.task is not None
     try:
         config.choices = lm_eval_tasks.choices_section(config.task, config.base_dir)
         config.data.file = lm_eval_tasks.compile_items(config.task, config.base_dir, config.run.output)
+        asks, _ = lm_eval_tasks.generation_asks(config.task, config.base_dir)
     except ApeError as exc:
         key = (exc.where or WHERE_TASK).replace("[", "").replace("]", "").split()  # "[task] lm_eval": task, lm_eval
         exc.where = _where(path, text, key)
         raise
     config.checker.args = lm_eval_tasks.checker_args(config.task, config.base_dir)
+    for model in config.model:  # the task's stop sequences, token limit, greedy decoding
+        fill_model(model, asks)
 
 
 def _resolve_packaged_data(raw: dict[str, Any], path: Path, text: str) -> None:

@@ -255,10 +255,10 @@ def refuse_unsupported(name: str, setting: Callable[[str], Any], flags: Any = No
     config's ``get`` before its data set is loaded); ``flags``: the built task, whose class
     says whether it shows images or runs code."""
     kind = setting("output_type") or getattr(flags, "OUTPUT_TYPE", None) or "generate_until"
-    if kind not in ("generate_until", "multiple_choice"):
+    if kind not in ("generate_until", "multiple_choice", "loglikelihood"):
         raise ApeError(
-            f"task '{name}' is a {kind} task, and APE runs the generate_until and multiple_choice tasks "
-            "of lm-evaluation-harness",
+            f"task '{name}' is a {kind} task, and APE runs the generate_until, multiple_choice and "
+            "loglikelihood tasks of lm-evaluation-harness",
             where=WHERE,
             hint="pick a multiple-choice or generative variant of the task, or run it with lm_eval itself",
         )
@@ -321,6 +321,8 @@ def item_lines(cfg: TaskConfig, base_dir: Path) -> list[str]:
             instances = build_requests(task, cfg.limit, cfg.fewshot_seed)
             if task.OUTPUT_TYPE == "multiple_choice":
                 items = [_choice_item(name, task, group) for group in _by_document(instances)]
+            elif task.OUTPUT_TYPE == "loglikelihood":
+                items = [_continuation_item(name, task, instance) for instance in instances]
             else:
                 items = [_item(name, task, instance) for instance in instances]
             lines.extend(json.dumps(item, ensure_ascii=False, default=str) for item in items)
@@ -393,6 +395,23 @@ def _choice_item(name: str, task: Any, instances: list[Any]) -> dict[str, Any]:
     }
 
 
+def _continuation_item(name: str, task: Any, instance: Any) -> dict[str, Any]:
+    """One document of a ``loglikelihood`` task (LAMBADA): its one continuation, scored as a
+    ``[choices]`` item of one choice (the gold) after the context with no delimiter, since
+    the harness scores ``doc_to_target`` itself after the context."""
+    context, continuation = instance.args
+    return {
+        "id": f"{name}/{instance.doc_id}",
+        "task": name,
+        "doc_id": instance.doc_id,
+        "context": context,
+        "target": continuation,
+        "doc": json.loads(json.dumps(dict(instance.doc), default=str)),
+        "choices": [continuation],
+        "gold": 0,
+    }
+
+
 def choices_section(cfg: TaskConfig, base_dir: Path) -> ChoicesConfig | None:
     """The ``[choices]`` a multiple-choice task stands for (None for generate_until tasks):
     the items' choices after the task's ``target_delimiter``, scored by log-likelihood.
@@ -405,13 +424,15 @@ def choices_section(cfg: TaskConfig, base_dir: Path) -> ChoicesConfig | None:
     if all(kind == "generate_until" for kind in kinds.values()):
         return None
     if len(set(kinds.values())) > 1:
-        generated = sorted(n for n, k in kinds.items() if k == "generate_until")
+        shown = ", ".join(f"{n} ({k})" for n, k in sorted(kinds.items())[:4])
         raise ApeError(
-            f"task '{cfg.lm_eval}' mixes generate_until tasks ({', '.join(generated[:3])}) with multiple_choice "
-            "ones, and a run is either generated or scored by log-likelihood",
+            f"task '{cfg.lm_eval}' mixes tasks of different kinds ({shown}), and a run is either generated, "
+            "scored by choices or scored by one continuation",
             where=WHERE,
-            hint="run the generative and the multiple-choice tasks in two configs",
+            hint="run the tasks of each kind in a config of their own",
         )
+    if "loglikelihood" in kinds.values():  # one continuation, the harness's own, after the context
+        return ChoicesConfig(field="choices", gold="gold", gold_is="index", delimiter="", min_choices=1)
     delimiters = {str(task.config.target_delimiter) for task in tasks.values()}
     if len(delimiters) > 1:
         raise ApeError(
@@ -438,22 +459,54 @@ def compile_items(cfg: TaskConfig, base_dir: Path, output: Path) -> Path:
     return path
 
 
-def unsent_settings(cfg: TaskConfig, base_dir: Path) -> list[str]:
-    """One line per generate_until task whose generation arguments other than ``until`` are
-    not sent (``max_gen_toks``, ``temperature``, ``do_sample``: the model's settings come from
-    ``[model]``), so a run says what it does not apply instead of dropping it silently."""
+# the generation arguments APE sends, as request fields; every other one is only recorded
+_SENT = ("until", "max_gen_toks", "do_sample", "temperature")
+
+
+def _asks(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """One task's ``generation_kwargs`` as request fields: ``until`` as ``stop``,
+    ``max_gen_toks`` as ``max_tokens``, greedy decoding (``do_sample`` false, or a zero
+    temperature) as ``temperature = 0``, a sampled one's temperature as it is."""
+    asks: dict[str, Any] = {}
+    if kwargs.get("until"):
+        until = kwargs["until"]
+        asks["stop"] = [until] if isinstance(until, str) else [str(u) for u in until]
+    if isinstance(kwargs.get("max_gen_toks"), int):
+        asks["max_tokens"] = kwargs["max_gen_toks"]
+    temperature = kwargs.get("temperature")
+    if kwargs.get("do_sample") is False or temperature == 0:
+        asks["temperature"] = 0.0
+    elif isinstance(temperature, int | float):
+        asks["temperature"] = float(temperature)
+    return asks
+
+
+def generation_asks(cfg: TaskConfig, base_dir: Path) -> tuple[dict[str, Any], list[str]]:
+    """What the generate_until tasks of ``[task]`` ask of each request (``stop``,
+    ``max_tokens``, ``temperature``; only where every such task asks the same value, since
+    a run sends one setting for all its items), and one line per task for what is not
+    sent: other generation arguments, and values the subtasks of a group do not share."""
+    tasks = {n: t for n, t in load_tasks(cfg, base_dir)["tasks"].items() if t.OUTPUT_TYPE == "generate_until"}
+    per_task = {name: dict(task.config.generation_kwargs or {}) for name, task in sorted(tasks.items())}
+    asked = {name: _asks(kwargs) for name, kwargs in per_task.items()}
+    agreed: dict[str, Any] = {}
+    for field in ("stop", "max_tokens", "temperature"):
+        values = [a.get(field) for a in asked.values()]
+        if values and values[0] is not None and all(v == values[0] for v in values):
+            agreed[field] = values[0]
     lines = []
-    for name, task in sorted(load_tasks(cfg, base_dir)["tasks"].items()):
-        if task.OUTPUT_TYPE != "generate_until":
-            continue
-        kwargs = {k: v for k, v in dict(task.config.generation_kwargs or {}).items() if k != "until"}
-        if kwargs:
-            shown = ", ".join(f"{k} = {v!r}" for k, v in sorted(kwargs.items()))
+    for name, kwargs in per_task.items():
+        unsent = {k: v for k, v in kwargs.items() if k not in _SENT}
+        differing = [f for f in asked[name] if f not in agreed]
+        parts = [f"{k} = {v!r}" for k, v in sorted(unsent.items())]
+        parts += [f"{f} = {asked[name][f]!r} (the group's tasks differ)" for f in differing]
+        if parts:
             lines.append(
-                f"task '{name}' asks {shown}: not sent; the model's own settings apply ([model] max_tokens, "
-                "temperature), and the prompt is sent without the harness's chat template"
+                f"task '{name}' asks {', '.join(parts)}: not sent; the model's own settings apply, "
+                "and the prompt is sent without the harness's chat template"
             )
-    return lines[:3] + ([f"... and {len(lines) - 3} more tasks alike"] if len(lines) > 3 else [])
+    lines = lines[:3] + ([f"... and {len(lines) - 3} more tasks alike"] if len(lines) > 3 else [])
+    return agreed, lines
 
 
 def fill_sections(raw: dict[str, Any], where: str) -> None:

@@ -151,6 +151,20 @@ def write_hellaswag(folder: Path, validation: int = 8, train: int = 4) -> dict[s
     return {"train": "hellaswag/train.jsonl", "validation": "hellaswag/validation.jsonl"}
 
 
+def lambada_rows(count: int, start: int = 0) -> list[dict[str, Any]]:
+    """Passages in LAMBADA's one field (``text``), whose last word the model is to predict."""
+    words = ["door", "garden", "letter", "river", "window", "kitchen", "morning", "answer"]
+    return [
+        {"text": f"She walked past house {i} and opened the old wooden {words[i % 8]}. He looked at the {words[i % 8]}"}
+        for i in range(start, start + count)
+    ]
+
+
+def write_lambada(folder: Path, test: int = 8) -> dict[str, str]:
+    _write_jsonl(folder / "lambada" / "test.jsonl", lambada_rows(test))
+    return {"test": "lambada/test.jsonl"}
+
+
 def replay_lm(answer: Callable[[Any], str], prompts: list[str]) -> Any:
     """A harness model object answering each ``generate_until`` request with ``answer(request)``
     (the stop sequences applied, as the harness's own back ends apply them) and noting its prompt."""

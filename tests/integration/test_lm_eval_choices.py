@@ -1,8 +1,9 @@
-"""``multiple_choice`` harness tasks run through APE's log-likelihood scoring, on a real
-Prefect server and local data in the shapes of ARC, HellaSwag and an MMLU subject:
+"""``multiple_choice`` and ``loglikelihood`` harness tasks run through APE's log-likelihood
+scoring, on a real Prefect server and local data in the shapes of ARC, HellaSwag, an MMLU
+subject and LAMBADA:
 
 - on SmolLM2 (in process), APE's prompts equal the harness's byte for byte, and its acc and
-  acc_norm (per document and aggregated by the harness after the run) equal
+  acc_norm (LAMBADA: acc and perplexity; per document and aggregated by the harness after the run) equal
   ``lm_eval.simple_evaluate``'s with a harness model object that scores with the same model;
 - a resumed run asks the model nothing for the documents it has (the mock scorer, counted);
 - a chat-only model is one line naming the task, exit code 2, before any model call.
@@ -25,7 +26,14 @@ from ape.schemas.config import ModelConfig
 from ape.schemas.lm_eval import LmEvalItem
 from tests.helpers import mock_calls
 from tests.helpers.llm_server import smollm2_missing
-from tests.helpers.lm_eval_data import needs_lm_eval, offline, write_arc, write_hellaswag, write_mmlu
+from tests.helpers.lm_eval_data import (
+    needs_lm_eval,
+    offline,
+    write_arc,
+    write_hellaswag,
+    write_lambada,
+    write_mmlu,
+)
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.runner import read_results
 
@@ -38,6 +46,7 @@ SHAPES = {  # harness task, its file (included by the harness's side), data writ
     "arc": ("arc_easy", "arc/arc_easy.yaml", write_arc, 2),
     "hellaswag": ("hellaswag", "hellaswag/hellaswag.yaml", write_hellaswag, 1),
     "mmlu": ("mmlu_abstract_algebra", "mmlu/default/mmlu_abstract_algebra.yaml", write_mmlu, 2),
+    "lambada": ("lambada_openai", "lambada/lambada_openai.yaml", write_lambada, 0),
 }
 
 
@@ -134,8 +143,9 @@ def test_acc_and_acc_norm_on_smollm2_equal_the_harness(
     ours = json.loads((out / "report.json").read_text())["summary"]["lm_eval"]["models"]["smollm2"]
     theirs, mine = harness["results"][f"{task}_local"], ours["results"][task]
     assert sorted(set(contexts)) == sorted({item.context for item in items})  # byte for byte, shots included
-    metrics = [k for k in theirs if k.split(",")[0] in ("acc", "acc_norm")]
-    assert "acc,none" in metrics and (shape == "mmlu" or "acc_norm,none" in metrics)
+    metrics = [k for k in theirs if k.split(",")[0] in ("acc", "acc_norm", "perplexity")]
+    assert "acc,none" in metrics and (shape in ("mmlu", "lambada") or "acc_norm,none" in metrics)
+    assert shape != "lambada" or "perplexity,none" in metrics
     for key in metrics:
         assert mine[key] == pytest.approx(theirs[key], abs=1e-12), key
         print(f"{shape} {key}: harness {theirs[key]:.4f}, APE {mine[key]:.4f}, {len(set(contexts))} contexts")
@@ -193,3 +203,51 @@ def test_a_chat_only_model_is_refused_naming_the_task(tmp_path: Path) -> None:
     assert "task 'arc_easy' is a multiple_choice task, scored by each choice's log-likelihood" in errors[0]
     assert "provider 'anthropic' is chat-only" in errors[0] and "llama-cpp" in errors[0]
     assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_a_failed_document_of_a_choice_task_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ape retry`` of an ARC-shaped run on a completions endpoint that fails one document's
+    requests: only that document is asked again, and the harness's table then counts it."""
+    pytest.importorskip("langchain_openai", reason="the completions scorer needs the 'openai' extra")
+    from ape.cli import main
+    from tests.helpers.fake_completions import completions
+    from tests.helpers.fake_openai import LoopbackEndpoint, Request, error_body
+
+    answer, broken = completions("right"), [True]
+
+    def respond(request: Request) -> Any:
+        if broken[0] and "about sample 1 is" in str(request.body.get("prompt", "")).rsplit("Question:", 1)[-1]:
+            return 500, error_body("overloaded")
+        return answer(request)
+
+    server = LoopbackEndpoint(respond)
+    try:
+        task, _, write, shots = SHAPES["arc"]
+        model = f'[[model]]\nname = "endpoint"\nprovider = "openai"\nmodel = "m"\nbase_url = "{server.base_url}"\n'
+        path = _config(tmp_path, task, write(tmp_path), shots, model + "max_retries = 0\n")
+        offline(monkeypatch)
+        assert main(["run", str(path), "--no-server", "--workers", "1", "--no-progress"]) == 1
+        out = tmp_path / "out"
+        sessions = {b["item_id"]: b["sessions"][0] for b in read_results(out / "results.jsonl")}
+        assert sessions["arc_easy/1"]["outcome"] == "ERROR"
+        assert all(s["outcome"] != "ERROR" for key, s in sessions.items() if key != "arc_easy/1")
+        first = json.loads((out / "report.json").read_text())["summary"]["lm_eval"]["models"]["endpoint"]
+        assert first["missing"] == 1
+        asked = len(server.requests)
+
+        broken[0] = False
+        assert main(["retry", str(out), "--no-server", "--no-progress"]) == 0
+        prompts = [str(r.body.get("prompt", "")) for r in server.requests[asked:] if r.path.endswith("/completions")]
+        documents = {p.rsplit("Question:", 1)[-1].split(" is true")[0] for p in prompts if "Question:" in p}
+        assert documents == {" Which statement about sample 1"}  # only the failed document, beside the canary
+        sessions = {b["item_id"]: b["sessions"][0] for b in read_results(out / "results.jsonl")}
+        assert all(s["outcome"] != "ERROR" for s in sessions.values())
+        report = json.loads((out / "report.json").read_text())
+        second = report["summary"]["lm_eval"]["models"]["endpoint"]
+        assert second["missing"] == 0 and "acc,none" in second["results"]["arc_easy"]
+        leaderboard = (out / "leaderboard.md").read_text()
+        assert (
+            "scored by the harness task's first metric" in leaderboard and "[choices] metric picks" not in leaderboard
+        )
+    finally:
+        server.close()

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from ape.schemas.config import ModelConfig
 from ape.schemas.errors import ApeError
 from ape.schemas.lm_eval import LmEvalItem
-from tests.helpers.lm_eval_data import arc_rows, needs_lm_eval, offline, write_arc, write_gsm8k
+from tests.helpers.lm_eval_data import arc_rows, needs_lm_eval, offline, write_arc, write_gsm8k, write_lambada
 
 needs_lm_eval()
 
@@ -141,12 +142,95 @@ def test_a_task_file_of_ones_own_with_its_include_and_hook(tmp_path: Path) -> No
 
 
 def test_generation_settings_not_sent_are_said_in_one_line(tmp_path: Path) -> None:
-    from ape.tasks.storage.lm_eval_tasks import unsent_settings
+    from ape.tasks.storage.lm_eval_tasks import generation_asks
 
     write_gsm8k(tmp_path, test=3)
     files = '{ train = "gsm8k/train.jsonl", test = "gsm8k/test.jsonl" }'
-    config = _load(_config(tmp_path, f'lm_eval = "gsm8k"\nnum_fewshot = 1\ndata_files = {files}'))
+    options = 'options = { generation_kwargs = { until = ["Question:"], do_sample = false, top_p = 0.9 } }'
+    config = _load(_config(tmp_path, f'lm_eval = "gsm8k"\nnum_fewshot = 1\ndata_files = {files}\n{options}'))
     assert config.task is not None
-    lines = unsent_settings(config.task, config.base_dir)
-    assert len(lines) == 1 and lines[0].startswith("task 'gsm8k' asks ") and "temperature = 0.0" in lines[0]
-    assert "until" not in lines[0] and "not sent" in lines[0]
+    asks, lines = generation_asks(config.task, config.base_dir)
+    assert asks == {"stop": ["Question:"], "temperature": 0.0}
+    assert len(lines) == 1 and lines[0].startswith("task 'gsm8k' asks top_p = 0.9: not sent")
+
+
+GENERATION = (
+    'options = { generation_kwargs = { until = ["Question:", "\\n\\n"], do_sample = false, max_gen_toks = 64 } }'
+)
+
+
+def _gsm8k_endpoint_config(tmp_path: Path, base_url: str, model_extra: str = "") -> Path:
+    write_gsm8k(tmp_path, test=3)
+    files = '{ train = "gsm8k/train.jsonl", test = "gsm8k/test.jsonl" }'
+    path = tmp_path / "config.toml"
+    path.write_text(
+        f'[task]\nlm_eval = "gsm8k"\nnum_fewshot = 1\ndata_files = {files}\n{GENERATION}\n'
+        f'[model]\nprovider = "openai"\nmodel = "m"\nbase_url = "{base_url}"\n{model_extra}',
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_a_tasks_until_and_max_gen_toks_reach_the_request(tmp_path: Path) -> None:
+    """The task's until, max_gen_toks and greedy decoding are what the client sends, what the
+    fingerprint keys the cache by and what the provenance records."""
+    from langchain_core.messages import HumanMessage
+
+    from ape.tasks.models.build import build_model
+    from ape.tasks.models.fingerprint import model_fingerprint
+    from ape.tasks.models.requests import request_settings
+    from ape.tasks.models.task_requests import overridden
+    from tests.helpers.fake_openai import LoopbackEndpoint, completion
+
+    server = LoopbackEndpoint(lambda request: (200, completion("42")))
+    try:
+        config = _load(_gsm8k_endpoint_config(tmp_path, server.base_url))
+        model = config.model[0]
+        build_model(model, config.base_dir).invoke([HumanMessage("2+2?")])
+    finally:
+        server.close()
+    body = server.requests[-1].body
+    assert body["stop"] == ["Question:", "\n\n"] and body["temperature"] == 0.0
+    assert 64 in (body.get("max_tokens"), body.get("max_completion_tokens"))
+    asked = request_settings(model)
+    assert (asked.stop, asked.max_tokens, asked.temperature) == (["Question:", "\n\n"], 64, 0.0)
+    assert overridden(model, {"stop": ["Question:", "\n\n"], "max_tokens": 64, "temperature": 0.0}) == []
+    plain = ModelConfig(provider="openai", model="m", base_url=server.base_url, max_tokens=64, temperature=0.0)
+    assert model_fingerprint(plain) != model_fingerprint(model)  # the stop sequences key the cache
+
+
+def test_a_model_setting_wins_over_the_tasks_and_one_line_says_so(tmp_path: Path) -> None:
+    from ape.tasks.models.requests import request_settings
+    from ape.tasks.models.task_requests import overridden
+    from ape.tasks.storage.lm_eval_tasks import generation_asks
+
+    config = _load(_gsm8k_endpoint_config(tmp_path, "http://127.0.0.1:9/v1", "max_tokens = 16\n"))
+    model = config.model[0]
+    assert config.task is not None
+    asks, _ = generation_asks(config.task, config.base_dir)
+    asked = request_settings(model)
+    assert asked.max_tokens == 16 and asked.stop == ["Question:", "\n\n"] and asked.temperature == 0.0
+    lines = overridden(model, asks)
+    assert len(lines) == 1 and "[model] max_tokens = 16 is sent, not the task's max_gen_toks" in lines[0]
+
+
+def test_a_loglikelihood_task_is_one_continuation_scored_by_the_harness(tmp_path: Path) -> None:
+    """LAMBADA: each document one item whose only choice is the harness's continuation, with no
+    delimiter; the session's score is acc (the greedy match), perplexity is kept beside it."""
+    from ape.tasks.checking.lm_eval_check import LmEvalChecker
+    from ape.tasks.solving.choices import choice_texts
+
+    write_lambada(tmp_path, test=3)
+    config = _load(_config(tmp_path, 'lm_eval = "lambada_openai"\ndata_files = { test = "lambada/test.jsonl" }'))
+    items = [LmEvalItem.model_validate_json(line) for line in config.data.file.read_text().splitlines()]
+    assert [item.id for item in items] == [f"lambada_openai/{i}" for i in range(3)]
+    assert items[0].context.endswith("He looked at the") and items[0].choices == [" door"] and items[0].gold == 0
+    assert config.choices is not None and config.choices.delimiter == "" and config.choices.min_choices == 1
+    assert choice_texts(items[0], config.choices) == [" door"]
+    with pytest.raises(ValueError, match="needs two or more"):
+        choice_texts(items[0], config.choices.model_copy(update={"min_choices": 2}))
+    checker = LmEvalChecker(**config.checker.args)
+    right = checker(items[0], {"loglikelihoods": [-2.5], "greedy": [True]})
+    assert right.score == 1.0 and right.metadata["metric"] == "acc,none"
+    assert right.metadata["lm_eval"] == {"perplexity,none": -2.5, "acc,none": 1.0}
+    assert checker(items[0], {"loglikelihoods": [-2.5], "greedy": [False]}).score == 0.0
