@@ -227,6 +227,8 @@ def _wait_for_events(events: EventPace, wait_s: float, on_progress: Callable[[st
     )
     if not stored and events.on:
         on_progress(f"the Prefect server has not stored {events.lag()} of {events.sent} events after {wait_s:.0f} s")
+    elif stored:
+        on_progress(f"the Prefect server stored all {events.sent} task-run events ({events.polls} counts asked)")
 
 
 def _wait(counts: TaskRunCounts, flow_run_id: str, wait_s: float, on_progress: Callable[[str], None]) -> bool:

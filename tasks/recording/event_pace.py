@@ -118,6 +118,9 @@ class EventPace:
             return True
         started = moved = said = self.clock()
         before = self._poll()
+        if before is None:
+            return False
+        rate = 0.0  # events stored a second, between the last two counts that moved
         while self.on:
             now = self.clock()
             behind = self.lag() > max_lag
@@ -134,12 +137,21 @@ class EventPace:
             if on_progress is not None and now - said >= 5.0:
                 on_progress(self.stored, self.sent)
                 said = now
-            self.sleep(self.poll_s)
+            self.sleep(self._pause(max_lag, rate))
             count = self._poll()
             if count is None:
                 return False
             if count != before:
+                rate = (count - before) / max(self.poll_s, self.clock() - moved)
                 moved, before = self.clock(), count
             elif not behind:  # max_lag 0: all stored and nothing new arrived over one poll
                 return True
         return False
+
+    def _pause(self, max_lag: int, rate: float) -> float:
+        """Seconds until the next count: the time the persister needs, at its last rate, to
+        bring the lag within ``max_lag`` (a count of a large events table costs the server
+        more than the events a second of waiting would), from one to ten polls."""
+        if rate <= 0:
+            return self.poll_s
+        return min(10 * self.poll_s, max(self.poll_s, (self.lag() - max_lag) / rate))
