@@ -222,7 +222,7 @@ def _wait_for_events(events: EventPace, wait_s: float, on_progress: Callable[[st
         0,
         limit_s=wait_s,
         on_progress=lambda held, sent: on_progress(
-            f"Prefect server storing the events: {held}/{sent} task-run events of the flow run"
+            f"Prefect server storing the events: {min(held, sent)}/{sent} task-run events of the flow run"
         ),
     )
     if not stored and events.on:
