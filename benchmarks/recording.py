@@ -10,8 +10,11 @@ Two measurements, each against servers started for the purpose (state in a temp 
   output folder; ``ape.tasks.recording.catch_up``): then every session's task run once, in
   a final state, every chain ``stage_chains.json`` says was recorded, none left out, none
   Pending or Running, and nothing doubled. Prints the run's wall time, items/s, how long
-  after the run's end the mirror was complete, and the events the server's broker dropped
-  (its "Subscription queue is full" warnings).
+  after the run's end the mirror was complete, the events the server's broker dropped
+  (its "Subscription queue is full" warnings), and, once the catch-up's process has ended,
+  the task-run events the server stored (the UI's Events feed: at least one per task run
+  when none was lost), the catch-up's wall time and the server's CPU over the run and the
+  catch-up.
 - ``--idle S``: the CPU a freshly started, idle server uses over S seconds (psutil, the
   server's process tree), with Prefect's defaults and with APE's settings, side by side.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -79,11 +83,36 @@ def wait_for_mirror(folder: Path, api: str, n: int, stall_s: float = 300.0) -> t
     raise RuntimeError(f"the mirror stopped growing for {stall_s:.0f} s: {last} (see {folder / 'out' / 'record.log'})")
 
 
-def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Path) -> None:
+def stored_events(api: str) -> int:
+    """Task-run events in the server's events table (every flow run; a fresh server)."""
+    from ape import server
+
+    since = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() - 7 * 86400))
+    body = {"filter": {"occurred": {"since": since}, "event": {"prefix": ["prefect.task-run."]}}, "limit": 1}
+    with server.api_session(api, timeout=120, auth=server.auth_string()) as session:
+        return int(session.post("/events/filter", json=body).json()["total"])
+
+
+def catch_up_end(stderr: str, started: float) -> float | None:
+    """Seconds from ``started`` until the run's background catch-up process ended (None: none)."""
+    import psutil
+
+    found = re.search(r"in the background \(pid (\d+)\)", stderr)
+    if found is None:
+        return None
+    try:
+        psutil.Process(int(found.group(1))).wait()
+    except psutil.NoSuchProcess:
+        pass
+    return time.perf_counter() - started
+
+
+def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Path, pid: int | None = None) -> None:
     from ape.tasks.storage.stage_chains import read_chains
 
     folder = work / f"run-{n}"
     make_workload(folder, n, 0.0, 16, call_log=False)
+    cpu_before = tree_cpu(pid) if pid is not None else 0.0
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "ape", "run", "config.toml"], cwd=folder, env=env, capture_output=True, text=True
@@ -95,6 +124,9 @@ def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Pat
     said = read_chains(folder / "out")  # what the run says it recorded and left out
     left_at_end = said.chains_left_out if said else 0
     after, final = wait_for_mirror(folder, api, n)
+    catch_up_s = catch_up_end(done.stderr, started + wall)
+    events = stored_events(api)
+    cpu = tree_cpu(pid) - cpu_before if pid is not None else 0.0
     said = read_chains(folder / "out")
     chains = said.chains_recorded if said else 0
     drops = log_file.read_text(errors="replace").count("Subscription queue is full")
@@ -108,6 +140,11 @@ def measure_run(n: int, work: Path, env: dict[str, str], api: str, log_file: Pat
     print(f"| any still Pending/Running | {at_end['open']} | {final['open']} | 0 |")
     print(f"stage chains left out when the run returned: {left_at_end}; after the catch-up: 0")
     print(f"events the server's broker dropped (all consumers): {drops}")
+    if catch_up_s is not None:
+        print(f"the catch-up's process ended {catch_up_s:.1f} s after the run returned")
+    task_runs = final["session"] + sum(final[s] for s in ("render", "solve", "adapt", "check", "score"))
+    print(f"task-run events stored then: {events} for {task_runs} task runs (at least one each when none was lost)")
+    print(f"server CPU over the run and the catch-up: {cpu:.1f} s ({1000 * cpu / max(1, task_runs):.2f} ms a task run)")
     lost_or_doubled = final["session"] != n or any(
         final[s] != chains for s in ("render", "solve", "adapt", "check", "score")
     )
@@ -160,7 +197,7 @@ def main() -> None:
         env = dict(os.environ, APE_SERVER_PORT=str(args.port), PREFECT_SERVER_ANALYTICS_ENABLED="false")
         env.pop("PREFECT_API_URL", None)
         try:
-            measure_run(args.n, work, env, info.api_url, info.log_file)
+            measure_run(args.n, work, env, info.api_url, info.log_file, info.pid)
             if args.idle and info.pid is not None:
                 time.sleep(15)
                 print(f"the same server, idle after the run: {idle_percent(info.pid, args.idle):.2f}% of a core")

@@ -17,7 +17,10 @@ score show as instants.
 
 The chains go out in slices, each after the server has caught up to within
 :data:`~ape.tasks.recording.MAX_LAG` task runs, so a long list never overflows a local
-server's queue; a slice whose task runs the server already holds is not sent again.
+server's queue; a slice whose task runs the server already holds is not sent again. They
+are also paced on the events the server has stored (:mod:`ape.tasks.recording.event_pace`),
+so the event persister's queue does not overflow either, and the catch-up ends only once the
+server has stored them.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ape.schemas.results import Outcome, OutputBatch, SessionResult
 from ape.schemas.transcript import SolveRecord
+from ape.tasks.recording.event_pace import MAX_EVENT_LAG, EventPace
 from ape.tasks.recording.server import (
     FINAL_TYPES,
     MAX_LAG,
@@ -36,6 +41,7 @@ from ape.tasks.recording.server import (
     WAIT_S,
     TaskRunCounts,
     count_task_runs,
+    counting_client,
     poll_server,
 )
 from ape.tasks.recording.stage_runs import (
@@ -161,6 +167,7 @@ def record_flow_run(
     counts = TaskRunCounts(count_task_runs, background=False)
     counts.add(flow_run_id, count_task_runs([flow_run_id], FINAL_TYPES))  # what it holds already
     sessions = [key for key in wanted if key in marks]
+    events = _event_pace(flow_run_id, marks, on_progress)
     said = time.monotonic()
     for first in range(0, len(sessions), SLICE):
         batch = sessions[first : first + SLICE]
@@ -168,7 +175,9 @@ def record_flow_run(
         held = count_task_runs([flow_run_id], FINAL_TYPES, task_run_ids=ids)
         if held < len(ids):  # not sent before (or only in part): send the slice
             counts.throttle(max_lag=MAX_LAG)
+            events.wait(MAX_EVENT_LAG)  # the event persister, the broker's slower consumer
             lacking = sessions_lacking(flow_run_id, batch)  # left out whole while the server was behind
+            before = done.task_runs
             for key, index in batch:
                 chain = marks[(key, index)]
                 if (key, index) in lacking:
@@ -176,12 +185,50 @@ def record_flow_run(
                 # nested in the session's task run (a fixed id), as the run nests them
                 done.task_runs += record_stage_runs(flow_run_id, key, index, chain, nested=True)
             counts.add(flow_run_id, len(ids) - held + len(lacking))
+            events.add(done.task_runs - before)  # one event per task run sent
         if time.monotonic() - said >= 5.0:
             on_progress(f"sent {min(first + SLICE, len(sessions))}/{len(sessions)} chains of flow run {flow_run_id}")
             said = time.monotonic()
     done.complete = _wait(counts, flow_run_id, wait_s, on_progress)
+    if done.complete and events.sent:
+        _wait_for_events(events, wait_s, on_progress)
     done.sessions = len(sessions) if done.complete else 0
     return done
+
+
+def _event_pace(
+    flow_run_id: str, marks: dict[tuple[str, int], list[StageMark]], on_progress: Callable[[str], None]
+) -> EventPace:
+    """The pacing on stored events of one flow run's catch-up, its baseline taken. The events
+    carry the stages' own times, so the count reaches back to the earliest stage rebuilt (a
+    minute more for clocks), whatever day that was."""
+    first = min((mark.start for chain in marks.values() for mark in chain), default=time.time())
+    since = datetime.fromtimestamp(first - 60.0, tz=UTC)
+    client = counting_client()
+    pace = EventPace(
+        lambda: prefect_api.count_flow_run_events(client, flow_run_id, since),
+        on_progress,
+        enabled=prefect_api.event_persister_enabled(),
+    )
+    pace.start()
+    return pace
+
+
+def _wait_for_events(events: EventPace, wait_s: float, on_progress: Callable[[str], None]) -> None:
+    """Wait until the server has stored every event sent (the UI's Events feed whole, and
+    nothing left in its queue for ``ape server stop`` to lose), at most ``wait_s``, with a
+    progress line; a shortfall is said, the task runs stay recorded."""
+    stored = events.wait(
+        0,
+        limit_s=wait_s,
+        on_progress=lambda held, sent: on_progress(
+            f"Prefect server storing the events: {min(held, sent)}/{sent} task-run events of the flow run"
+        ),
+    )
+    if not stored and events.on:
+        on_progress(f"the Prefect server has not stored {events.lag()} of {events.sent} events after {wait_s:.0f} s")
+    elif stored:
+        on_progress(f"the Prefect server stored all {events.sent} task-run events ({events.polls} counts asked)")
 
 
 def _wait(counts: TaskRunCounts, flow_run_id: str, wait_s: float, on_progress: Callable[[str], None]) -> bool:

@@ -137,7 +137,7 @@ def count_task_runs(
     if task_run_ids is not None:
         task_runs["id"] = {"any_": list(task_run_ids)}
     body = {"flow_runs": {"id": {"any_": list(flow_run_ids)}}, "task_runs": task_runs}
-    response = _counting_client().request("POST", "/task_runs/count", json=body)
+    response = counting_client().request("POST", "/task_runs/count", json=body)
     response.raise_for_status()
     return int(response.json())
 
@@ -146,7 +146,7 @@ _CLIENTS: dict[tuple[Any, ...], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
-def _counting_client() -> Any:
+def counting_client() -> Any:
     """One started Prefect client per API address and credentials, kept for the process.
 
     Why: the counts are polled several times a second at the end of a run and while the

@@ -15,7 +15,10 @@ Every module that talks to the Prefect server goes through here for
   (:func:`create_global_limit`), the Paused state (:func:`paused_state`), the client's own
   retries switched off (:func:`settings_without_retries`), Prefect's "not found" and
   "already exists" errors (:func:`object_errors`), and the automation that marks a silent
-  flow run Crashed (:func:`ensure_silence_automation`).
+  flow run Crashed (:func:`ensure_silence_automation`);
+- the events the server has stored (its events table, the UI's *Events* feed) for a flow run
+  (:func:`count_flow_run_events`), and whether this side's settings switch the server's event
+  persister off (:func:`event_persister_enabled`).
 
 Prefect is imported inside these functions, and only here: Prefect reads its settings when it
 is first imported, so APE imports it only after it has set them (the API URL of the server
@@ -27,7 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -35,10 +38,12 @@ __all__ = [
     "api_url",
     "artifact_key",
     "client_or_none",
+    "count_flow_run_events",
     "create_global_limit",
     "create_variable",
     "current_flow_run_id",
     "ensure_silence_automation",
+    "event_persister_enabled",
     "object_errors",
     "paused_state",
     "refresh_settings",
@@ -231,3 +236,34 @@ def ensure_silence_automation(automation: Any) -> None:
         if client.read_automations_by_name(automation.name):
             return
         client.create_automation(automation)
+
+
+# -- the events the server stored --------------------------------------------------------------
+def count_flow_run_events(client: Any, flow_run_id: str, since: datetime, prefix: str = "prefect.task-run.") -> int:
+    """Events named ``prefix``... related to flow run ``flow_run_id`` in its ``flow-run`` role,
+    occurred from ``since`` on, that the server has stored (``POST /events/filter``, one
+    event asked for, its ``total`` read).
+
+    Why the flow run and ``since``, not "the last day": events recorded after a run carry the
+    times the stages ran (``ape record``), so the filter names the flow run they belong to and
+    reaches back to its first stage; Prefect's own default would cut at 180 days.
+    """
+    body = {
+        "filter": {
+            "occurred": {"since": since.isoformat(), "until": (datetime.now(UTC) + timedelta(days=1)).isoformat()},
+            "event": {"prefix": [prefix]},
+            "related": {"resources_in_roles": [[f"prefect.flow-run.{flow_run_id}", "flow-run"]]},
+        },
+        "limit": 1,
+    }
+    response = client.request("POST", "/events/filter", json=body)
+    response.raise_for_status()
+    return int(response.json()["total"])
+
+
+def event_persister_enabled() -> bool:
+    """Whether Prefect's settings here leave the server's event persister on (a server APE
+    starts inherits them: ``PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED``)."""
+    from prefect.settings import get_current_settings  # noqa: PLC0415 - APE sets Prefect's settings first
+
+    return bool(get_current_settings().server.services.event_persister.enabled)

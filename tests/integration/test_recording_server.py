@@ -338,3 +338,64 @@ def test_a_killed_catch_up_is_completed_by_ape_record(ape_server: dict[str, str]
     assert _count(ape_server, "[killed600x", recording.OPEN_TYPES) == 0
     after = read_chains(out)
     assert after is not None and after.chains_left_out == 0
+
+
+@pytest.fixture
+def slow_events_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A server APE starts whose event persister stores nothing for 6 s at a time (one flush
+    every 6 s, batches large enough never to fill): the UI's Events feed far behind its
+    task-run recorder, as under a fast catch-up on a busy machine."""
+    from ape import server
+
+    home = tmp_path_factory.mktemp("ape-home-slow-events")
+    slow = {
+        "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "100000",
+        "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "6",
+    }
+    env = dict(os.environ, APE_HOME=str(home), APE_SERVER_PORT=str(free_port()), **slow)
+    env.pop("PREFECT_API_URL", None)
+    with pytest.MonkeyPatch.context() as patch:
+        for key in ("APE_HOME", "APE_SERVER_PORT", *slow):
+            patch.setenv(key, env[key])
+        patch.delenv("PREFECT_API_URL", raising=False)
+        info = server.start()
+        try:
+            yield dict(env, API=info.api_url, AUTH=server.auth_string(info.home), LOG=str(info.log_file))
+        finally:
+            server.stop()
+
+
+def _stored_events(ape_server: dict[str, str]) -> int:
+    """Task-run events in the server's events table (the UI's Events feed), any flow run."""
+    from ape import server
+
+    body = {"filter": {"occurred": {"since": "2000-01-01T00:00:00+00:00"}, "event": {"prefix": ["prefect.task-run."]}}}
+    with server.api_session(ape_server["API"], timeout=60, auth=ape_server["AUTH"]) as session:
+        response = session.post("/events/filter", json=dict(body, limit=1))
+    response.raise_for_status()
+    return int(response.json()["total"])
+
+
+@pytest.mark.slow
+def test_the_catch_up_ends_only_when_a_slow_server_has_stored_every_event(
+    slow_events_server: dict[str, str], tmp_path: Path
+) -> None:
+    """A catch-up whose server stores events seconds after it records the task runs: it paces
+    itself on the stored events (a budget of 300 unstored, so it waits between slices) and
+    ends only once the events table holds an event for every task run, so a server stopped
+    right after it loses nothing. Counted the moment its process has ended, without waiting."""
+    n = 400
+    env = dict(slow_events_server, APE_RECORD_MAX_LAG="20", APE_RECORD_MAX_EVENT_LAG="300")
+    bench, out = tmp_path / "bench", tmp_path / "bench" / "out"
+    done = _run(bench, n, {k: v for k, v in env.items() if k != "LOG"}, prefix="events400x")
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said[-3000:]
+    pid = _catch_up_pid(said)
+    _wait_until(lambda: not _alive(pid))
+    task_runs = _count(slow_events_server, "[events400x")
+    events = _stored_events(slow_events_server)
+    assert task_runs == n * 6, (out / "record.log").read_text()[-2000:]
+    assert events >= task_runs, (out / "record.log").read_text()[-2000:]  # one final event each at least
+    assert "Subscription queue is full" not in Path(slow_events_server["LOG"]).read_text(errors="replace")
+    log_text = (out / "record.log").read_text()
+    assert "pacing on task runs only" not in log_text
