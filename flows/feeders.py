@@ -26,7 +26,6 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch
-from ape.tasks.models.sdk_types import build_response_types
 from ape.tasks.recording import RunRecording
 from ape.tasks.session.stages import Worker, bind_worker
 from ape.tasks.setup.model import ModelSetup, fingerprint_hash, make_setup
@@ -64,7 +63,6 @@ class ThreadFeeder:
         self.recording = recording
         self.refresh = refresh
         self.session_log = session_log
-        build_response_types()  # here, before the threads: pydantic's lazy builds race between them
         self.pool = ThreadPoolExecutor(
             max_workers=setup.config.run.solver_workers, initializer=start_worker, thread_name_prefix="solver"
         )

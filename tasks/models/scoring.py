@@ -34,6 +34,7 @@ from ape.tasks.models.local.llama_inprocess import llama_scorer
 from ape.tasks.models.local.llama_server import is_llama_cpp
 from ape.tasks.models.mocks.scorer import mock_scorer
 from ape.tasks.models.score_types import ContinuationScore, Scored, Scorer, ScoreRequest
+from ape.tasks.models.sdk_types import build_response_types
 
 __all__ = ["ContinuationScore", "ScoreRequest", "Scored", "Scorer", "build_scorer", "check_can_score"]
 
@@ -93,4 +94,6 @@ def build_scorer(cfg: ModelConfig, base_dir: Path) -> Scorer:
         return mock_scorer(cfg, base_dir)
     if provider == "llama-cpp":
         return llama_scorer(cfg)
-    return completions_scorer(cfg)
+    scorer = completions_scorer(cfg)
+    build_response_types()  # openai's Completion, before worker threads parse one: pydantic's lazy build races
+    return scorer

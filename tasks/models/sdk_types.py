@@ -6,8 +6,10 @@ validator on first use. Pydantic's rebuild is not thread-safe (``BaseModel.model
 says so in its source): when several solver threads parse their first responses at the
 same moment, one thread can delete a validator another has just built, and a session
 fails with "BaseModel cannot be instantiated directly" on a healthy endpoint. Building the
-response types under one lock before the first call removes the race. Only the types a
-chat response and a run's Prefect calls reach are built (about 20 ms for OpenAI's chat
+response types under one lock before the first call removes the race: the builders of a
+chat model (``build_model``) and of a completions scorer call :func:`build_response_types`,
+and every solver, judge and Dask worker builds its own before its first request. Only the
+types a chat or completions response and a run's Prefect calls reach are built (about 20 ms for OpenAI's chat
 types); building every OpenAI type would cost about 0.7 s of every run's start.
 """
 

@@ -28,13 +28,19 @@ PROBE = textwrap.dedent(
     from openai.types.chat.chat_completion import Choice
     from openai.types.completion_usage import CompletionUsage
     from prefect.events.schemas.events import Event
-    types = (ChatCompletion, Choice, ChatCompletionMessage, CompletionUsage, Event)
+    from openai.types import Completion
+    types = (ChatCompletion, Choice, ChatCompletionMessage, CompletionUsage, Event, Completion)
     before = [t.__pydantic_complete__ for t in types]
     if sys.argv[1] == "build":
         from ape.schemas.config import ModelConfig
         from ape.tasks.models.build import build_model
         cfg = ModelConfig(name="m", provider="openai", model="x", base_url="http://127.0.0.1:9/v1", api_key_env="APE_PROBE_KEY")
         build_model(cfg, Path("."))
+    if sys.argv[1] == "score":
+        from ape.schemas.config import ModelConfig
+        from ape.tasks.models.scoring import build_scorer
+        cfg = ModelConfig(name="m", provider="openai", model="x", base_url="http://127.0.0.1:9/v1", api_key_env="APE_PROBE_KEY")
+        build_scorer(cfg, Path("."))
     print(json.dumps({"before": before, "after": [t.__pydantic_complete__ for t in types]}))
     """
 )
@@ -55,8 +61,13 @@ def _probe(mode: str) -> dict[str, list[bool]]:
 
 
 def test_the_types_start_unbuilt_so_the_check_below_means_something() -> None:
-    assert _probe("import")["after"][:4] == [False, False, False, False]
+    assert _probe("import")["after"] == [False, False, False, False, False, False]
 
 
 def test_building_an_openai_model_builds_the_response_types_it_will_parse() -> None:
-    assert _probe("build")["after"] == [True, True, True, True, True]
+    assert _probe("build")["after"] == [True] * 6
+
+
+def test_building_a_completions_scorer_builds_the_completion_type_it_will_parse() -> None:
+    after = _probe("score")["after"]
+    assert after[5] is True and after[4] is True  # Completion, and Prefect's Event
