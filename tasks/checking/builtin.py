@@ -25,6 +25,8 @@ from ape.tasks.checking.metrics import METRICS, correct_from_score
 
 WHERE_NAME = "[checker] implementation"
 WHERE_ARGS = "[checker] args"
+# metrics that only compare normalised text or numbers: no user code, no pattern, linear time
+INLINE_METRICS = frozenset({"exact_match", "accuracy"})
 
 
 class MetricArgs(BaseModel):
@@ -89,6 +91,8 @@ class BuiltinChecker:
     def __init__(self, metric: str, args: MetricArgs | CodeExecArgs):
         self.metric = metric
         self.args = args
+        # a comparison linear in the answer: called without a plugin thread (ape.tasks.common.deadline)
+        self.runs_inline = metric in INLINE_METRICS
 
     def __repr__(self) -> str:
         return f"BuiltinChecker({self.metric!r}, {self.args!r})"

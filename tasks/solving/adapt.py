@@ -32,7 +32,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, field_validator
 
@@ -51,6 +51,10 @@ class BuiltinAdapter(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # linear in the answer and no user code: called without a plugin thread
+    # (ape.tasks.common.deadline); a pattern or schema from the config keeps its limit
+    runs_inline: ClassVar[bool] = False
+
     def __call__(self, text: str) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -58,12 +62,16 @@ class BuiltinAdapter(BaseModel):
 class RawAdapter(BuiltinAdapter):
     """The answer text unchanged: for checkers that do their own normalisation."""
 
+    runs_inline: ClassVar[bool] = True
+
     def __call__(self, text: str) -> str:
         return text
 
 
 class StripAdapter(BuiltinAdapter):
     """The answer without surrounding whitespace."""
+
+    runs_inline: ClassVar[bool] = True
 
     def __call__(self, text: str) -> str:
         return text.strip()
@@ -125,6 +133,8 @@ _NUMBER = re.compile(
 
 class LastNumberAdapter(BuiltinAdapter):
     """The last number in the answer: models usually state the final result last."""
+
+    runs_inline: ClassVar[bool] = True
 
     def __call__(self, text: str) -> int | float:
         found = _NUMBER.findall(text)

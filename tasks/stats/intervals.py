@@ -28,6 +28,7 @@ import math
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -103,6 +104,15 @@ def wilson_bounds(p: np.ndarray | float, n: np.ndarray | float, z: np.ndarray | 
     return low, high
 
 
+def _stats() -> Any:
+    """``scipy.stats``, imported on first need: it takes about a second of the interpreter to
+    load, which the live view's plain (clustered) Wilson interval, computed while the
+    solvers run, never needs."""
+    from scipy import stats
+
+    return stats
+
+
 def wilson(
     successes: float,
     n: float,
@@ -116,12 +126,10 @@ def wilson(
     ``n`` may be an effective (non-integer) sample size; ``dof`` switches z for Student's
     t; ``modified=False`` gives plain Wilson (no Poisson bound at the edges).
     """
-    from scipy import stats  # imported here: scipy.stats takes a second to load
-
     if n <= 0:
         return math.nan, math.nan
     alpha = 1.0 - level
-    z = stats.t.ppf(1 - alpha / 2, dof) if dof else two_sided_z(alpha)
+    z = _stats().t.ppf(1 - alpha / 2, dof) if dof else two_sided_z(alpha)
     p = min(max(successes / n, 0.0), 1.0)
     bounds = wilson_bounds(p, n, z)
     low, high = float(bounds[0]), float(bounds[1])
@@ -131,9 +139,9 @@ def wilson(
     if not modified:
         return low, high
     if 0 < x <= edge + 1e-9:
-        low = 0.5 * float(stats.chi2.ppf(alpha, 2 * x)) / n
+        low = 0.5 * float(_stats().chi2.ppf(alpha, 2 * x)) / n
     if 0 < y <= edge + 1e-9:
-        high = 1.0 - 0.5 * float(stats.chi2.ppf(alpha, 2 * y)) / n
+        high = 1.0 - 0.5 * float(_stats().chi2.ppf(alpha, 2 * y)) / n
     return low, high
 
 
@@ -248,9 +256,7 @@ def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def _bca(samples, statistic, level, resamples, seed, paired: bool = False) -> tuple[float, float]:
-
-    from scipy import stats  # deferred, as above
-
+    stats = _stats()
     first = samples[0]
     if first.size < 2:
         return math.nan, math.nan  # one item (or cluster) says nothing about the spread

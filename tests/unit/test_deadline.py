@@ -63,3 +63,38 @@ def test_calls_at_once_each_get_a_thread() -> None:
     for t in workers:
         t.join(20)
     assert errors == []
+
+
+class _Recorder:
+    """Records the thread each call ran on."""
+
+    def __init__(self, runs_inline: bool) -> None:
+        self.runs_inline = runs_inline
+        self.threads: list[threading.Thread] = []
+
+    def __call__(self, *args: object) -> str:
+        self.threads.append(threading.current_thread())
+        return "done"
+
+
+def test_only_a_plugin_marked_runs_inline_skips_the_plugin_thread() -> None:
+    marked, unmarked = _Recorder(True), _Recorder(False)
+    assert _on(marked, "x") == _on(unmarked, "x") == "done"
+    assert marked.threads == [threading.current_thread()]
+    assert unmarked.threads[0] is not threading.current_thread()
+
+
+def test_the_built_ins_that_run_inline_are_the_linear_ones() -> None:
+    """raw, strip, last_number, exact_match and accuracy run on the caller's thread; a pattern
+    from the config (regex), a schema (json) and every other metric keep their thread and limit."""
+    from ape.tasks.checking.builtin import builtin_checker
+    from ape.tasks.checking.metrics import METRICS
+    from ape.tasks.solving.adapt import builtin_adapter
+
+    inline = {name for name in ("raw", "strip", "last_number") if builtin_adapter(name).runs_inline}
+    assert inline == {"raw", "strip", "last_number"}
+    assert not builtin_adapter("regex", {"pattern": "(a+)+b"}).runs_inline
+    assert not builtin_adapter("json").runs_inline
+    checkers = {name for name in METRICS if builtin_checker(name).runs_inline}
+    assert checkers == {"exact_match", "accuracy"}
+    assert _on(builtin_adapter("last_number"), "so 12, then 42") == 42
