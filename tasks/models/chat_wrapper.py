@@ -18,7 +18,7 @@ from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import Runnable, RunnableBinding
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import ConfigDict
+from pydantic import ConfigDict, PrivateAttr
 
 from ape.schemas.errors import ApeError
 
@@ -56,6 +56,17 @@ class WrappedChatModel(ToolBindingChatModel):
     inner: BaseChatModel
     model_id: str
     wrapper_kind: ClassVar[str] = "wrapped"
+
+    _settings: dict[str, Any] | None = PrivateAttr(default=None)
+
+    def _get_invocation_params(self, stop: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
+        """LangChain's invocation parameters, from the model's settings taken once: its own
+        method rebuilds them on every call under ``warnings.catch_warnings`` (process-wide
+        state), about 3% of the interpreter at 256 solver workers; a wrapper's settings do not
+        change once it is built."""
+        if self._settings is None:
+            self._settings = super()._get_invocation_params()
+        return {**self._settings, "stop": stop, **kwargs}
 
     @property
     def _llm_type(self) -> str:

@@ -55,3 +55,19 @@ def test_session_cache_uses_the_engines_policy_when_prefect_hashes_differently(t
     specs = [_spec(), _spec("What is 2 + 4?")]
     assert [cache.key(s) for s in specs] == [_key(session_task, s, tmp_path) for s in specs]
     assert cache._fast is False
+
+
+def test_the_cache_writes_under_prefects_own_holder_of_each_thread() -> None:
+    """The holder made once per thread is the one Prefect's store would make on each write."""
+    import threading
+
+    from prefect.results import ResultStore
+
+    from ape.tasks.session.cache import _holder
+
+    assert _holder() == ResultStore.generate_default_holder()
+    other: list[str] = []
+    thread = threading.Thread(target=lambda: other.append(_holder()))
+    thread.start()
+    thread.join()
+    assert other and other[0] != _holder() and str(threading.get_ident()) not in other[0]

@@ -469,3 +469,24 @@ def test_wrapper_is_safe_to_share_between_threads(gated_mock: Gate) -> None:
     assert answers == [f"The answer is {2 * i}" for i in range(8)]
     assert gated_mock.peak <= 2 and gated_mock.entered == 8
     assert model.limiter.peak_concurrency == 2
+
+
+def test_the_wrappers_invocation_params_are_langchains_taken_once() -> None:
+    """What callbacks and tracers see of a request (the model's settings, the stop words, the
+    bound arguments) is what LangChain's own method gives, built once per model."""
+    model = build_model(cfg(provider="mock", model="echo"), Path("."))
+    assert isinstance(model, ManagedChatModel)
+    expected = BaseChatModel._get_invocation_params(model, stop=["\n"], tools=[])
+    assert model._get_invocation_params(stop=["\n"], tools=[]) == expected
+    assert model._get_invocation_params()["stop"] is None
+    seen: list[dict[str, Any]] = []
+
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class Seen(BaseCallbackHandler):
+        def on_chat_model_start(self, serialized: Any, messages: Any, **kwargs: Any) -> None:
+            seen.append(kwargs["invocation_params"])
+
+    model.invoke("hi", config={"callbacks": [Seen()]}, stop=["END"])
+    assert seen and seen[0]["stop"] == ["END"] and seen[0]["model_id"] == model.model_id
+    assert model._settings is not None and "stop" in model._settings
