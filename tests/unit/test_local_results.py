@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,40 @@ def test_a_cache_write_through_the_result_store_resolves_nothing_again(tmp_path:
     store.write({"a": 2}, key="second")
     assert calls == []
     assert (tmp_path / "second").exists()
+
+
+def test_a_write_makes_its_folder_again_when_it_was_removed(tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    fast = ResolvedLocalFileSystem(basepath=str(folder))
+    fast.write_path("first", content=b"1", _sync=True)
+    shutil.rmtree(folder)  # e.g. the user cleaned the cache while a run went on
+    written = fast.write_path("second", content=b"2", _sync=True)
+    assert Path(written) == folder.resolve() / "second"
+    assert (folder / "second").read_bytes() == b"2"
+
+
+def test_a_write_replaces_an_older_file_whole(tmp_path: Path) -> None:
+    fast = ResolvedLocalFileSystem(basepath=str(tmp_path))
+    fast.write_path("key", content=b"a much longer older record", _sync=True)
+    fast.write_path("key", content=b"new", _sync=True)
+    assert (tmp_path / "key").read_bytes() == b"new"
+
+
+@pytest.mark.parametrize("kind", ["folder", "pipe", "link"])
+def test_a_write_refuses_a_path_that_is_not_a_regular_file(tmp_path: Path, kind: str) -> None:
+    """As Prefect's own write refuses one; a pipe nobody reads does not block the solver, and a
+    link planted at a key does not redirect the write to the file it points at."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    target = folder / "key"
+    if kind == "folder":
+        target.mkdir()
+    elif kind == "pipe":
+        os.mkfifo(target)
+    else:
+        target.symlink_to(outside)
+    with pytest.raises(ValueError, match="already exists and is not a file"):
+        ResolvedLocalFileSystem(basepath=str(folder)).write_path("key", content=b"x", _sync=True)
+    assert outside.read_text() == "keep me"
