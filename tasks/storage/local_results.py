@@ -58,8 +58,9 @@ class ResolvedLocalFileSystem(LocalFileSystem):
                     return _resolved(self.basepath) / name
         return super()._resolve_path(path)
 
-    @async_dispatch(LocalFileSystem.awrite_path)
-    def write_path(self, path: str, content: bytes) -> str:
+    # typed as Prefect types its own (a sync method dispatching to its async twin)
+    @async_dispatch(LocalFileSystem.awrite_path)  # type: ignore[arg-type]
+    def write_path(self, path: str, content: bytes) -> str:  # type: ignore[override]
         """Prefect's ``write_path`` (the same file, the same refusal of a path that is not a
         regular file) in fewer system calls: see the module doc."""
         target = self._resolve_path(path)
