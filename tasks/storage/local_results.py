@@ -12,10 +12,11 @@ folder itself (``""``): both are answered from the resolved folder too, without 
 Anything else (another absolute path, a name with a folder in it) still goes through
 Prefect's own checks.
 
-A write (two files per cached session: the record and its result) makes its folder once per
-process and opens the file without asking first whether it exists and is a file (four
-system calls instead of nine): each such call lets another of the run's solver threads take
-the interpreter, and at 256 workers the session then waits to get it back.
+A write (two files per cached session: the record and its result) opens the file without
+first making its folder or asking whether it exists and is a file (four system calls instead
+of nine; the folder is made only when the open finds it missing): each such call lets
+another of the run's solver threads take the interpreter, and at 256 workers the session
+then waits to get it back.
 """
 
 from __future__ import annotations
@@ -75,19 +76,18 @@ class ResolvedLocalFileSystem(LocalFileSystem):
 def _write_file(target: Path, content: bytes) -> None:
     """Write ``content`` over ``target``; a path that is not a regular file (a folder, a pipe,
     a link) is refused, as Prefect refuses one, without blocking on a pipe nobody reads or
-    writing where a link points."""
+    writing where a link points. A missing folder raises FileNotFoundError (the caller makes it)."""
+    refused = ValueError(f"Path {target} already exists and is not a file.")
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(target, flags, 0o666)
-    except FileNotFoundError:
-        raise
     except OSError as exc:
         if exc.errno in (errno.EISDIR, errno.ENXIO, errno.ELOOP):  # a folder; a pipe without reader; a link
-            raise ValueError(f"Path {target} already exists and is not a file.") from None
+            raise refused from None
         raise
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(f"Path {target} already exists and is not a file.")
+            raise refused
         view = memoryview(content)
         while view:
             view = view[os.write(fd, view) :]
