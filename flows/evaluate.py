@@ -55,7 +55,7 @@ from ape.tasks.storage.live_files import interrupted_flow_run
 from ape.tasks.storage.outdir import OutputLock
 from ape.tasks.storage.run_files import config_location
 from ape.tasks.storage.save import SaveFailed, SaveHandler
-from ape.tasks.storage.stage_chains import note_flow_run, record_command, record_line
+from ape.tasks.storage.stage_chains import note_flow_run, note_interrupted, record_command, record_line
 from ape.tasks.storage.transcripts import JSONL_FILE, LOG_FILE, SessionLog
 
 __all__ = ["Drained", "ItemsFailed", "ItemProcessor", "Runner", "dask_task_runner", "evaluate"]
@@ -201,6 +201,10 @@ class Runner:
                 setup.model_id,
                 self.continues,
             )
+            try:  # its sessions the server lacks go with this run's catch-up (under this run's lock)
+                note_interrupted(setup.out_dir, saver.results_path)
+            except (OSError, ApeError) as exc:  # the results are safe; this run's end rewrites the file
+                log.warning("%s: could not note it in stage_chains.json: %s", setup.model_id, exc)
         self.earlier_control = [e.model_dump(mode="json") for e in recorded_events(saver.load())]
         budget_redone = apply_changes(saver, previous, fingerprints, setup.model_id, cached=cfg.run.cache)
         redo = saver.discard(saver.errored_ids())

@@ -11,7 +11,10 @@ id, so a second ``ape record`` finds nothing left to record.
 
 A run whose server is behind at its end starts this command itself, detached, for its output
 folder (``ape.tasks.recording.catch_up``: the background catch-up, logged to ``record.log``);
-run by hand it completes what a killed run or a killed catch-up left.
+run by hand it completes what a killed run or a killed catch-up left. A killed run wrote no
+list: its model folder's ``live.json`` still says it was going, and every session it saved is
+named from the results (``ape.tasks.storage.stage_chains.note_interrupted``), once no process
+holds the folder's lock.
 """
 
 from __future__ import annotations
@@ -91,6 +94,8 @@ def record(folder: Path) -> int:
             where=str(folder),
             hint="give OUTPUT/runs/<run id>, OUTPUT/latest or the output folder of a run in place",
         )
+    for model in models:
+        _note_killed_run(model)
     found = [(model, chains) for model in models if (chains := read_chains(model)) is not None]
     if not found:
         raise ApeError(
@@ -115,6 +120,27 @@ def record(folder: Path) -> int:
 
     recount_stage_chains(top, models)
     return EXIT_OK if complete else EXIT_FAILED
+
+
+def _note_killed_run(model: Path) -> None:
+    """A run of ``model``'s folder killed mid-run wrote no list of chains: make it from the
+    saved results (every session it saved; those the server holds are not sent again), unless
+    a run is writing the folder now."""
+    from ape.tasks.storage.outdir import in_use
+    from ape.tasks.storage.run_files import run_files_in
+    from ape.tasks.storage.stage_chains import note_interrupted
+
+    if in_use(model):  # a run going: it writes its own list at its end
+        log.info("%s: a run is writing this folder; its chains are its own to list", model)
+        return
+    entry = note_interrupted(model, run_files_in(model).results)
+    if entry is not None:
+        log.info(
+            "%s: flow run %s ended mid-run; its %d saved session(s) are checked against the server",
+            model,
+            entry.flow_run_id,
+            len(entry.left_out),
+        )
 
 
 def _connect() -> str:

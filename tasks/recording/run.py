@@ -111,8 +111,9 @@ def wait_for_server(flow_run_ids: list[str], on_progress: Callable[[str], None] 
 
 
 def left_out_sessions(output: Path, flow_run_ids: Iterable[str]) -> int:
-    """Sessions of ``flow_run_ids`` that ``stage_chains.json`` files in ``output`` or its model
-    folders name as left out (to be sent after the run)."""
+    """Sessions of ``flow_run_ids``, and of the killed runs a run continued, that
+    ``stage_chains.json`` files in ``output`` or its model folders name as left out (to be
+    sent after the run)."""
     ids = set(flow_run_ids)
     left = 0
     for path in [output / CHAINS_FILE, *output.glob(f"*/{CHAINS_FILE}")]:
@@ -122,7 +123,7 @@ def left_out_sessions(output: Path, flow_run_ids: Iterable[str]) -> int:
             log.debug("could not read %s", path, exc_info=True)
             continue
         if chains is not None:
-            left += sum(len(run.left_out) for run in chains.flow_runs if run.flow_run_id in ids)
+            left += sum(len(run.left_out) for run in chains.flow_runs if run.flow_run_id in ids or run.interrupted)
     return left
 
 

@@ -146,6 +146,27 @@ class OutputLock:
         self.release()
 
 
+def in_use(folder: Path) -> bool:
+    """Whether a live process holds ``folder``'s lock (an ``ape run`` writing it now).
+
+    Why: ``ape record`` names the sessions of a run that was killed from its saved results,
+    which is safe only once nothing writes them; a killed holder's lock is gone with it. Asked
+    with a shared, non-blocking lock that is released at once, so it never holds up a run."""
+    try:
+        fd = os.open(Path(folder) / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        return True
+    finally:
+        os.close(fd)  # closing drops the probe's own lock
+    return False
+
+
 def describe_holder(path: Path) -> str:
     """'pid 123 on host, started 2026-...' from a lock file (what its holder wrote)."""
     try:

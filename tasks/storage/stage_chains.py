@@ -9,17 +9,25 @@ either way; this file names the sessions left out, per evaluate flow run, so
 they belong to. A run that resumes the folder's results keeps the entries of the earlier
 flow runs whose sessions it kept, so nothing waiting to be recorded is forgotten.
 
+A run writes its entry at its end; a killed run never does. Its entry is made afterwards
+(:func:`note_interrupted`, by the next run of the folder or by ``ape record``) from what it
+left on disk: its ``live.json`` still says it was going, and every session it saved is named,
+since the file cannot tell which of them the server took in (those it holds are not sent again).
+
 Written atomically (a temporary file renamed over it), like the other files of a run.
 """
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ape.schemas.errors import ApeError, first_problem
-from ape.tasks.storage.save import atomic_write_text
+from ape.schemas.live import LIVE_FILE
+from ape.tasks.storage.live_files import read_live
+from ape.tasks.storage.save import atomic_write_text, read_batches
 
 CHAINS_FILE = "stage_chains.json"
 # the command that records what a run left out, as the summary and the report name it
@@ -43,6 +51,9 @@ class FlowRunChains(BaseModel):
     flow_run_id: str
     chains_recorded: int = 0
     left_out: list[LeftOut] = Field(default_factory=list)
+    # the run's process ended mid-run (killed), so it never wrote this entry: it was made
+    # afterwards from the saved results (note_interrupted), every session it saved named
+    interrupted: bool = False
 
 
 class StageChains(BaseModel):
@@ -144,6 +155,53 @@ def note_flow_run(
     chains = StageChains(model=model, flow_runs=runs)
     write_chains(folder, chains)
     return chains
+
+
+def note_interrupted(folder: Path, results: Path) -> FlowRunChains | None:
+    """Add to ``folder``'s file the evaluate flow run whose process ended mid-run (its
+    ``live.json`` still says it was going), with every session it saved (``results``' batches
+    saved since it started) named as left out; the entry, or None when no run was
+    interrupted or the file names it already.
+
+    Why: without it ``ape record`` has no list for a killed run, and the sessions the run left
+    out while the server was behind, or still had queued when it died, would never reach the
+    UI. The names are what the saved results say; ``ape record`` sends only what the server
+    lacks of them (fixed task-run ids). Call it only while no run writes ``folder``: under its
+    lock, or once :func:`~ape.tasks.storage.outdir.in_use` says nobody holds it."""
+    live_path = Path(folder) / LIVE_FILE
+    if not live_path.is_file():
+        return None
+    try:
+        live = read_live(live_path)
+    except ApeError:  # not one APE wrote: nothing to go by
+        return None
+    if live.state not in ("running", "paused", "draining") or not _is_uuid(live.flow_run_id):
+        return None
+    assert live.flow_run_id is not None  # _is_uuid
+    chains = read_chains(folder) or StageChains(model=live.model)  # a damaged one: its ApeError
+    if any(run.flow_run_id == live.flow_run_id for run in chains.flow_runs):
+        return None
+    latest: dict[str, list[int]] = {}  # item id -> its sessions, as last saved by this run
+    for batch in read_batches(results) if Path(results).is_file() else ():
+        if batch.saved_at >= live.started_at:
+            latest[batch.item_id] = [session.run_index for session in batch.sessions]
+    entry = FlowRunChains(
+        flow_run_id=live.flow_run_id,
+        left_out=[LeftOut(item_id=key, run_index=index) for key, runs in latest.items() for index in runs],
+        interrupted=True,
+    )
+    chains.flow_runs.append(entry)
+    write_chains(folder, chains)
+    return entry
+
+
+def _is_uuid(text: str | None) -> bool:
+    """A flow run's id as Prefect makes them: read from a file anyone may have written, it
+    names nothing but a flow run."""
+    try:
+        return text is not None and str(uuid.UUID(text)) == text.lower()
+    except ValueError:
+        return False
 
 
 def record_folder(model_folder: Path, top: Path) -> Path:

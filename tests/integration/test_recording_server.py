@@ -340,6 +340,90 @@ def test_a_killed_catch_up_is_completed_by_ape_record(ape_server: dict[str, str]
     assert after is not None and after.chains_left_out == 0
 
 
+def _killed_mid_run(bench: Path, n: int, env: dict[str, str], prefix: str) -> int:
+    """``ape run`` of n items (a 50 ms model, 16 workers, room for only 20 task runs of lag, so
+    the Prefect mirror falls far behind) killed with SIGKILL, process group and all, once a
+    tenth of its items are saved; the items it saved, which it did not see to the end."""
+    make_benchmark(
+        bench, n, model_args='behaviour = "arithmetic", latency_s = 0.05', run="solver_workers = 16\n", id_prefix=prefix
+    )
+    results = bench / "out" / "results.jsonl"
+
+    def saved() -> int:
+        try:
+            return len({json.loads(line)["item_id"] for line in results.read_text().splitlines() if line.endswith("}")})
+        except FileNotFoundError:
+            return 0
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ape", "run", "config.toml"],
+        cwd=bench,
+        env={k: v for k, v in env.items() if k not in ("API", "AUTH")},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        _wait_until(lambda: saved() >= n // 10 or proc.poll() is not None)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it was killed"
+    assert read_chains(bench / "out") is None  # a killed run wrote no list of its chains
+    count = saved()
+    assert n // 10 <= count < n
+    return count
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_the_mirror_is_behind_is_completed_by_ape_record(
+    ape_server: dict[str, str], tmp_path: Path
+) -> None:
+    """kill -9 of ``ape run`` while the server holds few of its sessions: ``ape record`` names
+    every session the run saved from the results and leaves the server holding each one's task
+    run and chain exactly once; a second ``ape record`` finds nothing to do."""
+    n, env = 3000, dict(ape_server, APE_RECORD_MAX_LAG="20")
+    bench, out = tmp_path / "bench", tmp_path / "bench" / "out"
+    saved = _killed_mid_run(bench, n, env, "kill9x")
+    assert _count(ape_server, "session[kill9x") < saved  # the mirror was behind when it died
+    record = _ape(bench, env, "record", "out")
+    assert record.returncode == 0, record.stdout[-2000:] + record.stderr[-2000:]
+    assert "ended mid-run" in record.stderr, record.stderr[-2000:]
+    assert _count(ape_server, "session[kill9x") == saved
+    assert _count(ape_server, "score[kill9x") == saved
+    chains = read_chains(out)
+    assert chains is not None
+    (entry,) = chains.flow_runs
+    assert entry.interrupted and entry.left_out == [] and entry.chains_recorded == saved
+    again = _ape(bench, env, "record", "out")
+    assert again.returncode == 0 and "nothing left to record" in again.stdout, again.stdout + again.stderr
+    assert _count(ape_server, "session[kill9x") == saved
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_the_mirror_is_behind_is_completed_by_the_next_run(
+    ape_server: dict[str, str], tmp_path: Path
+) -> None:
+    """kill -9 of ``ape run`` while the mirror is behind, then ``ape run`` again: it resumes the
+    results, and its background catch-up also sends what the killed run's flow run lacks, so
+    the server ends holding every one of the n sessions once (the killed run's in its flow
+    run, the rest in the new one), none sent twice."""
+    n, env = 3000, dict(ape_server, APE_RECORD_MAX_LAG="20")
+    bench, out = tmp_path / "bench", tmp_path / "bench" / "out"
+    saved = _killed_mid_run(bench, n, env, "again9x")
+    done = _ape(bench, env, "run", "config.toml")
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said[-3000:]
+    assert "continues flow run" in said, said[-3000:]
+    _wait_until(lambda: not _alive(_catch_up_pid(said)))
+    assert _count(ape_server, "session[again9x") == n
+    assert _count(ape_server, "score[again9x") == n
+    chains = read_chains(out)
+    assert chains is not None and chains.chains_left_out == 0
+    killed = [entry for entry in chains.flow_runs if entry.interrupted]
+    assert len(killed) == 1 and killed[0].chains_recorded == saved
+
+
 @pytest.fixture
 def slow_events_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A server APE starts whose event persister stores nothing for 6 s at a time (one flush

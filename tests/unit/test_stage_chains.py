@@ -165,3 +165,85 @@ def test_a_session_left_out_whole_gets_its_own_task_run_rebuilt() -> None:
     assert (mark.stage, mark.state_type, mark.state_name) == ("session", "COMPLETED", "Completed")
     assert (mark.start, mark.end) == (chain[1].start, chain[2].end)  # solve -> adapt, as the run records it
     assert session_mark(session_marks(_session(0, cached=True), end=10.0)).state_name == "Cached"
+
+
+def _live(folder: Path, state: str, flow_run_id: str | None, started: datetime) -> None:
+    from ape.schemas.live import LIVE_FILE, LiveStatus
+
+    counts = dict.fromkeys(("total", "done", "resumed", "items_in_flight", "sessions", "passed"), 0)
+    counts.update(errors=0, check_errors=0, truncated=0)
+    live = LiveStatus(
+        benchmark="t",
+        model="m",
+        state=state,
+        flow_run_id=flow_run_id,
+        started_at=started,
+        updated_at=started,
+        elapsed_s=0,
+        **counts,
+    )
+    (folder / LIVE_FILE).write_text(live.model_dump_json())
+
+
+def _saved(path: Path, item: str, at: datetime, sessions: int = 1) -> None:
+    batch = OutputBatch(
+        item_id=item, model_id="m", sessions=[_session(i, item_id=item) for i in range(sessions)], saved_at=at
+    )
+    with path.open("a") as handle:
+        handle.write(batch.model_dump_json() + "\n")
+
+
+KILLED = "0b7e2c1e-5f0a-4c59-9b1e-3d2f7a6c8e01"
+
+
+def test_a_killed_run_is_named_from_the_sessions_it_saved_once(tmp_path: Path) -> None:
+    from ape.tasks.storage.stage_chains import note_interrupted
+
+    started = datetime(2026, 12, 7, 1, 0, tzinfo=UTC)
+    results = tmp_path / "results.jsonl"
+    _saved(results, "old", datetime(2026, 12, 6, tzinfo=UTC))  # an earlier run's, resumed by the killed one
+    _saved(results, "q1", datetime(2026, 12, 7, 1, 1, tzinfo=UTC), sessions=2)
+    _saved(results, "q2", datetime(2026, 12, 7, 1, 2, tzinfo=UTC))
+    note_flow_run(tmp_path, "m", "flow-1", 1, [])  # the earlier, finished run's entry stays
+    _live(tmp_path, "running", KILLED, started)
+    entry = note_interrupted(tmp_path, results)
+    assert entry is not None and entry.interrupted and entry.flow_run_id == KILLED
+    assert {(s.item_id, s.run_index) for s in entry.left_out} == {("q1", 0), ("q1", 1), ("q2", 0)}
+    chains = read_chains(tmp_path)
+    assert chains is not None and [run.flow_run_id for run in chains.flow_runs] == ["flow-1", KILLED]
+    assert note_interrupted(tmp_path, results) is None  # named once: the next call adds nothing
+    assert read_chains(tmp_path) == chains
+
+
+@pytest.mark.parametrize(
+    ("state", "flow_run_id"),
+    [
+        ("finished", KILLED),
+        ("stopped", KILLED),
+        ("running", None),
+        ("running", "../../flow_runs/x"),
+        ("running", "urn:uuid:" + KILLED),
+    ],
+)
+def test_no_killed_run_is_named_for_an_ended_run_or_an_id_that_is_not_a_flow_runs(
+    tmp_path: Path, state: str, flow_run_id: str | None
+) -> None:
+    from ape.tasks.storage.stage_chains import note_interrupted
+
+    now = datetime.now(UTC)
+    _saved(tmp_path / "results.jsonl", "q1", now)
+    _live(tmp_path, state, flow_run_id, now)
+    assert note_interrupted(tmp_path, tmp_path / "results.jsonl") is None
+    assert read_chains(tmp_path) is None
+
+
+def test_a_damaged_list_is_not_overwritten_by_a_killed_runs_entry(tmp_path: Path) -> None:
+    from ape.schemas.errors import ApeError
+    from ape.tasks.storage.stage_chains import note_interrupted
+
+    now = datetime.now(UTC)
+    _live(tmp_path, "running", KILLED, now)
+    (tmp_path / CHAINS_FILE).write_text("{not json")
+    with pytest.raises(ApeError, match="damaged"):
+        note_interrupted(tmp_path, tmp_path / "results.jsonl")
+    assert (tmp_path / CHAINS_FILE).read_text() == "{not json"

@@ -172,3 +172,36 @@ def test_two_runs_at_once_get_the_narrower_setting_and_the_umask_comes_back(tmp_
     assert current_umask() == 0o027  # only the shared run is left
     leave.set()
     worker.join()
+
+
+def test_a_folder_is_in_use_only_while_a_live_process_holds_its_lock(tmp_path: Path) -> None:
+    """Another process takes the output lock and waits: the folder is in use; killed, it is not
+    (the kernel drops a dead holder's lock), and asking takes nothing a run then needs."""
+    import signal
+    import subprocess
+    import sys
+
+    from ape.tasks.storage.outdir import OutputLock, in_use
+
+    assert not in_use(tmp_path)  # no lock file
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom ape.tasks.storage.outdir import OutputLock\n"
+            "OutputLock(sys.argv[1]).acquire()\nprint('held', flush=True)\nsys.stdin.read()\n",
+            str(tmp_path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert in_use(tmp_path)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert not in_use(tmp_path)
+    with OutputLock(tmp_path):  # asking left nothing behind: a run takes the lock
+        pass
