@@ -25,7 +25,7 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ape.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from ape.schemas.errors import ApeError
@@ -33,6 +33,8 @@ from ape.tasks.storage import prefect_api
 from ape.tasks.storage.file_modes import following
 
 if TYPE_CHECKING:
+    from ape.schemas.mirror import MirrorState
+    from ape.tasks.storage.mirror_status import MirrorProgress
     from ape.tasks.storage.stage_chains import StageChains
 
 NAME = "record"
@@ -68,6 +70,8 @@ def server_gone(folder: Path, exc: Exception) -> NoReturn:
     Nothing is lost: ``stage_chains.json`` still names every chain not confirmed on the
     server, and a stage's task run has a fixed id, so the next ``ape record`` sends only what
     is missing."""
+    for progress in _PROGRESS:
+        _say(progress, "server_gone")
     sys.stdout.flush()
     sys.stderr.write(
         f"error: the Prefect server stopped answering ({type(exc).__name__}: {exc}); the chains not yet "
@@ -104,8 +108,10 @@ def record(folder: Path) -> int:
             hint="the run predates it, or ran outside a Prefect flow run; such runs left no list of chains to record",
         )
     pending = [(model, chains) for model, chains in found if chains.chains_left_out]
+    recorded = sum(chains.chains_recorded for _, chains in found)
+    left_out = sum(chains.chains_left_out for _, chains in found)
     if not pending:
-        recorded = sum(chains.chains_recorded for _, chains in found)
+        _start_progress(folder, recorded, left_out, pending)
         print(f"nothing left to record: every stage chain of {folder} is in the Prefect UI ({recorded} recorded)")
         return EXIT_OK
     api = _connect()
@@ -113,13 +119,43 @@ def record(folder: Path) -> int:
         for entry in chains.flow_runs:
             if entry.left_out and not _known(entry.flow_run_id, api):
                 raise _unknown(entry.flow_run_id, api, model / CHAINS_FILE, _started(top, model / CHAINS_FILE))
+    progress = _start_progress(folder, recorded, left_out, pending)
     complete = True
     for model, chains in pending:
-        complete &= _record_model(model, chains)
+        complete &= _record_model(model, chains, progress)
     from ape.tasks.report.build import recount_stage_chains  # deferred: pandas
 
     recount_stage_chains(top, models)
+    _say(progress, "complete" if complete else "incomplete")
     return EXIT_OK if complete else EXIT_FAILED
+
+
+_PROGRESS: list[MirrorProgress] = []  # this process's, for server_gone's last word
+
+
+def _start_progress(folder: Path, recorded: int, left_out: int, pending: list[Any]) -> MirrorProgress:
+    """The catch-up's ``mirror.json`` in ``folder`` (``ape status`` reads it): written now as
+    sending when something is left, or as complete over an earlier one when nothing is."""
+    from ape.schemas.mirror import MIRROR_FILE
+    from ape.tasks.storage.mirror_status import MirrorProgress
+
+    progress = MirrorProgress(folder, chains_total=recorded + left_out, chains_done=recorded)
+    _PROGRESS[:] = [progress]
+    if pending:
+        _say(progress, "sending")
+    elif (folder / MIRROR_FILE).exists():
+        _say(progress, "complete")
+    return progress
+
+
+def _say(progress: MirrorProgress | None, state: MirrorState) -> None:
+    """Write ``mirror.json``; a folder it cannot be written to costs the status line only."""
+    if progress is None:
+        return
+    try:
+        progress.write(state)
+    except OSError as exc:
+        log.warning("could not write %s: %s", progress.folder / "mirror.json", exc.strerror or exc)
 
 
 def _note_killed_run(model: Path) -> None:
@@ -226,7 +262,7 @@ def _unknown(flow_run_id: str, api: str, where: Path, started: datetime) -> ApeE
     )
 
 
-def _record_model(model: Path, chains: StageChains) -> bool:
+def _record_model(model: Path, chains: StageChains, progress: MirrorProgress | None = None) -> bool:
     """Record every flow run's chains left out in ``model``'s folder; rewrite its file."""
     from ape.tasks.recording.afterwards import record_flow_run  # deferred: imports Prefect
     from ape.tasks.storage.run_files import run_files_in
@@ -240,7 +276,12 @@ def _record_model(model: Path, chains: StageChains) -> bool:
             continue
         count, flow_run_id = len(entry.left_out), entry.flow_run_id
         log.info("%s: recording %d stage chain(s) left out of flow run %s", name, count, flow_run_id)
-        done = record_flow_run(entry, results, on_progress=lambda line: log.info("%s: %s", name, line))
+        done = record_flow_run(
+            entry,
+            results,
+            on_progress=lambda line: log.info("%s: %s", name, line),
+            on_sent=None if progress is None else progress.sent,
+        )
         if not done.complete:
             complete = False
             continue

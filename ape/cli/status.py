@@ -54,7 +54,8 @@ def status(run: Path, *, as_json: bool = False) -> int:
                 "shows the live view as an artifact",
             )
         run = folder
-    statuses = [read_live(path) for path in find_live(run)]
+    paths = find_live(run)
+    statuses = [read_live(path) for path in paths]
     if as_json:
         print("[" + ",\n".join(s.model_dump_json(indent=2) for s in statuses) + "]")
         return 0
@@ -63,8 +64,28 @@ def status(run: Path, *, as_json: bool = False) -> int:
         lines = [f"{live.benchmark} · {live.model}"]
         lines += [f"  {what:<19} {value}" for what, value in describe(live)]
         blocks.append("\n".join(lines))
+    mirror = mirror_line(run, paths)
+    if mirror:
+        blocks.append(mirror)
     print(terminal_safe("\n\n".join(blocks)))  # names come from the config (and the file)
     return 0
+
+
+def mirror_line(run: Path, live_paths: list[Path]) -> str | None:
+    """How far the run's Prefect mirror is behind, from the ``mirror.json`` its catch-up
+    writes in the output folder (the folder given, or the one above a model's folder); None
+    when no catch-up ran for it (the server kept up, or the run had no server)."""
+    from ape.tasks.storage.mirror_status import describe_mirror, read_mirror
+
+    folders = [run, *(path.parent for path in live_paths), *(path.parent.parent for path in live_paths)]
+    for folder in dict.fromkeys(folders):
+        try:
+            status = read_mirror(folder)
+        except ApeError as exc:
+            return f"UI: cannot tell how far the Prefect UI is behind: {exc}"
+        if status is not None:
+            return describe_mirror(status, folder)
+    return None
 
 
 def is_uuid(text: str) -> bool:

@@ -157,9 +157,11 @@ def record_flow_run(
     results: Path,
     on_progress: Callable[[str], None],
     wait_s: float = WAIT_S,
+    on_sent: Callable[[int], None] | None = None,
 ) -> ChainsSent:
     """Send the chains ``entry`` left out, rebuilt from ``results``, and wait until the
-    server holds them in a final state (at most ``wait_s``), with a progress line."""
+    server holds them in a final state (at most ``wait_s``), with a progress line;
+    ``on_sent`` hears of each slice of sessions done (sent, or found held already)."""
     flow_run_id = entry.flow_run_id
     wanted = [(s.item_id, s.run_index) for s in entry.left_out]
     marks = rebuild(results, wanted)
@@ -186,6 +188,8 @@ def record_flow_run(
                 done.task_runs += record_stage_runs(flow_run_id, key, index, chain, nested=True)
             counts.add(flow_run_id, len(ids) - held + len(lacking))
             events.add(done.task_runs - before)  # one event per task run sent
+        if on_sent is not None:
+            on_sent(len(batch))
         if time.monotonic() - said >= 5.0:
             on_progress(f"sent {min(first + SLICE, len(sessions))}/{len(sessions)} chains of flow run {flow_run_id}")
             said = time.monotonic()

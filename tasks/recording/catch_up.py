@@ -14,7 +14,8 @@ child, or a run killed before it started one, is completed by the next ``ape rec
 The child is started by the process that ran the flow: ``ape run`` in a terminal, and the
 serving process of ``ape serve`` and deployments after each run. It gets the run's API
 address and credentials through its environment (never its command line, which other
-users can read), writes only to ``record.log`` in the output folder (owner-only), and
+users can read), writes only to ``record.log`` and ``mirror.json`` (its progress, for ``ape
+status``: :mod:`ape.tasks.storage.mirror_status`) in the output folder (owner-only), and
 starts a session of its own, so the run's end, a Ctrl-C in the terminal or the terminal's
 closing does not stop it.
 """

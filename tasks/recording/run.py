@@ -153,6 +153,6 @@ def finish_recording(flow_run_ids: list[str], output: Path, on_progress: Callabl
     sent = f"{held.final:,} of {held.expected:,} task runs sent" if held is not None else "every task run sent"
     on_progress(
         f"UI: the Prefect server holds {sent}, and {left:,} session chain(s) wait to be sent; "
-        f"the rest follows in the background (pid {pid}), see {log_path}"
+        f"the rest follows in the background (pid {pid}), see {log_path}; `ape status {output}` says how far it is"
     )
     return log_path

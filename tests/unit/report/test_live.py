@@ -263,3 +263,30 @@ def test_updated_at_is_utc() -> None:
     status = LiveCounts("b", "m", total=1).status("running")
     assert status.updated_at.tzinfo is not None
     assert abs((datetime.now(UTC) - status.updated_at).total_seconds()) < 60
+
+
+def test_ape_status_ends_with_how_far_the_prefect_ui_is_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two models' folders under the output folder, the catch-up's mirror.json in the output
+    folder: the UI line after the models' blocks; a damaged one costs that line only."""
+    from ape.schemas.mirror import MIRROR_FILE
+    from ape.tasks.storage.mirror_status import MirrorProgress
+
+    for model in ("a", "b"):
+        (tmp_path / model).mkdir()
+        (tmp_path / model / LIVE_FILE).write_text(
+            LiveCounts("bench", model, total=4).status("finished").model_dump_json()
+        )
+    assert cli_main(["status", str(tmp_path)]) == 0
+    assert "UI:" not in capsys.readouterr().out  # no catch-up ran: the server kept up
+    MirrorProgress(tmp_path, chains_total=20_000, chains_done=14_200).write("sending")
+    for shown in (tmp_path, tmp_path / "a"):  # the output folder, or one model's
+        assert cli_main(["status", str(shown)]) == 0
+        out = capsys.readouterr().out
+        assert out.rstrip().splitlines()[-1].startswith("UI: 14,200 of 20,000 session chains recorded"), out
+    (tmp_path / MIRROR_FILE).write_text('{"state": "complete", "shell": "rm -rf ~"}')
+    assert cli_main(["status", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "bench · b" in out and "UI: cannot tell how far the Prefect UI is behind" in out
+    assert "rm -rf" not in out
