@@ -264,7 +264,7 @@ def _unknown(flow_run_id: str, api: str, where: Path, started: datetime) -> ApeE
 
 def _record_model(model: Path, chains: StageChains, progress: MirrorProgress | None = None) -> bool:
     """Record every flow run's chains left out in ``model``'s folder; rewrite its file."""
-    from ape.tasks.recording.afterwards import record_flow_run  # deferred: imports Prefect
+    from ape.tasks.recording.afterwards import chains_held, record_flow_run  # deferred: imports Prefect
     from ape.tasks.storage.run_files import run_files_in
     from ape.tasks.storage.stage_chains import write_chains
 
@@ -274,6 +274,14 @@ def _record_model(model: Path, chains: StageChains, progress: MirrorProgress | N
     for entry in chains.flow_runs:
         if not entry.left_out:
             continue
+        if entry.interrupted:  # named from the results: the chains that went live are not sent again
+            held = chains_held(entry.flow_run_id, [(s.item_id, s.run_index) for s in entry.left_out])
+            entry.chains_recorded += len(held)
+            entry.left_out = [s for s in entry.left_out if (s.item_id, s.run_index) not in held]
+            if progress is not None:
+                progress.sent(len(held))
+            if not entry.left_out:
+                continue
         count, flow_run_id = len(entry.left_out), entry.flow_run_id
         log.info("%s: recording %d stage chain(s) left out of flow run %s", name, count, flow_run_id)
         done = record_flow_run(

@@ -109,6 +109,29 @@ def sessions_lacking(flow_run_id: str, sessions: list[tuple[str, int]]) -> set[t
     return {session for task_run_id, session in ids.items() if task_run_id not in held}
 
 
+def chains_held(flow_run_id: str, sessions: list[tuple[str, int]]) -> set[tuple[str, int]]:
+    """The sessions whose chain the server holds in ``flow_run_id`` under any id: its score
+    stage's task run in a final state, asked for by name, a slice of :data:`SLICE` at a time
+    (one the server holds still Running lost its end with the killed process: sent again).
+
+    Why by name: a run killed mid-run names every session it saved (``note_interrupted``), also
+    those whose chain went live, and at stage granularity those chains are Prefect's own task
+    runs, whose ids are not the fixed ones; sending them again would show them twice."""
+    held: set[tuple[str, int]] = set()
+    with prefect_api.sync_client() as client:
+        for first in range(0, len(sessions), SLICE):
+            names = {f"score[{key}]#{index}": (key, index) for key, index in sessions[first : first + SLICE]}
+            body = {
+                "flow_runs": {"id": {"any_": [flow_run_id]}},
+                "task_runs": {"name": {"any_": list(names)}, "state": {"type": {"any_": list(FINAL_TYPES)}}},
+                "limit": len(names),
+            }
+            response = client.request("POST", "/task_runs/filter", json=body)
+            response.raise_for_status()
+            held.update(names[run["name"]] for run in response.json() if run.get("name") in names)
+    return held
+
+
 def rebuild(results: Path, wanted: Iterable[tuple[str, int]]) -> dict[tuple[str, int], list[StageMark]]:
     """(item id, run index) -> the rebuilt marks of each wanted session found in ``results``
     (the item's last saved batch; sessions not in the file are left out of the answer)."""

@@ -353,12 +353,16 @@ def test_a_killed_catch_up_is_completed_by_ape_record(ape_server: dict[str, str]
     assert after is not None and after.chains_left_out == 0
 
 
-def _killed_mid_run(bench: Path, n: int, env: dict[str, str], prefix: str) -> int:
+def _killed_mid_run(bench: Path, n: int, env: dict[str, str], prefix: str, run: str = "") -> int:
     """``ape run`` of n items (a 50 ms model, 16 workers, room for only 20 task runs of lag, so
     the Prefect mirror falls far behind) killed with SIGKILL, process group and all, once a
     tenth of its items are saved; the items it saved, which it did not see to the end."""
     make_benchmark(
-        bench, n, model_args='behaviour = "arithmetic", latency_s = 0.05', run="solver_workers = 16\n", id_prefix=prefix
+        bench,
+        n,
+        model_args='behaviour = "arithmetic", latency_s = 0.05',
+        run="solver_workers = 16\n" + run,
+        id_prefix=prefix,
     )
     results = bench / "out" / "results.jsonl"
 
@@ -411,6 +415,24 @@ def test_a_run_killed_while_the_mirror_is_behind_is_completed_by_ape_record(
     again = _ape(bench, env, "record", "out")
     assert again.returncode == 0 and "nothing left to record" in again.stdout, again.stdout + again.stderr
     assert _count(ape_server, "session[kill9x") == saved
+
+
+@pytest.mark.slow
+def test_a_killed_run_at_stage_granularity_gets_no_second_chain(ape_server: dict[str, str], tmp_path: Path) -> None:
+    """At stage granularity each stage is a live Prefect task run (ids of Prefect's own):
+    ``ape record`` after a kill -9 names the saved sessions but sends no chain the server
+    holds under another id, so each saved session's score shows once (a session killed
+    between its score and its save may show one more, at most one per worker)."""
+    n, env = 1000, dict(ape_server)
+    bench, out = tmp_path / "bench", tmp_path / "bench" / "out"
+    saved = _killed_mid_run(bench, n, env, "stage9x", run='task_granularity = "stage"\n')
+    before = _count(ape_server, "score[stage9x")
+    record = _ape(bench, env, "record", "out")
+    assert record.returncode == 0, record.stdout[-2000:] + record.stderr[-2000:]
+    after = _count(ape_server, "score[stage9x")
+    assert saved <= after <= saved + 16, (saved, before, after)
+    chains = read_chains(out)
+    assert chains is not None and chains.chains_left_out == 0
 
 
 @pytest.mark.slow

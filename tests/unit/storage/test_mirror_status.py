@@ -83,6 +83,7 @@ def test_a_mirror_that_stopped_says_why_and_what_completes_it(tmp_path: Path, st
         json.dumps({**json.loads(_status("sending").model_dump_json()), "chains_done": -1}),
         "x" * 200_000,
     ],
+    ids=["keys-missing", "unknown-key", "negative-count", "too-large"],
 )
 def test_a_file_ape_did_not_write_is_one_line_naming_it(tmp_path: Path, text: str) -> None:
     (tmp_path / MIRROR_FILE).write_text(text)
