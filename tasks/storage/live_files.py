@@ -10,14 +10,17 @@ naming the file and the key. Nothing is ever unpickled or evaluated.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ape.schemas.errors import ApeError, problem_key, problem_message
 from ape.schemas.live import LIVE_FILE, LiveStatus
 from ape.tasks.storage.runs import RUN_ID_PATTERN, runs_root
 
-__all__ = ["MAX_BYTES", "find_live", "read_live"]
+__all__ = ["MAX_BYTES", "find_live", "read_live", "read_model_file"]
+
+M = TypeVar("M", bound=BaseModel)
 
 MAX_BYTES = 1_000_000  # a live.json is under 2 kB
 
@@ -60,20 +63,28 @@ def find_live(folder: Path) -> list[Path]:
 
 def read_live(path: Path) -> LiveStatus:
     """One ``live.json``, validated; :class:`ApeError` naming the file (and key) when it is not one."""
+    return read_model_file(path, LiveStatus, MAX_BYTES, "a live view")
+
+
+def read_model_file(path: Path, model: type[M], max_bytes: int, what: str) -> M:
+    """A small JSON file a run wrote and another command reads back (untrusted: anyone who can
+    write the folder can write it), validated against ``model``: read up to ``max_bytes`` (a
+    link to an endless device cannot hang the command), one :class:`ApeError` naming the file
+    and key when it is not ``what`` APE wrote. Nothing is unpickled or evaluated."""
     try:
         with open(path, "rb") as handle:
-            raw = handle.read(MAX_BYTES + 1)
+            raw = handle.read(max_bytes + 1)
     except OSError as exc:
         raise ApeError(f"cannot read it: {exc.strerror or exc}", where=str(path)) from None
-    if len(raw) > MAX_BYTES:
-        raise ApeError(f"larger than {MAX_BYTES:,} bytes: not a live view APE wrote", where=str(path))
+    if len(raw) > max_bytes:
+        raise ApeError(f"larger than {max_bytes:,} bytes: not {what} APE wrote", where=str(path))
     try:
-        return LiveStatus.model_validate_json(raw)
+        return model.model_validate_json(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         key = problem_key(first)
         raise ApeError(
-            f"not a live view APE wrote: {problem_message(first)}",
+            f"not {what} APE wrote: {problem_message(first)}",
             where=f"{path}" + (f" key {key}" if key else ""),
         ) from None
 

@@ -13,10 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from ape.schemas.errors import ApeError, problem_message
 from ape.schemas.mirror import MIRROR_FILE, MirrorState, MirrorStatus
+from ape.tasks.storage.live_files import read_model_file
 from ape.tasks.storage.save import atomic_write_text
 
 MAX_BYTES = 100_000  # a mirror.json is under 300 bytes
@@ -64,21 +62,11 @@ class MirrorProgress:
 
 def read_mirror(folder: Path) -> MirrorStatus | None:
     """``folder``'s ``mirror.json``, validated; None when it has none, :class:`ApeError`
-    naming the file when it is not one APE wrote."""
+    naming the file (and key) when it is not one APE wrote."""
     path = Path(folder) / MIRROR_FILE
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_BYTES + 1)
-    except FileNotFoundError:
+    if not path.exists():
         return None
-    except OSError as exc:
-        raise ApeError(f"cannot read it: {exc.strerror or exc}", where=str(path)) from None
-    if len(raw) > MAX_BYTES:
-        raise ApeError(f"larger than {MAX_BYTES:,} bytes: not a mirror status APE wrote", where=str(path))
-    try:
-        return MirrorStatus.model_validate_json(raw)
-    except ValidationError as exc:
-        raise ApeError(f"not a mirror status APE wrote: {problem_message(exc.errors()[0])}", where=str(path)) from None
+    return read_model_file(path, MirrorStatus, MAX_BYTES, "a mirror status")
 
 
 def _alive(pid: int) -> bool:
