@@ -11,10 +11,12 @@ server keeps up with; this module makes the rest safe:
 - a process-wide :class:`TaskRunCounts` (:data:`TASK_RUN_COUNTS`, which no flow knows of)
   counts the task runs
   APE itself created per flow run (each session's live task runs and its recorded stages);
-- :func:`server_behind`: while the server is more than :data:`MAX_LAG` task runs behind,
-  a session that ends sends nothing and is noted as left out whole (sent after the run by
-  ``ape record``, in the background), so the broker's queue never overflows and no solver
-  waits; :meth:`TaskRunCounts.throttle` holds back only live task runs (stage granularity);
+- :func:`server_behind`: while the server is more than :data:`LIVE_MAX_LAG` task runs
+  behind (:data:`MAX_LAG` for a flow run's first :data:`CHAIN_FIRST` sessions), a session
+  that ends sends nothing and is noted as left out whole (sent after the run by ``ape
+  record``, in the background), so the broker's queue never overflows, no solver waits, and
+  the run's process spends no time on events the server cannot take in yet;
+  :meth:`TaskRunCounts.throttle` holds back only live task runs (stage granularity);
 - :func:`wait_until_recorded` runs at the end of a flow: it polls
   ``/task_runs/count`` for those flow runs until every expected task run is there in a
   final state (none Pending or Running), for a few seconds at most (:data:`END_WAIT_S`),
@@ -77,6 +79,15 @@ def _env_int(name: str, default: int) -> int:
 # three events (a live session: Pending, Running, Completed), so 2,500 keep the broker's
 # queue (10,000 per consumer) well below its limit
 MAX_LAG = _env_int("APE_RECORD_MAX_LAG", 2500)
+# task runs the server may be behind for a session that ends (past its flow run's first
+# CHAIN_FIRST, which go live while the server is within MAX_LAG) to send its own task run
+# live; further behind, it is left out whole and sent after the run. 500, about two seconds
+# of a local server's intake: a server that keeps up is never that far behind (its recorder
+# writes once a second), and one that does not no longer takes the run's process's time for
+# events it cannot take in yet. At 256 solver workers on the mock (four alternating pairs on
+# a quiet machine) results came after 10.5-12.0 s against 13.9-25.9 s at 2,500, the mirror
+# complete about as soon after them (docs/server.md, "The whole run in the UI"). At most MAX_LAG.
+LIVE_MAX_LAG = min(MAX_LAG, _env_int("APE_RECORD_LIVE_MAX_LAG", 500))
 # task runs the server may be behind for a plain stage chain to be recorded (five task
 # runs); further behind, plain chains are left out (named in stage_chains.json, recorded
 # later by `ape record`) and chains with an unusual stage still go. 100: a run that sends
@@ -421,10 +432,10 @@ SLOW_SESSIONS = SlowSessions(RUNNING_AFTER_S)
 
 
 def server_behind(max_lag: int | None = None) -> bool:
-    """Whether the server is more than ``max_lag`` (:data:`MAX_LAG`) task runs behind this process (at the
+    """Whether the server is more than ``max_lag`` (:data:`LIVE_MAX_LAG`) task runs behind this process (at the
     last poll): a session ending now leaves its task runs out, to be sent after the run
     (``ape.tasks.recording.afterwards``), instead of adding to a queue that would overflow."""
-    limit = MAX_LAG if max_lag is None else max_lag
+    limit = LIVE_MAX_LAG if max_lag is None else max_lag
     return limit > 0 and TASK_RUN_COUNTS.lag() > limit
 
 
@@ -452,7 +463,8 @@ def session_bookkeeping(
     granularity), so the chain counts as recorded.
 
     No solver waits for the server: a session that ends while the server is more than
-    :data:`MAX_LAG` task runs behind (:func:`server_behind`) sends nothing, and is noted as
+    :data:`LIVE_MAX_LAG` task runs behind (:func:`server_behind`; :data:`MAX_LAG` for its flow
+    run's first :data:`CHAIN_FIRST` sessions) sends nothing, and is noted as
     left out whole, its own task run included; ``ape record`` (run in the background after
     the run, docs/server.md) sends it from the saved result. Only live task runs (stage
     granularity), which Prefect's engine sends and nothing can send later, still wait
@@ -460,6 +472,7 @@ def session_bookkeeping(
     """
     if live_stages:
         TASK_RUN_COUNTS.throttle()
+    first = TASK_RUN_COUNTS.first_chain(flow_run_id)  # among its flow run's first sessions: live
     recorder = StageRecorder(
         StageClock() if record_stages else None, session=(flow_run_id, item_id, run_index), watch=SLOW_SESSIONS.watch
     )
@@ -468,7 +481,7 @@ def session_bookkeeping(
         yield recorder
         raised = False
     finally:  # the session's own task run, recorded: every session keeps it, one that raised too
-        left_whole = recorder.session_mark is not None and not raised and server_behind()
+        left_whole = recorder.session_mark is not None and not raised and server_behind(MAX_LAG if first else None)
         if recorder.session_mark is not None and not left_whole:
             sent = record_stage_runs(flow_run_id, item_id, run_index, [recorder.session_mark])
             recorder.ran(sent)
@@ -479,7 +492,7 @@ def session_bookkeeping(
         TASK_RUN_COUNTS.add(flow_run_id, recorder.task_runs)
         return
     if recorder.clock is not None and recorder.marks:
-        kept = keep_chain(recorder.marks, TASK_RUN_COUNTS.lag(), first=TASK_RUN_COUNTS.first_chain(flow_run_id))
+        kept = keep_chain(recorder.marks, TASK_RUN_COUNTS.lag(), first=first)
         if kept:
             nested = recorder.session_mark is not None  # in the session's recorded task run
             recorder.ran(record_stage_runs(flow_run_id, item_id, run_index, recorder.marks, nested=nested))

@@ -395,9 +395,9 @@ def test_a_server_that_keeps_up_gets_no_pace_line(monkeypatch: pytest.MonkeyPatc
 def test_a_session_far_behind_the_server_is_left_out_whole_and_no_solver_waits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Past MAX_LAG a session that ends sends nothing, its own task run included, and is named
-    as left out (sent after the run); one that raised is still sent; the solver never waits."""
-    monkeypatch.setattr(recording, "MAX_LAG", 100)
+    """Past LIVE_MAX_LAG a session that ends sends nothing, its own task run included, and is
+    named as left out (sent after the run); one that raised is still sent; the solver never waits."""
+    monkeypatch.setattr(recording, "LIVE_MAX_LAG", 100)
     monkeypatch.setattr(recording, "CHAIN_FIRST", 0)
     counts = _counts(monkeypatch, lag=101)
 
@@ -424,3 +424,35 @@ def test_a_session_far_behind_the_server_is_left_out_whole_and_no_solver_waits(
         recorder.session(time.time(), "COMPLETED", "Completed")
     assert sent[1] == ["session"]
     assert run.finish().left_out == [("q1", 0)]
+
+
+def test_a_flow_runs_first_sessions_go_live_until_the_queue_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between LIVE_MAX_LAG and MAX_LAG behind, the first CHAIN_FIRST sessions of a flow run
+    still send their task run and chain (a small run is whole in the UI as it goes); the
+    sessions after them are left out whole; past MAX_LAG the first ones are too."""
+    monkeypatch.setattr(recording, "LIVE_MAX_LAG", 100)
+    monkeypatch.setattr(recording, "MAX_LAG", 1000)
+    monkeypatch.setattr(recording, "CHAIN_FIRST", 2)
+    counts = _counts(monkeypatch, lag=500)
+    sent: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(
+        recording, "record_stage_runs", lambda f, i, r, marks, **kw: sent.append((i, [m.stage for m in marks])) or 1
+    )
+    run = RunRecording("flow-z", record_stages=True, live_stages=False)
+
+    def session(item: str) -> None:
+        with run.session(item, 0) as recorder:
+            recorder.rendered()
+            recorder.session(time.time(), "COMPLETED", "Completed")
+
+    for item in ("q1", "q2", "q3"):
+        session(item)
+    assert [item for item, stages in sent if stages == ["session"]] == ["q1", "q2"]
+    assert run.finish().left_out == [("q3", 0)]
+    monkeypatch.setattr(counts, "lag", lambda: 1001)
+    sent.clear()
+    run2 = RunRecording("flow-w", record_stages=True, live_stages=False)
+    with run2.session("q1", 0) as recorder:
+        recorder.rendered()
+        recorder.session(time.time(), "COMPLETED", "Completed")
+    assert sent == [] and run2.finish().left_out == [("q1", 0)]
