@@ -98,10 +98,13 @@ def session_mark(chain: list[StageMark]) -> StageMark:
 
 
 def sessions_lacking(flow_run_id: str, sessions: list[tuple[str, int]]) -> set[tuple[str, int]]:
-    """The sessions whose own task run the server does not hold (their fixed ids asked for
-    by id, at most a slice of :data:`SLICE` at a time)."""
+    """The sessions whose own task run the server does not hold in a final state (their fixed
+    ids asked for by id, at most a slice of :data:`SLICE` at a time). Why final: a slow session
+    is shown Running while it goes (``SlowSessions``), and one that then ended with the server
+    far behind, or in a process that was killed, sent no final state; sent now, its fixed id
+    updates the Running one instead of leaving it open for good."""
     ids = {str(stage_run_id(flow_run_id, key, index, "session")): (key, index) for key, index in sessions}
-    body = {"task_runs": {"id": {"any_": list(ids)}}, "limit": len(ids)}
+    body = {"task_runs": {"id": {"any_": list(ids)}, "state": {"type": {"any_": list(FINAL_TYPES)}}}, "limit": len(ids)}
     with prefect_api.sync_client() as client:
         response = client.request("POST", "/task_runs/filter", json=body)
     response.raise_for_status()

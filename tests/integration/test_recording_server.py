@@ -333,6 +333,22 @@ def test_a_run_far_ahead_of_the_server_ends_without_waiting_and_the_catch_up_rec
 
 
 @pytest.mark.slow
+def test_a_slow_session_shown_running_and_then_left_out_ends_final(ape_server: dict[str, str], tmp_path: Path) -> None:
+    """A session shown Running while it goes (slow: past APE_SESSION_RUNNING_AFTER_S) that
+    ends with the server far behind sends no final state; the catch-up sends it, so no session
+    stays Running for good and each is on the server once."""
+    n = 300
+    env = dict(ape_server, APE_RECORD_MAX_LAG="20", APE_SESSION_RUNNING_AFTER_S="0.1")
+    bench = tmp_path / "bench"
+    done = _run(bench, n, env, prefix="slow300x", latency_s=0.3, workers=32)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said[-3000:]
+    _wait_until(lambda: not _alive(_catch_up_pid(said)))
+    assert _count(ape_server, "session[slow300x") == n
+    assert _count(ape_server, "[slow300x", recording.OPEN_TYPES) == 0
+
+
+@pytest.mark.slow
 def test_a_killed_catch_up_is_completed_by_ape_record(ape_server: dict[str, str], tmp_path: Path) -> None:
     """kill -9 of the background catch-up the moment it starts: ``ape record`` completes the
     run, every session's task run on the server exactly once."""
