@@ -127,10 +127,15 @@ def _restore_process_state() -> Iterator[None]:
     ``PREFECT_LOCAL_STORAGE_PATH``, logging levels) and the ``ape`` logger (a terminal
     handler, its level, no propagation); models share process-wide rate limiters (whose
     ``peak_concurrency`` counts across tests). Each test starts from the state the
-    session had, and leaves it so (each test gets its own, empty table of limiters).
+    session had, and leaves it so (each test gets its own, empty table of limiters). The
+    handlers of SIGINT and SIGTERM too: a flow that leaves Ctrl-C to its runner sets SIGINT
+    to SIG_IGN, and every process a later test starts would inherit it and ignore Ctrl-C.
     """
+    import signal
+
     from ape.tasks.models.limits import policy as limits
 
+    signals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     environ = dict(os.environ)
     logger = logging.getLogger("ape")
     handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
@@ -140,6 +145,9 @@ def _restore_process_state() -> Iterator[None]:
         yield
     finally:
         patch.undo()
+        for signum, disposition in signals.items():
+            if disposition is not None and signal.getsignal(signum) is not disposition:
+                signal.signal(signum, disposition)
         for handler in [h for h in logger.handlers if h not in handlers]:
             logger.removeHandler(handler)
         for handler in handlers:
