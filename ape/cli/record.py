@@ -148,14 +148,14 @@ def _start_progress(folder: Path, recorded: int, left_out: int, pending: list[An
     return progress
 
 
-def _say(progress: MirrorProgress | None, state: MirrorState) -> None:
+def _say(progress: MirrorProgress, state: MirrorState) -> None:
     """Write ``mirror.json``; a folder it cannot be written to costs the status line only."""
-    if progress is None:
-        return
+    from ape.schemas.mirror import MIRROR_FILE
+
     try:
         progress.write(state)
     except OSError as exc:
-        log.warning("could not write %s: %s", progress.folder / "mirror.json", exc.strerror or exc)
+        log.warning("could not write %s: %s", progress.folder / MIRROR_FILE, exc.strerror or exc)
 
 
 def _note_killed_run(model: Path) -> None:

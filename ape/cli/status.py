@@ -75,6 +75,7 @@ def mirror_line(run: Path, live_paths: list[Path]) -> str | None:
     """How far the run's Prefect mirror is behind, from the ``mirror.json`` its catch-up
     writes in the output folder (the folder given, or the one above a model's folder); None
     when no catch-up ran for it (the server kept up, or the run had no server)."""
+    from ape.server import process_alive
     from ape.tasks.storage.mirror_status import describe_mirror, read_mirror
 
     folders = [run, *(path.parent for path in live_paths), *(path.parent.parent for path in live_paths)]
@@ -84,7 +85,7 @@ def mirror_line(run: Path, live_paths: list[Path]) -> str | None:
         except ApeError as exc:
             return f"UI: cannot tell how far the Prefect UI is behind: {exc}"
         if status is not None:
-            return describe_mirror(status, folder)
+            return describe_mirror(status, folder, alive=process_alive(status.pid))
     return None
 
 

@@ -69,20 +69,9 @@ def read_mirror(folder: Path) -> MirrorStatus | None:
     return read_model_file(path, MirrorStatus, MAX_BYTES, "a mirror status")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive, not ours to judge
-        return True
-    return True
-
-
-def describe_mirror(status: MirrorStatus, folder: Path, alive: bool | None = None) -> str:
+def describe_mirror(status: MirrorStatus, folder: Path, alive: bool) -> str:
     """The line ``ape status`` prints: how far the UI is behind, or that it is complete, or why
-    it stopped and what completes it. ``alive``: whether the sending process still runs (asked
-    of the system when not given)."""
+    it stopped and what completes it. ``alive``: whether the sending process still runs."""
     done, total = f"{status.chains_done:,}", f"{status.chains_total:,}"
     record = f"`ape record {folder}`"
     if status.state == "complete":
@@ -97,7 +86,7 @@ def describe_mirror(status: MirrorStatus, folder: Path, alive: bool | None = Non
             f"UI: {done} of {total} session chains recorded; the server had not taken in the rest when the wait "
             f"ended: run {record} to complete it"
         )
-    if not (_alive(status.pid) if alive is None else alive):
+    if not alive:
         return (
             f"UI: {done} of {total} session chains recorded; the catch-up (pid {status.pid}) ended before it was "
             f"done: run {record} to complete it"

@@ -69,4 +69,4 @@ def test_a_server_gone_mid_way_is_what_ape_status_then_says(
     status = read_mirror(tmp_path)
     assert status is not None and status.state == "server_gone"
     assert (status.chains_done, status.chains_total) == (120, 150)
-    assert "the Prefect server stopped answering" in describe_mirror(status, tmp_path)
+    assert "the Prefect server stopped answering" in describe_mirror(status, tmp_path, alive=False)

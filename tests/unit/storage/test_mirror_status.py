@@ -14,6 +14,7 @@ import pytest
 
 from ape.schemas.errors import ApeError
 from ape.schemas.mirror import MIRROR_FILE, MirrorStatus
+from ape.server import process_alive
 from ape.tasks.storage import mirror_status
 from ape.tasks.storage.mirror_status import MirrorProgress, describe_mirror, read_mirror
 
@@ -51,12 +52,12 @@ def test_the_catch_up_writes_its_pace_and_the_end(tmp_path: Path, monkeypatch: p
 
 
 def test_status_says_how_far_behind_and_when_it_completed(tmp_path: Path) -> None:
-    line = describe_mirror(_status("sending", eta_s=31.6), tmp_path)
+    line = describe_mirror(_status("sending", eta_s=31.6), tmp_path, alive=True)
     assert line.startswith("UI: 14,200 of 20,000 session chains recorded, the rest within about 32 s")
     assert f"pid {os.getpid()}" in line and str(tmp_path / "record.log") in line
-    assert "within about 4 min" in describe_mirror(_status("sending", eta_s=250.0), tmp_path)
-    assert "within" not in describe_mirror(_status("sending"), tmp_path)  # no pace known yet
-    assert describe_mirror(_status("complete", done=20_000), tmp_path) == (
+    assert "within about 4 min" in describe_mirror(_status("sending", eta_s=250.0), tmp_path, alive=True)
+    assert "within" not in describe_mirror(_status("sending"), tmp_path, alive=True)  # no pace known yet
+    assert describe_mirror(_status("complete", done=20_000), tmp_path, alive=False) == (
         "UI: all 20,000 session chains recorded (completed 2026-12-07 01:02:03 UTC)"
     )
 
@@ -70,7 +71,8 @@ def test_status_says_how_far_behind_and_when_it_completed(tmp_path: Path) -> Non
     ],
 )
 def test_a_mirror_that_stopped_says_why_and_what_completes_it(tmp_path: Path, state: str, says: str) -> None:
-    line = describe_mirror(_status(state, pid=_dead_pid()), tmp_path)
+    pid = _dead_pid()
+    line = describe_mirror(_status(state, pid=pid), tmp_path, alive=process_alive(pid))
     assert line.startswith("UI: 14,200 of 20,000 session chains recorded; ")
     assert says in line and f"`ape record {tmp_path}`" in line
 
