@@ -514,6 +514,34 @@ def own_server(api_url: str) -> OwnServer | None:
     return OwnServer(pid=ours.pid, host=_connect_host(ours.host), port=ours.port)
 
 
+def prove_api(api_url: str) -> OwnServer | None:
+    """Before anything is sent to ``api_url``: when it is the address of the server this APE
+    home started (``server.json``), that process must still run and hold the port; the server
+    to watch, or None for any other API.
+
+    Why: a process APE starts later (the background catch-up, a shell after ``ape server
+    env``) gets the address and credentials in ``PREFECT_API_URL`` and
+    ``PREFECT_API_AUTH_STRING``, not from ``server.json``. Had the server died and another
+    user bound its port, the first request, the health check included, would carry the
+    credentials to them. Raises :class:`ApeError` naming what was found, with nothing sent."""
+    state = _read_state(server_home())
+    if state is None or api_url.rstrip("/") != api_url_for(state.host, state.port):
+        return None
+    if not _alive(state.pid) or not _is_prefect_process(state.pid):
+        raise ApeError(
+            f"APE's Prefect server at {api_url} (pid {state.pid}) is not running; nothing was sent to its port",
+            where="ape server",
+            hint="start it with `ape server start`, then run the same command again",
+        )
+    if not _holds_port(state):  # a stranger on the port raises here
+        raise ApeError(
+            f"APE's Prefect server (pid {state.pid}) does not listen on port {state.port}; nothing was sent to it",
+            where="ape server",
+            hint="`ape server stop`, then `ape server start`",
+        )
+    return OwnServer(pid=state.pid, host=_connect_host(state.host), port=state.port)
+
+
 def process_alive(pid: int) -> bool:
     """True while process ``pid`` runs (a server this process started and that exited is
     reaped, so it does not count as alive while a zombie)."""

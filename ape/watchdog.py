@@ -48,6 +48,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from ape.server import OwnServer, healthy, own_server, process_alive
@@ -73,6 +74,7 @@ class ApiWatchdog:
         failures: int = 5,
         owned_failures: int = 30,
         probe_timeout_s: float = 10.0,
+        last_words: Callable[[str], None] | None = None,
     ):
         self.api_url = api_url.rstrip("/")
         self.output = output
@@ -81,6 +83,7 @@ class ApiWatchdog:
         self.failures = failures
         self.owned_failures = owned_failures
         self.probe_timeout_s = probe_timeout_s
+        self.last_words = last_words
         self._gone: str | None = None
         self._lock = threading.Lock()
         self._exit: ProcessExit | None = None
@@ -153,6 +156,11 @@ class ApiWatchdog:
 
     def _end(self, reason: str) -> None:
         WRITE_GUARD.acquire(timeout=30)  # never exit in the middle of a save
+        if self.last_words is not None:  # a command with its own line (``ape record``)
+            self.last_words(reason)
+            sys.stderr.flush()
+            sys.stdout.flush()
+            os._exit(EXIT_API_LOST)
         sent = ", and nothing more was sent to its port" if self.owner is not None else ""
         sys.stderr.write(
             f"error: {reason}; stopped{sent}. Results saved so far "
@@ -177,10 +185,11 @@ class ApiWatchdog:
         self._stop.set()
 
 
-def api_watchdog(output: Path) -> ApiWatchdog | None:
+def api_watchdog(output: Path, last_words: Callable[[str], None] | None = None) -> ApiWatchdog | None:
     """A watchdog for the configured PREFECT_API_URL (None with Prefect's in-process server,
-    which cannot be lost), watching the server's process when APE started it."""
+    which cannot be lost), watching the server's process when APE started it; ``last_words``
+    replaces the run's closing line (it is told why) before the process ends."""
     url = prefect_api.api_url()
     if not url:
         return None
-    return ApiWatchdog(url, output, owner=own_server(url))
+    return ApiWatchdog(url, output, owner=own_server(url), last_words=last_words)

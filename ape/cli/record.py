@@ -23,6 +23,7 @@ import argparse
 import logging
 import os
 import sys
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -70,16 +71,21 @@ def server_gone(folder: Path, exc: Exception) -> NoReturn:
     Nothing is lost: ``stage_chains.json`` still names every chain not confirmed on the
     server, and a stage's task run has a fixed id, so the next ``ape record`` sends only what
     is missing."""
+    last_words(folder, f"the Prefect server stopped answering ({type(exc).__name__}: {exc})")
+    sys.stderr.flush()
+    os._exit(EXIT_FAILED)
+
+
+def last_words(folder: Path, reason: str) -> None:
+    """The one line when the server is gone (``reason``: what was seen), and ``mirror.json``
+    says so, for ``ape status``; also what :mod:`ape.watchdog` says before it ends the process."""
     for progress in _PROGRESS:
         _say(progress, "server_gone")
     sys.stdout.flush()
     sys.stderr.write(
-        f"error: the Prefect server stopped answering ({type(exc).__name__}: {exc}); the chains not yet "
-        f"recorded stay listed in {folder}: run `ape record {folder}` again once the server is up "
-        "(results on disk are complete)\n"
+        f"error: {reason}; the chains not yet recorded stay listed in {folder}: run `ape record {folder}` "
+        "again once the server is up (results on disk are complete)\n"
     )
-    sys.stderr.flush()
-    os._exit(EXIT_FAILED)
 
 
 def record(folder: Path) -> int:
@@ -115,14 +121,20 @@ def record(folder: Path) -> int:
         print(f"nothing left to record: every stage chain of {folder} is in the Prefect UI ({recorded} recorded)")
         return EXIT_OK
     api = _connect()
-    for model, chains in pending:  # every flow run known before anything is sent
-        for entry in chains.flow_runs:
-            if entry.left_out and not _known(entry.flow_run_id, api):
-                raise _unknown(entry.flow_run_id, api, model / CHAINS_FILE, _started(top, model / CHAINS_FILE))
-    progress = _start_progress(folder, recorded, left_out, pending)
-    complete = True
-    for model, chains in pending:
-        complete &= _record_model(model, chains, progress)
+    from ape.watchdog import api_watchdog  # deferred: imports Prefect's client
+
+    # the server's death (or another user on its port) is seen at once and nothing more goes
+    # to it; without the watch, Prefect's client retried each request for a minute
+    watchdog = api_watchdog(top, last_words=lambda reason: last_words(folder, reason))
+    with watchdog if watchdog is not None else nullcontext():
+        for model, chains in pending:  # every flow run known before anything is sent
+            for entry in chains.flow_runs:
+                if entry.left_out and not _known(entry.flow_run_id, api):
+                    raise _unknown(entry.flow_run_id, api, model / CHAINS_FILE, _started(top, model / CHAINS_FILE))
+        progress = _start_progress(folder, recorded, left_out, pending)
+        complete = True
+        for model, chains in pending:
+            complete &= _record_model(model, chains, progress)
     from ape.tasks.report.build import recount_stage_chains  # deferred: pandas
 
     recount_stage_chains(top, models)
@@ -191,6 +203,7 @@ def _connect() -> str:
             "no Prefect server reachable: none configured (PREFECT_API_URL) and this APE home's is not running",
             hint="start it with `ape server start`, or set PREFECT_API_URL to the server the run reported to",
         )
+    server.prove_api(api)  # APE's own server: alive and on its port, before the first request
     try:
         with prefect_api.sync_client() as client:
             client.request("GET", "/health").raise_for_status()
@@ -263,20 +276,24 @@ def _unknown(flow_run_id: str, api: str, where: Path, started: datetime) -> ApeE
 
 
 def _record_model(model: Path, chains: StageChains, progress: MirrorProgress | None = None) -> bool:
-    """Record every flow run's chains left out in ``model``'s folder; rewrite its file."""
+    """Record every flow run's chains left out in ``model``'s folder, then take what was
+    recorded off its file as the file is by then (``stage_chains.settle``: the next run of the
+    folder may have written it meanwhile)."""
     from ape.tasks.recording.afterwards import chains_held, record_flow_run  # deferred: imports Prefect
     from ape.tasks.storage.run_files import run_files_in
-    from ape.tasks.storage.stage_chains import write_chains
+    from ape.tasks.storage.stage_chains import settle
 
     results = run_files_in(model).results
     name = chains.model or model.name
     complete = True
+    settled: dict[str, tuple[set[tuple[str, int]], set[tuple[str, int]]]] = {}
     for entry in chains.flow_runs:
         if not entry.left_out:
             continue
+        recorded, dropped = settled.setdefault(entry.flow_run_id, (set(), set()))
         if entry.interrupted:  # named from the results: the chains that went live are not sent again
             held = chains_held(entry.flow_run_id, [(s.item_id, s.run_index) for s in entry.left_out])
-            entry.chains_recorded += len(held)
+            recorded |= held
             entry.left_out = [s for s in entry.left_out if (s.item_id, s.run_index) not in held]
             if progress is not None:
                 progress.sent(len(held))
@@ -293,8 +310,8 @@ def _record_model(model: Path, chains: StageChains, progress: MirrorProgress | N
         if not done.complete:
             complete = False
             continue
-        entry.chains_recorded += done.sessions
-        entry.left_out = []
+        dropped |= set(done.missing)
+        recorded |= {(s.item_id, s.run_index) for s in entry.left_out} - dropped
         if done.missing:
             log.warning(
                 "%s: %d session(s) have no saved result any more (redone or discarded since): not recorded",
@@ -302,5 +319,5 @@ def _record_model(model: Path, chains: StageChains, progress: MirrorProgress | N
                 len(done.missing),
             )
         print(f"{name}: recorded {done.sessions} stage chain(s) ({done.task_runs} task runs) in flow run {flow_run_id}")
-    write_chains(model, chains)
+    settle(model, settled)
     return complete

@@ -14,18 +14,25 @@ A run writes its entry at its end; a killed run never does. Its entry is made af
 left on disk: its ``live.json`` still says it was going, and every session it saved is named,
 since the file cannot tell which of them the server took in (those it holds are not sent again).
 
-Written atomically (a temporary file renamed over it), like the other files of a run.
+Written atomically (a temporary file renamed over it), like the other files of a run, and
+each change is a read, change and rewrite under a lock on the folder (:func:`_locked`): the
+background catch-up finishes minutes after it read the file, when the next run of the folder
+may have written its own entry, and only what the catch-up recorded is taken off (:func:`settle`).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ape.schemas.errors import ApeError, first_problem
-from ape.schemas.live import LIVE_FILE
+from ape.schemas.live import LIVE_FILE, LiveStatus
 from ape.tasks.storage.live_files import read_live
 from ape.tasks.storage.save import atomic_write_text, read_batches
 
@@ -117,6 +124,43 @@ def read_chains(folder: Path) -> StageChains | None:
         ) from None
 
 
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Held while one process reads, changes and rewrites ``folder``'s file, so no writer's
+    change is lost to another's rewrite. A ``flock`` on the folder itself: no file is added to
+    it, and a killed holder's lock goes with it. Held for moments, never while sending."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+def settle(folder: Path, done: Mapping[str, tuple[set[tuple[str, int]], set[tuple[str, int]]]]) -> StageChains | None:
+    """Take off the file as it is now what ``ape record`` settled: per flow run id, the
+    sessions whose chains it recorded (counted as recorded) and those it dropped (no saved
+    result to rebuild them from any more); the file as written, None when there is none.
+
+    Why not write back what was read: the catch-up read the file minutes ago, and the next run
+    of the folder may have added its own entry or dropped sessions it redid since; rewriting
+    the old copy would lose that run's chains left out, which then never reach the UI."""
+    with _locked(folder):
+        try:
+            chains = read_chains(folder)
+        except ApeError:  # damaged since: nothing to merge into
+            return None
+        if chains is None:
+            return None
+        for run in chains.flow_runs:
+            recorded, dropped = done.get(run.flow_run_id, (set(), set()))
+            kept = [s for s in run.left_out if (s.item_id, s.run_index) not in recorded | dropped]
+            run.chains_recorded += sum((s.item_id, s.run_index) in recorded for s in run.left_out)
+            run.left_out = kept
+        write_chains(folder, chains)
+        return chains
+
+
 def write_chains(folder: Path, chains: StageChains) -> Path:
     path = chains_path(folder)
     atomic_write_text(path, chains.model_dump_json(indent=2) + "\n")
@@ -137,6 +181,19 @@ def note_flow_run(
     written. ``keep_earlier``: the run resumed the folder's results, so the earlier flow
     runs' entries stay (their sessions are still there); a run that started the results
     afresh replaces them."""
+    with _locked(folder):
+        return _note_flow_run(folder, model, flow_run_id, recorded, left_out, keep_earlier, superseded)
+
+
+def _note_flow_run(
+    folder: Path,
+    model: str,
+    flow_run_id: str,
+    recorded: int,
+    left_out: list[tuple[str, int]],
+    keep_earlier: bool,
+    superseded: dict[str, int] | None,
+) -> StageChains:
     try:
         earlier = read_chains(folder) if keep_earlier else None
     except ApeError:  # a damaged file: what this run knows replaces it
@@ -177,6 +234,11 @@ def note_interrupted(folder: Path, results: Path) -> FlowRunChains | None:
         return None
     if live.state not in ("running", "paused", "draining") or not _is_uuid(live.flow_run_id):
         return None
+    with _locked(folder):
+        return _note_interrupted(folder, results, live)
+
+
+def _note_interrupted(folder: Path, results: Path, live: LiveStatus) -> FlowRunChains | None:
     assert live.flow_run_id is not None  # _is_uuid
     chains = read_chains(folder) or StageChains(model=live.model)  # a damaged one: its ApeError
     if any(run.flow_run_id == live.flow_run_id for run in chains.flow_runs):

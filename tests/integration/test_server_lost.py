@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -114,3 +115,130 @@ def test_a_dead_server_s_port_taken_by_an_impostor_gets_no_credentials(
     assert "Traceback" not in out + err
     saved = saved_ids(results)
     assert saved[: len(saved_before)] == saved_before and len(saved) == len(set(saved)) < 40
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_catch_up_gives_an_impostor_on_its_dead_server_s_port_no_credentials(
+    tmp_path: Path, kill_at_end: Callable[[subprocess.Popen], subprocess.Popen]
+) -> None:
+    """The background catch-up (a detached ``ape record``, which has the server's address and
+    credentials in its environment) is sending when APE's server is killed and another
+    process binds its port at once. Before the fix Prefect's client retried there, with the
+    ``Authorization`` header, and went on sending to it. Now the catch-up sees its server's
+    process end, sends nothing more, says so once in ``record.log`` and ``mirror.json``, and
+    ends; once a server runs again ``ape record`` completes the mirror."""
+    home = tmp_path / "ape"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING")}
+    # room for only 20 task runs of lag: most sessions are left to the catch-up
+    env.update(APE_HOME=str(home), APE_SERVER_PORT=str(port), PYTHONPATH=str(REPO_ROOT), APE_RECORD_MAX_LAG="20")
+    n = 2000
+    bench = tmp_path / "bench"
+    out = bench / "out"
+    make_benchmark(bench, n, model_args='behaviour = "arithmetic"', run="solver_workers = 16", id_prefix="gone")
+    record = tmp_path / "received.jsonl"
+    state = None
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ape", "run", "config.toml", "--no-progress"],
+            cwd=bench,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+        said = done.stdout + done.stderr
+        assert done.returncode == 0, said[-3000:]
+        found = re.search(r"follows in the background \(pid (\d+)\)", said)
+        assert found, said[-3000:]
+        catch_up = int(found.group(1))
+
+        def sending() -> bool:
+            try:
+                mirror = json.loads((out / "mirror.json").read_text())
+            except (OSError, ValueError):
+                return False
+            return mirror["state"] == "sending" and mirror["chains_done"] > 0
+
+        deadline = time.monotonic() + 200
+        while not sending():  # the catch-up is sending: the server holds some of its chains
+            assert _alive(catch_up), (out / "record.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the catch-up did not start sending"
+            time.sleep(0.05)
+        state = server._read_state(home / "server")
+        assert state is not None and state.port == port
+        spy = kill_at_end(
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.helpers.impostor", str(record), "--port", str(port)],
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+        )
+        os.killpg(state.pid, signal.SIGKILL)  # the server and its workers, for real
+        assert spy.stdout is not None
+        assert spy.stdout.readline() == f"listening {port}\n"
+        deadline = time.monotonic() + 300
+        while _alive(catch_up):
+            assert time.monotonic() < deadline, (
+                f"the catch-up went on: {len(received(record))} requests reached the port"
+            )
+            time.sleep(0.1)
+        spy.kill()
+        spy.wait()
+    finally:
+        if state is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(state.pid, signal.SIGKILL)
+    requests = received(record)
+    with_credentials = [r for r in requests if any(k.lower() == "authorization" for k in r["headers"])]
+    assert with_credentials == [], f"{len(with_credentials)} of {len(requests)} requests carried credentials"
+    log = (out / "record.log").read_text()
+    errors = [line for line in log.splitlines() if line.startswith("error")]
+    assert len(errors) == 1, log[-3000:]
+    assert f"error: APE's Prefect server (pid {state.pid}) died mid-run; the chains not yet recorded" in errors[0]
+    assert json.loads((out / "mirror.json").read_text())["state"] == "server_gone"
+    # the server back (the same database): `ape record` sends what the catch-up could not
+    started = subprocess.run(
+        [sys.executable, "-m", "ape", "server", "start"],
+        cwd=bench,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        again = subprocess.run(
+            [sys.executable, "-m", "ape", "record", "out"],
+            cwd=bench,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+        status = subprocess.run(
+            [sys.executable, "-m", "ape", "status", "out"],
+            cwd=bench,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert f"UI: all {n:,} session chains recorded (completed" in status.stdout, status.stdout + status.stderr
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "ape", "server", "stop"], cwd=bench, env=env, capture_output=True, timeout=120
+        )

@@ -247,3 +247,67 @@ def test_a_damaged_list_is_not_overwritten_by_a_killed_runs_entry(tmp_path: Path
     with pytest.raises(ApeError, match="damaged"):
         note_interrupted(tmp_path, tmp_path / "results.jsonl")
     assert (tmp_path / CHAINS_FILE).read_text() == "{not json"
+
+
+def test_the_catch_up_takes_off_only_what_it_recorded_from_the_file_as_it_is_now(tmp_path: Path) -> None:
+    """The catch-up read the file, then the next run of the folder wrote it (its own entry,
+    and a session it redid dropped from the earlier one); the catch-up's end keeps both."""
+    from ape.tasks.storage.stage_chains import settle
+
+    note_flow_run(tmp_path, "m", "flow-1", 5, [("a", 0), ("b", 0), ("c", 0)])
+    read_by_catch_up = read_chains(tmp_path)
+    assert read_by_catch_up is not None
+    note_flow_run(tmp_path, "m", "flow-2", 3, [("d", 0)], superseded={"c": 1})  # redid c, left d out
+    written = settle(tmp_path, {"flow-1": ({("a", 0), ("b", 0), ("c", 0)}, set())})
+    assert written == read_chains(tmp_path)
+    assert written is not None
+    first, second = written.flow_runs
+    assert (first.flow_run_id, first.chains_recorded, first.left_out) == ("flow-1", 7, [])  # a and b: c was redone
+    assert (second.flow_run_id, second.chains_recorded) == ("flow-2", 3)
+    assert [(s.item_id, s.run_index) for s in second.left_out] == [("d", 0)]  # still waits to be recorded
+    # a session with no saved result any more is dropped, not counted
+    note_flow_run(tmp_path, "m", "flow-2", 3, [("d", 0), ("e", 0)])
+    again = settle(tmp_path, {"flow-2": ({("d", 0)}, {("e", 0)})})
+    assert again is not None and (again.flow_runs[-1].chains_recorded, again.flow_runs[-1].left_out) == (4, [])
+    (tmp_path / "none").mkdir()
+    assert settle(tmp_path / "none", {}) is None  # a folder without the file: nothing to settle
+
+
+def test_writers_of_the_file_take_turns(tmp_path: Path) -> None:
+    """A rewrite waits while another process holds the folder's lock (a real child process)."""
+    import subprocess
+    import sys
+    import threading
+
+    from ape.tasks.storage.stage_chains import settle
+
+    note_flow_run(tmp_path, "m", "flow-1", 1, [("a", 0)])
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.readline()",
+            str(tmp_path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        done = threading.Event()
+        worker = threading.Thread(target=lambda: (settle(tmp_path, {"flow-1": ({("a", 0)}, set())}), done.set()))
+        worker.start()
+        assert not done.wait(0.5)  # held off while the other process holds the lock
+        chains = read_chains(tmp_path)
+        assert chains is not None and chains.chains_left_out == 1
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        holder.wait()
+    worker.join(30)
+    assert done.is_set()
+    after = read_chains(tmp_path)
+    assert after is not None and (after.chains_recorded, after.chains_left_out) == (2, 0)

@@ -173,3 +173,73 @@ def test_own_server_is_only_the_one_this_home_started(tmp_path: Path, monkeypatc
         sleeper.kill()
         sleeper.wait()
     assert server.own_server(f"http://127.0.0.1:{port}/api") is None  # it ended: nothing to watch
+
+
+@linux
+def test_an_address_of_this_home_s_server_is_proven_before_anything_is_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, processes: list
+) -> None:
+    """``prove_api``: the address the background catch-up gets in its environment is that of
+    the server this APE home started; it must be that process, alive and holding its port."""
+    from ape.schemas.errors import ApeError
+
+    monkeypatch.setenv("APE_HOME", str(tmp_path / "ape"))
+    home = server._private_home()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    assert server.prove_api(url) is None  # nothing recorded: a user's own API, nothing to prove
+    own = subprocess.Popen([sys.executable, "-c", HEALTHY, str(port), "prefect"])
+    processes.append(own)
+    ownership.wait_owned(own.pid, "127.0.0.1", port, exited=lambda: None, timeout_s=60, what="it", where="test")
+    server._write_state(home, server._State(pid=own.pid, host="127.0.0.1", port=port, started_at=0))
+    assert server.prove_api(url + "/") == OwnServer(pid=own.pid, host="127.0.0.1", port=port)
+    assert server.prove_api(f"http://127.0.0.1:{port + 1}/api") is None  # another server
+    own.kill()
+    own.wait()
+    with pytest.raises(ApeError, match=rf"APE's Prefect server at {url} \(pid {own.pid}\) is not running"):
+        server.prove_api(url)
+    stranger = serve(processes, port, HEALTHY)  # the dead server's port, taken by another process
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "prefect"])
+    processes.append(sleeper)
+    server._write_state(home, server._State(pid=sleeper.pid, host="127.0.0.1", port=port, started_at=0))
+    with pytest.raises(ApeError, match=rf"port {port} is held by pid {stranger.pid}"):
+        server.prove_api(url)
+    stranger.kill()
+    stranger.wait()
+    with pytest.raises(ApeError, match=rf"pid {sleeper.pid}\) does not listen on port {port}"):
+        server.prove_api(url)
+
+
+LAST_WORDS = (
+    "import sys, time\n"
+    "from pathlib import Path\n"
+    "from ape.server import OwnServer\n"
+    "from ape.watchdog import ApiWatchdog\n"
+    "port, pid = int(sys.argv[1]), int(sys.argv[2])\n"
+    "said = lambda reason: sys.stderr.write('last words: ' + reason + '\\n')\n"
+    "dog = ApiWatchdog(f'http://127.0.0.1:{port}/api', Path('out'),\n"
+    "                  owner=OwnServer(pid=pid, host='127.0.0.1', port=port), last_words=said)\n"
+    "with dog:\n"
+    "    print('watching', flush=True)\n"
+    "    time.sleep(120)\n"
+)
+
+
+@linux
+def test_a_command_s_own_last_words_replace_the_run_s_line(processes: list) -> None:
+    """``ape record`` ends through the watchdog with its own line (what it left listed):
+    the watchdog tells it why, prints nothing of its own and ends the process with exit 1."""
+    port = free_port()
+    own = serve(processes, port, HEALTHY)
+    dog = subprocess.Popen(
+        [sys.executable, "-c", LAST_WORDS, str(port), str(own.pid)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    processes.append(dog)  # type: ignore[arg-type]
+    assert dog.stdout is not None and dog.stdout.readline() == "watching\n"
+    own.kill()
+    _, err = dog.communicate(timeout=60)
+    assert dog.returncode == 1, err
+    assert err.strip() == f"last words: APE's Prefect server (pid {own.pid}) died mid-run", err
