@@ -531,7 +531,8 @@ def prove_api(api_url: str) -> OwnServer | None:
         raise ApeError(
             f"APE's Prefect server at {api_url} (pid {state.pid}) is not running; nothing was sent to its port",
             where="ape server",
-            hint="start it with `ape server start`, then run the same command again",
+            hint="start it with `ape server start` and run the same command again; if another server of "
+            "yours took that address, `ape server stop` forgets the dead one",
         )
     if not _holds_port(state):  # a stranger on the port raises here
         raise ApeError(
@@ -716,6 +717,7 @@ def ensure_api_url(
     notify = on_status or (lambda _message: None)
     configured = configured_api_url()
     if configured:
+        prove_api(configured)  # APE's own server's address (`ape server env`): alive, on its port
         notify(f"Using the Prefect API at {configured}")
         return configured
     info = start(port, host, wait_s, on_status)
@@ -738,9 +740,11 @@ def existing_api_url(on_status: StatusCallback | None = None) -> str | None:
     """The Prefect API of a server that already runs: the configured one, else this APE home's
     running local server (its URL and credentials go to Prefect's settings); None when there is
     neither. Never starts one: ``ape run --no-server`` and ``ape record`` share this, the latter
-    because a new server would not know the run it records."""
+    because a new server would not know the run it records. A configured address of this
+    home's server is proven first (:func:`prove_api`), as :func:`ensure_api_url` does."""
     configured = configured_api_url()
     if configured:
+        prove_api(configured)
         return configured
     if running_api_url() is not None:
         return ensure_api_url(on_status=on_status)  # reuses it

@@ -203,7 +203,6 @@ def _connect() -> str:
             "no Prefect server reachable: none configured (PREFECT_API_URL) and this APE home's is not running",
             hint="start it with `ape server start`, or set PREFECT_API_URL to the server the run reported to",
         )
-    server.prove_api(api)  # APE's own server: alive and on its port, before the first request
     try:
         with prefect_api.sync_client() as client:
             client.request("GET", "/health").raise_for_status()

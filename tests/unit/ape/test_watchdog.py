@@ -198,6 +198,10 @@ def test_an_address_of_this_home_s_server_is_proven_before_anything_is_sent(
     own.wait()
     with pytest.raises(ApeError, match=rf"APE's Prefect server at {url} \(pid {own.pid}\) is not running"):
         server.prove_api(url)
+    monkeypatch.setenv("PREFECT_API_URL", url)  # as `ape server env` set it, or the catch-up has it
+    for connect in (server.ensure_api_url, server.existing_api_url):
+        with pytest.raises(ApeError, match="is not running; nothing was sent to its port"):
+            connect()
     stranger = serve(processes, port, HEALTHY)  # the dead server's port, taken by another process
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "prefect"])
     processes.append(sleeper)
