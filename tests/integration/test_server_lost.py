@@ -45,6 +45,28 @@ def received(record: Path) -> list[dict]:
     return [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
 
 
+def _kill_and_take_port(
+    kill_at_end: Callable[[subprocess.Popen], subprocess.Popen], server_pid: int, port: int, record: Path, env: dict
+) -> subprocess.Popen:
+    """Kill APE's server (its process group: the server and its workers, for real) while the
+    impostor tries to bind its port every 10 ms, so it takes it as soon as it is free; the
+    impostor, once it listens there."""
+    spy = kill_at_end(
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.helpers.impostor", str(record), "--port", str(port)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    )
+    os.killpg(server_pid, signal.SIGKILL)
+    assert spy.stdout is not None
+    assert spy.stdout.readline() == f"listening {port}\n"
+    return spy
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_dead_server_s_port_taken_by_an_impostor_gets_no_credentials(
@@ -79,21 +101,8 @@ def test_a_dead_server_s_port_taken_by_an_impostor_gets_no_credentials(
             time.sleep(0.05)
         state = server._read_state(home / "server")
         assert state is not None and state.port == port
-        # the impostor tries to bind the port every 10 ms, so it takes it as soon as it is free
-        spy = kill_at_end(
-            subprocess.Popen(
-                [sys.executable, "-m", "tests.helpers.impostor", str(record), "--port", str(port)],
-                cwd=REPO_ROOT,
-                env=env,
-                stdout=subprocess.PIPE,
-                text=True,
-                start_new_session=True,
-            )
-        )
         saved_before = saved_ids(results)
-        os.killpg(state.pid, signal.SIGKILL)  # the server and its workers, for real
-        assert spy.stdout is not None
-        assert spy.stdout.readline() == f"listening {port}\n"
+        _kill_and_take_port(kill_at_end, state.pid, port, record, env)
         try:
             out, err = run.communicate(timeout=120)
         except subprocess.TimeoutExpired:
@@ -176,19 +185,7 @@ def test_the_catch_up_gives_an_impostor_on_its_dead_server_s_port_no_credentials
             time.sleep(0.05)
         state = server._read_state(home / "server")
         assert state is not None and state.port == port
-        spy = kill_at_end(
-            subprocess.Popen(
-                [sys.executable, "-m", "tests.helpers.impostor", str(record), "--port", str(port)],
-                cwd=REPO_ROOT,
-                env=env,
-                stdout=subprocess.PIPE,
-                text=True,
-                start_new_session=True,
-            )
-        )
-        os.killpg(state.pid, signal.SIGKILL)  # the server and its workers, for real
-        assert spy.stdout is not None
-        assert spy.stdout.readline() == f"listening {port}\n"
+        spy = _kill_and_take_port(kill_at_end, state.pid, port, record, env)
         deadline = time.monotonic() + 300
         while _alive(catch_up):
             assert time.monotonic() < deadline, (
