@@ -374,7 +374,11 @@ def _port_open(host: str, port: int) -> bool:
 
 
 def _alive(pid: int) -> bool:
-    """True while process ``pid`` exists (reaping it first if it is our exited child)."""
+    """True while process ``pid`` runs (reaping it first if it is our exited child).
+
+    A zombie does not run: a server killed after the run that started it ended is no one's
+    child to reap until the system's init gets to it, and while it waited ``ape server start``
+    took it for the server still running, waited for it to answer and failed."""
     proc = _SPAWNED.get(pid)
     if proc is not None:
         return proc.poll() is None
@@ -386,7 +390,11 @@ def _alive(pid: int) -> bool:
         return True
     except OSError:
         return False
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return not Path("/proc/self").is_dir()  # gone meanwhile; or no /proc, and existing is all we know
+    return state not in ("Z", "X")
 
 
 def _is_prefect_process(pid: int) -> bool:

@@ -126,14 +126,6 @@ def test_a_dead_server_s_port_taken_by_an_impostor_gets_no_credentials(
     assert saved[: len(saved_before)] == saved_before and len(saved) == len(set(saved)) < 40
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_catch_up_gives_an_impostor_on_its_dead_server_s_port_no_credentials(
@@ -180,14 +172,14 @@ def test_the_catch_up_gives_an_impostor_on_its_dead_server_s_port_no_credentials
 
         deadline = time.monotonic() + 200
         while not sending():  # the catch-up is sending: the server holds some of its chains
-            assert _alive(catch_up), (out / "record.log").read_text()[-3000:]
+            assert server.process_alive(catch_up), (out / "record.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "the catch-up did not start sending"
             time.sleep(0.05)
         state = server._read_state(home / "server")
         assert state is not None and state.port == port
         spy = _kill_and_take_port(kill_at_end, state.pid, port, record, env)
         deadline = time.monotonic() + 300
-        while _alive(catch_up):
+        while server.process_alive(catch_up):
             assert time.monotonic() < deadline, (
                 f"the catch-up went on: {len(received(record))} requests reached the port"
             )

@@ -247,3 +247,19 @@ def test_a_command_s_own_last_words_replace_the_run_s_line(processes: list) -> N
     _, err = dog.communicate(timeout=60)
     assert dog.returncode == 1, err
     assert err.strip() == f"last words: APE's Prefect server (pid {own.pid}) died mid-run", err
+
+
+@linux
+def test_a_zombie_server_is_not_alive() -> None:
+    """A killed server that is no child of this process waits as a zombie until init reaps it;
+    ``ape server start`` took it for a running server and failed waiting for it to answer."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    stat = Path(f"/proc/{proc.pid}/stat")
+    try:
+        assert server.process_alive(proc.pid) or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":  # exited, not reaped: a zombie
+            time.sleep(0.01)
+        assert not server.process_alive(proc.pid)
+    finally:
+        proc.wait()
+    assert not server.process_alive(proc.pid)
