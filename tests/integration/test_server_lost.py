@@ -45,6 +45,20 @@ def received(record: Path) -> list[dict]:
     return [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
 
 
+def _ape(folder: Path, env: dict, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m ape ARGS`` in ``folder``, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "ape", *args], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def assert_no_credentials(record: Path) -> None:
+    """No request the impostor received carried the server's credentials."""
+    requests = received(record)
+    with_credentials = [r for r in requests if any(k.lower() == "authorization" for k in r["headers"])]
+    assert with_credentials == [], f"{len(with_credentials)} of {len(requests)} requests carried credentials"
+
+
 def _kill_and_take_port(
     kill_at_end: Callable[[subprocess.Popen], subprocess.Popen], server_pid: int, port: int, record: Path, env: dict
 ) -> subprocess.Popen:
@@ -113,9 +127,7 @@ def test_a_dead_server_s_port_taken_by_an_impostor_gets_no_credentials(
         if state is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(state.pid, signal.SIGKILL)
-    requests = received(record)
-    with_credentials = [r for r in requests if any(k.lower() == "authorization" for k in r["headers"])]
-    assert with_credentials == [], f"{len(with_credentials)} of {len(requests)} requests carried credentials"
+    assert_no_credentials(record)
     assert run.returncode == 1, out + err
     errors = [line for line in err.splitlines() if line.startswith("error")]
     assert len(errors) == 1, err
@@ -149,14 +161,7 @@ def test_the_catch_up_gives_an_impostor_on_its_dead_server_s_port_no_credentials
     record = tmp_path / "received.jsonl"
     state = None
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "ape", "run", "config.toml", "--no-progress"],
-            cwd=bench,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=400,
-        )
+        done = _ape(bench, env, "run", "config.toml", "--no-progress", timeout=400)
         said = done.stdout + done.stderr
         assert done.returncode == 0, said[-3000:]
         found = re.search(r"follows in the background \(pid (\d+)\)", said)
@@ -190,44 +195,19 @@ def test_the_catch_up_gives_an_impostor_on_its_dead_server_s_port_no_credentials
         if state is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(state.pid, signal.SIGKILL)
-    requests = received(record)
-    with_credentials = [r for r in requests if any(k.lower() == "authorization" for k in r["headers"])]
-    assert with_credentials == [], f"{len(with_credentials)} of {len(requests)} requests carried credentials"
+    assert_no_credentials(record)
     log = (out / "record.log").read_text()
     errors = [line for line in log.splitlines() if line.startswith("error")]
     assert len(errors) == 1, log[-3000:]
     assert f"error: APE's Prefect server (pid {state.pid}) died mid-run; the chains not yet recorded" in errors[0]
     assert json.loads((out / "mirror.json").read_text())["state"] == "server_gone"
     # the server back (the same database): `ape record` sends what the catch-up could not
-    started = subprocess.run(
-        [sys.executable, "-m", "ape", "server", "start"],
-        cwd=bench,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    started = _ape(bench, env, "server", "start", timeout=300)
     assert started.returncode == 0, started.stdout + started.stderr
     try:
-        again = subprocess.run(
-            [sys.executable, "-m", "ape", "record", "out"],
-            cwd=bench,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        again = _ape(bench, env, "record", "out", timeout=600)
         assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
-        status = subprocess.run(
-            [sys.executable, "-m", "ape", "status", "out"],
-            cwd=bench,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        status = _ape(bench, env, "status", "out", timeout=120)
         assert f"UI: all {n:,} session chains recorded (completed" in status.stdout, status.stdout + status.stderr
     finally:
-        subprocess.run(
-            [sys.executable, "-m", "ape", "server", "stop"], cwd=bench, env=env, capture_output=True, timeout=120
-        )
+        _ape(bench, env, "server", "stop", timeout=120)
