@@ -116,10 +116,11 @@ def test_a_limit_changed_on_the_concurrency_page_reaches_the_running_evaluation(
             dialog.get_by_role("button", name="Update").click()
             expect(dialog).to_have_count(0)
             clicked = time.monotonic()
-            expect(row.get_by_role("cell", name="5", exact=True).first).to_be_visible()
+            # the page refetches the list after the edit: on a loaded machine past expect's 5 s
+            expect(row.get_by_role("cell", name="5", exact=True).first).to_be_visible(timeout=30_000)
             reached = endpoint.wait_for(5, timeout_s=15)
             page.reload()
-            expect(row.get_by_role("cell", name="5", exact=True).first).to_be_visible()
+            expect(row.get_by_role("cell", name="5", exact=True).first).to_be_visible(timeout=30_000)
             page.screenshot(path=str(tmp_path / "concurrency-after.png"), full_page=True)
             browser.close()
         assert reached is not None, f"5 in flight never reached after the edit (peak {endpoint.peak})"
