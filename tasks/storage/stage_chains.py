@@ -154,7 +154,8 @@ def settle(folder: Path, done: Mapping[str, tuple[set[tuple[str, int]], set[tupl
             return None
         for run in chains.flow_runs:
             recorded, dropped = done.get(run.flow_run_id, (set(), set()))
-            kept = [s for s in run.left_out if (s.item_id, s.run_index) not in recorded | dropped]
+            settled = recorded | dropped  # once per flow run, not once per session
+            kept = [s for s in run.left_out if (s.item_id, s.run_index) not in settled]
             run.chains_recorded += sum((s.item_id, s.run_index) in recorded for s in run.left_out)
             run.left_out = kept
         write_chains(folder, chains)
