@@ -60,7 +60,8 @@ has them: every harness's process runs on the first half of the CPUs, APE's Pref
 and the stub (the inference server, a machine of its own in real use) on the other half
 (``taskset``; on two cores, one each). Each row then also gives the server's CPU per task run
 it recorded, the per-event figure that says how many sessions a second one server core takes.
-``--only-workers 256,16`` keeps only the rows of those worker counts.
+``--only-workers 256,16`` keeps only the rows of those worker counts. ``--server-nice 10``
+runs APE's server at a lower CPU priority (measured and not kept: docs/server.md).
 
 Needs the ``bench`` extra (inspect-ai) and ``psutil``; lm-eval in a Python of its own.
 
@@ -112,6 +113,17 @@ def pin_tree(pid: int, cpus: set[int]) -> None:
             check=True,
             capture_output=True,
         )
+
+
+def nice_tree(pid: int, value: int) -> None:
+    """Every thread of ``pid`` and of its children at CPU priority ``value`` (Linux sets it
+    per thread; threads started later inherit their starter's)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    for proc in [root, *root.children(recursive=True)]:
+        for tid in os.listdir(f"/proc/{proc.pid}/task"):
+            os.setpriority(os.PRIO_PROCESS, int(tid), value)
 
 
 # --------------------------------------------------------------------------- children
@@ -467,6 +479,13 @@ def main() -> None:
         default="shared",
         help="split: the harnesses on half the CPUs, APE's Prefect server and the stub on the other half",
     )
+    parser.add_argument(
+        "--server-nice",
+        type=int,
+        default=0,
+        help="run APE's Prefect server at this CPU priority (nice value, Linux), to see whether "
+        "a lower one gives the run more of the CPUs",
+    )
     parser.add_argument("--only-workers", help="comma list: keep only the rows of these worker counts")
     parser.add_argument(
         "--lm-eval-python",
@@ -512,6 +531,8 @@ def main() -> None:
         PREFECT_LOCAL_STORAGE_PATH=str(work / "storage"),
         INSPECT_LOG_DIR=str(work / "inspect"),
     )
+    if args.server_nice:
+        nice_tree(info.pid, args.server_nice)
     stub = Stub() if any(w.http for w in rows) else None
     harness_cpus: set[int] | None = None  # --layout split: the CPUs the harnesses run on
     if args.layout == "split":
