@@ -8,11 +8,10 @@ inside the function so that importing a statistics module stays cheap.
 
 from __future__ import annotations
 
-from scipy.special import ndtri
-
 
 def z_quantile(p: float) -> float:
     """The ``p`` quantile of the standard normal distribution (``z_p``, ``Phi^-1(p)``)."""
+    from scipy.special import ndtri  # noqa: PLC0415 - a run imports this module before its first call; scipy waits for a z
 
     return float(ndtri(p))
 
