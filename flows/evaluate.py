@@ -42,6 +42,7 @@ from ape.flows.resume import apply_changes, recorded, refuse_mixing, retry_lines
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import Outcome, OutputBatch
+from ape.tasks.common.collector import fewer_collections
 from ape.tasks.common.words import count
 from ape.tasks.models.batch.status import take_refused
 from ape.tasks.models.limits.policy import limiter_for
@@ -150,9 +151,10 @@ class Runner:
         )
         try:
             self._loop(saver, feeder, items, budget, live)
-        except OSError as exc:  # a transcript or log write failed (disk full, folder gone)
+        except OSError as exc:  # a transcript, log or cache write failed (disk full, folder gone)
+            where = exc.filename or setup.out_dir  # the session cache may be outside the folder
             raise SaveFailed(
-                f"writing to {setup.out_dir} failed: {exc.strerror or exc}; the "
+                f"writing to {where} failed: {exc.strerror or exc}; the "
                 f"{len(saver.completed)} items saved before are kept"
             ) from exc
         finally:
@@ -227,7 +229,7 @@ class Runner:
         setup, cfg = self.setup, self.setup.config
         assert self.session_log is not None  # opened by run() before the loop
         window = cfg.run.window or 4 * cfg.run.solver_workers
-        with saver, self.session_log, live:
+        with saver, self.session_log, live, fewer_collections():
             exhausted = False
             held: deque[BaseModel] = deque()  # items a pause took back before they started
             while feeder.pending or held or not exhausted:

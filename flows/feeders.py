@@ -9,6 +9,7 @@ item processor, the items to regenerate, the session log) rather than the runner
 from __future__ import annotations
 
 import contextvars
+import logging
 import threading
 import time
 from collections.abc import Collection, Sized
@@ -26,10 +27,13 @@ from ape.schemas.config import ApeConfig
 from ape.schemas.data import item_id
 from ape.schemas.errors import ApeError
 from ape.schemas.results import OutputBatch
+from ape.tasks.common.write_behind import WriteBehind
 from ape.tasks.recording import RunRecording
 from ape.tasks.session.stages import Worker, bind_worker
 from ape.tasks.setup.model import ModelSetup, fingerprint_hash, make_setup
 from ape.tasks.storage.transcripts import SessionLog
+
+log = logging.getLogger("ape")
 
 
 class Feeder(Protocol):
@@ -48,8 +52,15 @@ class Feeder(Protocol):
 
 
 class ThreadFeeder:
-    """Solver workers as threads of this process, each with its own model and tools;
-    transcripts are written by the worker thread that ran the session."""
+    """Solver workers as threads of this process, each with its own model and tools.
+
+    The worker threads make no file system calls of their own for a session: its
+    transcripts are kept by the session log and its cache record is handed to one writer
+    thread (:class:`~ape.tasks.common.write_behind.WriteBehind`); :meth:`next_done` returns an
+    item only once both are on disk, so the runner saves nothing whose transcripts or cache
+    record a crash could still lose. (Each such call let the other 255 threads of a
+    256-worker run take the interpreter lock while the session waited to get it back.)
+    """
 
     def __init__(
         self, processor: ItemProcessor, refresh: Collection[str], session_log: SessionLog, recording: RunRecording
@@ -72,9 +83,15 @@ class ThreadFeeder:
         # concurrent.futures.wait over the window (4x the workers) locked and unlocked every
         # pending future per call, a fifth of the run's CPU at 256 workers
         self._finished: SimpleQueue[Future] = SimpleQueue()
+        self.cache = processor.stages.session_cache
+        self.writer = WriteBehind("ape-cache-writer") if self.cache is not None else None
+        if self.cache is not None:
+            self.cache.writer = self.writer
 
-    def _run(self, item: BaseModel) -> OutputBatch:
-        return self.processor.run_item(item, self.recording, item_id(item) in self.refresh, self.session_log)[0]
+    def _run(self, item: BaseModel) -> tuple[OutputBatch, int]:
+        """The item's batch and the ticket of its last cache write (0: none)."""
+        batch = self.processor.run_item(item, self.recording, item_id(item) in self.refresh, self.session_log)[0]
+        return batch, self.writer.mine() if self.writer is not None else 0
 
     def submit(self, item: BaseModel) -> None:
         # the copied context carries the flow run, so the stage tasks are tracked in it
@@ -102,7 +119,11 @@ class ThreadFeeder:
             done.append(future)
             if deadline is None:
                 deadline = time.monotonic() + 0.005
-        return [f.result() for f in done]
+        finished = [f.result() for f in done]
+        if self.writer is not None and finished:
+            self.writer.wait(max(ticket for _, ticket in finished))  # their cache records are written
+        self.session_log.flush()  # and their transcripts
+        return [batch for batch, _ in finished]
 
     def withdraw(self) -> list[BaseModel]:
         """Take back the items queued but not started (a pause or a drain: only the sessions
@@ -116,6 +137,13 @@ class ThreadFeeder:
         for future in self.pending:
             future.cancel()
         self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.cache is not None:
+            self.cache.writer = None
+        if self.writer is not None:
+            try:
+                self.writer.close()  # what sessions not saved queued: written, or its error shown
+            except Exception as exc:  # the run's own error (if any) is the one raised
+                log.warning("a session cache write failed: %s", exc)
 
 
 class DaskFeeder:
@@ -151,6 +179,7 @@ class DaskFeeder:
                 self.session_log.write(session, transcript)
             self.recording.add_chains(chains)  # counted in this process, where the run's summary is
             batches.append(batch)
+        self.session_log.flush()  # the transcripts on disk before the runner saves their items
         return batches
 
     def withdraw(self) -> list[BaseModel]:

@@ -27,6 +27,7 @@ from typing import Any, cast
 from prefect.results import ResultStore
 
 from ape.schemas.transcript import SolveRecord
+from ape.tasks.common.write_behind import WriteBehind
 from ape.tasks.session.stages import SessionSpec
 from ape.tasks.storage.cache_format import REFUSED, Expired, ForeignRecord, checked_record
 from ape.tasks.storage.local_results import resolved_once
@@ -65,6 +66,9 @@ class SessionCache:
             else None
         )
         self._fast: bool | None = None  # known after the first key (see key())
+        # who makes the writes' system calls: the caller (None), or one thread for the run's
+        # solver threads (the thread feeder's, ape.tasks.common.write_behind)
+        self.writer: WriteBehind | None = None
 
     def key(self, spec: SessionSpec) -> str:
         """The cache key the task engine computes for ``stage(spec)``.
@@ -117,8 +121,14 @@ class SessionCache:
         return value
 
     def write(self, key: str, record: SolveRecord) -> None:
-        """Keep ``record`` under ``key`` (over an older one: a refreshed session)."""
-        self.store.write(record, key=key, holder=_holder())
+        """Keep ``record`` under ``key`` (over an older one: a refreshed session); through
+        :attr:`writer` when one is set (done before the session's item is saved)."""
+        writer = self.writer
+        if writer is None:
+            self.store.write(record, key=key, holder=_holder())
+        else:
+            holder = _holder()  # the solver thread's, as when it wrote the files itself
+            writer.submit(lambda: self.store.write(record, key=key, holder=holder))
 
 
 _THREAD = threading.local()

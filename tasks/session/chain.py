@@ -64,6 +64,12 @@ class Stages(Protocol):
     """The phases of one session's chain; solve and adapt are one call, since at the
     default granularity they are one task run."""
 
+    @property
+    def session_cache(self) -> SessionCache | None:
+        """The session cache read and written without a task engine (None: none, or the
+        task engine's own at stage granularity)."""
+        ...
+
     def render(self, item: BaseModel, key: str) -> tuple[str, str | None]:
         """The prompt and the system prompt (None without one)."""
         ...
@@ -164,6 +170,10 @@ class _Stages:
         self.system = system
         self.answer = answer
         self.carousel = carousel
+
+    @property
+    def session_cache(self) -> SessionCache | None:
+        return self.answer.cache if isinstance(self.answer, RecordedAnswer) else None
 
 
 class InlineStages(_Stages):

@@ -156,34 +156,64 @@ class SessionLog:
 
     Thread-safe; one instance is shared by all solver workers of a run. Files are opened
     in append mode, so a resumed run adds to what is there.
+
+    :meth:`write` formats a session on the calling thread and keeps it; :meth:`flush` (the
+    runner's, before it saves the items those sessions belong to) and :meth:`close` append
+    what was kept. A solver thread makes no system call here: at 256 workers each one let
+    the other threads take the interpreter lock while this thread waited to get it back,
+    holding the log's lock. An item's transcripts are on disk before its results are saved;
+    a crash loses only the transcripts of items not saved, which run again.
     """
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the kept sessions
+        self._io = threading.Lock()  # the files (one flush at a time, in order)
+        self._texts: list[str] = []
+        self._lines: list[str] = []
         self._log: TextIO | None = open(self.folder / LOG_FILE, "a", encoding="utf-8")
         self._jsonl: TextIO | None = open(self.folder / JSONL_FILE, "a", encoding="utf-8")
 
     def write(self, result: SessionResult, transcript: list[TranscriptEntry]) -> None:
-        """Close a session: add CHECK and SESSION_END, write both forms, flush."""
+        """Close a session: add CHECK and SESSION_END and keep both forms for :meth:`flush`."""
         session = session_transcript(result, transcript)
         text = format_session(session)
         line = session.model_dump_json() + "\n"
         with self._lock:
-            if self._log is None or self._jsonl is None:
+            if self._log is None:
                 raise RuntimeError(f"the session log in {self.folder} is closed")
-            self._log.write(text)
-            self._jsonl.write(line)
-            self._log.flush()
-            self._jsonl.flush()
+            self._texts.append(text)
+            self._lines.append(line)
+
+    def flush(self) -> None:
+        """Append the sessions written so far to both files and flush them."""
+        with self._io:
+            self._append()
+
+    def _append(self) -> None:
+        with self._lock:
+            texts, lines = self._texts, self._lines
+            self._texts, self._lines = [], []
+            log, jsonl = self._log, self._jsonl
+        if not texts or log is None or jsonl is None:
+            return
+        log.write("".join(texts))
+        jsonl.write("".join(lines))
+        log.flush()
+        jsonl.flush()
 
     def close(self) -> None:
-        with self._lock:
-            for handle in (self._log, self._jsonl):
-                if handle is not None:
-                    handle.close()
-            self._log = self._jsonl = None
+        """Append what is kept, then close both files (again: nothing)."""
+        with self._io:
+            try:
+                self._append()
+            finally:
+                with self._lock:
+                    handles, self._log, self._jsonl = (self._log, self._jsonl), None, None
+                for handle in handles:
+                    if handle is not None:
+                        handle.close()
 
     def __enter__(self) -> SessionLog:
         return self

@@ -8,16 +8,29 @@ from concurrent.futures import ThreadPoolExecutor
 from queue import SimpleQueue
 
 from ape.flows.feeders import ThreadFeeder
+from ape.tasks.common.write_behind import WriteBehind
 
 
-def _feeder(workers: int, run) -> ThreadFeeder:
+class _Log:
+    """The session log's side the feeder uses: how often it was flushed."""
+
+    def __init__(self) -> None:
+        self.flushes = 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+def _feeder(workers: int, run, writer: WriteBehind | None = None) -> ThreadFeeder:
     """A ThreadFeeder whose items are run by ``run`` (no model, no Prefect)."""
     feeder = ThreadFeeder.__new__(ThreadFeeder)
     feeder.pool = ThreadPoolExecutor(max_workers=workers)
     feeder.pending = set()
     feeder._items = {}
     feeder._finished = SimpleQueue()
-    feeder._run = run  # type: ignore[method-assign]
+    feeder.session_log = _Log()  # type: ignore[assignment]
+    feeder.cache, feeder.writer = None, writer
+    feeder._run = lambda item: (run(item), writer.mine() if writer else 0)  # type: ignore[method-assign]
     return feeder
 
 
@@ -59,3 +72,26 @@ def test_withdrawn_items_are_not_returned_and_the_running_one_is() -> None:
     assert feeder.next_done() == [0]  # type: ignore[comparison-overlap]
     assert time.monotonic() - began >= 0.05 and not feeder.pending  # it waited for the running one
     feeder.close()
+
+
+def test_an_item_comes_back_only_once_its_cache_writes_and_transcripts_are_written() -> None:
+    writer = WriteBehind(limit=2)
+    slow = threading.Event()
+    written: list[int] = []
+
+    def run(item: int) -> int:
+        def write() -> None:
+            slow.wait(5)  # a slow disk: the write is still queued when the item ends
+            written.append(item)
+
+        writer.submit(write)
+        return item
+
+    feeder = _feeder(1, run, writer)
+    feeder.submit(7)  # type: ignore[arg-type]
+    threading.Timer(0.1, slow.set).start()
+    assert feeder.next_done() == [7]  # type: ignore[comparison-overlap]
+    assert written == [7]  # returned (and so saved by the runner) after its write ran
+    assert feeder.session_log.flushes == 1  # type: ignore[attr-defined]
+    feeder.pool.shutdown()
+    writer.close()
