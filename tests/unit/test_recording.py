@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 
@@ -456,3 +457,26 @@ def test_a_flow_runs_first_sessions_go_live_until_the_queue_limit(monkeypatch: p
         recorder.rendered()
         recorder.session(time.time(), "COMPLETED", "Completed")
     assert sent == [] and run2.finish().left_out == [("q1", 0)]
+
+
+def test_the_end_does_not_wait_for_the_server_when_sessions_were_left_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Left-out sessions mean the catch-up starts anyway: the end asks once and goes on; a run
+    with none left out (the server kept up) still waits for the last task runs."""
+    from ape.tasks.recording import run as recording_run
+
+    monkeypatch.setattr(recording, "POLL_S", 0.01)
+    monkeypatch.setattr(recording, "END_WAIT_S", 30.0)
+    started: list[Path] = []
+    monkeypatch.setattr(recording_run, "start_catch_up", lambda out: started.append(out) or (out / "log", 4242))
+    for left, polls, catch_up in ((7, 1, True), (0, 5, False)):
+        server = FakeServer(total=50, rate=10)  # five polls to hold everything
+        monkeypatch.setattr(recording, "TASK_RUN_COUNTS", TaskRunCounts(counter=server))
+        monkeypatch.setattr(recording_run, "left_out_sessions", lambda out, ids, n=left: n)
+        recording.TASK_RUN_COUNTS.add("f1", 50)
+        lines: list[str] = []
+        recording_run.finish_recording(["f1"], tmp_path, on_progress=lines.append)
+        assert server.polls == polls
+        assert bool(started) == catch_up
+        started.clear()
