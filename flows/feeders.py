@@ -87,6 +87,7 @@ class ThreadFeeder:
         self.writer = WriteBehind("ape-cache-writer") if self.cache is not None else None
         if self.cache is not None:
             self.cache.writer = self.writer
+        self._raised: BaseException | None = None  # a failed cache write next_done raised already
 
     def _run(self, item: BaseModel) -> tuple[OutputBatch, int]:
         """The item's batch and the ticket of its last cache write (0: none)."""
@@ -121,7 +122,11 @@ class ThreadFeeder:
                 deadline = time.monotonic() + 0.005
         finished = [f.result() for f in done]
         if self.writer is not None and finished:
-            self.writer.wait(max(ticket for _, ticket in finished))  # their cache records are written
+            try:
+                self.writer.wait(max(ticket for _, ticket in finished))  # their cache records are written
+            except BaseException as exc:  # the run stops with it (SaveFailed names the file)
+                self._raised = exc
+                raise
         self.session_log.flush()  # and their transcripts
         return [batch for batch, _ in finished]
 
@@ -143,7 +148,8 @@ class ThreadFeeder:
             try:
                 self.writer.close()  # what sessions not saved queued: written, or its error shown
             except Exception as exc:  # the run's own error (if any) is the one raised
-                log.warning("a session cache write failed: %s", exc)
+                if exc is not self._raised:  # said once: the run's error already names it
+                    log.warning("a session cache write failed: %s", exc)
 
 
 class DaskFeeder:

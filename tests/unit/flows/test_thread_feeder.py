@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from queue import SimpleQueue
+
+import pytest
 
 from ape.flows.feeders import ThreadFeeder
 from ape.tasks.common.write_behind import WriteBehind
@@ -30,6 +33,7 @@ def _feeder(workers: int, run, writer: WriteBehind | None = None) -> ThreadFeede
     feeder._finished = SimpleQueue()
     feeder.session_log = _Log()  # type: ignore[assignment]
     feeder.cache, feeder.writer = None, writer
+    feeder._raised = None
     feeder._run = lambda item: (run(item), writer.mine() if writer else 0)  # type: ignore[method-assign]
     return feeder
 
@@ -95,3 +99,36 @@ def test_an_item_comes_back_only_once_its_cache_writes_and_transcripts_are_writt
     assert feeder.session_log.flushes == 1  # type: ignore[attr-defined]
     feeder.pool.shutdown()
     writer.close()
+
+
+def _failing_run(writer: WriteBehind):
+    def run(item: int) -> int:
+        def write() -> None:
+            raise OSError(28, "No space left on device", f"cache/{item}.json")
+
+        writer.submit(write)
+        return item
+
+    return run
+
+
+def test_a_failed_cache_write_is_raised_once_and_not_logged_again_at_close(caplog: pytest.LogCaptureFixture) -> None:
+    writer = WriteBehind()
+    feeder = _feeder(1, _failing_run(writer), writer)
+    feeder.submit(3)  # type: ignore[arg-type]
+    with pytest.raises(OSError, match="No space left"):
+        feeder.next_done()  # the runner turns this into SaveFailed, naming the file
+    with caplog.at_level(logging.WARNING, logger="ape"):
+        feeder.close()
+    assert "cache write failed" not in caplog.text
+
+
+def test_a_failed_cache_write_no_item_returned_is_logged_at_close(caplog: pytest.LogCaptureFixture) -> None:
+    writer = WriteBehind()
+    feeder = _feeder(1, _failing_run(writer), writer)
+    feeder.submit(4)  # type: ignore[arg-type]
+    feeder.pool.shutdown(wait=True)  # the item ran; the run stopped before taking it back
+    with caplog.at_level(logging.WARNING, logger="ape"):
+        feeder.close()
+    assert caplog.text.count("a session cache write failed") == 1
+    assert "cache/4.json" in caplog.text or "No space left" in caplog.text
