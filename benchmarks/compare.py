@@ -10,6 +10,8 @@ process that answers after the row's latency (the path users take against vLLM o
 - ``ape-no-chain``: APE with ``stage_runs = false`` (only the session task runs: the
   cost of showing the chain is the difference to ``ape``);
 - ``ape-stage``: APE with ``task_granularity = "stage"`` (five live task runs per session);
+- ``ape-dask``: APE with ``task_runner = "dask"`` on a local cluster of two worker processes
+  (each item a Prefect task on the cluster: the cost of a second interpreter that way);
 - ``inspect_ai``: inspect_ai's ``eval``, ``max_samples`` = ``max_connections`` = workers, no
   display, logs to a temp folder: a solver that sleeps the latency (mockllm) in mock rows,
   its OpenAI-compatible provider (``openai-api/stub/stub``, no streaming) in HTTP rows;
@@ -88,9 +90,14 @@ import speed  # benchmarks/speed.py, beside this script: workload files, the APE
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SYSTEMS = ("ape", "ape-no-chain", "ape-stage", "inspect_ai", "lm_eval", "pool")
+SYSTEMS = ("ape", "ape-dask", "ape-no-chain", "ape-stage", "inspect_ai", "lm_eval", "pool")
 DEFAULT_SYSTEMS = ("ape", "inspect_ai", "lm_eval", "pool")
-RUN_EXTRA = {"ape": "", "ape-no-chain": "stage_runs = false\n", "ape-stage": 'task_granularity = "stage"\n'}
+RUN_EXTRA = {
+    "ape": "",
+    "ape-dask": 'task_runner = "dask"\ndask_workers = 2\n',
+    "ape-no-chain": "stage_runs = false\n",
+    "ape-stage": 'task_granularity = "stage"\n',
+}
 
 
 def split_cpus() -> tuple[set[int], set[int]]:
