@@ -83,6 +83,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -302,29 +303,46 @@ def child_lm_eval(n: int, workers: int, folder: Path, process_start: float, url:
     print("RESULT " + json.dumps({"end_time": end, "cpu_loop_s": cpu, "cpu_process_s": _cpu()}))
 
 
+def chat_messages(i: int) -> list[dict[str, str]]:
+    """Item ``i``'s question as one user message (speed.py's arithmetic: ``i % 97`` + ``i * 7 % 89``)."""
+    a, b = i % 97, (i * 7) % 89
+    return [{"role": "user", "content": f"What is {a} + {b}?"}]
+
+
+def stdlib_chat(url: str) -> Callable[[int], str]:
+    """Post item ``i``'s chat request to the stub at ``url`` over one kept-alive
+    ``http.client`` connection per calling thread; the answer's text."""
+    import http.client
+    import threading
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    local = threading.local()
+
+    def post(i: int) -> str:
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = http.client.HTTPConnection(where.hostname, where.port, timeout=120)
+        body = json.dumps({"model": "stub", "messages": chat_messages(i)})
+        conn.request("POST", where.path + "/chat/completions", body, {"Content-Type": "application/json"})
+        return json.loads(conn.getresponse().read())["choices"][0]["message"]["content"]
+
+    return post
+
+
 def child_pool(n: int, latency: float, workers: int, process_start: float, url: str | None) -> None:
     """The limit: a thread pool calling time.sleep, or with ``url`` posting each chat request
     to the stub over one kept-alive ``http.client`` connection per thread."""
-    import http.client
-    import threading
     from concurrent.futures import ThreadPoolExecutor
-    from urllib.parse import urlsplit
 
     first: list[float] = []
-    local = threading.local()
-    where = urlsplit(url) if url else None
+    post = stdlib_chat(url) if url else None
 
     def work(i: int) -> int:
         if not first:
             first.append(time.time())
-        if where is not None:
-            if not hasattr(local, "conn"):
-                local.conn = http.client.HTTPConnection(where.hostname, where.port, timeout=120)
-            a, b = i % 97, (i * 7) % 89
-            body = json.dumps({"model": "stub", "messages": [{"role": "user", "content": f"What is {a} + {b}?"}]})
-            local.conn.request("POST", where.path + "/chat/completions", body, {"Content-Type": "application/json"})
-            answer = json.loads(local.conn.getresponse().read())
-            assert answer["choices"][0]["message"]["content"] == f"The answer is {a + b}"
+        if post is not None:
+            assert post(i) == f"The answer is {i % 97 + (i * 7) % 89}"
         elif latency:
             time.sleep(latency)
         return i

@@ -24,39 +24,16 @@ the process's CPU milliseconds per request.
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
 import sys
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compare import Stub  # noqa: E402  (the benchmarks folder is not a package)
-
-
-def _messages(i: int) -> list[dict[str, str]]:
-    return [{"role": "user", "content": f"What is {i % 97} + {(i * 7) % 89}?"}]
-
-
-def stdlib_layer(url: str) -> Callable[[int], None]:
-    where = urlsplit(url)
-    local = threading.local()
-
-    def call(i: int) -> None:
-        conn = getattr(local, "conn", None)
-        if conn is None:
-            conn = local.conn = http.client.HTTPConnection(where.hostname, where.port, timeout=120)
-        body = json.dumps({"model": "stub", "messages": _messages(i)})
-        conn.request("POST", where.path + "/chat/completions", body, {"Content-Type": "application/json"})
-        json.loads(conn.getresponse().read())
-
-    return call
+from compare import Stub, chat_messages, stdlib_chat  # noqa: E402  (the benchmarks folder is not a package)
 
 
 def httpx_layer(url: str) -> Callable[[int], None]:
@@ -65,7 +42,7 @@ def httpx_layer(url: str) -> Callable[[int], None]:
     client = openai.DefaultHttpxClient(timeout=120)
 
     def call(i: int) -> None:
-        client.post(url + "/chat/completions", json={"model": "stub", "messages": _messages(i)}).json()
+        client.post(url + "/chat/completions", json={"model": "stub", "messages": chat_messages(i)}).json()
 
     return call
 
@@ -76,7 +53,7 @@ def openai_layer(url: str) -> Callable[[int], None]:
     client = openai.OpenAI(base_url=url, api_key="stub")
 
     def call(i: int) -> None:
-        client.chat.completions.create(model="stub", messages=_messages(i))  # type: ignore[arg-type]
+        client.chat.completions.create(model="stub", messages=chat_messages(i))  # type: ignore[arg-type]
 
     return call
 
@@ -88,20 +65,20 @@ def langchain_layer(url: str) -> Callable[[int], None]:
     model = ChatOpenAI(base_url=url, api_key=SecretStr("stub"), model="stub")
 
     def call(i: int) -> None:
-        model.invoke(_messages(i))
+        model.invoke(chat_messages(i))
 
     return call
 
 
-LAYERS: dict[str, Callable[[str], Callable[[int], None]]] = {
-    "http.client": stdlib_layer,
+LAYERS: dict[str, Callable[[str], Callable[[int], object]]] = {
+    "http.client": stdlib_chat,
     "httpx": httpx_layer,
     "openai": openai_layer,
     "langchain": langchain_layer,
 }
 
 
-def measure(call: Callable[[int], None], n: int, threads: int) -> tuple[float, float]:
+def measure(call: Callable[[int], object], n: int, threads: int) -> tuple[float, float]:
     """(wall seconds, process CPU seconds) of n calls from ``threads`` threads, after a warm-up
     wave of one call per thread."""
     with ThreadPoolExecutor(max_workers=threads) as pool:
