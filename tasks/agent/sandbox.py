@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import select
 import shutil
 import signal
@@ -56,7 +57,8 @@ TESTS_DIR = "/tests"  # the grading step's fresh, read-only tests
 OPEN_FILES = 256
 PREFIX = "ape-agent-"  # every working folder's name starts so
 PROXY_PREFIX = "ape-net-"  # a proxy socket's own folder, where the working folder's path is too long
-OWNER_FILE = ".ape-owner"  # beside the working folder: "pid start-time" of the process that made it
+OWNER_FILE = ".ape-owner"  # an earlier layout's owner mark, a file beside the working folder (still swept)
+KEPT_FILE = ".ape-kept"  # beside the working folder: kept on purpose ([sandbox] keep), never swept
 PROXY_FILE = "proxy.sock"  # beside the working folder: the session's network proxy ([sandbox] allow_hosts)
 SOCKET_PATH_MAX = 100  # a Unix socket's path holds at most 107 bytes on Linux
 
@@ -167,8 +169,9 @@ class AgentSandbox:
             if base is not None:
                 base.mkdir(parents=True, exist_ok=True)
             sweep_stale(base)
-            self.home = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{_safe(item_id)}-{run_index}-", dir=base))
-            (self.home / OWNER_FILE).write_text(_owner(os.getpid()) or "", encoding="utf-8")
+            # the owner is in the name, so the folder never exists without it (a kill -9 at any point)
+            prefix = f"{PREFIX}{_safe(item_id)}-{run_index}-{_owner_tag()}-"
+            self.home = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
             self.folder = self.home / "task"
             self.folder.mkdir(mode=0o700)
             self.quota = "none"  # none, enforced (a tmpfs of disk_bytes) or measured
@@ -194,9 +197,8 @@ class AgentSandbox:
         short owner-only folder of its own where that path is too long for a socket)."""
         path = self.home / PROXY_FILE
         if len(str(path)) > SOCKET_PATH_MAX:
-            self._proxy_dir = tempfile.mkdtemp(prefix=PROXY_PREFIX)
             # owned like a working folder, so the stale sweep removes it after a kill -9
-            (Path(self._proxy_dir) / OWNER_FILE).write_text(_owner(os.getpid()) or "", encoding="utf-8")
+            self._proxy_dir = tempfile.mkdtemp(prefix=f"{PROXY_PREFIX}{_owner_tag()}-")
             path = Path(self._proxy_dir) / PROXY_FILE
         proxy = NetworkProxy(self.cfg.allow_hosts, path)
         try:
@@ -439,7 +441,7 @@ class AgentSandbox:
         self.closed = True
         self._stop_proxy()
         if self.cfg.keep:
-            (self.home / OWNER_FILE).unlink(missing_ok=True)  # kept on purpose: no sweep removes it
+            (self.home / KEPT_FILE).write_text("[sandbox] keep = true\n", encoding="utf-8")  # no sweep removes it
             if self.quota == "enforced":  # the tmpfs goes with its mount: keep a copy on disk
                 kept = self.home / "task-kept"
                 shutil.copytree(self.folder, kept, symlinks=True)
@@ -470,15 +472,37 @@ def _owner(pid: int) -> str | None:
     return f"{pid} {fields[19]}" if len(fields) > 19 else str(pid)
 
 
-def _stale(home: Path) -> bool:
-    """Whether ``home`` is a working folder whose maker is gone (killed before its session's end)."""
+def _owner_tag() -> str:
+    """This process's ``pid.start-time``, the part of a folder's name that says who made it
+    (no ``-``, which separates the name's parts; empty where ``/proc`` cannot tell)."""
+    return (_owner(os.getpid()) or "").replace(" ", ".")
+
+
+def _named_owner(home: Path) -> str | None:
+    """The ``pid start-time`` a folder's name carries (``<prefix>…-<pid>.<start>-<random>``), or
+    that of an earlier layout's owner file; None when it names no owner."""
+    parts = home.name.rsplit("-", 2)
+    if len(parts) == 3 and re.fullmatch(r"\d+\.\d+", parts[1]):
+        return parts[1].replace(".", " ")
     try:
-        owner = (home / OWNER_FILE).read_text(encoding="utf-8").split()
+        owner = (home / OWNER_FILE).read_text(encoding="utf-8").strip()
     except OSError:
-        return False  # not ours, or kept on purpose
-    if not owner or not owner[0].isdigit():
+        return None
+    return owner if re.fullmatch(r"\d+ \d+", owner) else None
+
+
+def _stale(home: Path) -> bool:
+    """Whether ``home`` is a working folder of this user whose maker is gone (killed before its
+    session's end). Another user's folder, a kept one and one naming no owner are never stale."""
+    try:
+        if home.lstat().st_uid != os.getuid() or (home / KEPT_FILE).exists():
+            return False
+    except OSError:
         return False
-    return _owner(int(owner[0])) != " ".join(owner)
+    owner = _named_owner(home)
+    if owner is None:
+        return False
+    return _owner(int(owner.split()[0])) != owner
 
 
 _swept: set[str] = set()
@@ -496,8 +520,9 @@ def sweep_stale(base: Path | None) -> list[Path]:
     """Remove the working folders under ``base`` (the system's temporary folder for None) left by
     a process that died mid-session (``kill -9``, a power cut): a session's own ``close`` never
     ran for them. Done once per process and folder, when its first sandbox is made, so a rerun
-    that resumes a killed run leaves none behind. Only folders carrying an owner file whose
-    process is gone are touched: a kept folder (``keep``) has none, a live run's owner lives."""
+    that resumes a killed run leaves none behind. Only this user's folders whose name carries an
+    owner that is gone are touched: a kept folder (``keep``) is marked so, a live run's owner
+    lives, and the owner is in the name from the moment the folder exists."""
     where = Path(base) if base is not None else Path(tempfile.gettempdir())
     key = str(where)
     if key in _swept:

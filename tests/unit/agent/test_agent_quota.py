@@ -92,10 +92,9 @@ def test_a_killed_runs_mounted_folder_is_unmounted_and_swept(tmp_path: Path) -> 
     if not can_mount(tmp_path):
         pytest.skip("mounting a tmpfs needs root")
     dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True).stdout.strip()
-    home = tmp_path / f"{agent_sandbox.PREFIX}t1-0-x"
+    home = tmp_path / f"{agent_sandbox.PREFIX}t1-0-{dead}.1-x"
     (home / "task").mkdir(parents=True)
     assert quota.mount(home / "task", MIB)
-    (home / agent_sandbox.OWNER_FILE).write_text(f"{dead} 1")
     agent_sandbox._swept.discard(str(tmp_path))
     assert agent_sandbox.sweep_stale(tmp_path) == [home]
     assert not home.exists()

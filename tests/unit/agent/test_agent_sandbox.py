@@ -73,31 +73,79 @@ def test_keep_leaves_the_folder_for_debugging(tmp_path: Path) -> None:
     assert (sandbox.folder / "k.txt").read_text().strip() == "kept"
 
 
-def test_a_folder_left_by_a_dead_process_is_swept_and_no_other(tmp_path: Path) -> None:
-    """What a kill -9 leaves (an owner file naming a process that is gone) is removed when the
-    next process makes its first sandbox there; a live owner's and a kept folder stay."""
+def _dead_pid() -> str:
     import subprocess
     import sys
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    orphan = tmp_path / "ape-agent-x-0-dead"
+    return subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
+
+
+def test_a_folder_left_by_a_dead_process_is_swept_and_no_other(tmp_path: Path) -> None:
+    """What a kill -9 leaves (a folder whose name carries a process that is gone) is removed
+    when the next process makes its first sandbox there; a live owner's and a kept folder stay."""
+    dead = _dead_pid()
+    orphan = tmp_path / f"ape-agent-x-0-{dead}.1-abc_12"
     (orphan / "task").mkdir(parents=True)
-    (orphan / agent_sandbox.OWNER_FILE).write_text(f"{dead.stdout.strip()} 1")
-    reused = tmp_path / "ape-agent-x-0-reused"  # our own pid, but another process's start time
+    reused = tmp_path / f"ape-agent-x-0-{os.getpid()}.1-abc_34"  # our own pid, another process's start time
     reused.mkdir()
-    (reused / agent_sandbox.OWNER_FILE).write_text(f"{os.getpid()} 1")
-    live = tmp_path / "ape-agent-x-0-live"
+    live = tmp_path / f"ape-agent-x-0-{agent_sandbox._owner_tag()}-abc_56"
     live.mkdir()
-    (live / agent_sandbox.OWNER_FILE).write_text(agent_sandbox._owner(os.getpid()) or "")
+    earlier = tmp_path / "ape-agent-x-0-earlier"  # an earlier layout: the owner in a file beside the folder
+    earlier.mkdir()
+    (earlier / agent_sandbox.OWNER_FILE).write_text(f"{dead} 1")
     with box(keep=True, root=tmp_path) as kept:
         pass
-    other = tmp_path / "ape-agent-not-ours"  # no owner file: not made by a sandbox
+    other = tmp_path / "ape-agent-not-ours"  # no owner named: not made by a sandbox
     other.mkdir()
-    assert not orphan.exists() and not reused.exists()
+    assert not orphan.exists() and not reused.exists() and not earlier.exists()
     assert live.exists() and kept.home.exists() and other.exists()
-    assert not (kept.home / agent_sandbox.OWNER_FILE).exists()
+    assert agent_sandbox._owner_tag() in kept.home.name and (kept.home / agent_sandbox.KEPT_FILE).exists()
     agent_sandbox._swept.discard(str(tmp_path))
-    assert agent_sandbox.sweep_stale(tmp_path) == []  # a second sweep finds nothing of the living
+    assert agent_sandbox.sweep_stale(tmp_path) == []  # a second sweep finds nothing of the living or the kept
+
+
+KILLED_AT_BIRTH = """
+import os, signal, sys, tempfile
+from ape.schemas.config import SandboxConfig
+from ape.tasks.agent.sandbox import AgentSandbox
+
+made = tempfile.mkdtemp
+def mkdtemp(*args, **kwargs):
+    path = made(*args, **kwargs)
+    print(path, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # the instant the folder exists, before anything else
+tempfile.mkdtemp = mkdtemp
+AgentSandbox(SandboxConfig(root=sys.argv[1]), {"id": "t1"}, "t1")
+"""
+
+
+def test_a_run_killed_the_instant_its_folder_exists_leaves_nothing(tmp_path: Path) -> None:
+    """The first moment a working folder exists already says whose it is: a process killed
+    right after ``mkdtemp`` returned (before any other step) leaves a folder the next sweep removes."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "root"
+    child = subprocess.run([sys.executable, "-c", KILLED_AT_BIRTH, str(root)], capture_output=True, text=True)
+    assert child.returncode == -9, child.stderr
+    left = Path(child.stdout.strip())
+    assert left.is_dir() and left.parent == root
+    agent_sandbox._swept.discard(str(root))
+    assert agent_sandbox.sweep_stale(root) == [left]
+    assert not left.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_another_users_folder_is_never_swept(tmp_path: Path) -> None:
+    """A folder planted by another user, named as if its owner died, is not ours to remove."""
+    planted = tmp_path / f"ape-agent-x-0-{_dead_pid()}.1-abc_78"
+    (planted / "task").mkdir(parents=True)
+    os.chown(planted, 65534, 65534)
+    agent_sandbox._swept.discard(str(tmp_path))
+    assert agent_sandbox.sweep_stale(tmp_path) == []
+    assert (planted / "task").is_dir()
 
 
 def test_no_network_not_even_the_hosts_loopback() -> None:
@@ -314,19 +362,14 @@ def test_a_proxy_folder_left_by_a_dead_process_is_swept(tmp_path: Path, monkeypa
     """A session whose working folder's path is too long for a socket keeps its network proxy's
     socket in a short folder of the system's temporary folder; a kill -9 leaves it, owned like a
     working folder, and the next process's first sandbox removes it (a live owner's stays)."""
-    import subprocess
-    import sys
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "system-tmp"))
     (tmp_path / "system-tmp").mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    orphan = tmp_path / "system-tmp" / f"{agent_sandbox.PROXY_PREFIX}dead"
+    orphan = tmp_path / "system-tmp" / f"{agent_sandbox.PROXY_PREFIX}{_dead_pid()}.1-abc_12"
     orphan.mkdir()
-    (orphan / agent_sandbox.OWNER_FILE).write_text(f"{dead.stdout.strip()} 1")
-    live = tmp_path / "system-tmp" / f"{agent_sandbox.PROXY_PREFIX}live"
+    live = tmp_path / "system-tmp" / f"{agent_sandbox.PROXY_PREFIX}{agent_sandbox._owner_tag()}-abc_34"
     live.mkdir()
-    (live / agent_sandbox.OWNER_FILE).write_text(agent_sandbox._owner(os.getpid()) or "")
     monkeypatch.setattr(agent_sandbox, "_swept", set())
     assert agent_sandbox.sweep_stale(tmp_path / "root") == [orphan]
     assert not orphan.exists() and live.exists()
