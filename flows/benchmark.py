@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from prefect import flow
@@ -30,13 +31,11 @@ from ape.flows.states import items_failed
 from ape.flows.ui_links import flow_run_link
 from ape.schemas.config import ApeConfig
 from ape.schemas.report import HealthEntry
-from ape.tasks.after_run.tasks import join_history_task, report_task
 from ape.tasks.checking.canary import CanaryFailed
 from ape.tasks.common.home import password_hint, ui_password_file
 from ape.tasks.models.limits.policy import RETRY_LINES
 from ape.tasks.models.local.llama_server import local_model_servers, with_base_urls
 from ape.tasks.recording import finish_recording
-from ape.tasks.report.health import limit_lines, suspect_lines, truncation_lines
 from ape.tasks.setup.judge_agreement import judge_agreement_task
 from ape.tasks.setup.model import run_label
 from ape.tasks.storage.config_ref import ConfigParameter, as_parameter, resolve_config
@@ -117,6 +116,7 @@ def run_benchmark(
 
 def _suspect(config: ApeConfig, envelope: dict[str, Any]) -> str | None:
     """The run-health line(s) that fail this run, or None (healthy, or accepted by config)."""
+    from ape.tasks.report.health import limit_lines, suspect_lines, truncation_lines  # see _after_run
 
     health = {model: HealthEntry.model_validate(entry) for model, entry in (envelope.get("health") or {}).items()}
     for line in truncation_lines(health):  # a warning: the results measure the budget, not a failure
@@ -131,6 +131,15 @@ def _suspect(config: ApeConfig, envelope: dict[str, Any]) -> str | None:
             log.warning("%s (accepted: [run] accept_unhealthy = true)", line)
         return None
     return "; ".join(lines) + " (if this is expected, set [run] accept_unhealthy = true)"
+
+
+def _after_run() -> ModuleType:
+    """The report and join-history tasks' module, imported once the models ran: the report's
+    pandas and SciPy take half a second to import, which a run would otherwise spend before
+    its first model call (``tests/unit/test_start_imports.py`` keeps them off the start)."""
+    from ape.tasks.after_run import tasks
+
+    return tasks
 
 
 def canary_failed(exc: CanaryFailed) -> Any:
@@ -200,7 +209,7 @@ def _evaluate_all(
     control = control_log(config)
     if control:  # who paused, resumed or drained a model, when, what changed
         extra["control"] = control
-    envelope = report_task(config, round(time.perf_counter() - started, 3), extra)
+    envelope = _after_run().report_task(config, round(time.perf_counter() - started, 3), extra)
     result = {
         "models": summaries,
         "report": str(Path(config.run.output) / "report.json"),
@@ -218,7 +227,7 @@ def _evaluate_all(
         return Failed(message=suspect, data=ResultsSuspect(suspect))
     if info is not None:
         result["run_id"] = info.run_id
-        result["regressions"] = join_history_task(config, top, info, envelope)
+        result["regressions"] = _after_run().join_history_task(config, top, info, envelope)
     return result
 
 

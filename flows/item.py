@@ -22,7 +22,7 @@ from ape.schemas.data import id_field_name, item_id
 from ape.schemas.results import CheckResult, ErrorInfo, Outcome, OutputBatch, SessionResult
 from ape.schemas.transcript import RESULT_FROM_RECORD, SolveRecord
 from ape.tasks.checking.check import CheckerCarousel
-from ape.tasks.report.health import prompt_hash
+from ape.tasks.common.prompt_hash import prompt_hash
 from ape.tasks.session.chain import stages_for
 from ape.tasks.session.recorder import recording_to
 from ape.tasks.session.stages import SessionSpec

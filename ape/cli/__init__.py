@@ -1,8 +1,10 @@
-"""The command line: ``ape COMMAND``, one module per command, registered in :data:`REGISTRY`.
+"""The command line: ``ape COMMAND``, one module per command, listed in :data:`COMMANDS`.
 
-Each command module holds ``NAME``, ``HELP``, ``add_arguments(parser)`` and
-``main(args) -> int``; this module builds the parser from the list and dispatches to the
-chosen one. argparse (the standard library) rather than the typer/cyclopts Prefect brings:
+Each command module (``ape.cli.<command>``) holds ``NAME``, ``HELP``, ``add_arguments(parser)``
+and ``main(args) -> int``; this module builds the parser from the list and dispatches to the
+chosen one. Only the chosen command's module is imported (every one for ``ape --help``): the
+reporting commands import pandas and SciPy, half a second a run would otherwise spend before
+its first model call. argparse (the standard library) rather than the typer/cyclopts Prefect brings:
 the exit codes and one-line errors below are APE's own, ``python -m ape config.toml``
 needs the command inserted before parsing, and the docs' command reference is generated
 from the same parser (``docs/hooks.py``).
@@ -15,65 +17,51 @@ non-zero: 2 for bad input, 1 for a run whose items failed, 3 for a regression un
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from ape.cli import (
-    baseline,
-    benchmarks,
-    ctl,
-    demo,
-    diff,
-    history,
-    init,
-    items,
-    plan,
-    prune,
-    record,
-    report,
-    retry,
-    run,
-    schema,
-    serve,
-    server,
-    status,
-    validate,
-)
 from ape.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSED
 from ape.schemas.errors import ApeError
 from ape.tasks.common.inert import TerminalSafeRecords, terminal_safe
 
 __all__ = ["COMMANDS", "EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "EXIT_REGRESSED", "build_parser", "main"]
 
-# the commands, in the order `ape --help` lists them
-REGISTRY: tuple[ModuleType, ...] = (
-    run,
-    status,
-    ctl,
-    validate,
-    plan,
-    report,
-    retry,
-    demo,
-    serve,
-    server,
-    schema,
-    history,
-    baseline,
-    items,
-    diff,
-    record,
-    prune,
-    benchmarks,
-    init,
+# the commands, in the order `ape --help` lists them; each is the module ape.cli.<name>
+COMMANDS = (
+    "run",
+    "status",
+    "ctl",
+    "validate",
+    "plan",
+    "report",
+    "retry",
+    "demo",
+    "serve",
+    "server",
+    "schema",
+    "history",
+    "baseline",
+    "items",
+    "diff",
+    "record",
+    "prune",
+    "benchmarks",
+    "init",
 )
-COMMANDS = tuple(command.NAME for command in REGISTRY)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_module(name: str) -> ModuleType:
+    """The module of the command ``name`` (one of :data:`COMMANDS`), imported on first use."""
+    return importlib.import_module(f"ape.cli.{name}")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or with ``only`` the one command a call names (the others'
+    modules not imported; its parsing and help are the same)."""
     parser = argparse.ArgumentParser(
         prog="ape",
         description="APE: evaluate language models on your own benchmarks, orchestrated by Prefect. "
@@ -81,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in REGISTRY:
+    for name in COMMANDS if only is None else (only,):
+        command = command_module(name)
         p = sub.add_parser(command.NAME, help=command.HELP)
         command.add_arguments(p)
         p.set_defaults(handler=command.main)
@@ -96,7 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     first = next((a for a in args_list if not a.startswith("-")), None)
     if first is not None and first not in COMMANDS:
         args_list.insert(args_list.index(first), "run")
-    parser = build_parser()
+    chosen = next((a for a in args_list if not a.startswith("-")), None)
+    before = args_list[: args_list.index(chosen)] if chosen is not None else args_list
+    whole = chosen is None or {"-h", "--help"} & set(before)  # the top-level help lists every command
+    parser = build_parser(None if whole else chosen)
     args = parser.parse_args(args_list)
     if args.command is None:
         parser.print_help()

@@ -61,7 +61,6 @@ Everything here is a pure function of the sessions table (:mod:`ape.tasks.report
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -70,6 +69,7 @@ from typing import Any
 import pandas as pd
 
 from ape.schemas.report import HealthEntry
+from ape.tasks.common.prompt_hash import EMPTY_PROMPT_HASH
 from ape.tasks.stats.aggregate import truncation_columns
 
 DEFAULT_SHARE = 0.8
@@ -88,15 +88,6 @@ LIMIT_SETTINGS = {
 STATE_METRIC = "sandbox_state"  # ape.tasks.agent.grade.NAME: a grade of the state, not of the answer
 SIGNATURE_CHARS = 160  # signatures are shown on one line
 _DIGITS = re.compile(r"\d+")
-PROMPT_HASH_CHARS = 16
-EMPTY_PROMPT_HASH = hashlib.sha256(b"").hexdigest()[:PROMPT_HASH_CHARS]
-
-
-def prompt_hash(prompt: str, system: str | None = None) -> str:
-    """What a session records of its rendered prompt (``prompt_hash``): enough to tell two
-    prompts apart, and an empty prompt (:data:`EMPTY_PROMPT_HASH`), without storing it again."""
-    text = f"{system}\x00{prompt}" if system else prompt
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:PROMPT_HASH_CHARS]
 
 
 def _flat(text: Any, limit: int = SIGNATURE_CHARS) -> str:

@@ -64,8 +64,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -73,6 +73,9 @@ import pyarrow.parquet as pq
 from ape.schemas.errors import ApeError
 from ape.tasks.storage.file_modes import created_file_mode
 from ape.tasks.storage.runs import RUN_ID_PATTERN, read_info, runs_root
+
+if TYPE_CHECKING:  # pandas itself on use: check_history runs before a run's first model call
+    import pandas as pd
 
 HISTORY_DIR = "history"
 RUNS_FILE = "runs.parquet"
@@ -435,6 +438,8 @@ def read_items(top: Path, run_id: str, model_id: str | None = None) -> pd.DataFr
 
 def read_all_items(top: Path) -> pd.DataFrame:
     """Every run's items (the ``items`` columns above); empty when none were recorded."""
+    import pandas as pd
+
     folder = history_dir(top) / "items"
     if not folder.is_dir() or not any(folder.glob("*.parquet")):
         return pd.DataFrame(columns=["run_id", "model_id", "item_id", "item_hash", "score", "passed", "n", "c"])

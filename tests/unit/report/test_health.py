@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from ape.schemas.report import Envelope
-from ape.tasks.report.health import EMPTY_PROMPT_HASH, model_health, prompt_hash, run_health, suspect_lines
+from ape.tasks.common.prompt_hash import EMPTY_PROMPT_HASH, prompt_hash
+from ape.tasks.report.health import model_health, run_health, suspect_lines
 from ape.tasks.report.markdown import markdown_table
 
 N = 10
