@@ -85,10 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     first = next((a for a in args_list if not a.startswith("-")), None)
     if first is not None and first not in COMMANDS:
         args_list.insert(args_list.index(first), "run")
-    chosen = next((a for a in args_list if not a.startswith("-")), None)
-    before = args_list[: args_list.index(chosen)] if chosen is not None else args_list
-    whole = chosen is None or {"-h", "--help"} & set(before)  # the top-level help lists every command
-    parser = build_parser(None if whole else chosen)
+        first = "run"
+    before = args_list[: args_list.index(first)] if first is not None else args_list
+    whole = first is None or {"-h", "--help"} & set(before)  # the top-level help lists every command
+    parser = build_parser(None if whole else first)
     args = parser.parse_args(args_list)
     if args.command is None:
         parser.print_help()

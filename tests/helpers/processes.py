@@ -16,6 +16,12 @@ from pathlib import Path
 from ape.tasks.common import ownership
 
 
+def dead_pid() -> int:
+    """The pid of a process that has ended and been reaped (what a kill -9 leaves named in a file)."""
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(proc.stdout)
+
+
 def free_port() -> int:
     """A port nothing listens on now. Another process may take it before the server the test
     starts binds it: start that server with :func:`wait_server`, which notices."""

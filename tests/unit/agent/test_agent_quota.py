@@ -6,7 +6,6 @@ tmpfs can be mounted the size is measured after each command and the session end
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from ape.tasks.agent.tools import bash, files
 from ape.tasks.models.mocks.chat import MockChatModel
 from ape.tasks.models.session_item import session_item
 from ape.tasks.solving.solve import run_solver
+from tests.helpers.processes import dead_pid
 from tests.helpers.sandbox_kinds import available
 
 pytestmark = pytest.mark.skipif(not available("bwrap"), reason="needs bubblewrap")
@@ -91,8 +91,7 @@ def test_where_no_tmpfs_can_be_had_the_session_ends_at_disk_limit(
 def test_a_killed_runs_mounted_folder_is_unmounted_and_swept(tmp_path: Path) -> None:
     if not can_mount(tmp_path):
         pytest.skip("mounting a tmpfs needs root")
-    dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True).stdout.strip()
-    home = tmp_path / f"{agent_sandbox.PREFIX}t1-0-{dead}.1-x"
+    home = tmp_path / f"{agent_sandbox.PREFIX}t1-0-{dead_pid()}.1-x"
     (home / "task").mkdir(parents=True)
     assert quota.mount(home / "task", MIB)
     agent_sandbox._swept.discard(str(tmp_path))

@@ -23,6 +23,8 @@ from ape.tasks.agent.tools import bash, files, python
 from ape.tasks.models.mocks.chat import MockChatModel
 from ape.tasks.models.session_item import session_item
 from ape.tasks.solving.solve import run_solver
+from tests.helpers.other_user import ensure_user
+from tests.helpers.processes import dead_pid
 from tests.helpers.sandbox_kinds import available
 
 pytestmark = pytest.mark.skipif(not available("bwrap"), reason="needs bubblewrap")
@@ -73,19 +75,10 @@ def test_keep_leaves_the_folder_for_debugging(tmp_path: Path) -> None:
     assert (sandbox.folder / "k.txt").read_text().strip() == "kept"
 
 
-def _dead_pid() -> str:
-    import subprocess
-    import sys
-
-    return subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    ).stdout.strip()
-
-
 def test_a_folder_left_by_a_dead_process_is_swept_and_no_other(tmp_path: Path) -> None:
     """What a kill -9 leaves (a folder whose name carries a process that is gone) is removed
     when the next process makes its first sandbox there; a live owner's and a kept folder stay."""
-    dead = _dead_pid()
+    dead = dead_pid()
     orphan = tmp_path / f"ape-agent-x-0-{dead}.1-abc_12"
     (orphan / "task").mkdir(parents=True)
     reused = tmp_path / f"ape-agent-x-0-{os.getpid()}.1-abc_34"  # our own pid, another process's start time
@@ -137,12 +130,12 @@ def test_a_run_killed_the_instant_its_folder_exists_leaves_nothing(tmp_path: Pat
     assert not left.exists()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to a second local user needs root")
 def test_another_users_folder_is_never_swept(tmp_path: Path) -> None:
     """A folder planted by another user, named as if its owner died, is not ours to remove."""
-    planted = tmp_path / f"ape-agent-x-0-{_dead_pid()}.1-abc_78"
+    planted = tmp_path / f"ape-agent-x-0-{dead_pid()}.1-abc_78"
     (planted / "task").mkdir(parents=True)
-    os.chown(planted, 65534, 65534)
+    os.chown(planted, *ensure_user())
     agent_sandbox._swept.discard(str(tmp_path))
     assert agent_sandbox.sweep_stale(tmp_path) == []
     assert (planted / "task").is_dir()
@@ -366,7 +359,7 @@ def test_a_proxy_folder_left_by_a_dead_process_is_swept(tmp_path: Path, monkeypa
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "system-tmp"))
     (tmp_path / "system-tmp").mkdir()
-    orphan = tmp_path / "system-tmp" / f"{agent_sandbox.PROXY_PREFIX}{_dead_pid()}.1-abc_12"
+    orphan = tmp_path / "system-tmp" / f"{agent_sandbox.PROXY_PREFIX}{dead_pid()}.1-abc_12"
     orphan.mkdir()
     live = tmp_path / "system-tmp" / f"{agent_sandbox.PROXY_PREFIX}{agent_sandbox._owner_tag()}-abc_34"
     live.mkdir()

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,12 +15,7 @@ from ape.schemas.mirror import MIRROR_FILE, MirrorStatus
 from ape.server import process_alive
 from ape.tasks.storage import mirror_status
 from ape.tasks.storage.mirror_status import MirrorProgress, describe_mirror, read_mirror
-
-
-def _dead_pid() -> int:
-    """The pid of a process that has ended and been reaped."""
-    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    return int(proc.stdout)
+from tests.helpers.processes import dead_pid
 
 
 def _status(state: str, done: int = 14_200, total: int = 20_000, **extra: object) -> MirrorStatus:
@@ -71,7 +64,7 @@ def test_status_says_how_far_behind_and_when_it_completed(tmp_path: Path) -> Non
     ],
 )
 def test_a_mirror_that_stopped_says_why_and_what_completes_it(tmp_path: Path, state: str, says: str) -> None:
-    pid = _dead_pid()
+    pid = dead_pid()
     line = describe_mirror(_status(state, pid=pid), tmp_path, alive=process_alive(pid))
     assert line.startswith("UI: 14,200 of 20,000 session chains recorded; ")
     assert says in line and f"`ape record {tmp_path}`" in line
