@@ -137,6 +137,9 @@ class _Terminal(logging.StreamHandler):
 
 def _setup_logging(debug: bool) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # and the client's: in a terminal, Prefect's first import in a new home prints a usage-data
+    # notice (naming the server setting above, already off) and sends an event; DO_NOT_TRACK=0 keeps it
+    os.environ.setdefault("DO_NOT_TRACK", "1")
     # Prefect's own INFO chatter (one line per task run) would drown the progress bar and
     # costs CPU per task run; users can lower it again with PREFECT_LOGGING_LEVEL.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "DEBUG" if debug else "WARNING")

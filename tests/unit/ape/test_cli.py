@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from ape.cli import main
+from ape.cli import EXIT_BAD_INPUT, main
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.runner import make_benchmark
 
@@ -265,3 +266,16 @@ def test_validate_says_it_did_not_contact_a_served_models_endpoint(tmp_path, cap
 def test_validate_of_mocks_mentions_no_endpoint(tmp_path, capsys):
     code, out, _ = validate(make_benchmark(tmp_path, n=2), capsys)
     assert code == 0 and "endpoints:" not in out
+
+
+def test_prefects_usage_data_is_off_unless_the_user_turns_it_on(tmp_path, capsys, monkeypatch):
+    """A command turns off Prefect's usage data on the server and in the client (in a new home,
+    Prefect's first import in a terminal prints a notice and sends an event); a user's own
+    DO_NOT_TRACK is kept."""
+    monkeypatch.delenv("DO_NOT_TRACK", raising=False)
+    monkeypatch.delenv("PREFECT_SERVER_ANALYTICS_ENABLED", raising=False)
+    assert main(["validate", str(tmp_path / "missing.toml")]) == EXIT_BAD_INPUT
+    assert os.environ["DO_NOT_TRACK"] == "1" and os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] == "false"
+    monkeypatch.setenv("DO_NOT_TRACK", "0")
+    assert main(["validate", str(tmp_path / "missing.toml")]) == EXIT_BAD_INPUT
+    assert os.environ["DO_NOT_TRACK"] == "0"
