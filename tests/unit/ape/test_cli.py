@@ -279,3 +279,26 @@ def test_prefects_usage_data_is_off_unless_the_user_turns_it_on(tmp_path, capsys
     monkeypatch.setenv("DO_NOT_TRACK", "0")
     assert main(["validate", str(tmp_path / "missing.toml")]) == EXIT_BAD_INPUT
     assert os.environ["DO_NOT_TRACK"] == "0"
+
+
+def _documented_prefect_settings() -> dict[str, str]:
+    """docs/server.md's table of the Prefect settings every command starts with: variable -> value."""
+    text = (REPO_ROOT / "docs" / "server.md").read_text(encoding="utf-8")
+    section = text.split("### Prefect's settings APE's commands start with", 1)[1].split("\n### ", 1)[0]
+    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| `")]
+    return {name.strip().strip("`"): value.strip().split("`")[1] for name, value in rows}
+
+
+def test_the_documented_prefect_settings_are_what_a_command_sets(tmp_path, monkeypatch):
+    """The docs' table is what a command sets when the user set none of them, and a value
+    the user set is kept for each one."""
+    documented = _documented_prefect_settings()
+    assert set(documented) == {"PREFECT_SERVER_ANALYTICS_ENABLED", "DO_NOT_TRACK", "PREFECT_LOGGING_LEVEL"}
+    for name in documented:
+        monkeypatch.delenv(name, raising=False)
+    assert main(["validate", str(tmp_path / "missing.toml")]) == EXIT_BAD_INPUT
+    assert {name: os.environ[name] for name in documented} == documented
+    for name in documented:
+        monkeypatch.setenv(name, "users-own")
+    assert main(["validate", str(tmp_path / "missing.toml")]) == EXIT_BAD_INPUT
+    assert all(os.environ[name] == "users-own" for name in documented)
