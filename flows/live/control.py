@@ -36,6 +36,7 @@ from uuid import UUID
 from ape.flows.logs import CONSOLE_SKIP
 from ape.schemas.config import ApeConfig
 from ape.schemas.control import Action, ControlEvent, variable_name
+from ape.tasks.common.deadline import END_WAIT_S, finished_within
 from ape.tasks.storage import prefect_api
 from ape.tasks.storage.control_channel import (
     Refused,
@@ -106,13 +107,28 @@ class RunControl:
         with self._changed:
             self._changed.notify_all()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=END_WAIT_S)  # a poll stuck on a busy server is not waited for
         if self._variable and self.flow_run_id is not None:
+            self._drop_variable(self.flow_run_id)
+
+    def _drop_variable(self, flow_run_id: UUID) -> None:
+        """Delete the run's control variable, waiting at most :data:`END_WAIT_S` for the server:
+        a busy or stopped one held the run's end for minutes (Prefect's client retries each
+        request), a Ctrl-C too. One left behind is named after a finished flow run: harmless."""
+
+        def drop() -> None:
             try:
                 with self._client_factory() as client:
-                    delete_variable(client, self.flow_run_id)
-            except Exception:  # left behind: named after a finished flow run, harmless
+                    delete_variable(client, flow_run_id)
+            except Exception:  # left behind, as below
                 pass
+
+        if not finished_within(drop, END_WAIT_S, "ape-control-end"):
+            self._tell(
+                "variable-left",
+                f"the Prefect server did not answer within {END_WAIT_S:.0f} s: control variable "
+                f"{variable_name(flow_run_id)} is left on it (named after this finished flow run, harmless)",
+            )
 
     def hold(self, saved: int, total: int) -> None:
         """Called by the loop when paused and nothing is in flight: the flow run goes Paused

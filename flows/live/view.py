@@ -36,6 +36,7 @@ from uuid import UUID
 from ape.flows.logs import CONSOLE_SKIP
 from ape.schemas.live import LIVE_FILE, LiveStatus, State
 from ape.schemas.results import OutputBatch
+from ape.tasks.common.deadline import END_WAIT_S, finished_within
 from ape.tasks.common.inert import md_text
 from ape.tasks.models.limits.meter import CallMeter
 from ape.tasks.report.live import LiveCounts, describe
@@ -131,11 +132,28 @@ class LiveView:
     def __exit__(self, exc_type: object, *rest: object) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=60)
+            self._thread.join(timeout=END_WAIT_S)  # a snapshot stuck on a busy server is not waited for
         c = self.counts
         state: State = "finished" if exc_type is None and c.done >= c.total else "stopped"
-        with self._client() as client:
-            self._publish(state, client)
+        self._publish(state, None)  # live.json now, whatever the server
+        if self._flow_run_id is None:
+            return
+
+        def show() -> None:
+            with self._client() as client:
+                if client is not None and self.last is not None:
+                    try:
+                        self._show(client, self.last)
+                    except Exception as exc:
+                        self._ui_down(exc)
+
+        if not finished_within(show, END_WAIT_S, "ape-live-view-end"):
+            log.warning(
+                "%s: the Prefect server did not take the live view's last snapshot within %.0f s; live.json has it",
+                self.label,
+                END_WAIT_S,
+                extra={CONSOLE_SKIP: True},
+            )
 
     # -- the publishing thread -------------------------------------------------------------
     def _publish_every(self) -> None:

@@ -1,4 +1,5 @@
-"""Time limits for user plugins (adapters, checkers, tool calls).
+"""Time limits for user plugins (adapters, checkers, tool calls), and for the calls a run's
+end makes to a Prefect server that may be busy (:func:`finished_within`).
 
 Python cannot stop a thread, so a call with a limit runs on a daemon thread of its own
 and the caller stops waiting when the limit passes: the session or check ends with
@@ -109,3 +110,18 @@ def call_with_timeout(
     if ok:
         return value
     raise value
+
+
+END_WAIT_S = 5.0  # how long a run's end waits for each last call to a Prefect server
+
+
+def finished_within(fn: Callable[[], object], limit_s: float, name: str) -> bool:
+    """Run ``fn`` on a daemon thread of its own and wait at most ``limit_s`` seconds for it:
+    True when it ended in time. For the run's last calls to the Prefect server (the live
+    view's final snapshot, the control variable's removal): a busy or stopped server held
+    the end of a run, a Ctrl-C too, for minutes while Prefect's client retried; what such a
+    call leaves undone is harmless, and ``fn`` handles its own errors."""
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(fn,), name=name, daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    return not thread.is_alive()

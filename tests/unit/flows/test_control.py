@@ -126,3 +126,51 @@ def test_a_resumed_runs_earlier_actions_are_kept_and_a_planted_entry_dropped() -
     kept = recorded_events(previous)
     assert [e.action for e in kept] == ["drain"] and kept[0].by == "ape ctl by alice"
     assert recorded_events({"control": "not a list"}) == [] and recorded_events({}) == []
+
+
+class _StuckServer:
+    """A Prefect client whose server takes the variable and then stops answering."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+        self.deleting = threading.Event()
+
+    def __call__(self) -> _StuckServer:
+        return self
+
+    def __enter__(self) -> _StuckServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def read_variable_by_name(self, name: str) -> None:
+        return None
+
+    def create_variable(self, variable: object) -> None:
+        return None
+
+    def delete_variable_by_name(self, name: str) -> None:
+        self.deleting.set()
+        self.release.wait(60)
+
+
+def test_the_runs_end_does_not_wait_for_a_server_that_stopped_answering(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C waited minutes while Prefect's client retried the control variable's removal on a
+    busy server: the end now waits END_WAIT_S for it and says the variable was left."""
+    import ape.flows.live.control as control_module
+
+    monkeypatch.setattr(control_module, "END_WAIT_S", 0.2)
+    monkeypatch.setattr(control_module.prefect_api, "create_variable", lambda *a, **k: None)
+    server = _StuckServer()
+    control = RunControl(out_dir=tmp_path, model="m", flow_run_id=uuid4(), client=server, every_s=3600)
+    with caplog.at_level(logging.WARNING, logger="ape"):
+        with control:
+            pass
+    server.release.set()
+    assert server.deleting.is_set()  # it was asked, and the end went on without its answer
+    assert "did not answer within" in caplog.text and "is left on it" in caplog.text
