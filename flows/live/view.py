@@ -142,10 +142,7 @@ class LiveView:
         def show() -> None:
             with self._client() as client:
                 if client is not None and self.last is not None:
-                    try:
-                        self._show(client, self.last)
-                    except Exception as exc:
-                        self._ui_down(exc)
+                    self._send(client, self.last)
 
         if not finished_within(show, END_WAIT_S, "ape-live-view-end"):
             log.warning(
@@ -202,10 +199,14 @@ class LiveView:
         self.last = status
         atomic_write_text(self.path, status.model_dump_json(indent=2) + "\n")
         if client is not None:
-            try:
-                self._show(client, status)
-            except Exception as exc:
-                self._ui_down(exc)
+            self._send(client, status)
+
+    def _send(self, client: Any, status: LiveStatus) -> None:
+        """The snapshot to the Prefect UI; a failure is said once (:meth:`_ui_down`)."""
+        try:
+            self._show(client, status)
+        except Exception as exc:
+            self._ui_down(exc)
 
     def _show(self, client: Any, status: LiveStatus) -> None:
         percent = round(100.0 * status.done / status.total, 1) if status.total else 100.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -132,8 +133,6 @@ class _StuckServer:
     """A Prefect client whose server takes the variable and then stops answering."""
 
     def __init__(self) -> None:
-        import threading
-
         self.release = threading.Event()
         self.deleting = threading.Event()
 
@@ -147,9 +146,6 @@ class _StuckServer:
         return None
 
     def read_variable_by_name(self, name: str) -> None:
-        return None
-
-    def create_variable(self, variable: object) -> None:
         return None
 
     def delete_variable_by_name(self, name: str) -> None:
